@@ -1,0 +1,122 @@
+"""The Agent seam: turn a task into changes in a worktree.
+
+An agent gets an :class:`AgentContext` (worktree, prompt, environment, deadline, log) and returns
+an :class:`AgentResult`. It never decides whether the task is done: verification does. Each kind
+lives in its own module and is picked by its short name from :data:`KINDS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from ..errors import AgentError
+from ..plan import AgentProfile
+from ..procs import CancelToken
+from ..records import Failure, Usage
+
+KINDS: dict[str, str] = {
+    "shell": "orchardist.agents.shell:ShellAgent",
+    "scripted": "orchardist.agents.scripted:ScriptedAgent",
+}
+
+# What every agent process may see of the caller's environment; the rest is scrubbed.
+BASE_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TERM",
+    "TMPDIR",
+    "TZ",
+    "VIRTUAL_ENV",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+)
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    """Everything an agent needs for one attempt."""
+
+    run_id: str
+    task_id: str
+    attempt: int
+    candidate: int
+    title: str
+    prompt: str
+    worktree: Path  # the attempt's worktree root
+    cwd: Path  # where commands run: the worktree, or the plan's workdir inside it
+    prompt_file: Path
+    output_file: Path  # the agent may write a JSON result here
+    log: Path
+    env: Mapping[str, str]  # already scrubbed, with ORCHARDIST_* variables
+    timeout_s: float | None
+    cancel: CancelToken
+    marker: str  # shared by every process of the attempt
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """How the agent ended, and what it said it spent."""
+
+    exit_code: int
+    duration_s: float
+    failure: Failure | None = None  # None: the agent finished normally
+    detail: str = ""
+    usage: Usage = field(default_factory=Usage)
+    cancelled: bool = False
+
+
+class Agent(Protocol):
+    """One kind of agent; constructed once per profile."""
+
+    kind: ClassVar[str]
+    profile_keys: ClassVar[frozenset[str]]  # kind-specific keys a profile may set
+    env_keys: ClassVar[tuple[str, ...]]  # caller's variables this kind needs (API keys)
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """Problems with a profile's kind-specific keys, as ``(message, key)``."""
+        ...
+
+    def run(self, ctx: AgentContext) -> AgentResult:
+        """Work in ``ctx.worktree`` until done, failed, timed out or cancelled."""
+        ...
+
+
+def agent_class(kind: str) -> type[Agent]:
+    """The class implementing ``kind``; AgentError naming the known kinds otherwise."""
+    try:
+        target = KINDS[kind]
+    except KeyError:
+        raise AgentError(
+            f"unknown agent kind {kind!r}; known kinds: {', '.join(sorted(KINDS))}"
+        ) from None
+    module, _, name = target.partition(":")
+    cls: type[Agent] = getattr(importlib.import_module(module), name)
+    return cls
+
+
+def make_agent(profile: AgentProfile) -> Agent:
+    """Build the agent for a profile."""
+    cls: Any = agent_class(profile.kind)
+    agent: Agent = cls(profile)
+    return agent
+
+
+def scrubbed_env(
+    allow: tuple[str, ...] = (), source: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The base variables plus ``allow``, taken from ``source`` (the caller's environment)."""
+    source = os.environ if source is None else source
+    return {k: source[k] for k in (*BASE_ENV, *allow) if k in source}

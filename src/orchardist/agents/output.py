@@ -1,0 +1,55 @@
+"""The optional JSON result an agent may leave in ``$ORCHARDIST_OUTPUT``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..procs import ProcessResult
+from ..records import Failure, Usage
+from . import AgentContext, AgentResult
+
+
+def read_output(path: Path) -> tuple[Usage, str]:
+    """Usage and summary from the agent's output file; empty when absent or malformed.
+
+    Recognised keys: ``cost_usd``, ``input_tokens``, ``output_tokens``, ``turns``,
+    ``session_id`` and ``summary``. Anything else is ignored.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return Usage(), ""
+    if not isinstance(data, dict):
+        return Usage(), ""
+    return (
+        Usage(
+            cost_usd=_number(data.get("cost_usd"), float),
+            input_tokens=_number(data.get("input_tokens"), int),
+            output_tokens=_number(data.get("output_tokens"), int),
+            turns=_number(data.get("turns"), int),
+            session_id=str(data["session_id"]) if data.get("session_id") else None,
+        ),
+        str(data.get("summary", ""))[:2000],
+    )
+
+
+def _number(value: Any, kind: type[int] | type[float]) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return kind(value)
+
+
+def process_result(proc: ProcessResult, ctx: AgentContext) -> AgentResult:
+    """The usual mapping of a finished agent process to an AgentResult."""
+    usage, summary = read_output(ctx.output_file)
+    if proc.timed_out:
+        detail = f"agent timed out after {ctx.timeout_s:g}s"
+        return AgentResult(proc.exit_code, proc.duration_s, Failure.TIMEOUT, detail, usage)
+    if proc.cancelled:
+        return AgentResult(proc.exit_code, proc.duration_s, None, "cancelled", usage, True)
+    if proc.exit_code != 0:
+        detail = f"agent exited with {proc.exit_code}"
+        return AgentResult(proc.exit_code, proc.duration_s, Failure.AGENT_ERROR, detail, usage)
+    return AgentResult(0, proc.duration_s, None, summary, usage)

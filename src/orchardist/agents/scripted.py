@@ -1,0 +1,142 @@
+"""``kind = "scripted"``: a deterministic fake agent for tests, demos and plan rehearsals.
+
+It runs as a real child process (``python -m orchardist.agents.scripted``), so timeouts,
+cancellation and process-tree cleanup apply to it exactly as to a real agent CLI. A profile's
+``script`` maps ``"task/candidate"``, ``"task"`` or ``"*"`` to a step or a list of steps (one per
+attempt; the last repeats). A step is a table of any of:
+
+``write`` {path = text}, ``append`` {path = text}, ``delete`` [paths], ``print`` text,
+``sleep`` seconds, ``hang`` true, ``spawn_daemon`` true (a ``setsid`` child that ignores
+SIGTERM and sleeps), ``flood_bytes`` n, ``binary_output`` true, ``output`` {json result},
+``exit`` code (default 0).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..plan import AgentProfile
+from ..procs import run_process
+from . import AgentContext, AgentResult
+from .output import process_result
+
+STEP_KEYS = {
+    "write",
+    "append",
+    "delete",
+    "print",
+    "sleep",
+    "hang",
+    "spawn_daemon",
+    "flood_bytes",
+    "binary_output",
+    "output",
+    "exit",
+}
+
+
+class ScriptedAgent:
+    """Plays the step scripted for the task, candidate and attempt."""
+
+    kind: ClassVar[str] = "scripted"
+    profile_keys: ClassVar[frozenset[str]] = frozenset({"script"})
+    env_keys: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, profile: AgentProfile) -> None:
+        self.profile = profile
+        self.script: Mapping[str, Any] = profile.options.get("script", {})
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """``script`` must map names to a step or a list of steps with known keys."""
+        script = options.get("script", {})
+        if not isinstance(script, dict):
+            return [("expected a table of task ids to steps", "script")]
+        problems = []
+        for name, steps in script.items():
+            for step in steps if isinstance(steps, list) else [steps]:
+                if not isinstance(step, dict):
+                    problems.append((f"{name}: a step must be a table", "script"))
+                    continue
+                for key in sorted(set(step) - STEP_KEYS):
+                    problems.append((f"{name}: unknown step key {key!r}", "script"))
+        return problems
+
+    def step_for(self, task_id: str, candidate: int, attempt: int) -> dict[str, Any]:
+        """The step for this attempt: the attempt-th of the list, the last one repeating."""
+        for key in (f"{task_id}/{candidate}", task_id, "*"):
+            if key in self.script:
+                steps = self.script[key]
+                steps = steps if isinstance(steps, list) else [steps]
+                return dict(steps[min(attempt, len(steps)) - 1]) if steps else {}
+        return {}
+
+    def run(self, ctx: AgentContext) -> AgentResult:
+        """Play the step in a child process."""
+        step = self.step_for(ctx.task_id, ctx.candidate, ctx.attempt)
+        proc = run_process(
+            [sys.executable, "-m", "orchardist.agents.scripted", json.dumps(step)],
+            cwd=ctx.cwd,
+            env=ctx.env,
+            log=ctx.log,
+            timeout_s=ctx.timeout_s,
+            cancel=ctx.cancel,
+            marker=ctx.marker,
+        )
+        return process_result(proc, ctx)
+
+
+def play(step: Mapping[str, Any]) -> int:
+    """Carry out one step in the current directory; return the exit code."""
+    for path, text in step.get("write", {}).items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text, encoding="utf-8")
+    for path, text in step.get("append", {}).items():
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    for path in step.get("delete", []):
+        Path(path).unlink(missing_ok=True)
+    if "print" in step:
+        print(step["print"], flush=True)
+    if step.get("binary_output"):
+        sys.stdout.buffer.write(b"\xff\xfe\x80 not utf-8 \xc3\x28\n")
+        sys.stdout.flush()
+    if step.get("flood_bytes"):
+        chunk = b"y" * 65536
+        left = int(step["flood_bytes"])
+        while left > 0:
+            sys.stdout.buffer.write(chunk[: min(left, len(chunk))])
+            left -= len(chunk)
+        sys.stdout.flush()
+    if "output" in step and "ORCHARDIST_OUTPUT" in os.environ:
+        Path(os.environ["ORCHARDIST_OUTPUT"]).write_text(json.dumps(step["output"]))
+    if step.get("spawn_daemon"):
+        code = (
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"
+        )
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    if "sleep" in step:
+        time.sleep(float(step["sleep"]))
+    if step.get("hang"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            time.sleep(3600)
+    return int(step.get("exit", 0))
+
+
+if __name__ == "__main__":
+    sys.exit(play(json.loads(sys.argv[1])))

@@ -1,0 +1,74 @@
+"""``kind = "shell"``: run a command line in the worktree; its exit code is its answer."""
+
+from __future__ import annotations
+
+import shlex
+import string
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ..plan import AgentProfile
+from ..procs import run_process
+from . import AgentContext, AgentResult
+from .output import process_result
+
+PLACEHOLDERS = ("task", "candidate", "attempt", "prompt_file", "worktree", "run")
+
+
+def placeholder_problems(template: str) -> list[str]:
+    """Names in ``template`` that are not placeholders, or a format error."""
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as exc:
+        return [f"bad placeholder syntax: {exc} (write {{{{ and }}}} for literal braces)"]
+    return [
+        f"unknown placeholder {{{n}}}; known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
+        for n in names
+        if n not in PLACEHOLDERS
+    ]
+
+
+def render(template: str, ctx: AgentContext) -> str:
+    """Fill a command template; every value is shell-quoted."""
+    values = {
+        "task": ctx.task_id,
+        "candidate": str(ctx.candidate),
+        "attempt": str(ctx.attempt),
+        "prompt_file": str(ctx.prompt_file),
+        "worktree": str(ctx.worktree),
+        "run": ctx.run_id,
+    }
+    return template.format_map({k: shlex.quote(v) for k, v in values.items()})
+
+
+class ShellAgent:
+    """A plain command, run with ``/bin/sh -c`` in the worktree."""
+
+    kind: ClassVar[str] = "shell"
+    profile_keys: ClassVar[frozenset[str]] = frozenset({"command"})
+    env_keys: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, profile: AgentProfile) -> None:
+        self.profile = profile
+        self.command = str(profile.options["command"])
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """``command`` is required and may use only known placeholders."""
+        command = options.get("command")
+        if not isinstance(command, str) or not command.strip():
+            return [("required: the command line to run", "command")]
+        return [(message, "command") for message in placeholder_problems(command)]
+
+    def run(self, ctx: AgentContext) -> AgentResult:
+        """Run the command; non-zero exit is an agent error."""
+        proc = run_process(
+            ["/bin/sh", "-c", render(self.command, ctx)],
+            cwd=ctx.cwd,
+            env=ctx.env,
+            log=ctx.log,
+            timeout_s=ctx.timeout_s,
+            cancel=ctx.cancel,
+            marker=ctx.marker,
+        )
+        return process_result(proc, ctx)

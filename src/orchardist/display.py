@@ -1,0 +1,104 @@
+"""Progress for people: a live table on a terminal, one plain line per event elsewhere."""
+
+from __future__ import annotations
+
+import time
+from typing import IO, Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from .hooks import Hook
+from .plan import Plan
+from .records import Event
+from .report import describe
+
+_STYLE = {
+    "pending": "dim",
+    "ready": "cyan",
+    "running": "yellow",
+    "verifying": "magenta",
+    "merging": "blue",
+    "done": "green",
+    "failed": "bold red",
+    "blocked": "red",
+    "cancelled": "dim",
+}
+
+
+class PlainLines(Hook):
+    """One line per event, with the time: for pipes, CI logs and ``--json`` runs (on stderr)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def on_event(self, event: Event) -> None:
+        """Print the event."""
+        stamp = time.strftime("%H:%M:%S", time.localtime(event.ts))
+        print(f"{stamp} {describe(event)}", file=self.stream, flush=True)
+
+
+class LiveTable(Hook):
+    """A table of tasks, states, attempts and elapsed time, redrawn as events arrive."""
+
+    def __init__(self, plan: Plan, console: Console) -> None:
+        self.rows: dict[str, dict[str, Any]] = {
+            t.id: {"state": "pending", "attempt": 0, "since": None, "note": "", "agent": t.agent}
+            for t in plan.tasks
+        }
+        self.header = ""
+        self.started = time.time()
+        self.live = Live(self._render(), console=console, refresh_per_second=4, transient=False)
+        self.live.start()
+
+    def on_event(self, event: Event) -> None:
+        """Update the row the event is about."""
+        data = event.data
+        if event.kind == "run" and "branch" in data:
+            self.header = f"run {event.run_id} → branch {data['branch']}"
+        row = self.rows.get(event.task_id or "")
+        if row is not None:
+            if event.kind == "task":
+                row["state"] = data.get("state", row["state"])
+                row["note"] = data.get("reason", "")
+                if row["state"] in ("running", "ready") or row["since"] is None:
+                    row["since"] = event.ts
+                if row["state"] == "done":
+                    row["note"] = str(data.get("commit", ""))[:12]
+            elif event.kind == "attempt" and event.attempt:
+                row["attempt"] = event.attempt
+        self.live.update(self._render())
+
+    def _render(self) -> Group:
+        table = Table(expand=False, show_edge=False, pad_edge=False)
+        for column in ("task", "agent", "state", "try", "elapsed", "note"):
+            table.add_column(column, no_wrap=column != "note", overflow="fold")
+        now = time.time()
+        for task_id, row in self.rows.items():
+            since = row["since"]
+            elapsed = "" if since is None else f"{now - since:5.1f}s"
+            state = row["state"]
+            table.add_row(
+                task_id,
+                row["agent"],
+                Text(state, style=_STYLE.get(state, "")),
+                str(row["attempt"] or ""),
+                elapsed,
+                str(row["note"])[:80],
+            )
+        counts: dict[str, int] = {}
+        for row in self.rows.values():
+            counts[row["state"]] = counts.get(row["state"], 0) + 1
+        footer = "  ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        return Group(
+            Text(self.header, style="bold"),
+            table,
+            Text(f"{footer}   {now - self.started:.0f}s", style="dim"),
+        )
+
+    def close(self) -> None:
+        """Draw the final table and stop redrawing."""
+        self.live.update(self._render())
+        self.live.stop()

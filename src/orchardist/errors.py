@@ -1,0 +1,68 @@
+"""The exception tree.
+
+::
+
+    OrchardistError            anything orchardist raises on purpose
+    ├── PlanError              a plan that cannot run; carries every Problem found
+    ├── UsageError             a command line or run id that makes no sense
+    ├── GitError               a git command failed (translated where git is called)
+    ├── StoreError             the SQLite store failed or holds something unexpected
+    ├── AgentError             an agent could not be built or started
+    └── RunLockedError         another orchestrator is driving the run
+
+The CLI maps PlanError and UsageError to exit code 2 and prints them without a traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class OrchardistError(Exception):
+    """Root of every error orchardist raises on purpose."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a plan, located as precisely as we can."""
+
+    file: str
+    message: str
+    task: str | None = None
+    field: str | None = None
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.task is not None:
+            where += f": task {self.task!r}"
+        if self.field is not None:
+            where += f": {self.field}"
+        return f"{where}: {self.message}"
+
+
+class PlanError(OrchardistError):
+    """A plan failed validation; ``problems`` lists every problem found, not just the first."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class UsageError(OrchardistError):
+    """Bad command-line usage: an unknown run, a missing file, conflicting flags."""
+
+
+class GitError(OrchardistError):
+    """A git command failed; the message holds the command and git's own words."""
+
+
+class StoreError(OrchardistError):
+    """The state store failed."""
+
+
+class AgentError(OrchardistError):
+    """An agent could not be constructed or launched."""
+
+
+class RunLockedError(OrchardistError):
+    """Another live orchestrator holds the run's lock."""

@@ -1,0 +1,99 @@
+"""The Executor seam: where an attempt runs.
+
+The scheduler hands an executor a :class:`Job` and hears back through a callback: once when the
+job enters verification, once with its :class:`Outcome`. Everything that touches the attempt's
+files (worktree, agent, snapshot, verify, logs) happens behind this seam, so a distributed
+executor only has to produce the same messages and make the patch commit reachable in the repo.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..errors import UsageError
+from ..plan import AgentProfile
+from ..records import AttemptState, Failure, Usage
+
+EXECUTORS: dict[str, str] = {
+    "local": "orchardist.executors.local:LocalExecutor",
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One attempt to run: an agent then verify, or (profile None) verify only."""
+
+    id: str  # unique within a run
+    run_id: str
+    task_id: str
+    attempt: int
+    candidate: int
+    base_commit: str  # the worktree starts here
+    title: str
+    prompt: str
+    profile: AgentProfile | None
+    verify: tuple[str, ...]
+    workdir: str  # where commands run, relative to the worktree root
+    timeout_s: float  # agent and verify together
+    message: str  # commit message of the patch snapshot
+    marker: str  # tags every process of the job
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a job came to; evidence only, never the agent's opinion."""
+
+    job: Job
+    state: AttemptState  # PASSED, FAILED or CANCELLED
+    started_at: float
+    ended_at: float
+    failure: Failure | None = None
+    detail: str = ""
+    exit_code: int | None = None
+    patch_commit: str | None = None  # the agent's changes, committed on top of base_commit
+    changed_lines: int | None = None
+    usage: Usage = field(default_factory=Usage)
+    feedback: str = ""  # failing output, for the next attempt's prompt
+    log_path: str = ""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A job moved on (today: into ``verifying``)."""
+
+    job: Job
+    phase: str
+
+
+Notify = Callable[[Phase | Outcome], None]
+
+
+class Executor(Protocol):
+    """Runs jobs concurrently; ``notify`` may be called from any thread."""
+
+    def submit(self, job: Job, notify: Notify) -> None:
+        """Start a job; returns at once."""
+        ...
+
+    def cancel(self, job_id: str, reason: str) -> None:
+        """Stop a job: its process trees are ended and it reports a CANCELLED outcome."""
+        ...
+
+    def close(self) -> None:
+        """Wait for every job to report, then release resources."""
+        ...
+
+
+def executor_class(name: str) -> type[Executor]:
+    """The executor class called ``name``."""
+    try:
+        module, _, cls = EXECUTORS[name].partition(":")
+    except KeyError:
+        raise UsageError(
+            f"unknown executor {name!r}; known executors: {', '.join(sorted(EXECUTORS))}"
+        ) from None
+    found: type[Executor] = getattr(importlib.import_module(module), cls)
+    return found

@@ -1,0 +1,245 @@
+"""git, through its command line: worktrees, snapshots of a worktree as a commit, and merges.
+
+Merges never use a checkout: ``git merge-tree --write-tree`` computes the merged tree and
+``git update-ref`` moves the run branch with a compare-and-swap, so the user's working tree,
+index and current branch are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import GitError
+
+FALLBACK_NAME = "orchardist"
+FALLBACK_EMAIL = "orchardist@localhost"
+TRAILER_PREFIX = "Orchardist-"
+
+
+def find_toplevel(path: Path) -> Path | None:
+    """The work tree root containing ``path``, or None when it is not in a git repository."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:
+        return None
+    if out.returncode != 0:
+        return None
+    return Path(out.stdout.strip()).resolve()
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """Outcome of a three-way tree merge: a tree id, or the conflicting paths."""
+
+    tree: str | None
+    conflicts: tuple[str, ...] = ()
+
+
+class Repo:
+    """One repository, driven by git commands with a fixed, quiet environment."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._env = self._git_env()
+        self.common_dir = Path(self.git("rev-parse", "--path-format=absolute", "--git-common-dir"))
+
+    def _git_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+        env.update(identity_env(self.root, env))
+        return env
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def git(
+        self,
+        *args: str,
+        cwd: Path | None = None,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+        ok: Sequence[int] = (0,),
+    ) -> str:
+        """Run git and return stdout stripped of its final newline; GitError on failure."""
+        proc = self.run_git(*args, cwd=cwd, input=input, env=env)
+        if proc.returncode not in ok:
+            cmd = " ".join(["git", *args])
+            raise GitError(f"{cmd} failed ({proc.returncode}): {proc.stderr.strip()}")
+        return proc.stdout.rstrip("\n")
+
+    def run_git(
+        self,
+        *args: str,
+        cwd: Path | None = None,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run git and return the completed process whatever its exit code."""
+        full_env = {**self._env, **(env or {})}
+        try:
+            return subprocess.run(
+                ["git", *args],
+                cwd=cwd or self.root,
+                input=input,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                env=full_env,
+                stdin=None if input is not None else subprocess.DEVNULL,
+                check=False,
+            )
+        except OSError as exc:
+            raise GitError(f"cannot run git: {exc}") from exc
+
+    def rev_parse(self, ref: str) -> str:
+        """The commit id ``ref`` names."""
+        return self.git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+
+    def try_rev_parse(self, ref: str) -> str | None:
+        """The commit id ``ref`` names, or None."""
+        proc = self.run_git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    def tree_of(self, commit: str) -> str:
+        """The tree id of a commit."""
+        return self.git("rev-parse", f"{commit}^{{tree}}")
+
+    def update_ref(self, ref: str, new: str, old: str | None) -> bool:
+        """Move ``ref`` to ``new`` only if it still points at ``old`` (None: must not exist)."""
+        expected = old if old is not None else "0" * 40
+        proc = self.run_git("update-ref", ref, new, expected)
+        return proc.returncode == 0
+
+    def set_ref(self, ref: str, new: str) -> None:
+        """Point ``ref`` at ``new`` whatever it pointed at before."""
+        self.git("update-ref", ref, new)
+
+    def delete_ref(self, ref: str) -> None:
+        """Delete a ref if it exists."""
+        self.run_git("update-ref", "-d", ref)
+
+    def commit_tree(self, tree: str, parents: Sequence[str], message: str) -> str:
+        """Create a commit object (no ref moves)."""
+        args = ["commit-tree", tree]
+        for parent in parents:
+            args += ["-p", parent]
+        return self.git(*args, input=message)
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        """Whether ``ancestor`` is reachable from ``descendant``."""
+        proc = self.run_git("merge-base", "--is-ancestor", ancestor, descendant)
+        return proc.returncode == 0
+
+    # -- worktrees -----------------------------------------------------------------------
+
+    def add_worktree(self, path: Path, commit: str) -> None:
+        """A detached worktree at ``commit``; an old directory at ``path`` is replaced."""
+        if path.exists():
+            self.remove_worktree(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.git("worktree", "add", "--detach", "--quiet", str(path), commit)
+
+    def remove_worktree(self, path: Path) -> None:
+        """Remove a worktree, even one an agent damaged or deleted."""
+        self.run_git("worktree", "remove", "--force", "--force", str(path))
+        if path.exists():
+            shutil.rmtree(path, ignore_errors=True)
+        self.run_git("worktree", "prune")
+
+    def worktrees(self) -> list[Path]:
+        """Paths of all worktrees git knows, the main one first."""
+        out = self.git("worktree", "list", "--porcelain")
+        return [Path(line[9:]) for line in out.splitlines() if line.startswith("worktree ")]
+
+    def snapshot(self, worktree: Path, base: str, message: str) -> str:
+        """Commit everything in ``worktree`` that differs from ``base`` (ignored files excepted).
+
+        Uses a private index, so whatever the agent did to the worktree's own index or HEAD
+        does not matter: the result's tree is exactly the files on disk.
+        """
+        index = worktree.parent / f".{worktree.name}.index"
+        env = {"GIT_INDEX_FILE": str(index)}
+        try:
+            self.git("read-tree", base, cwd=worktree, env=env)
+            self.git("add", "--all", cwd=worktree, env=env)
+            tree = self.git("write-tree", cwd=worktree, env=env)
+        finally:
+            index.unlink(missing_ok=True)
+        return self.commit_tree(tree, [base], message)
+
+    def changed_lines(self, old: str, new: str) -> int:
+        """Lines added plus lines removed between two commits (binary files count 1 each)."""
+        out = self.git("diff", "--numstat", "--no-renames", old, new)
+        total = 0
+        for line in out.splitlines():
+            added, removed, _ = line.split("\t", 2)
+            total += 1 if added == "-" else int(added) + int(removed)
+        return total
+
+    def changed_files(self, old: str, new: str) -> list[str]:
+        """Paths that differ between two commits."""
+        out = self.git("diff", "--name-only", "--no-renames", "-z", old, new)
+        return [p for p in out.split("\0") if p]
+
+    def merge_trees(self, base: str, ours: str, theirs: str) -> MergeResult:
+        """Three-way merge of commits without touching any checkout."""
+        # git < 2.40 has no --merge-base; ours descends from base and theirs is a child of
+        # base, so the merge base git finds is base itself.
+        proc = self.run_git(
+            "merge-tree", "--write-tree", "--name-only", "--no-messages", ours, theirs
+        )
+        lines = proc.stdout.splitlines()
+        if proc.returncode == 0:
+            return MergeResult(lines[0].strip())
+        if proc.returncode == 1:
+            return MergeResult(None, tuple(line for line in lines[1:] if line))
+        raise GitError(f"git merge-tree failed ({proc.returncode}): {proc.stderr.strip()}")
+
+    def log_trailers(self, since: str, until: str, key: str) -> list[tuple[str, str]]:
+        """``(commit, value)`` for commits in ``since..until`` carrying trailer ``key``."""
+        fmt = f"%H%x00%(trailers:key={key},valueonly,separator=%x2C)%x00"
+        out = self.git("log", f"--format={fmt}", f"{since}..{until}")
+        parts = out.replace("\n", "").split("\0")
+        pairs = []
+        for i in range(0, len(parts) - 1, 2):
+            if parts[i + 1]:
+                pairs.append((parts[i], parts[i + 1]))
+        return pairs
+
+    def status_porcelain(self) -> str:
+        """``git status --porcelain`` of the main checkout (for checks, never changed by us)."""
+        return self.git("status", "--porcelain=v1", "--untracked-files=all")
+
+
+def commit_message(title: str, trailers: Mapping[str, str | int]) -> str:
+    """A commit message: the title, a blank line, then ``Orchardist-*`` trailers."""
+    lines = [title.strip() or "orchardist task", ""]
+    lines += [f"{TRAILER_PREFIX}{key}: {value}" for key, value in trailers.items()]
+    return "\n".join(lines) + "\n"
+
+
+def identity_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """Author/committer variables for commits; an orchardist identity where git has none."""
+    out: dict[str, str] = {}
+    for role in ("AUTHOR", "COMMITTER"):
+        proc = subprocess.run(
+            ["git", "var", f"GIT_{role}_IDENT"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            env={**env, "GIT_TERMINAL_PROMPT": "0"},
+            check=False,
+        )
+        if proc.returncode != 0 or "@" not in proc.stdout or "(none)" in proc.stdout:
+            out[f"GIT_{role}_NAME"] = FALLBACK_NAME
+            out[f"GIT_{role}_EMAIL"] = FALLBACK_EMAIL
+    return out

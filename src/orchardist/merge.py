@@ -1,0 +1,51 @@
+"""Putting a verified patch onto the run branch, without any checkout.
+
+``prepare`` turns a patch commit (made on top of the attempt's base) into a commit whose parent
+is the branch's current tip. When the tip has not moved, that commit's tree *is* the verified
+tree. When it moved, the patch is merged three ways and the result must be verified again before
+``advance`` moves the branch, with a compare-and-swap, onto it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .gitrepo import Repo
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A commit ready to become the branch tip, or the paths that conflict."""
+
+    tip: str  # the branch tip it was prepared against
+    commit: str | None  # None on conflict
+    needs_verify: bool = False  # True when the tree differs from the verified one
+    conflicts: tuple[str, ...] = ()
+
+
+class Integrator:
+    """Moves one branch forward, one commit per task."""
+
+    def __init__(self, repo: Repo, branch: str) -> None:
+        self.repo = repo
+        self.ref = f"refs/heads/{branch}"
+
+    def tip(self) -> str:
+        """The branch's current commit."""
+        return self.repo.rev_parse(self.ref)
+
+    def prepare(self, base: str, patch: str, message: str) -> Prepared:
+        """A commit of ``patch``'s changes on the current tip."""
+        tip = self.tip()
+        if tip == base:
+            tree = self.repo.tree_of(patch)
+            return Prepared(tip, self.repo.commit_tree(tree, [tip], message))
+        merged = self.repo.merge_trees(base, tip, patch)
+        if merged.tree is None:
+            return Prepared(tip, None, conflicts=merged.conflicts or ("(unknown)",))
+        return Prepared(tip, self.repo.commit_tree(merged.tree, [tip], message), needs_verify=True)
+
+    def advance(self, prepared: Prepared) -> bool:
+        """Move the branch onto the prepared commit if it is still at the prepared tip."""
+        assert prepared.commit is not None
+        return self.repo.update_ref(self.ref, prepared.commit, prepared.tip)

@@ -1,0 +1,470 @@
+"""Plan files (TOML or YAML) → a validated, frozen :class:`Plan`.
+
+Validation collects every problem before raising, so a user fixes a plan in one pass. Each
+problem names the file and, where it applies, the task and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import PlanError, Problem
+from .graph import find_cycles
+
+TASK_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+RUN_KEYS = {"base", "branch", "max_parallel", "verify", "repo", "workdir"}
+PROFILE_KEYS = {"kind", "timeout", "max_parallel", "env", "launch_interval", "fallback"}
+TASK_KEYS = {
+    "id",
+    "title",
+    "prompt",
+    "prompt_file",
+    "agent",
+    "depends_on",
+    "verify",
+    "retries",
+    "timeout",
+    "priority",
+    "estimate",
+    "workdir",
+}
+DEFAULT_TASK_TIMEOUT_S = 3600.0
+DEFAULT_BRANCH = "orchardist/{run}"
+
+
+@dataclass(frozen=True)
+class AgentProfile:
+    """A named agent profile: which kind of agent, and how to run it."""
+
+    name: str
+    kind: str
+    timeout_s: float | None = None
+    max_parallel: int | None = None
+    env: tuple[str, ...] = ()
+    launch_interval_s: float = 0.0
+    fallback: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific keys
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a plan, as written (defaults applied)."""
+
+    id: str
+    title: str
+    prompt: str
+    agent: str
+    index: int
+    depends_on: tuple[str, ...] = ()
+    verify: tuple[str, ...] = ()  # empty: opted out with verify = "none"
+    retries: int = 0
+    timeout_s: float = DEFAULT_TASK_TIMEOUT_S
+    priority: int = 0
+    estimate: float = 1.0
+    workdir: str = "."
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The ``[run]`` table."""
+
+    base: str = "HEAD"
+    branch: str = DEFAULT_BRANCH
+    max_parallel: int = field(default_factory=lambda: os.cpu_count() or 2)
+    verify: tuple[str, ...] = ()
+    workdir: str = "."
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated plan: tasks in file order, profiles by name, and where it came from."""
+
+    path: Path
+    repo: Path
+    run: RunConfig
+    agents: Mapping[str, AgentProfile]
+    tasks: tuple[TaskSpec, ...]
+    digest: str  # sha256 of the file's bytes: tells a resumed run it is the same plan
+
+    def task(self, task_id: str) -> TaskSpec:
+        """Return the task called ``task_id``."""
+        for task in self.tasks:
+            if task.id == task_id:
+                return task
+        raise KeyError(task_id)
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h30m"``; raises ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration")
+    if isinstance(value, int | float):
+        if value <= 0:
+            raise ValueError("a duration must be positive")
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError("expected a duration such as 90, '90s', '5m' or '1h'")
+    text = value.strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return parse_duration(float(text))
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"bad duration {value!r}: use e.g. 90, '90s', '5m', '1h' or '1h30m'")
+    total = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if total <= 0:
+        raise ValueError("a duration must be positive")
+    return total
+
+
+def load_plan(path: str | os.PathLike[str]) -> Plan:
+    """Read and validate a plan file; raise :class:`PlanError` listing every problem."""
+    plan_path = Path(path).resolve()
+    shown = str(path)
+    try:
+        raw_bytes = plan_path.read_bytes()
+    except OSError as exc:
+        raise PlanError([Problem(shown, f"cannot read plan: {exc.strerror or exc}")]) from exc
+    data = _parse(shown, plan_path, raw_bytes)
+    return _Validator(shown, plan_path, data, hashlib.sha256(raw_bytes).hexdigest()).plan()
+
+
+def _parse(shown: str, plan_path: Path, raw: bytes) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PlanError([Problem(shown, "plan is not UTF-8 text")]) from exc
+    if plan_path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise PlanError([Problem(shown, f"invalid YAML: {exc}")]) from exc
+    else:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise PlanError([Problem(shown, f"invalid TOML: {exc}")]) from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PlanError([Problem(shown, "a plan must be a table/mapping at the top level")])
+    return data
+
+
+class _Validator:
+    """Walks the raw mapping once, collecting problems instead of stopping at the first."""
+
+    def __init__(self, shown: str, path: Path, data: dict[str, Any], digest: str) -> None:
+        self.shown, self.path, self.data, self.digest = shown, path, data, digest
+        self.problems: list[Problem] = []
+
+    def problem(self, message: str, task: str | None = None, fld: str | None = None) -> None:
+        self.problems.append(Problem(self.shown, message, task, fld))
+
+    def plan(self) -> Plan:
+        for key in sorted(set(self.data) - {"run", "agents", "task", "tasks"}):
+            self.problem(_unknown(key, {"run", "agents", "task"}), fld=key)
+        run_raw = self._table(self.data.get("run", {}), "run")
+        repo = self._repo(run_raw)
+        run = self._run(run_raw, repo)
+        agents = self._agents()
+        tasks = self._tasks(run, agents)
+        if self.problems:
+            raise PlanError(self.problems)
+        assert repo is not None
+        return Plan(self.path, repo, run, agents, tasks, self.digest)
+
+    # -- tables --------------------------------------------------------------------------
+
+    def _table(self, value: object, fld: str, task: str | None = None) -> dict[str, Any]:
+        if isinstance(value, dict):
+            return value
+        self.problem("expected a table", task, fld)
+        return {}
+
+    def _repo(self, run_raw: dict[str, Any]) -> Path | None:
+        from .gitrepo import find_toplevel
+
+        start = self.path.parent
+        if "repo" in run_raw:
+            if not isinstance(run_raw["repo"], str):
+                self.problem("expected a path string", fld="run.repo")
+                return None
+            start = (self.path.parent / run_raw["repo"]).resolve()
+        top = find_toplevel(start)
+        if top is None:
+            self.problem(f"{start} is not inside a git repository", fld="run.repo")
+        return top
+
+    def _run(self, raw: dict[str, Any], repo: Path | None) -> RunConfig:
+        self._unknown_keys(raw, RUN_KEYS, "run")
+        default_workdir = "."
+        if repo is not None and self.path.parent.is_relative_to(repo):
+            default_workdir = self.path.parent.relative_to(repo).as_posix() or "."
+        cfg = RunConfig(workdir=default_workdir)
+        values: dict[str, Any] = {}
+        if "base" in raw:
+            values["base"] = self._str(raw["base"], "run.base")
+        if "branch" in raw:
+            branch = self._str(raw["branch"], "run.branch")
+            if branch is not None and not branch.strip():
+                self.problem("must not be empty", fld="run.branch")
+            values["branch"] = branch
+        if "max_parallel" in raw:
+            values["max_parallel"] = self._positive_int(raw["max_parallel"], "run.max_parallel")
+        if "verify" in raw:
+            values["verify"] = self._commands(raw["verify"], "run.verify")
+        if "workdir" in raw:
+            values["workdir"] = self._str(raw["workdir"], "run.workdir")
+        values = {k: v for k, v in values.items() if v is not None}
+        return RunConfig(**{**cfg.__dict__, **values})
+
+    def _agents(self) -> dict[str, AgentProfile]:
+        from .agents import KINDS, agent_class
+
+        agents: dict[str, AgentProfile] = {}
+        for name, raw in self._table(self.data.get("agents", {}), "agents").items():
+            where = f"agents.{name}"
+            raw = self._table(raw, where)
+            kind = raw.get("kind", "shell")
+            if kind not in KINDS:
+                self.problem(
+                    f"unknown kind {kind!r}; known kinds: {', '.join(sorted(KINDS))}",
+                    fld=f"{where}.kind",
+                )
+                continue
+            cls = agent_class(kind)
+            self._unknown_keys(raw, PROFILE_KEYS | set(cls.profile_keys), where)
+            options = {k: v for k, v in raw.items() if k in cls.profile_keys}
+            for message, key in cls.check_options(options):
+                self.problem(message, fld=f"{where}.{key}")
+            timeout = (
+                self._duration(raw["timeout"], f"{where}.timeout") if "timeout" in raw else None
+            )
+            max_par = None
+            if "max_parallel" in raw:
+                max_par = self._positive_int(raw["max_parallel"], f"{where}.max_parallel")
+            env = self._str_list(raw.get("env", []), f"{where}.env")
+            interval = 0.0
+            if "launch_interval" in raw:
+                interval = self._duration(raw["launch_interval"], f"{where}.launch_interval") or 0.0
+            fallback = (
+                self._str(raw["fallback"], f"{where}.fallback") if "fallback" in raw else None
+            )
+            agents[name] = AgentProfile(
+                name, kind, timeout, max_par, tuple(env), interval, fallback, options
+            )
+        for name, profile in agents.items():
+            if profile.fallback is not None and profile.fallback not in agents:
+                self.problem(
+                    f"unknown agent profile {profile.fallback!r}", fld=f"agents.{name}.fallback"
+                )
+        return agents
+
+    def _tasks(self, run: RunConfig, agents: Mapping[str, AgentProfile]) -> tuple[TaskSpec, ...]:
+        raw_tasks = self.data.get("task", self.data.get("tasks", []))
+        if not isinstance(raw_tasks, list):
+            self.problem("expected an array of tables ([[task]])", fld="task")
+            return ()
+        if not raw_tasks:
+            self.problem("the plan has no tasks", fld="task")
+        tasks: list[TaskSpec] = []
+        seen: set[str] = set()
+        for index, raw in enumerate(raw_tasks):
+            label = f"#{index + 1}"
+            if isinstance(raw, dict) and isinstance(raw.get("id"), str):
+                label = raw["id"]
+            raw = self._table(raw, "task", label)
+            task = self._task(raw, index, label, run, agents)
+            if task is None:
+                continue
+            if task.id in seen:
+                self.problem("duplicate task id", task.id, "id")
+                continue
+            seen.add(task.id)
+            tasks.append(task)
+        ids = {t.id for t in tasks}
+        for task in tasks:
+            for dep in task.depends_on:
+                if dep not in ids:
+                    self.problem(f"unknown task {dep!r}", task.id, "depends_on")
+        deps = {t.id: [d for d in t.depends_on if d in ids] for t in tasks}
+        for cycle in find_cycles(list(ids), deps):
+            self.problem(
+                "dependency cycle: " + " -> ".join([*cycle, cycle[0]]), cycle[0], "depends_on"
+            )
+        return tuple(tasks)
+
+    def _task(
+        self,
+        raw: dict[str, Any],
+        index: int,
+        label: str,
+        run: RunConfig,
+        agents: Mapping[str, AgentProfile],
+    ) -> TaskSpec | None:
+        self._unknown_keys(raw, TASK_KEYS, "task", label)
+        task_id = raw.get("id")
+        ok = True
+        if not isinstance(task_id, str) or not TASK_ID.match(task_id):
+            self.problem("required, and must match [A-Za-z0-9_.-]+", label, "id")
+            ok = False
+        prompt = self._prompt(raw, label)
+        agent = raw.get("agent")
+        if agent is None and len(agents) == 1:
+            agent = next(iter(agents))
+        if not isinstance(agent, str):
+            self.problem("required (name one of the [agents.*] profiles)", label, "agent")
+            ok = False
+        elif agent not in agents:
+            known = ", ".join(sorted(agents)) or "none defined"
+            self.problem(f"unknown agent {agent!r} (known: {known})", label, "agent")
+        deps = self._str_list(raw.get("depends_on", []), "depends_on", label)
+        verify = run.verify
+        if "verify" in raw:
+            verify = self._commands(raw["verify"], "verify", label) or ()
+        retries = self._count(raw.get("retries", 0), "retries", label)
+        timeout = DEFAULT_TASK_TIMEOUT_S
+        if "timeout" in raw:
+            timeout = self._duration(raw["timeout"], "timeout", label) or timeout
+        priority = raw.get("priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            self.problem("expected an integer", label, "priority")
+            priority = 0
+        estimate = raw.get("estimate", 1.0)
+        if isinstance(estimate, str):
+            estimate = self._duration(estimate, "estimate", label) or 1.0
+        elif not isinstance(estimate, int | float) or isinstance(estimate, bool) or estimate <= 0:
+            self.problem("expected a positive number or a duration", label, "estimate")
+            estimate = 1.0
+        workdir = self._str(raw.get("workdir", run.workdir), "workdir", label) or "."
+        if not ok or not isinstance(agent, str) or not isinstance(task_id, str):
+            return None
+        title = raw.get("title", task_id)
+        if not isinstance(title, str):
+            self.problem("expected a string", label, "title")
+            title = task_id
+        return TaskSpec(
+            id=task_id,
+            title=title.strip() or task_id,
+            prompt=prompt,
+            agent=agent,
+            index=index,
+            depends_on=tuple(dict.fromkeys(deps)),
+            verify=verify,
+            retries=retries,
+            timeout_s=timeout,
+            priority=priority,
+            estimate=float(estimate),
+            workdir=workdir,
+        )
+
+    def _prompt(self, raw: dict[str, Any], label: str) -> str:
+        if "prompt" in raw and "prompt_file" in raw:
+            self.problem("give prompt or prompt_file, not both", label, "prompt_file")
+        if "prompt_file" in raw:
+            name = self._str(raw["prompt_file"], "prompt_file", label)
+            if name is None:
+                return ""
+            try:
+                return (self.path.parent / name).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                self.problem(f"cannot read {name!r}: {exc}", label, "prompt_file")
+                return ""
+        prompt = raw.get("prompt", raw.get("title", ""))
+        if not isinstance(prompt, str):
+            self.problem("expected a string", label, "prompt")
+            return ""
+        return prompt
+
+    # -- fields --------------------------------------------------------------------------
+
+    def _unknown_keys(
+        self, raw: Mapping[str, Any], allowed: set[str], where: str, task: str | None = None
+    ) -> None:
+        for key in sorted(set(raw) - allowed):
+            fld = key if task is not None else f"{where}.{key}"
+            self.problem(_unknown(key, allowed), task, fld)
+
+    def _checked(
+        self, value: object, fld: str, task: str | None, check: Callable[[object], Any]
+    ) -> Any:
+        try:
+            return check(value)
+        except ValueError as exc:
+            self.problem(str(exc), task, fld)
+            return None
+
+    def _str(self, value: object, fld: str, task: str | None = None) -> str | None:
+        return self._checked(value, fld, task, _expect_str)  # type: ignore[no-any-return]
+
+    def _duration(self, value: object, fld: str, task: str | None = None) -> float | None:
+        return self._checked(value, fld, task, parse_duration)  # type: ignore[no-any-return]
+
+    def _positive_int(self, value: object, fld: str, task: str | None = None) -> int | None:
+        return self._checked(value, fld, task, _expect_positive_int)  # type: ignore[no-any-return]
+
+    def _count(self, value: object, fld: str, task: str | None = None) -> int:
+        count: int = self._checked(value, fld, task, _expect_count) or 0
+        return count
+
+    def _str_list(self, value: object, fld: str, task: str | None = None) -> list[str]:
+        items: list[str] = self._checked(value, fld, task, _expect_str_list) or []
+        return items
+
+    def _commands(self, value: object, fld: str, task: str | None = None) -> tuple[str, ...] | None:
+        if value == "none":
+            return ()
+        if isinstance(value, str):
+            value = [value]
+        commands = self._checked(value, fld, task, _expect_str_list)
+        if commands is None:
+            return None
+        if any(not c.strip() for c in commands):
+            self.problem("commands must not be empty", task, fld)
+        return tuple(commands)
+
+
+def _unknown(key: str, allowed: set[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(allowed), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown key {key!r}{hint}"
+
+
+def _expect_str(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("expected a string")
+    return value
+
+
+def _expect_positive_int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError("expected a whole number ≥ 1")
+    return value
+
+
+def _expect_count(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError("expected a whole number ≥ 0")
+    return value
+
+
+def _expect_str_list(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError("expected a string or a list of strings")
+    return list(value)

@@ -1,0 +1,352 @@
+"""Child processes that always end on time, and leave nothing behind.
+
+Every child starts in its own session (so its own process group), with stdin closed unless we
+feed it a file, and with a marker variable in its environment that all its descendants inherit.
+Ending a child means: SIGTERM to its group and to every process carrying its marker (which finds
+those that called ``setsid`` or daemonized), a grace period, then SIGKILL to whatever is left.
+
+Waiting is event-driven: one ``select`` over the child's pidfd, its output pipe and a cancel
+pipe, with the deadline as the only timeout. Output goes to a log file capped in size (head and
+tail are kept); an optional callback sees each complete line as it arrives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKER_VAR = "ORCHARDIST_PROCESS_MARK"
+DEFAULT_GRACE_S = 3.0
+DEFAULT_MAX_LOG_BYTES = 8 * 1024 * 1024
+MAX_LINE_BYTES = 1024 * 1024
+_CHUNK = 65536
+
+
+class CancelToken:
+    """Set once to cancel; wakes every ``run_process`` waiting on it, without polling."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        self._event = threading.Event()
+        self.reason = ""
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Cancel (idempotent); the first reason is kept."""
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+            with contextlib.suppress(OSError):
+                os.write(self._write, b"x")
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether cancel() was called."""
+        return self._event.is_set()
+
+    def fileno(self) -> int:
+        """Readable once cancelled."""
+        return self._read
+
+    def close(self) -> None:
+        """Release the pipe."""
+        for fd in (self._read, self._write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """How a child ended."""
+
+    exit_code: int  # negative: killed by that signal
+    duration_s: float
+    timed_out: bool = False
+    cancelled: bool = False
+    output_bytes: int = 0
+    truncated: bool = False
+
+
+class _CappedLog:
+    """Writes the first half of the budget to the file, keeps the last half in memory."""
+
+    def __init__(self, path: Path, max_bytes: int, on_line: Callable[[bytes], None] | None) -> None:
+        self.file = path.open("ab")
+        self.head_left = max_bytes // 2
+        self.tail_max = max_bytes - self.head_left
+        self.tail = bytearray()
+        self.total = 0
+        self.on_line = on_line
+        self.partial = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.total += len(data)
+        head = data[: max(self.head_left, 0)]
+        if head:
+            self.file.write(head)
+            self.file.flush()
+            self.head_left -= len(head)
+        rest = data[len(head) :]
+        if rest:
+            self.tail += rest
+            if len(self.tail) > 2 * self.tail_max:
+                del self.tail[: len(self.tail) - self.tail_max]
+        if self.on_line is not None:
+            self._lines(data)
+
+    def _lines(self, data: bytes) -> None:
+        assert self.on_line is not None
+        self.partial += data
+        *lines, last = bytes(self.partial).split(b"\n")
+        self.partial = bytearray(last if len(last) <= MAX_LINE_BYTES else b"")
+        for line in lines:
+            if len(line) <= MAX_LINE_BYTES:
+                self.on_line(line)
+
+    def close(self) -> bool:
+        if self.on_line is not None and self.partial:
+            self.on_line(bytes(self.partial))
+        truncated = len(self.tail) > self.tail_max
+        if self.tail:
+            kept = self.tail[-self.tail_max :]
+            omitted = self.total - (self.file.tell() + len(kept))
+            if omitted > 0:
+                self.file.write(f"\n[orchardist: {omitted} bytes of output omitted]\n".encode())
+            self.file.write(kept)
+            truncated = omitted > 0
+        self.file.close()
+        return truncated
+
+
+def new_marker() -> str:
+    """A fresh value for the marker variable."""
+    return uuid.uuid4().hex
+
+
+def run_process(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    log: Path,
+    timeout_s: float | None,
+    cancel: CancelToken | None = None,
+    stdin_file: Path | None = None,
+    on_line: Callable[[bytes], None] | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
+    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+    marker: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> ProcessResult:
+    """Run ``argv`` to its end, its timeout, or cancellation; always kill what it leaves.
+
+    ``marker`` tags the child and its descendants (a fresh one if None); share one marker
+    across the processes of an attempt so that a later cleanup can find them all.
+    """
+    marker = marker or new_marker()
+    full_env = {**env, MARKER_VAR: marker}
+    start = clock()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sink = _CappedLog(log, max_log_bytes, on_line)
+    stdin = stdin_file.open("rb") if stdin_file is not None else None
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=full_env,
+            stdin=stdin if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        sink.write(f"orchardist: cannot start {argv[0]!r}: {exc}\n".encode())
+        sink.close()
+        if stdin is not None:
+            stdin.close()
+        return ProcessResult(exit_code=127, duration_s=clock() - start)
+    finally:
+        if stdin is not None:
+            stdin.close()
+    assert proc.stdout is not None
+    deadline = None if timeout_s is None else start + timeout_s
+    timed_out = cancelled = False
+    pidfd = os.pidfd_open(proc.pid)
+    pipe = proc.stdout.fileno()
+    os.set_blocking(pipe, False)
+    sel = selectors.DefaultSelector()
+    sel.register(pidfd, selectors.EVENT_READ, "exit")
+    sel.register(pipe, selectors.EVENT_READ, "out")
+    if cancel is not None:
+        sel.register(cancel.fileno(), selectors.EVENT_READ, "cancel")
+    try:
+        exited = False
+        while not exited:
+            wait = None if deadline is None else max(0.0, deadline - clock())
+            events = sel.select(wait)
+            if not events and deadline is not None and clock() >= deadline:
+                timed_out = True
+                break
+            for key, _ in events:
+                if key.data == "out":
+                    if not _read_into(pipe, sink):
+                        sel.unregister(pipe)
+                elif key.data == "exit":
+                    exited = True
+                elif key.data == "cancel":
+                    cancelled = True
+            if cancelled:
+                break
+        kill_tree(proc.pid, marker, grace_s=0.0 if exited else grace_s)
+        proc.wait()
+        _drain(pipe, sink, seconds=2.0)
+    finally:
+        sel.close()
+        os.close(pidfd)
+        proc.stdout.close()
+        truncated = sink.close()
+    return ProcessResult(
+        exit_code=proc.returncode,
+        duration_s=clock() - start,
+        timed_out=timed_out,
+        cancelled=cancelled and not timed_out,
+        output_bytes=sink.total,
+        truncated=truncated,
+    )
+
+
+def _read_into(fd: int, sink: _CappedLog) -> bool:
+    """Read what is available; False at end of file."""
+    while True:
+        try:
+            data = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if not data:
+            return False
+        sink.write(data)
+
+
+def _drain(fd: int, sink: _CappedLog, seconds: float) -> None:
+    """Read the pipe to its end; bounded, in case an escaped process still holds it."""
+    deadline = time.monotonic() + seconds
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                return
+            if not _read_into(fd, sink):
+                return
+
+
+def kill_tree(leader: int, marker: str | None, grace_s: float = DEFAULT_GRACE_S) -> int:
+    """SIGTERM the group led by ``leader`` and every process with ``marker``; SIGKILL after grace.
+
+    Returns how many processes had to be signalled. Waits for them on pidfds, not by polling.
+    """
+    targets = _members(leader, marker)
+    if not targets:
+        return 0
+    sig = signal.SIGTERM if grace_s > 0 else signal.SIGKILL
+    _signal_all(targets, sig, leader)
+    if grace_s > 0:
+        survivors = _wait_gone(targets, grace_s)
+        if survivors:
+            _signal_all(survivors | _members(leader, marker), signal.SIGKILL, leader)
+    _wait_gone(_members(leader, marker) | targets, 5.0)
+    return len(targets)
+
+
+def kill_marked(marker: str, grace_s: float = DEFAULT_GRACE_S) -> int:
+    """Kill every process carrying ``marker`` (used to clean up after a crashed orchestrator)."""
+    return kill_tree(-1, marker, grace_s)
+
+
+def _signal_all(pids: set[int], sig: signal.Signals, leader: int) -> None:
+    if leader > 0:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(leader, sig)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _wait_gone(pids: set[int], seconds: float) -> set[int]:
+    """Wait until the processes exit (zombies count as gone); return those still alive."""
+    fds: dict[int, int] = {}
+    for pid in pids:
+        try:
+            fds[os.pidfd_open(pid)] = pid
+        except (ProcessLookupError, OSError):
+            continue
+    alive = set(fds.values())
+    deadline = time.monotonic() + seconds
+    try:
+        with selectors.DefaultSelector() as sel:
+            for fd in fds:
+                sel.register(fd, selectors.EVENT_READ)
+            while alive:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                events = sel.select(left)
+                if not events:
+                    break
+                for key, _ in events:
+                    sel.unregister(key.fd)
+                    alive.discard(fds[key.fd])
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return alive
+
+
+def _members(leader: int, marker: str | None) -> set[int]:
+    """Live (non-zombie) processes in ``leader``'s group, or whose environment holds ``marker``."""
+    needle = f"{MARKER_VAR}={marker}".encode() if marker else None
+    found: set[int] = set()
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+            fields = stat[stat.rindex(b")") + 2 :].split()
+            state, pgrp = fields[0], int(fields[2])
+            if state in (b"Z", b"X"):
+                continue
+            if leader > 0 and pgrp == leader:
+                found.add(pid)
+                continue
+            if needle is not None:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    if needle in fh.read().split(b"\0"):
+                        found.add(pid)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def marked_processes(marker: str) -> set[int]:
+    """Live processes carrying ``marker`` (for tests and leak checks)."""
+    return _members(-1, marker)

@@ -1,0 +1,131 @@
+"""Records and states: frozen dataclasses the store persists and nobody mutates in place."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class RunState(enum.StrEnum):
+    RUNNING = "running"  # an orchestrator is (or was, until it died) driving it
+    DONE = "done"  # every task done
+    FAILED = "failed"  # ended with some task failed or blocked
+    INTERRUPTED = "interrupted"  # stopped by a signal; resumable
+    STOPPED = "stopped"  # stopped by a budget or deadline; resumable
+
+
+class TaskState(enum.StrEnum):
+    PENDING = "pending"  # waiting for dependencies
+    READY = "ready"  # dependencies done; waiting for a slot
+    RUNNING = "running"  # an agent is working on it
+    VERIFYING = "verifying"  # its verify commands are running
+    MERGING = "merging"  # verified; being put onto the run branch
+    DONE = "done"  # committed on the run branch
+    FAILED = "failed"  # out of attempts
+    BLOCKED = "blocked"  # a dependency failed
+    CANCELLED = "cancelled"  # the run stopped before it could finish
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the task will not change any more in this run."""
+        return self in _TERMINAL_TASK
+
+
+_TERMINAL_TASK = {TaskState.DONE, TaskState.FAILED, TaskState.BLOCKED, TaskState.CANCELLED}
+
+
+class AttemptState(enum.StrEnum):
+    RUNNING = "running"  # agent or verify in progress
+    PASSED = "passed"  # agent exited 0 and every verify command passed
+    FAILED = "failed"  # see the attempt's failure class
+    CANCELLED = "cancelled"  # stopped because it was no longer needed
+    INTERRUPTED = "interrupted"  # the orchestrator died or was stopped while it ran
+    MERGED = "merged"  # its patch is the task's commit
+
+
+class Failure(enum.StrEnum):
+    AGENT_ERROR = "agent_error"  # the agent exited non-zero or crashed
+    TIMEOUT = "timeout"  # the attempt ran past its timeout
+    VERIFY_FAILED = "verify_failed"  # a verify command failed
+    CONFLICT = "conflict"  # the patch does not apply to the moved run branch
+    RATE_LIMITED = "rate_limited"  # the agent's backend refused for rate limits
+    AUTH_ERROR = "auth_error"  # the agent's backend refused the credentials
+    INFRA_ERROR = "infra_error"  # git, disk, or the executor failed
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What an agent reported spending; None where it did not say."""
+
+    cost_usd: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    turns: int | None = None
+    session_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    plan_path: str
+    plan_digest: str
+    repo: str
+    base_commit: str
+    branch: str
+    state: RunState
+    created_at: float
+    finished_at: float | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    run_id: str
+    task_id: str
+    state: TaskState
+    index: int
+    commit: str | None = None
+    reason: str = ""
+    failures: int = 0  # failed attempts that count against ``retries``
+    reruns: int = 0  # conflict re-runs (bounded separately)
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    run_id: str
+    task_id: str
+    n: int  # 1-based, per task
+    candidate: int
+    agent: str
+    state: AttemptState
+    base_commit: str
+    started_at: float
+    ended_at: float | None = None
+    exit_code: int | None = None
+    failure: Failure | None = None
+    detail: str = ""
+    patch_commit: str | None = None
+    changed_lines: int | None = None
+    log_path: str = ""
+    marker: str = ""
+    usage: Usage = field(default_factory=Usage)
+
+    @property
+    def duration_s(self) -> float | None:
+        """Wall time, once ended."""
+        return None if self.ended_at is None else self.ended_at - self.started_at
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of a run's append-only event log."""
+
+    run_id: str
+    kind: str
+    ts: float
+    task_id: str | None = None
+    attempt: int | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+    seq: int = 0  # assigned by the store

@@ -1,0 +1,101 @@
+"""Read-side views of a run: the status document, and one-line event descriptions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .records import AttemptRecord, Event, Run
+from .store import Store
+
+
+def status_document(store: Store, run: Run) -> dict[str, Any]:
+    """The ``status --json`` document of a run."""
+    attempts: dict[str, list[AttemptRecord]] = {}
+    for attempt in store.attempts(run.id):
+        attempts.setdefault(attempt.task_id, []).append(attempt)
+    tasks = []
+    for task in store.tasks(run.id):
+        mine = sorted(attempts.get(task.task_id, []), key=lambda a: a.n)
+        tasks.append(
+            {
+                "id": task.task_id,
+                "state": task.state.value,
+                "commit": task.commit,
+                "reason": task.reason,
+                "attempts": [_attempt(a) for a in mine],
+                **_totals(mine),
+            }
+        )
+    all_attempts = [a for mine in attempts.values() for a in mine]
+    return {
+        "run": run.id,
+        "state": run.state.value,
+        "branch": run.branch,
+        "base": run.base_commit,
+        "plan": run.plan_path,
+        "created_at": run.created_at,
+        "finished_at": run.finished_at,
+        "reason": run.reason,
+        "tasks": tasks,
+        "totals": _totals(all_attempts),
+    }
+
+
+def _attempt(a: AttemptRecord) -> dict[str, Any]:
+    duration = a.duration_s
+    return {
+        "n": a.n,
+        "candidate": a.candidate,
+        "agent": a.agent,
+        "state": a.state.value,
+        "exit_code": a.exit_code,
+        "failure": a.failure.value if a.failure else None,
+        "detail": a.detail,
+        "duration_s": None if duration is None else round(duration, 3),
+        "base": a.base_commit,
+        "patch": a.patch_commit,
+        "changed_lines": a.changed_lines,
+        "cost_usd": a.usage.cost_usd,
+        "input_tokens": a.usage.input_tokens,
+        "output_tokens": a.usage.output_tokens,
+        "turns": a.usage.turns,
+        "log": a.log_path,
+    }
+
+
+def _totals(attempts: list[AttemptRecord]) -> dict[str, Any]:
+    def total(name: str) -> float | int | None:
+        values = [getattr(a.usage, name) for a in attempts if getattr(a.usage, name) is not None]
+        return sum(values) if values else None
+
+    return {
+        "cost_usd": total("cost_usd"),
+        "input_tokens": total("input_tokens"),
+        "output_tokens": total("output_tokens"),
+    }
+
+
+def describe(event: Event) -> str:
+    """One line for a person, e.g. ``task slugify: failed (verify_failed: ...)``."""
+    data = dict(event.data)
+    state = data.pop("state", "")
+    reason = data.pop("reason", "") or data.pop("detail", "")
+    if event.kind == "run":
+        text = f"run {event.run_id}: {state}"
+        if "branch" in data:
+            text += f" (branch {data['branch']}, {data.get('tasks', '?')} tasks)"
+    elif event.kind == "attempt":
+        text = f"  {event.task_id} attempt {event.attempt}: {state}"
+        if "duration_s" in data:
+            text += f" in {data['duration_s']:.1f}s"
+    elif event.kind == "merge":
+        text = f"  {event.task_id} merge: {state}"
+        if "commit" in data:
+            text += f" {str(data['commit'])[:12]}"
+    else:
+        text = f"{event.task_id}: {state}"
+        if "retry" in data:
+            text += f" (retry {data['retry']})"
+    if reason:
+        text += f" — {reason}"
+    return text

@@ -1,0 +1,347 @@
+"""Durable state in SQLite: runs, tasks, attempts and an append-only event log.
+
+One database per repository, under the git common directory, so nothing appears in the working
+tree. WAL mode with a busy timeout lets ``orchardist status`` read while a run writes. Every
+state change goes through :meth:`Store.transaction`, which opens an immediate transaction and
+rolls back on error, so a crash at any instant leaves the last committed step, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import StoreError
+from .records import (
+    AttemptRecord,
+    AttemptState,
+    Event,
+    Failure,
+    Run,
+    RunState,
+    TaskRecord,
+    TaskState,
+    Usage,
+)
+
+SCHEMA = """
+create table if not exists runs (
+    id text primary key,
+    plan_path text not null,
+    plan_digest text not null,
+    repo text not null,
+    base_commit text not null,
+    branch text not null,
+    state text not null,
+    created_at real not null,
+    finished_at real,
+    reason text not null default ''
+);
+create table if not exists tasks (
+    run_id text not null references runs(id),
+    task_id text not null,
+    state text not null,
+    idx integer not null,
+    commit_sha text,
+    reason text not null default '',
+    failures integer not null default 0,
+    reruns integer not null default 0,
+    primary key (run_id, task_id)
+);
+create table if not exists attempts (
+    run_id text not null,
+    task_id text not null,
+    n integer not null,
+    candidate integer not null,
+    agent text not null,
+    state text not null,
+    base_commit text not null,
+    started_at real not null,
+    ended_at real,
+    exit_code integer,
+    failure text,
+    detail text not null default '',
+    patch_commit text,
+    changed_lines integer,
+    log_path text not null default '',
+    marker text not null default '',
+    cost_usd real,
+    input_tokens integer,
+    output_tokens integer,
+    turns integer,
+    session_id text,
+    primary key (run_id, task_id, n)
+);
+create table if not exists events (
+    seq integer primary key autoincrement,
+    run_id text not null,
+    ts real not null,
+    kind text not null,
+    task_id text,
+    attempt integer,
+    data text not null default '{}'
+);
+create index if not exists events_run on events(run_id, seq);
+"""
+
+_USAGE_FIELDS = [f.name for f in fields(Usage)]
+
+
+class Transaction:
+    """Writes inside one immediate transaction; events it appends are kept for dispatch."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self.events: list[Event] = []
+
+    def add_run(self, run: Run) -> None:
+        """Insert a run."""
+        self._conn.execute(
+            "insert into runs values (?,?,?,?,?,?,?,?,?,?)",
+            (
+                run.id,
+                run.plan_path,
+                run.plan_digest,
+                run.repo,
+                run.base_commit,
+                run.branch,
+                run.state.value,
+                run.created_at,
+                run.finished_at,
+                run.reason,
+            ),
+        )
+
+    def set_run(self, run_id: str, **changes: Any) -> None:
+        """Update columns of a run (``state`` may be a RunState)."""
+        self._update("runs", {"id": run_id}, changes)
+
+    def add_task(self, task: TaskRecord) -> None:
+        """Insert a task."""
+        self._conn.execute(
+            "insert into tasks values (?,?,?,?,?,?,?,?)",
+            (
+                task.run_id,
+                task.task_id,
+                task.state.value,
+                task.index,
+                task.commit,
+                task.reason,
+                task.failures,
+                task.reruns,
+            ),
+        )
+
+    def set_task(self, run_id: str, task_id: str, **changes: Any) -> None:
+        """Update columns of a task; ``commit`` maps to the ``commit_sha`` column."""
+        if "commit" in changes:
+            changes["commit_sha"] = changes.pop("commit")
+        self._update("tasks", {"run_id": run_id, "task_id": task_id}, changes)
+
+    def add_attempt(self, attempt: AttemptRecord) -> None:
+        """Insert an attempt."""
+        row = _attempt_row(attempt)
+        marks = ",".join("?" * len(row))
+        self._conn.execute(
+            f"insert into attempts ({','.join(row)}) values ({marks})", tuple(row.values())
+        )
+
+    def set_attempt(self, run_id: str, task_id: str, n: int, **changes: Any) -> None:
+        """Update columns of an attempt; a ``usage`` value is spread over its columns."""
+        usage = changes.pop("usage", None)
+        if isinstance(usage, Usage):
+            changes.update({k: getattr(usage, k) for k in _USAGE_FIELDS})
+        self._update("attempts", {"run_id": run_id, "task_id": task_id, "n": n}, changes)
+
+    def emit(self, event: Event) -> None:
+        """Append an event to the log."""
+        cur = self._conn.execute(
+            "insert into events (run_id, ts, kind, task_id, attempt, data) values (?,?,?,?,?,?)",
+            (
+                event.run_id,
+                event.ts,
+                event.kind,
+                event.task_id,
+                event.attempt,
+                json.dumps(dict(event.data), default=str),
+            ),
+        )
+        self.events.append(replace(event, seq=cur.lastrowid or 0))
+
+    def _update(self, table: str, key: Mapping[str, Any], changes: Mapping[str, Any]) -> None:
+        if not changes:
+            return
+        values = [v.value if hasattr(v, "value") else v for v in changes.values()]
+        sets = ", ".join(f"{c} = ?" for c in changes)
+        where = " and ".join(f"{c} = ?" for c in key)
+        cur = self._conn.execute(
+            f"update {table} set {sets} where {where}", (*values, *key.values())
+        )
+        if cur.rowcount != 1:
+            raise StoreError(f"no {table[:-1]} {dict(key)} to update")
+
+
+class Store:
+    """The SQLite store. Safe to share between threads; each write is one transaction."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        try:
+            self._conn = sqlite3.connect(
+                self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+            )
+            self._conn.execute("pragma journal_mode=wal")
+            self._conn.execute("pragma synchronous=normal")
+            self._conn.execute("pragma foreign_keys=on")
+            self._conn.executescript(SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
+
+    @classmethod
+    def for_repo(cls, common_dir: Path) -> Store:
+        """The store of the repository whose git common directory is ``common_dir``."""
+        return cls(Path(common_dir) / "orchardist" / "state.db")
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """An immediate transaction: committed on success, rolled back on any error."""
+        with self._lock:
+            try:
+                self._conn.execute("begin immediate")
+            except sqlite3.Error as exc:
+                raise StoreError(f"store is unavailable: {exc}") from exc
+            tx = Transaction(self._conn)
+            try:
+                yield tx
+            except BaseException:
+                self._conn.execute("rollback")
+                raise
+            try:
+                self._conn.execute("commit")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot commit to the store: {exc}") from exc
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            self._conn.row_factory = sqlite3.Row
+            try:
+                return list(self._conn.execute(sql, tuple(args)))
+            except sqlite3.Error as exc:
+                raise StoreError(f"store read failed: {exc}") from exc
+
+    def run(self, run_id: str) -> Run | None:
+        """A run by id, or None."""
+        rows = self._rows("select * from runs where id = ?", (run_id,))
+        return _run(rows[0]) if rows else None
+
+    def runs(self) -> list[Run]:
+        """All runs, newest first."""
+        return [_run(r) for r in self._rows("select * from runs order by created_at desc, id desc")]
+
+    def tasks(self, run_id: str) -> list[TaskRecord]:
+        """A run's tasks in plan order."""
+        rows = self._rows("select * from tasks where run_id = ? order by idx", (run_id,))
+        return [_task(r) for r in rows]
+
+    def attempts(self, run_id: str, task_id: str | None = None) -> list[AttemptRecord]:
+        """A run's attempts (of one task, if given), oldest first."""
+        sql = "select * from attempts where run_id = ?"
+        args: list[Any] = [run_id]
+        if task_id is not None:
+            sql += " and task_id = ?"
+            args.append(task_id)
+        return [_attempt(r) for r in self._rows(sql + " order by started_at, n", args)]
+
+    def events(self, run_id: str, after: int = 0) -> list[Event]:
+        """A run's events with ``seq > after``, in order."""
+        rows = self._rows(
+            "select * from events where run_id = ? and seq > ? order by seq", (run_id, after)
+        )
+        return [
+            Event(
+                run_id=r["run_id"],
+                kind=r["kind"],
+                ts=r["ts"],
+                task_id=r["task_id"],
+                attempt=r["attempt"],
+                data=json.loads(r["data"]),
+                seq=r["seq"],
+            )
+            for r in rows
+        ]
+
+
+def _run(r: sqlite3.Row) -> Run:
+    return Run(
+        id=r["id"],
+        plan_path=r["plan_path"],
+        plan_digest=r["plan_digest"],
+        repo=r["repo"],
+        base_commit=r["base_commit"],
+        branch=r["branch"],
+        state=RunState(r["state"]),
+        created_at=r["created_at"],
+        finished_at=r["finished_at"],
+        reason=r["reason"],
+    )
+
+
+def _task(r: sqlite3.Row) -> TaskRecord:
+    return TaskRecord(
+        run_id=r["run_id"],
+        task_id=r["task_id"],
+        state=TaskState(r["state"]),
+        index=r["idx"],
+        commit=r["commit_sha"],
+        reason=r["reason"],
+        failures=r["failures"],
+        reruns=r["reruns"],
+    )
+
+
+def _attempt_row(a: AttemptRecord) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        f.name: getattr(a, f.name) for f in fields(AttemptRecord) if f.name != "usage"
+    }
+    row["state"] = a.state.value
+    row["failure"] = a.failure.value if a.failure else None
+    row.update({k: getattr(a.usage, k) for k in _USAGE_FIELDS})
+    return row
+
+
+def _attempt(r: sqlite3.Row) -> AttemptRecord:
+    keys = r.keys()
+    return AttemptRecord(
+        run_id=r["run_id"],
+        task_id=r["task_id"],
+        n=r["n"],
+        candidate=r["candidate"],
+        agent=r["agent"],
+        state=AttemptState(r["state"]),
+        base_commit=r["base_commit"],
+        started_at=r["started_at"],
+        ended_at=r["ended_at"],
+        exit_code=r["exit_code"],
+        failure=Failure(r["failure"]) if r["failure"] else None,
+        detail=r["detail"],
+        patch_commit=r["patch_commit"],
+        changed_lines=r["changed_lines"],
+        log_path=r["log_path"],
+        marker=r["marker"],
+        usage=Usage(**{k: r[k] for k in _USAGE_FIELDS if k in keys}),
+    )
