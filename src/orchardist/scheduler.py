@@ -186,7 +186,12 @@ class Scheduler:
         return f"{spec.prompt}\n\n## An earlier attempt failed\n\n{feedback}\n"
 
     def _message(self, spec: TaskSpec, n: int, agent: str) -> str:
-        trailers: dict[str, str | int] = {"Task": spec.id, "Attempt": n, "Agent": agent, "Run": self.run_id}
+        trailers: dict[str, str | int] = {
+            "Task": spec.id,
+            "Attempt": n,
+            "Agent": agent,
+            "Run": self.run_id,
+        }
         return commit_message(spec.title, trailers)
 
     # -- results -------------------------------------------------------------------------

@@ -155,7 +155,11 @@ class LocalExecutor:
                 cancel=token,
                 marker=job.marker,
             )
-            common: dict[str, Any] = {"patch_commit": patch, "changed_lines": changed, "usage": usage}
+            common: dict[str, Any] = {
+                "patch_commit": patch,
+                "changed_lines": changed,
+                "usage": usage,
+            }
             if verdict.cancelled or token.cancelled:
                 return end(AttemptState.CANCELLED, detail=token.reason or "cancelled", **common)
             if not verdict.passed:
