@@ -45,6 +45,19 @@ class Integrator:
             return Prepared(tip, None, conflicts=merged.conflicts or ("(unknown)",))
         return Prepared(tip, self.repo.commit_tree(merged.tree, [tip], message), needs_verify=True)
 
+    def first_parent_commits(self, since: str, until: str) -> list[str]:
+        """Commits in ``since..until`` along first parents, oldest first."""
+        out = self.repo.git("rev-list", "--reverse", "--first-parent", f"{since}..{until}")
+        return out.split()
+
+    def parent(self, commit: str) -> str:
+        """The first parent of a commit."""
+        return self.repo.rev_parse(f"{commit}^")
+
+    def reset(self, new_tip: str, old_tip: str) -> bool:
+        """Move the branch back to ``new_tip`` if it is still at ``old_tip``."""
+        return self.repo.update_ref(self.ref, new_tip, old_tip)
+
     def advance(self, prepared: Prepared) -> bool:
         """Move the branch onto the prepared commit if it is still at the prepared tip."""
         assert prepared.commit is not None

@@ -7,6 +7,7 @@ problem names the file and, where it applies, the task and the field.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import tomllib
@@ -22,9 +23,38 @@ TASK_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
-RUN_KEYS = {"base", "branch", "max_parallel", "verify", "repo", "workdir"}
-PROFILE_KEYS = {"kind", "timeout", "max_parallel", "env", "launch_interval", "fallback"}
+RUN_KEYS = {
+    "base",
+    "branch",
+    "max_parallel",
+    "verify",
+    "repo",
+    "workdir",
+    "deadline",
+    "max_cost_usd",
+    "retry_backoff",
+    "candidates",
+    "select",
+    "regression",
+    "regression_every",
+    "max_patch_mb",
+}
+PROFILE_KEYS = {
+    "kind",
+    "timeout",
+    "max_parallel",
+    "env",
+    "launch_interval",
+    "fallback",
+    "circuit_breaker",
+    "cooldown",
+}
+SELECT_RULES = ("smallest", "first")
 TASK_KEYS = {
+    "candidates",
+    "select",
+    "check",
+    "max_cost_usd",
     "id",
     "title",
     "prompt",
@@ -54,6 +84,8 @@ class AgentProfile:
     launch_interval_s: float = 0.0
     fallback: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific keys
+    breaker_threshold: int = 3  # consecutive failures that open the circuit breaker
+    breaker_cooldown_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -72,6 +104,16 @@ class TaskSpec:
     priority: int = 0
     estimate: float = 1.0
     workdir: str = "."
+    candidates: int = 1
+    agents: tuple[str, ...] = ()  # one profile per candidate when ``agent`` is a list
+    select: str = "smallest"  # "smallest": best of all passing; "first": first to pass
+    check: str | None = None  # a reproduction: must fail on the base, pass on the candidate
+    auto_verify: bool = False  # verify = "auto": tests discovered from the changed files
+    max_cost_usd: float | None = None
+
+    def agent_for(self, candidate: int) -> str:
+        """The profile that runs candidate ``candidate``."""
+        return self.agents[candidate % len(self.agents)] if self.agents else self.agent
 
 
 @dataclass(frozen=True)
@@ -83,6 +125,14 @@ class RunConfig:
     max_parallel: int = field(default_factory=lambda: os.cpu_count() or 2)
     verify: tuple[str, ...] = ()
     workdir: str = "."
+    deadline_s: float | None = None  # wall time from the run's creation
+    max_cost_usd: float | None = None
+    retry_backoff_s: float = 1.0  # first retry delay; doubles per failure, with jitter
+    candidates: int = 1
+    select: str = "smallest"
+    regression: tuple[str, ...] = ()  # run on the run branch after merges
+    regression_every: int = 1
+    max_patch_mb: float = 50.0  # a patch with a larger file fails
 
 
 @dataclass(frozen=True)
@@ -109,8 +159,8 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a duration")
     if isinstance(value, int | float):
-        if value <= 0:
-            raise ValueError("a duration must be positive")
+        if not math.isfinite(value) or value <= 0:  # TOML and YAML can spell inf and nan
+            raise ValueError("a duration must be positive and finite")
         return float(value)
     if not isinstance(value, str):
         raise ValueError("expected a duration such as 90, '90s', '5m' or '1h'")
@@ -227,6 +277,23 @@ class _Validator:
             values["verify"] = self._commands(raw["verify"], "run.verify")
         if "workdir" in raw:
             values["workdir"] = self._str(raw["workdir"], "run.workdir")
+        if "deadline" in raw:
+            values["deadline_s"] = self._duration(raw["deadline"], "run.deadline")
+        if "max_cost_usd" in raw:
+            values["max_cost_usd"] = self._money(raw["max_cost_usd"], "run.max_cost_usd")
+        if "retry_backoff" in raw:
+            values["retry_backoff_s"] = self._duration(raw["retry_backoff"], "run.retry_backoff")
+        if "candidates" in raw:
+            values["candidates"] = self._positive_int(raw["candidates"], "run.candidates")
+        if "select" in raw:
+            values["select"] = self._select(raw["select"], "run.select")
+        if "regression" in raw:
+            values["regression"] = self._commands(raw["regression"], "run.regression")
+        if "regression_every" in raw:
+            every = self._positive_int(raw["regression_every"], "run.regression_every")
+            values["regression_every"] = every
+        if "max_patch_mb" in raw:
+            values["max_patch_mb"] = self._money(raw["max_patch_mb"], "run.max_patch_mb")
         values = {k: v for k, v in values.items() if v is not None}
         return RunConfig(**{**cfg.__dict__, **values})
 
@@ -262,8 +329,24 @@ class _Validator:
             fallback = (
                 self._str(raw["fallback"], f"{where}.fallback") if "fallback" in raw else None
             )
+            threshold = 3
+            if "circuit_breaker" in raw:
+                where_cb = f"{where}.circuit_breaker"
+                threshold = self._positive_int(raw["circuit_breaker"], where_cb) or 3
+            cooldown = 60.0
+            if "cooldown" in raw:
+                cooldown = self._duration(raw["cooldown"], f"{where}.cooldown") or 60.0
             agents[name] = AgentProfile(
-                name, kind, timeout, max_par, tuple(env), interval, fallback, options
+                name,
+                kind,
+                timeout,
+                max_par,
+                tuple(env),
+                interval,
+                fallback,
+                options,
+                threshold,
+                cooldown,
             )
         for name, profile in agents.items():
             if profile.fallback is not None and profile.fallback not in agents:
@@ -300,7 +383,7 @@ class _Validator:
                 if dep not in ids:
                     self.problem(f"unknown task {dep!r}", task.id, "depends_on")
         deps = {t.id: [d for d in t.depends_on if d in ids] for t in tasks}
-        for cycle in find_cycles(list(ids), deps):
+        for cycle in find_cycles([t.id for t in tasks], deps):  # file order: stable reports
             self.problem(
                 "dependency cycle: " + " -> ".join([*cycle, cycle[0]]), cycle[0], "depends_on"
             )
@@ -321,18 +404,26 @@ class _Validator:
             self.problem("required, and must match [A-Za-z0-9_.-]+", label, "id")
             ok = False
         prompt = self._prompt(raw, label)
-        agent = raw.get("agent")
-        if agent is None and len(agents) == 1:
-            agent = next(iter(agents))
-        if not isinstance(agent, str):
-            self.problem("required (name one of the [agents.*] profiles)", label, "agent")
+        agent_list = self._agent_list(raw.get("agent"), agents, label)
+        agent = agent_list[0] if agent_list else None
+        if agent is None:
             ok = False
-        elif agent not in agents:
-            known = ", ".join(sorted(agents)) or "none defined"
-            self.problem(f"unknown agent {agent!r} (known: {known})", label, "agent")
+        candidates = run.candidates
+        if "candidates" in raw:
+            candidates = self._positive_int(raw["candidates"], "candidates", label) or 1
+        elif len(agent_list) > 1:
+            candidates = len(agent_list)
+        select = run.select
+        if "select" in raw:
+            select = self._select(raw["select"], "select", label) or select
+        check = self._str(raw["check"], "check", label) if "check" in raw else None
+        max_cost = None
+        if "max_cost_usd" in raw:
+            max_cost = self._money(raw["max_cost_usd"], "max_cost_usd", label)
         deps = self._str_list(raw.get("depends_on", []), "depends_on", label)
         verify = run.verify
-        if "verify" in raw:
+        auto_verify = raw.get("verify") == "auto"
+        if "verify" in raw and not auto_verify:
             verify = self._commands(raw["verify"], "verify", label) or ()
         retries = self._count(raw.get("retries", 0), "retries", label)
         timeout = DEFAULT_TASK_TIMEOUT_S
@@ -368,7 +459,29 @@ class _Validator:
             priority=priority,
             estimate=float(estimate),
             workdir=workdir,
+            candidates=candidates,
+            agents=tuple(agent_list) if len(agent_list) > 1 else (),
+            select=select,
+            check=check,
+            auto_verify=auto_verify,
+            max_cost_usd=max_cost,
         )
+
+    def _agent_list(
+        self, value: object, agents: Mapping[str, AgentProfile], label: str
+    ) -> list[str]:
+        """The task's profile names (one, or one per candidate); problems for unknown ones."""
+        if value is None and len(agents) == 1:
+            value = next(iter(agents))
+        names = value if isinstance(value, list) else [value]
+        if value is None or not names or not all(isinstance(n, str) for n in names):
+            self.problem("required: a profile name or a list of them", label, "agent")
+            return []
+        known = ", ".join(sorted(agents)) or "none defined"
+        for name in names:
+            if name not in agents:
+                self.problem(f"unknown agent {name!r} (known: {known})", label, "agent")
+        return [str(n) for n in names]
 
     def _prompt(self, raw: dict[str, Any], label: str) -> str:
         if "prompt" in raw and "prompt_file" in raw:
@@ -415,6 +528,15 @@ class _Validator:
     def _positive_int(self, value: object, fld: str, task: str | None = None) -> int | None:
         return self._checked(value, fld, task, _expect_positive_int)  # type: ignore[no-any-return]
 
+    def _money(self, value: object, fld: str, task: str | None = None) -> float | None:
+        return self._checked(value, fld, task, _expect_positive_number)  # type: ignore[no-any-return]
+
+    def _select(self, value: object, fld: str, task: str | None = None) -> str | None:
+        if value not in SELECT_RULES:
+            self.problem(f"expected one of {', '.join(SELECT_RULES)}", task, fld)
+            return None
+        return str(value)
+
     def _count(self, value: object, fld: str, task: str | None = None) -> int:
         count: int = self._checked(value, fld, task, _expect_count) or 0
         return count
@@ -454,6 +576,12 @@ def _expect_positive_int(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError("expected a whole number ≥ 1")
     return value
+
+
+def _expect_positive_number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError("expected a positive number")
+    return float(value)
 
 
 def _expect_count(value: object) -> int:

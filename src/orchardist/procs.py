@@ -38,6 +38,7 @@ class CancelToken:
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)
         self._event = threading.Event()
+        self._close_lock = threading.Lock()
         self.reason = ""
 
     def cancel(self, reason: str = "cancelled") -> None:
@@ -45,8 +46,9 @@ class CancelToken:
         if not self._event.is_set():
             self.reason = reason
             self._event.set()
-            with contextlib.suppress(OSError):
-                os.write(self._write, b"x")
+            with self._close_lock, contextlib.suppress(OSError):
+                if self._write >= 0:
+                    os.write(self._write, b"x")
 
     @property
     def cancelled(self) -> bool:
@@ -58,10 +60,13 @@ class CancelToken:
         return self._read
 
     def close(self) -> None:
-        """Release the pipe."""
-        for fd in (self._read, self._write):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        """Release the pipe (idempotent: fd numbers are reused, so never close twice)."""
+        with self._close_lock:
+            fds, self._read, self._write = (self._read, self._write), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def __del__(self) -> None:
         self.close()
@@ -84,7 +89,7 @@ class _CappedLog:
 
     def __init__(self, path: Path, max_bytes: int, on_line: Callable[[bytes], None] | None) -> None:
         self.file = path.open("ab")
-        self.head_left = max_bytes // 2
+        self.head_left = self.head_max = max_bytes // 2
         self.tail_max = max_bytes - self.head_left
         self.tail = bytearray()
         self.total = 0
@@ -121,7 +126,8 @@ class _CappedLog:
         truncated = len(self.tail) > self.tail_max
         if self.tail:
             kept = self.tail[-self.tail_max :]
-            omitted = self.total - (self.file.tell() + len(kept))
+            # not file.tell(): the log may already hold earlier commands' output
+            omitted = self.total - (self.head_max - self.head_left + len(kept))
             if omitted > 0:
                 self.file.write(f"\n[orchardist: {omitted} bytes of output omitted]\n".encode())
             self.file.write(kept)
@@ -197,9 +203,6 @@ def run_process(
         while not exited:
             wait = None if deadline is None else max(0.0, deadline - clock())
             events = sel.select(wait)
-            if not events and deadline is not None and clock() >= deadline:
-                timed_out = True
-                break
             for key, _ in events:
                 if key.data == "out":
                     if not _read_into(pipe, sink):
@@ -210,10 +213,17 @@ def run_process(
                     cancelled = True
             if cancelled:
                 break
+            # checked even when output keeps coming, or a chatty child would never time out
+            if not exited and deadline is not None and clock() >= deadline:
+                timed_out = True
+                break
         kill_tree(proc.pid, marker, grace_s=0.0 if exited else grace_s)
         proc.wait()
         _drain(pipe, sink, seconds=2.0)
     finally:
+        if proc.returncode is None:  # the loop raised (say, on_line did): still leave nothing
+            kill_tree(proc.pid, marker, grace_s=0.0)
+            proc.wait()
         sel.close()
         os.close(pidfd)
         proc.stdout.close()
@@ -229,17 +239,21 @@ def run_process(
 
 
 def _read_into(fd: int, sink: _CappedLog) -> bool:
-    """Read what is available; False at end of file."""
-    while True:
-        try:
-            data = os.read(fd, _CHUNK)
-        except BlockingIOError:
-            return True
-        except OSError:
-            return False
-        if not data:
-            return False
-        sink.write(data)
+    """Read one chunk, if any is ready; False at end of file.
+
+    One chunk per wake-up, not "until empty": writers faster than us would keep us here forever,
+    past the deadline and deaf to cancellation.
+    """
+    try:
+        data = os.read(fd, _CHUNK)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    if not data:
+        return False
+    sink.write(data)
+    return True
 
 
 def _drain(fd: int, sink: _CappedLog, seconds: float) -> None:
@@ -260,7 +274,22 @@ def kill_tree(leader: int, marker: str | None, grace_s: float = DEFAULT_GRACE_S)
 
     Returns how many processes had to be signalled. Waits for them on pidfds, not by polling.
     """
-    targets = _members(leader, marker)
+    needle = f"{MARKER_VAR}={marker}".encode() if marker else None
+    return _kill(leader, needle, grace_s)
+
+
+def kill_by_env(name: str, value: str, grace_s: float = DEFAULT_GRACE_S) -> int:
+    """Kill every process whose environment has ``name=value`` (cleanup after a crash)."""
+    return _kill(-1, f"{name}={value}".encode(), grace_s)
+
+
+def processes_with_env(name: str, value: str) -> set[int]:
+    """Live processes whose environment has ``name=value``."""
+    return _members(-1, f"{name}={value}".encode())
+
+
+def _kill(leader: int, needle: bytes | None, grace_s: float) -> int:
+    targets = _members(leader, needle)
     if not targets:
         return 0
     sig = signal.SIGTERM if grace_s > 0 else signal.SIGKILL
@@ -268,14 +297,9 @@ def kill_tree(leader: int, marker: str | None, grace_s: float = DEFAULT_GRACE_S)
     if grace_s > 0:
         survivors = _wait_gone(targets, grace_s)
         if survivors:
-            _signal_all(survivors | _members(leader, marker), signal.SIGKILL, leader)
-    _wait_gone(_members(leader, marker) | targets, 5.0)
+            _signal_all(survivors | _members(leader, needle), signal.SIGKILL, leader)
+    _wait_gone(_members(leader, needle) | targets, 5.0)
     return len(targets)
-
-
-def kill_marked(marker: str, grace_s: float = DEFAULT_GRACE_S) -> int:
-    """Kill every process carrying ``marker`` (used to clean up after a crashed orchestrator)."""
-    return kill_tree(-1, marker, grace_s)
 
 
 def _signal_all(pids: set[int], sig: signal.Signals, leader: int) -> None:
@@ -317,9 +341,8 @@ def _wait_gone(pids: set[int], seconds: float) -> set[int]:
     return alive
 
 
-def _members(leader: int, marker: str | None) -> set[int]:
-    """Live (non-zombie) processes in ``leader``'s group, or whose environment holds ``marker``."""
-    needle = f"{MARKER_VAR}={marker}".encode() if marker else None
+def _members(leader: int, needle: bytes | None) -> set[int]:
+    """Live (non-zombie) processes in ``leader``'s group, or whose environment holds ``needle``."""
     found: set[int] = set()
     me = os.getpid()
     for entry in os.scandir("/proc"):
@@ -349,4 +372,4 @@ def _members(leader: int, marker: str | None) -> set[int]:
 
 def marked_processes(marker: str) -> set[int]:
     """Live processes carrying ``marker`` (for tests and leak checks)."""
-    return _members(-1, marker)
+    return _members(-1, f"{MARKER_VAR}={marker}".encode())

@@ -111,6 +111,8 @@ class AttemptRecord:
     log_path: str = ""
     marker: str = ""
     usage: Usage = field(default_factory=Usage)
+    verdict: str = ""  # verified | unverified | failed
+    selection: str = ""  # why this candidate won or lost
 
     @property
     def duration_s(self) -> float | None:

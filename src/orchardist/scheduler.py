@@ -1,19 +1,25 @@
-"""The loop: take ready tasks → start attempts → on a result, verify → merge → release dependents.
+"""The loop: take ready work → start attempts → on results arbitrate → merge → release dependents.
 
 One thread owns all scheduling state. Executors report through a queue, so the loop sleeps until
-something happens (an attempt ends, enters verification, or a stop is requested): there is no
-timer and no polling. Every state change is one store transaction, and hooks hear about it
-after it committed.
+something happens (an attempt ends or enters verification, a stop is requested) or until the
+next timer it set itself (a retry's back-off, a breaker's cool-down, the deadline): there is no
+polling. Every state change is one store transaction, and hooks hear of it after it committed.
+
+A task is attempted in *rounds*: a round starts ``candidates`` attempts (each a unit in the
+ready set, so each waits for its own slot), and ends when the rule picks a winner or every
+candidate failed. Winners are merged one at a time, in the order they won.
 """
 
 from __future__ import annotations
 
+import heapq
 import queue
+import random
 import time
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .executors import Executor, Job, Outcome, Phase
 from .gitrepo import commit_message
@@ -21,6 +27,7 @@ from .graph import Graph, ReadySet
 from .hooks import Hooks
 from .merge import Integrator, Prepared
 from .plan import Plan, TaskSpec
+from .policy import COUNTED, INFRA_RETRIES, Backoff, CircuitBreaker, RateGate
 from .procs import new_marker
 from .records import (
     AttemptRecord,
@@ -32,17 +39,30 @@ from .records import (
     TaskRecord,
     TaskState,
 )
+from .regression import Bisect
 from .store import Store, Transaction
 
-MAX_RERUNS = 3  # conflict re-runs per task, not counted against ``retries``
+_IN_FLIGHT = {TaskState.READY, TaskState.RUNNING, TaskState.VERIFYING, TaskState.MERGING}
+MAX_RERUNS = 3  # conflict and regression re-runs per task, not counted against ``retries``
 FEEDBACK_CHARS = 4000
 
 
 @dataclass(frozen=True)
 class Stop:
-    """Ask the loop to stop launching and end what runs (Ctrl-C, SIGTERM)."""
+    """Ask the loop to stop launching and end what runs (Ctrl-C, SIGTERM, deadline)."""
 
     reason: str
+    state: RunState = RunState.INTERRUPTED
+
+
+@dataclass
+class _Round:
+    """One round of candidates for a task."""
+
+    size: int
+    pending: set[int]  # candidates not finished yet (queued or running)
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+    decided: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,8 +74,18 @@ class _Merge:
     job: Job
 
 
+@dataclass
+class _Regression:
+    """The run branch's regression check, and the bisect it may start."""
+
+    job: Job
+    tip: str  # the commit being checked
+    bisect: Bisect | None = None
+    output: str = ""
+
+
 class Scheduler:
-    """Drives one run to its end."""
+    """Drives one run to its end (or to a stop)."""
 
     def __init__(
         self,
@@ -67,11 +97,15 @@ class Scheduler:
         hooks: Hooks | None = None,
         clock: Callable[[], float] = time.time,
         max_parallel: int | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
     ) -> None:
-        self.plan, self.run_id, self.store, self.executor = plan, run.id, store, executor
+        self.plan, self.run_record, self.store, self.executor = plan, run, store, executor
+        self.run_id = run.id
         self.integrator = integrator
         self.hooks = hooks or Hooks()
-        self.clock = clock
+        self.clock, self.monotonic = clock, monotonic
+        self.rng = rng or random.Random()
         self.max_parallel = max_parallel or plan.run.max_parallel
         self.specs = {t.id: t for t in plan.tasks}
         self.graph = Graph(
@@ -80,17 +114,39 @@ class Scheduler:
             {t.id: t.estimate for t in plan.tasks},
             {t.id: t.priority for t in plan.tasks},
         )
+        units = {_unit(t.id, k): t for t in plan.tasks for k in range(t.candidates)}
+        self.ready = ReadySet(
+            {u: self.graph.ranks[t.id] for u, t in units.items()},
+            lambda u: units[u].agent_for(_candidate(u)),
+        )
         self.inbox: queue.SimpleQueue[Phase | Outcome | Stop] = queue.SimpleQueue()
         self.tasks: dict[str, TaskRecord] = {}
         self.attempts: Counter[str] = Counter()
         self.waiting: dict[str, int] = {}
-        self.ready = ReadySet(self.graph.ranks, lambda t: self.specs[t].agent)
+        self.rounds: dict[str, _Round] = {}
         self.active: dict[str, Job] = {}
         self.pool_load: Counter[str] = Counter()
         self.merge_queue: deque[Outcome] = deque()
         self.merging: _Merge | None = None
+        self.parked: dict[str, Outcome] = {}  # verified patches waiting for a dependency
+        self.regression: _Regression | None = None
+        self.last_green = run.base_commit
+        self.merges_unchecked = 0
         self.feedback: dict[str, str] = {}
-        self.stopping: str | None = None
+        self.summaries: dict[str, str] = {}
+        self.cost: defaultdict[str, float] = defaultdict(float)
+        self.infra_failures: Counter[str] = Counter()
+        self.on_fallback: set[str] = set()
+        self.held: set[str] = set()  # tasks out of cost budget
+        self.backoff = Backoff(base_s=plan.run.retry_backoff_s)
+        self.breakers = {
+            name: CircuitBreaker(p.breaker_threshold, p.breaker_cooldown_s)
+            for name, p in plan.agents.items()
+        }
+        self.gates = {name: RateGate(p.launch_interval_s) for name, p in plan.agents.items()}
+        self.timers: list[tuple[float, str, str]] = []  # (due, kind, task) on self.monotonic
+        self.stopping: Stop | None = None  # hard stop: cancel what runs
+        self.soft_stop: str | None = None  # budget: launch nothing new, finish what runs
         self.tip = ""
 
     # -- the loop ------------------------------------------------------------------------
@@ -102,88 +158,192 @@ class Scheduler:
             self._launch()
             if self._settled():
                 break
-            self._handle(self.inbox.get())
+            message = self._next_message()
+            self._fire_timers()
+            if message is not None:
+                self._handle(message)
         return self._finish()
 
-    def stop(self, reason: str = "interrupted") -> None:
+    def stop(self, reason: str = "interrupted", state: RunState = RunState.INTERRUPTED) -> None:
         """Request a stop; safe from signal handlers and other threads."""
-        self.inbox.put(Stop(reason))
+        self.inbox.put(Stop(reason, state))
+
+    def _next_message(self) -> Phase | Outcome | Stop | None:
+        """Block until a message arrives or the next timer is due."""
+        due = [t[0] for t in self.timers[:1]]
+        due += [w for w in (self._wake_at(),) if w is not None]
+        timeout = None if not due else max(0.0, min(due) - self.monotonic())
+        try:
+            return self.inbox.get(timeout=timeout)
+        except queue.Empty:
+            return None
 
     def _settled(self) -> bool:
-        if self.active or self.merging is not None:
+        if self.active or self.merging is not None or self.regression is not None:
             return False
         if self.stopping is not None:
             return True
-        return not self.ready and not self.merge_queue
+        if self.merge_queue:
+            return False
+        if self.soft_stop is not None:
+            return True
+        return not self.ready and not any(kind == "retry" for _, kind, _ in self.timers)
 
     def _handle(self, message: Phase | Outcome | Stop) -> None:
         if isinstance(message, Stop):
-            self._stop(message.reason)
+            self._stop(message)
         elif isinstance(message, Phase):
             self._phase(message)
         elif self.merging is not None and message.job.id == self.merging.job.id:
             self._merge_verified(message)
+        elif self.regression is not None and message.job.id == self.regression.job.id:
+            self._regression_ended(message)
         else:
             self._attempt_ended(message)
+
+    # -- timers --------------------------------------------------------------------------
+
+    def _timer(self, delay_s: float, kind: str, task_id: str = "") -> None:
+        heapq.heappush(self.timers, (self.monotonic() + delay_s, kind, task_id))
+
+    def _fire_timers(self) -> None:
+        now = self.monotonic()
+        while self.timers and self.timers[0][0] <= now:
+            _, kind, task_id = heapq.heappop(self.timers)
+            if kind == "retry" and self.stopping is None:
+                with self._tx() as tx:
+                    self._new_round(tx, task_id)
+            elif kind == "deadline":
+                self._stop(Stop("deadline reached", RunState.STOPPED))
+
+    def _wake_at(self) -> float | None:
+        """When a pool that ready work waits for opens again (breaker cool-down, rate limit)."""
+        if not self.ready or self.stopping is not None or self.soft_stop is not None:
+            return None
+        now_wall = self.clock()
+        times = []
+        for name in self.ready.pools():
+            reopen = self.breakers[name].reopens_at()
+            if reopen is not None and reopen > now_wall:
+                times.append(reopen)
+            if self.gates[name].next_at > now_wall:
+                times.append(self.gates[name].next_at)
+        if not times:
+            return None
+        return self.monotonic() + (min(times) - now_wall)
 
     # -- starting attempts ---------------------------------------------------------------
 
     def _launch(self) -> None:
         while self.stopping is None and len(self.active) < self.max_parallel:
-            task_id = self.ready.pop(self._has_room)
-            if task_id is None:
+            if self._run_budget_spent():
                 return
-            self._start_attempt(self.specs[task_id])
+            unit = self.ready.pop(self._has_room)
+            if unit is None:
+                return
+            task_id, candidate = _task(unit), _candidate(unit)
+            spec = self.specs[task_id]
+            if spec.max_cost_usd is not None and self.cost[task_id] >= spec.max_cost_usd:
+                self._hold(task_id, f"cost budget spent (${self.cost[task_id]:.2f})")
+                continue
+            self._start_attempt(spec, candidate)
 
-    def _has_room(self, pool: str) -> bool:
+    def _run_budget_spent(self) -> bool:
+        limit = self.plan.run.max_cost_usd
+        if self.soft_stop is None and limit is not None and sum(self.cost.values()) >= limit:
+            self.soft_stop = (
+                f"run cost budget spent (${sum(self.cost.values()):.2f} of ${limit:.2f})"
+            )
+            with self._tx() as tx:
+                self._event(tx, "run", None, None, state="stopping", reason=self.soft_stop)
+        return self.soft_stop is not None
+
+    def _hold(self, task_id: str, reason: str) -> None:
+        self.held.add(task_id)
+        for k in range(self.specs[task_id].candidates):
+            self.ready.discard(_unit(task_id, k))
+        with self._tx() as tx:
+            self._set_state(tx, task_id, TaskState.READY, reason=reason, held=True)
+
+    def _open(self, pool: str) -> bool:
+        """Whether the pool may launch now (breaker and rate gate)."""
+        now = self.clock()
+        return self.breakers[pool].allows(now) and self.gates[pool].allows(now)
+
+    def _capacity(self, pool: str) -> bool:
         cap = self.plan.agents[pool].max_parallel
         return cap is None or self.pool_load[pool] < cap
 
-    def _start_attempt(self, spec: TaskSpec) -> None:
+    def _has_room(self, pool: str) -> bool:
+        if self._open(pool):
+            return self._capacity(pool)
+        fallback = self.plan.agents[pool].fallback
+        return fallback is not None and self._open(fallback) and self._capacity(fallback)
+
+    def _profile_for(self, spec: TaskSpec, candidate: int) -> str:
+        name = spec.agent_for(candidate)
+        fallback = self.plan.agents[name].fallback
+        if fallback is not None and (spec.id in self.on_fallback or not self._open(name)):
+            return fallback
+        return name
+
+    def _start_attempt(self, spec: TaskSpec, candidate: int) -> None:
         self.attempts[spec.id] += 1
         n = self.attempts[spec.id]
+        agent = self._profile_for(spec, candidate)
+        now = self.clock()
+        self.breakers[agent].started(now)
+        self.gates[agent].launched(now)
         job = Job(
             id=f"{spec.id}.{n}",
             run_id=self.run_id,
             task_id=spec.id,
             attempt=n,
-            candidate=0,
+            candidate=candidate,
             base_commit=self.tip,
             title=spec.title,
             prompt=self._prompt(spec),
-            profile=self.plan.agents[spec.agent],
+            profile=self.plan.agents[agent],
             verify=spec.verify,
             workdir=spec.workdir,
             timeout_s=spec.timeout_s,
-            message=self._message(spec, n, spec.agent),
+            message=self._message(spec, n, agent),
             marker=new_marker(),
+            baseline=self.tip,
+            check=spec.check,
+            auto_verify=spec.auto_verify,
+            max_patch_bytes=int(self.plan.run.max_patch_mb * 1024 * 1024),
         )
         record = AttemptRecord(
             run_id=self.run_id,
             task_id=spec.id,
             n=n,
-            candidate=0,
-            agent=spec.agent,
+            candidate=candidate,
+            agent=agent,
             state=AttemptState.RUNNING,
             base_commit=self.tip,
-            started_at=self.clock(),
+            started_at=now,
             marker=job.marker,
         )
         with self._tx() as tx:
             tx.add_attempt(record)
-            self._event(
-                tx, "attempt", spec.id, n, state="running", agent=spec.agent, base=self.tip[:12]
-            )
-            self._set_state(tx, spec.id, TaskState.RUNNING)
+            self._event(tx, "attempt", spec.id, n, state="running", agent=agent,
+                        candidate=candidate, base=self.tip[:12])  # fmt: skip
+            if self.tasks[spec.id].state is not TaskState.RUNNING:
+                self._set_state(tx, spec.id, TaskState.RUNNING)
         self.active[job.id] = job
-        self.pool_load[spec.agent] += 1
+        self.pool_load[agent] += 1
         self.executor.submit(job, self.inbox.put)
 
     def _prompt(self, spec: TaskSpec) -> str:
-        feedback = self.feedback.get(spec.id)
-        if not feedback:
-            return spec.prompt
-        return f"{spec.prompt}\n\n## An earlier attempt failed\n\n{feedback}\n"
+        parts = [spec.prompt]
+        done = [(d, self.summaries[d]) for d in spec.depends_on if self.summaries.get(d)]
+        if done:
+            parts.append("## What the tasks this one depends on did\n")
+            parts += [f"- {dep}: {summary}" for dep, summary in done]
+        if self.feedback.get(spec.id):
+            parts.append(f"## An earlier attempt failed\n\n{self.feedback[spec.id]}")
+        return "\n\n".join(parts) + "\n"
 
     def _message(self, spec: TaskSpec, n: int, agent: str) -> str:
         trailers: dict[str, str | int] = {
@@ -197,124 +357,223 @@ class Scheduler:
     # -- results -------------------------------------------------------------------------
 
     def _phase(self, phase: Phase) -> None:
-        if phase.job.id in self.active and phase.phase == "verifying":
+        job = phase.job
+        if job.id in self.active and phase.phase == "verifying":
             with self._tx() as tx:
-                self._event(tx, "attempt", phase.job.task_id, phase.job.attempt, state="verifying")
-                self._set_state(tx, phase.job.task_id, TaskState.VERIFYING)
+                self._event(tx, "attempt", job.task_id, job.attempt, state="verifying")
+                if self.tasks[job.task_id].state is TaskState.RUNNING:
+                    self._set_state(tx, job.task_id, TaskState.VERIFYING)
 
     def _attempt_ended(self, outcome: Outcome) -> None:
         job = outcome.job
-        if self.active.pop(job.id, None) is None:
+        if self.active.pop(job.id, None) is None or job.profile is None:
             return
-        self.pool_load[self.specs[job.task_id].agent] -= 1
+        self.pool_load[job.profile.name] -= 1
+        self.cost[job.task_id] += outcome.usage.cost_usd or 0.0
+        self._feed_policies(job.profile.name, job.task_id, outcome)
         state = outcome.state
         if state is AttemptState.CANCELLED and self.stopping is not None:
             state = AttemptState.INTERRUPTED
+        round_ = self.rounds.get(job.task_id)
         with self._tx() as tx:
-            tx.set_attempt(
-                self.run_id,
-                job.task_id,
-                job.attempt,
-                state=state,
-                ended_at=outcome.ended_at,
-                exit_code=outcome.exit_code,
-                failure=outcome.failure,
-                detail=outcome.detail,
-                patch_commit=outcome.patch_commit,
-                changed_lines=outcome.changed_lines,
-                log_path=outcome.log_path,
-                usage=outcome.usage,
-            )
-            self._event(
-                tx,
-                "attempt",
-                job.task_id,
-                job.attempt,
-                state=state.value,
-                failure=outcome.failure,
-                detail=outcome.detail,
-                duration_s=round(outcome.ended_at - outcome.started_at, 3),
-                changed_lines=outcome.changed_lines,
-            )
-            if state is AttemptState.PASSED:
-                self._set_state(tx, job.task_id, TaskState.MERGING)
-            elif state is AttemptState.FAILED:
-                self._failed(tx, job.task_id, outcome.failure, outcome.detail, outcome.feedback)
+            self._record_attempt(tx, outcome, state)
+            if round_ is None or round_.decided:
+                # A loser still running when the winner was picked, or work a rewind dropped.
+                tx.set_attempt(self.run_id, job.task_id, job.attempt, selection="cancelled")
+                return
+            if state is AttemptState.INTERRUPTED:
+                self._set_state(tx, job.task_id, TaskState.READY, reason="interrupted")
+                return
+            if self._retry_unit(tx, outcome):
+                return
+            round_.outcomes[job.candidate] = outcome
+            round_.pending.discard(job.candidate)
+            spec = self.specs[job.task_id]
+            if state is AttemptState.PASSED and spec.select == "first":
+                self._decide(tx, job.task_id, round_, outcome, "first candidate to pass")
+            elif not round_.pending:
+                self._decide(tx, job.task_id, round_)
+        self._pump_merges()
+
+    def _record_attempt(self, tx: Transaction, outcome: Outcome, state: AttemptState) -> None:
+        job = outcome.job
+        duration = round(outcome.ended_at - outcome.started_at, 3)
+        tx.set_attempt(
+            self.run_id,
+            job.task_id,
+            job.attempt,
+            state=state,
+            ended_at=outcome.ended_at,
+            exit_code=outcome.exit_code,
+            failure=outcome.failure,
+            detail=outcome.detail,
+            patch_commit=outcome.patch_commit,
+            changed_lines=outcome.changed_lines,
+            log_path=outcome.log_path,
+            usage=outcome.usage,
+            verdict=outcome.verdict,
+        )
+        self._event(tx, "attempt", job.task_id, job.attempt, state=state.value,
+                    candidate=job.candidate, failure=outcome.failure, detail=outcome.detail,
+                    duration_s=duration, changed_lines=outcome.changed_lines,
+                    verdict=outcome.verdict or None, flag=outcome.flag or None,
+                    cost_usd=outcome.usage.cost_usd)  # fmt: skip
+
+    def _feed_policies(self, profile: str, task_id: str, outcome: Outcome) -> None:
+        """Breakers count backend failures; a verify failure is the patch's, not the backend's."""
+        now = self.clock()
+        failure = outcome.failure
+        if outcome.state is AttemptState.CANCELLED:
+            return
+        if failure is Failure.RATE_LIMITED:
+            self.gates[profile].rate_limited(now, outcome.retry_after_s, self.rng)
+            return
+        self.gates[profile].succeeded()
+        if failure in (Failure.AGENT_ERROR, Failure.TIMEOUT, Failure.AUTH_ERROR):
+            if self.breakers[profile].failed(now):
+                with self._tx() as tx:
+                    self._event(tx, "breaker", task_id, None, state="open", agent=profile,
+                                until=self.breakers[profile].reopens_at())  # fmt: skip
+        else:
+            self.breakers[profile].succeeded()
+        if failure is Failure.TIMEOUT and self.plan.agents[profile].fallback is not None:
+            self.on_fallback.add(task_id)
+
+    def _retry_unit(self, tx: Transaction, outcome: Outcome) -> bool:
+        """Re-queue one candidate without a counted failure (rate limit, infra, within budget)."""
+        job, failure = outcome.job, outcome.failure
+        if failure is Failure.INFRA_ERROR and self.infra_failures[job.task_id] < INFRA_RETRIES:
+            self.infra_failures[job.task_id] += 1
+        elif failure is not Failure.RATE_LIMITED:
+            return False
+        self.ready.push(_unit(job.task_id, job.candidate))
+        self._event(tx, "attempt", job.task_id, job.attempt, state="requeued",
+                    failure=failure.value)  # fmt: skip
+        return True
+
+    def _decide(
+        self,
+        tx: Transaction,
+        task_id: str,
+        round_: _Round,
+        winner: Outcome | None = None,
+        why: str = "",
+    ) -> None:
+        """End the round: pick the winner by rule, record why each candidate won or lost."""
+        round_.decided = True
+        passing = [o for o in round_.outcomes.values() if o.state is AttemptState.PASSED]
+        if winner is None and passing:
+            winner = min(passing, key=_smallest)
+            why = "only passing candidate" if len(passing) == 1 else "smallest passing diff"
+        for outcome in round_.outcomes.values():
+            if outcome is winner:
+                selection = f"won: {why}"
+            elif outcome.state is AttemptState.PASSED:
+                assert winner is not None
+                selection = f"lost to candidate {winner.job.candidate}: " + _lost_because(
+                    outcome, winner
+                )
             else:
-                self._requeue(tx, job.task_id, f"attempt {state.value}")
-        if state is AttemptState.PASSED:
-            self.merge_queue.append(outcome)
-            self._pump_merges()
+                selection = "failed"
+            tx.set_attempt(self.run_id, task_id, outcome.job.attempt, selection=selection)
+        self._cancel_round(task_id, round_)
+        if winner is not None:
+            self._event(tx, "round", task_id, winner.job.attempt, state="won",
+                        candidate=winner.job.candidate, reason=why)  # fmt: skip
+            self._set_state(tx, task_id, TaskState.MERGING)
+            self.summaries[task_id] = winner.summary
+            self.merge_queue.append(winner)
+            return
+        failed = [o for o in round_.outcomes.values() if o.state is AttemptState.FAILED]
+        last = max(failed, key=lambda o: o.ended_at) if failed else None
+        failure = last.failure if last else Failure.AGENT_ERROR
+        detail = last.detail if last else "no candidate finished"
+        if len(round_.outcomes) > 1:
+            detail = f"no candidate passed ({len(round_.outcomes)} tried); last: {detail}"
+        self._failed(tx, task_id, failure, detail, last.feedback if last else "")
+
+    def _cancel_round(self, task_id: str, round_: _Round) -> None:
+        for k in round_.pending:
+            self.ready.discard(_unit(task_id, k))
+        for job in list(self.active.values()):
+            if job.task_id == task_id and job.profile is not None:
+                self.executor.cancel(job.id, "another candidate was chosen")
 
     def _failed(
         self, tx: Transaction, task_id: str, failure: Failure | None, detail: str, feedback: str
     ) -> None:
-        failures = self.tasks[task_id].failures + 1
+        counted = failure in COUNTED or failure is None or failure is Failure.INFRA_ERROR
+        failures = self.tasks[task_id].failures + (1 if counted else 0)
         spec = self.specs[task_id]
         self.feedback[task_id] = _feedback(detail, feedback)
         if failures <= spec.retries:
-            self._set_state(
-                tx, task_id, TaskState.READY, reason=detail, failures=failures, retry=failures
-            )
-            self.ready.push(task_id)
+            delay = self.backoff.delay(failures, self.rng)
+            self._set_state(tx, task_id, TaskState.READY, reason=detail, failures=failures,
+                            retry=failures, retry_in_s=round(delay, 2))  # fmt: skip
+            self._timer(delay, "retry", task_id)
             return
         reason = f"{failure.value if failure else 'failed'}: {detail}"
         self._set_state(tx, task_id, TaskState.FAILED, reason=reason, failures=failures)
+        self._block_dependents(tx, task_id)
+
+    def _block_dependents(self, tx: Transaction, task_id: str) -> None:
         for child in self.graph.descendants(task_id):
             if not self.tasks[child].state.terminal:
-                self.ready.discard(child)
+                for k in range(self.specs[child].candidates):
+                    self.ready.discard(_unit(child, k))
+                self.parked.pop(child, None)
                 self._set_state(tx, child, TaskState.BLOCKED, reason=f"dependency {task_id} failed")
 
-    def _requeue(self, tx: Transaction, task_id: str, reason: str) -> None:
-        """Back to ready without counting a failure (interrupted, cancelled)."""
-        self._set_state(tx, task_id, TaskState.READY, reason=reason)
-        if self.stopping is None:
-            self.ready.push(task_id)
+    def _new_round(self, tx: Transaction, task_id: str) -> None:
+        """Queue a fresh round of candidates (or a parked patch) for a task."""
+        if task_id in self.parked:
+            self._set_state(tx, task_id, TaskState.MERGING, reason="re-verifying its patch")
+            self.merge_queue.append(self.parked.pop(task_id))
+            return
+        spec = self.specs[task_id]
+        self.rounds[task_id] = _Round(spec.candidates, set(range(spec.candidates)))
+        for k in range(spec.candidates):
+            self.ready.push(_unit(task_id, k))
+        if self.tasks[task_id].state is not TaskState.READY:
+            self._set_state(tx, task_id, TaskState.READY)
 
     def _rerun(self, tx: Transaction, task_id: str, reason: str) -> None:
-        """Run again from the new tip: a conflict is not the agent's failure, but is bounded."""
+        """Run again from the new tip: not the agent's failure, but bounded."""
         reruns = self.tasks[task_id].reruns + 1
         if reruns > MAX_RERUNS:
-            self._set_state(
-                tx,
-                task_id,
-                TaskState.FAILED,
-                reruns=reruns,
-                reason=f"conflict: {reason} (after {MAX_RERUNS} re-runs)",
-            )
-            for child in self.graph.descendants(task_id):
-                if not self.tasks[child].state.terminal:
-                    self._set_state(
-                        tx, child, TaskState.BLOCKED, reason=f"dependency {task_id} failed"
-                    )
+            self._set_state(tx, task_id, TaskState.FAILED, reruns=reruns,
+                            reason=f"conflict: {reason} (after {MAX_RERUNS} re-runs)")  # fmt: skip
+            self._block_dependents(tx, task_id)
             return
         self._set_state(tx, task_id, TaskState.READY, reason=reason, reruns=reruns, rerun=reruns)
-        self.ready.push(task_id)
+        self._new_round(tx, task_id)
 
     # -- merging -------------------------------------------------------------------------
 
     def _pump_merges(self) -> None:
-        """Merge queued patches one at a time, in the order they passed."""
-        while self.merge_queue and self.merging is None and self.stopping is None:
+        """Merge queued winners one at a time, in the order they won."""
+        while (
+            self.merge_queue
+            and self.merging is None
+            and self.regression is None
+            and self.stopping is None
+        ):
             outcome = self.merge_queue.popleft()
             job = outcome.job
-            assert outcome.patch_commit is not None
+            if outcome.patch_commit is None:  # a task that changes nothing (e.g. a scanner)
+                self._done(job.task_id, job.attempt, None)
+                continue
             prepared = self.integrator.prepare(job.base_commit, outcome.patch_commit, job.message)
             if prepared.commit is None:
                 with self._tx() as tx:
-                    self._event(
-                        tx,
-                        "merge",
-                        job.task_id,
-                        job.attempt,
-                        state="conflict",
-                        paths=list(prepared.conflicts),
-                    )
+                    self._event(tx, "merge", job.task_id, job.attempt, state="conflict",
+                                paths=list(prepared.conflicts))  # fmt: skip
                     self._rerun(tx, job.task_id, "conflict in " + ", ".join(prepared.conflicts))
             elif prepared.needs_verify and job.verify:
                 self._start_merge_verify(outcome, prepared)
             else:
                 self._advance(outcome, prepared)
+        self._launch()
 
     def _start_merge_verify(self, outcome: Outcome, prepared: Prepared) -> None:
         assert prepared.commit is not None
@@ -324,12 +583,14 @@ class Scheduler:
             base_commit=prepared.commit,
             profile=None,
             marker=new_marker(),
+            baseline=prepared.tip,
+            check=None,
+            purpose="merge",
         )
         self.merging = _Merge(outcome, prepared, job)
         with self._tx() as tx:
-            self._event(
-                tx, "merge", job.task_id, job.attempt, state="verifying", tip=prepared.tip[:12]
-            )
+            self._event(tx, "merge", job.task_id, job.attempt, state="verifying",
+                        tip=prepared.tip[:12])  # fmt: skip
         self.executor.submit(job, self.inbox.put)
 
     def _merge_verified(self, result: Outcome) -> None:
@@ -340,19 +601,14 @@ class Scheduler:
             self._advance(merge.outcome, merge.prepared)
         else:
             with self._tx() as tx:
-                self._event(
-                    tx,
-                    "merge",
-                    task_id,
-                    merge.outcome.job.attempt,
-                    state=result.state.value,
-                    detail=result.detail,
-                )
+                self._event(tx, "merge", task_id, merge.outcome.job.attempt,
+                            state=result.state.value, detail=result.detail)  # fmt: skip
                 if self.stopping is not None:
-                    self._requeue(tx, task_id, "interrupted while merging")
+                    self._set_state(tx, task_id, TaskState.READY, reason="interrupted")
                 else:
                     self.feedback[task_id] = _feedback(
-                        f"after merging with the moved run branch: {result.detail}", result.feedback
+                        f"after merging with the moved run branch: {result.detail}",
+                        result.feedback,
                     )
                     self._rerun(tx, task_id, f"merged tree failed verify: {result.detail}")
         self._pump_merges()
@@ -361,44 +617,182 @@ class Scheduler:
         job = outcome.job
         if not self.integrator.advance(prepared):
             # Someone else moved the branch: prepare again against the new tip.
+            self.tip = self.integrator.tip()
             self.merge_queue.appendleft(outcome)
             return
         assert prepared.commit is not None
-        self.tip = prepared.commit
+        self._done(job.task_id, job.attempt, prepared.commit, outcome)
+
+    def _done(
+        self, task_id: str, attempt: int, commit: str | None, won: Outcome | None = None
+    ) -> None:
+        if commit is not None:
+            self.tip = commit
+            self.merges_unchecked += 1
+        if won is not None:
+            self.parked[task_id] = won  # kept in case a regression rewinds the branch past it
+        else:
+            self.parked.pop(task_id, None)
         with self._tx() as tx:
-            tx.set_attempt(self.run_id, job.task_id, job.attempt, state=AttemptState.MERGED)
-            self._event(
-                tx, "merge", job.task_id, job.attempt, state="merged", commit=prepared.commit
-            )
-            self._set_state(tx, job.task_id, TaskState.DONE, commit=prepared.commit, reason="")
-            self._release(tx, job.task_id)
+            tx.set_attempt(self.run_id, task_id, attempt, state=AttemptState.MERGED)
+            self._event(tx, "merge", task_id, attempt, state="merged", commit=commit)
+            self._set_state(tx, task_id, TaskState.DONE, commit=commit, reason="")
+            self._release(tx, task_id)
+        self._maybe_check_regression()
 
     def _release(self, tx: Transaction, task_id: str) -> None:
         for child in self.graph.children[task_id]:
             self.waiting[child] -= 1
             if self.waiting[child] == 0 and self.tasks[child].state is TaskState.PENDING:
-                self._set_state(tx, child, TaskState.READY)
-                self.ready.push(child)
+                self._new_round(tx, child)
+
+    # -- keeping the run branch green ----------------------------------------------------
+
+    def _maybe_check_regression(self) -> None:
+        commands = self.plan.run.regression
+        if not commands or self.regression is not None or self.stopping is not None:
+            return
+        if self.merges_unchecked < self.plan.run.regression_every:
+            return
+        self.regression = _Regression(self._regression_job(self.tip, "check"), self.tip)
+        with self._tx() as tx:
+            self._event(tx, "regression", None, None, state="checking", commit=self.tip)
+        self.executor.submit(self.regression.job, self.inbox.put)
+
+    def _regression_job(self, commit: str, label: str) -> Job:
+        return Job(
+            id=f"regression.{commit[:12]}.{label}.{new_marker()[:6]}",
+            run_id=self.run_id,
+            task_id="",
+            attempt=0,
+            candidate=0,
+            base_commit=commit,
+            title="regression check",
+            prompt="",
+            profile=None,
+            verify=self.plan.run.regression,
+            workdir=self.plan.run.workdir,
+            timeout_s=max((t.timeout_s for t in self.plan.tasks), default=3600.0),
+            message="",
+            marker=new_marker(),
+            baseline=self.run_record.base_commit,
+            purpose="regression",
+        )
+
+    def _regression_ended(self, result: Outcome) -> None:
+        reg = self.regression
+        assert reg is not None
+        passed = result.state is AttemptState.PASSED
+        if result.state is AttemptState.CANCELLED:
+            self.regression = None
+            return
+        if reg.bisect is None:
+            with self._tx() as tx:
+                self._event(tx, "regression", None, None, state="passed" if passed else "failed",
+                            commit=reg.tip, detail=result.detail)  # fmt: skip
+            if passed:
+                self.last_green, self.merges_unchecked, self.regression = reg.tip, 0, None
+                self._pump_merges()
+                return
+            commits = self.integrator.first_parent_commits(self.last_green, reg.tip)
+            reg.bisect, reg.output = Bisect(commits), result.feedback
+        else:
+            reg.bisect.record(result.job.base_commit, passed)
+            if not passed:
+                reg.output = result.feedback
+        probe = reg.bisect.next_probe()
+        if probe is not None:
+            reg.job = self._regression_job(probe, "bisect")
+            self.executor.submit(reg.job, self.inbox.put)
+            return
+        self._rewind(reg.bisect.culprit, reg)
+
+    def _rewind(self, culprit: str, reg: _Regression) -> None:
+        """Take the culprit's merge off the run branch, replay the merges after it, re-run it."""
+        self.regression = None
+        later = self.integrator.first_parent_commits(culprit, self.tip)
+        order = {c: i for i, c in enumerate([culprit, *later])}
+        by_commit = {r.commit: t for t, r in self.tasks.items() if r.commit in order}
+        culprit_task = by_commit.get(culprit)
+        parent = self.integrator.parent(culprit)
+        if culprit_task is None or not self.integrator.reset(parent, self.tip):
+            with self._tx() as tx:
+                self._event(tx, "regression", None, None, state="unresolved", commit=culprit)
+            self.last_green, self.merges_unchecked = self.tip, 0
+            self._pump_merges()
+            return
+        self.tip = parent
+        affected = set(self.graph.descendants(culprit_task))
+        with self._tx() as tx:
+            self._event(tx, "regression", culprit_task, None, state="culprit", commit=culprit,
+                        probes=len(reg.bisect.probes) if reg.bisect else 0,
+                        reason=f"first failing merge: {culprit[:12]}")  # fmt: skip
+            replay = sorted(by_commit.items(), key=lambda item: order[item[0]])
+            for commit, task_id in replay:
+                self._undo_done(tx, task_id)
+                if task_id == culprit_task:
+                    self.feedback[task_id] = _feedback(
+                        "the regression check failed after this task was merged", reg.output
+                    )
+                    self.parked.pop(task_id, None)
+                    self._rerun(tx, task_id, f"regression culprit (commit {commit[:12]})")
+                elif task_id in affected:
+                    self._set_state(tx, task_id, TaskState.PENDING, reason="waits for a re-run")
+                else:
+                    self._set_state(tx, task_id, TaskState.MERGING, reason="replayed after rewind")
+                    self.merge_queue.append(self.parked.pop(task_id))
+            for task_id in affected:
+                if self.tasks[task_id].state in _IN_FLIGHT:
+                    self._reset_in_flight(tx, task_id)
+            for task_id in self.graph.ids:
+                self.waiting[task_id] = sum(
+                    self.tasks[d].state is not TaskState.DONE for d in self.graph.deps[task_id]
+                )
+        self.merges_unchecked = self.plan.run.regression_every  # check the new tip too
+        self._pump_merges()
+
+    def _undo_done(self, tx: Transaction, task_id: str) -> None:
+        """A merged task is taken off the branch."""
+        tx.set_task(self.run_id, task_id, commit=None)
+        self.tasks[task_id] = replace(self.tasks[task_id], commit=None)
+
+    def _reset_in_flight(self, tx: Transaction, task_id: str) -> None:
+        """A task whose dependency was taken off the branch waits for it again."""
+        for k in range(self.specs[task_id].candidates):
+            self.ready.discard(_unit(task_id, k))
+        self.rounds.pop(task_id, None)
+        for job in list(self.active.values()):
+            if job.task_id == task_id:
+                self.executor.cancel(job.id, "a dependency was taken off the run branch")
+        queued = [o for o in self.merge_queue if o.job.task_id == task_id]
+        for outcome in queued:
+            self.merge_queue.remove(outcome)
+        self._set_state(tx, task_id, TaskState.PENDING, reason="waits for a re-run dependency")
 
     # -- stopping and finishing ----------------------------------------------------------
 
-    def _stop(self, reason: str) -> None:
+    def _stop(self, stop: Stop) -> None:
         if self.stopping is not None:
             return
-        self.stopping = reason
+        self.stopping = stop
         with self._tx() as tx:
-            self._event(tx, "run", None, None, state="stopping", reason=reason)
+            self._event(tx, "run", None, None, state="stopping", reason=stop.reason)
             while self.merge_queue:
-                self._requeue(tx, self.merge_queue.popleft().job.task_id, "interrupted")
+                task_id = self.merge_queue.popleft().job.task_id
+                self._set_state(tx, task_id, TaskState.READY, reason=stop.reason)
         for job_id in list(self.active):
-            self.executor.cancel(job_id, reason)
-        if self.merging is not None:
-            self.executor.cancel(self.merging.job.id, reason)
+            self.executor.cancel(job_id, stop.reason)
+        for pending in (self.merging, self.regression):
+            if pending is not None:
+                self.executor.cancel(pending.job.id, stop.reason)
 
     def _finish(self) -> RunState:
         with self._tx() as tx:
             if self.stopping is not None:
-                state, reason = RunState.INTERRUPTED, self.stopping
+                state, reason = self.stopping.state, self.stopping.reason
+            elif self.soft_stop is not None or self.held:
+                state = RunState.STOPPED
+                reason = self.soft_stop or f"cost budget spent for: {', '.join(sorted(self.held))}"
             else:
                 for task_id, record in self.tasks.items():
                     if not record.state.terminal:  # unreachable unless the graph logic is wrong
@@ -407,7 +801,8 @@ class Scheduler:
                 state = RunState.DONE if done else RunState.FAILED
                 reason = "" if done else self._summary()
             tx.set_run(self.run_id, state=state, finished_at=self.clock(), reason=reason)
-            self._event(tx, "run", None, None, state=state.value, reason=reason, tip=self.tip)
+            self._event(tx, "run", None, None, state=state.value, reason=reason, tip=self.tip,
+                        cost_usd=round(sum(self.cost.values()), 6) or None)  # fmt: skip
         return state
 
     def _summary(self) -> str:
@@ -420,8 +815,12 @@ class Scheduler:
         """Build the in-memory view from the store: a fresh run, or one being resumed."""
         self.tip = self.integrator.tip()
         self.tasks = {r.task_id: r for r in self.store.tasks(self.run_id)}
+        passed: dict[str, AttemptRecord] = {}
         for attempt in self.store.attempts(self.run_id):
             self.attempts[attempt.task_id] = max(self.attempts[attempt.task_id], attempt.n)
+            self.cost[attempt.task_id] += attempt.usage.cost_usd or 0.0
+            if attempt.state is AttemptState.PASSED and attempt.patch_commit:
+                passed[attempt.task_id] = attempt
         done = {t for t, r in self.tasks.items() if r.state is TaskState.DONE}
         with self._tx() as tx:
             tx.set_run(self.run_id, state=RunState.RUNNING, finished_at=None, reason="")
@@ -430,12 +829,45 @@ class Scheduler:
                 self.waiting[task_id] = sum(d not in done for d in self.graph.deps[task_id])
                 if record.state.terminal and record.state is not TaskState.CANCELLED:
                     continue
-                if self.waiting[task_id] == 0:
-                    if record.state is not TaskState.READY:
-                        self._set_state(tx, task_id, TaskState.READY)
-                    self.ready.push(task_id)
-                elif record.state is not TaskState.PENDING:
-                    self._set_state(tx, task_id, TaskState.PENDING)
+                if self.waiting[task_id] != 0:
+                    if record.state is not TaskState.PENDING:
+                        self._set_state(tx, task_id, TaskState.PENDING)
+                elif record.state is TaskState.MERGING and task_id in passed:
+                    self.merge_queue.append(self._outcome_of(passed[task_id]))
+                else:
+                    self._new_round(tx, task_id)
+            if self.plan.run.deadline_s is not None:
+                left = self.run_record.created_at + self.plan.run.deadline_s - self.clock()
+                self._timer(max(0.0, left), "deadline")
+        self._pump_merges()
+
+    def _outcome_of(self, attempt: AttemptRecord) -> Outcome:
+        """Rebuild a passed attempt's outcome from the store, to merge it after a restart."""
+        spec = self.specs[attempt.task_id]
+        job = Job(
+            id=f"{spec.id}.{attempt.n}",
+            run_id=self.run_id,
+            task_id=spec.id,
+            attempt=attempt.n,
+            candidate=attempt.candidate,
+            base_commit=attempt.base_commit,
+            title=spec.title,
+            prompt=spec.prompt,
+            profile=self.plan.agents.get(attempt.agent),
+            verify=spec.verify,
+            workdir=spec.workdir,
+            timeout_s=spec.timeout_s,
+            message=self._message(spec, attempt.n, attempt.agent),
+            marker=new_marker(),
+        )
+        return Outcome(
+            job,
+            AttemptState.PASSED,
+            attempt.started_at,
+            attempt.ended_at or attempt.started_at,
+            patch_commit=attempt.patch_commit,
+            changed_lines=attempt.changed_lines,
+        )
 
     @contextmanager
     def _tx(self) -> Iterator[Transaction]:
@@ -469,10 +901,34 @@ class Scheduler:
     def _event(
         self, tx: Transaction, kind: str, task_id: str | None, attempt: int | None, **data: object
     ) -> None:
-        clean = {
-            k: (v.value if hasattr(v, "value") else v) for k, v in data.items() if v is not None
-        }
+        clean = {k: getattr(v, "value", v) for k, v in data.items() if v is not None}
         tx.emit(Event(self.run_id, kind, self.clock(), task_id, attempt, clean))
+
+
+def _unit(task_id: str, candidate: int) -> str:
+    return f"{task_id}#{candidate}"
+
+
+def _task(unit: str) -> str:
+    return unit.rpartition("#")[0]
+
+
+def _candidate(unit: str) -> int:
+    return int(unit.rpartition("#")[2])
+
+
+def _smallest(outcome: Outcome) -> tuple[int, float, int]:
+    """The ``smallest`` rule: fewest changed lines, then shortest duration, then lowest index."""
+    duration = outcome.ended_at - outcome.started_at
+    return (outcome.changed_lines or 0, duration, outcome.job.candidate)
+
+
+def _lost_because(loser: Outcome, winner: Outcome) -> str:
+    if (loser.changed_lines or 0) != (winner.changed_lines or 0):
+        return f"larger diff ({loser.changed_lines} vs {winner.changed_lines} lines)"
+    if loser.ended_at - loser.started_at != winner.ended_at - winner.started_at:
+        return "same diff size, slower"
+    return "same diff size and duration, higher index"
 
 
 def _feedback(detail: str, output: str) -> str:

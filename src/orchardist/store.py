@@ -76,6 +76,8 @@ create table if not exists attempts (
     output_tokens integer,
     turns integer,
     session_id text,
+    verdict text not null default '',
+    selection text not null default '',
     primary key (run_id, task_id, n)
 );
 create table if not exists events (
@@ -202,8 +204,18 @@ class Store:
             self._conn.execute("pragma synchronous=normal")
             self._conn.execute("pragma foreign_keys=on")
             self._conn.executescript(SCHEMA)
+            self._migrate()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
+
+    def _migrate(self) -> None:
+        """Add columns that newer versions introduced to stores made by older ones."""
+        have = {row[1] for row in self._conn.execute("pragma table_info(attempts)")}
+        for column in ("verdict", "selection"):
+            if column not in have:
+                self._conn.execute(
+                    f"alter table attempts add column {column} text not null default ''"
+                )
 
     @classmethod
     def for_repo(cls, common_dir: Path) -> Store:
@@ -344,4 +356,6 @@ def _attempt(r: sqlite3.Row) -> AttemptRecord:
         log_path=r["log_path"],
         marker=r["marker"],
         usage=Usage(**{k: r[k] for k in _USAGE_FIELDS if k in keys}),
+        verdict=r["verdict"],
+        selection=r["selection"],
     )

@@ -75,6 +75,7 @@ class AgentResult:
     detail: str = ""
     usage: Usage = field(default_factory=Usage)
     cancelled: bool = False
+    retry_after_s: float | None = None  # with RATE_LIMITED: when the backend said to come back
 
 
 class Agent(Protocol):

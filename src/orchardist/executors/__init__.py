@@ -40,6 +40,11 @@ class Job:
     timeout_s: float  # agent and verify together
     message: str  # commit message of the patch snapshot
     marker: str  # tags every process of the job
+    baseline: str | None = None  # failing commands are judged against this commit's results
+    check: str | None = None  # a reproduction: must fail on ``baseline``, pass here
+    auto_verify: bool = False  # discover tests from the changed files; ``verify`` is the fallback
+    max_patch_bytes: int | None = None  # a patch with a larger file fails
+    purpose: str = "attempt"  # attempt | merge | regression (for logs and events)
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,10 @@ class Outcome:
     usage: Usage = field(default_factory=Usage)
     feedback: str = ""  # failing output, for the next attempt's prompt
     log_path: str = ""
+    summary: str = ""  # what the agent said it did (shown to dependents' prompts)
+    retry_after_s: float | None = None  # a rate-limited backend's reset, when it said one
+    verdict: str = ""  # verified | unverified | failed (set when verification ran)
+    flag: str = ""  # something the user should look at, e.g. "check_does_not_reproduce"
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ class LocalExecutor:
                 detail = f"workdir {job.workdir!r} does not exist at {job.base_commit[:10]}"
                 return end(AttemptState.FAILED, Failure.INFRA_ERROR, detail=detail)
             env = self._env(job, worktree)
-            patch, changed, usage = job.base_commit, 0, Usage()
+            patch, changed, usage, summary = job.base_commit, 0, Usage(), ""
             if job.profile is not None:
                 ctx = self._context(job, worktree, cwd, env, log, deadline, token)
                 result = self._agent(job.profile).run(ctx)
@@ -134,6 +134,7 @@ class LocalExecutor:
                         exit_code=result.exit_code,
                         usage=usage,
                         feedback=tail_of(log),
+                        retry_after_s=result.retry_after_s,
                     )
                 if not (worktree / ".git").is_file():
                     return end(
@@ -142,6 +143,7 @@ class LocalExecutor:
                         usage=usage,
                         detail="the agent deleted or damaged its worktree",
                     )
+                summary = result.detail
                 patch = self.repo.snapshot(worktree, job.base_commit, job.message)
                 self.repo.set_ref(f"refs/orchardist/runs/{job.run_id}/{job.id}", patch)
                 changed = self.repo.changed_lines(job.base_commit, patch)
@@ -159,6 +161,7 @@ class LocalExecutor:
                 "patch_commit": patch,
                 "changed_lines": changed,
                 "usage": usage,
+                "summary": summary,
             }
             if verdict.cancelled or token.cancelled:
                 return end(AttemptState.CANCELLED, detail=token.reason or "cancelled", **common)
