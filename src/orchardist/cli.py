@@ -77,7 +77,44 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the final status as JSON on stdout (progress goes to stderr)",
     )
+    choice = p.add_mutually_exclusive_group()
+    choice.add_argument(
+        "--resume", action="store_true", help="resume this plan's unfinished run without asking"
+    )
+    choice.add_argument(
+        "--fresh", action="store_true", help="start a new run even if an unfinished one exists"
+    )
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "resume",
+        help="continue an interrupted or stopped run",
+        description="Continue a run killed in any way (kill -9 included): "
+        "leftover processes and worktrees are cleaned up, merged work is kept.",
+    )
+    p.add_argument("run", nargs="?", help="run id or a unique prefix (default: newest)")
+    p.add_argument("--max-parallel", type=_positive, metavar="N")
+    p.add_argument("--deadline", metavar="DURATION", help="a new [run] deadline, e.g. 3h")
+    p.add_argument("--max-cost-usd", type=float, metavar="USD", help="a new run cost budget")
+    p.add_argument("--json", action="store_true", help="print the final status as JSON")
+    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
+    p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("show", help="print a candidate's diff and log")
+    p.add_argument("run", help="run id or a unique prefix")
+    p.add_argument("task", help="task id")
+    p.add_argument("--candidate", type=int, metavar="K", help="candidate index (default: winner)")
+    p.add_argument("--attempt", type=_positive, metavar="N", help="attempt number")
+    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("gc", help="remove logs, worktrees and refs of old finished runs")
+    p.add_argument("--older-than", default="7d", metavar="AGE", help="age, e.g. 12h or 7d")
+    p.add_argument("--branches", action="store_true", help="also delete their run branches")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
+    p.set_defaults(func=cmd_gc)
 
     p = sub.add_parser("validate", help="check a plan without running it")
     p.add_argument("plan", type=Path)
@@ -136,33 +173,163 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``orchardist run PLAN``."""
-    from .report import status_document
-    from .runs import Workspace, create_run, execute
+    from .runs import Workspace, create_run, unfinished_runs
 
     plan = load_plan(args.plan)
     ws = Workspace.open(plan.repo)
-    run = create_run(ws, plan)
-    hooks = _progress_hooks(plan, args.json)
-    stops: list[Callable[[], None]] = []
-    restore = _on_signals(lambda: [stop() for stop in stops])
-    try:
-        state = execute(
-            ws,
-            plan,
-            run,
-            hooks=hooks,
-            max_parallel=args.max_parallel,
-            on_scheduler=lambda s: stops.append(s.stop),
+    unfinished = [] if args.fresh else unfinished_runs(ws, plan)
+    if unfinished:
+        old = unfinished[0]
+        if args.resume or _confirm(f"run {old.id} of this plan is {old.state.value}; resume it?"):
+            return _drive(ws, plan, old, args, resuming=True)
+        if not sys.stdin.isatty():
+            raise UsageError(
+                f"run {old.id} of this plan is {old.state.value}: pass --resume to continue it "
+                "or --fresh to start a new run"
+            )
+    elif args.resume:
+        raise UsageError(f"no unfinished run of {args.plan} to resume")
+    return _drive(ws, plan, create_run(ws, plan), args)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """``orchardist resume [RUN]``."""
+    from dataclasses import replace
+
+    from .plan import parse_duration
+    from .runs import UNFINISHED, Workspace
+
+    ws = Workspace.open(args.repo)
+    run = ws.resolve_run(args.run)
+    if run.state not in UNFINISHED:
+        raise UsageError(f"run {run.id} already ended ({run.state.value}); nothing to resume")
+    plan = load_plan(run.plan_path)
+    known = {t.task_id for t in ws.store.tasks(run.id)}
+    if {t.id for t in plan.tasks} != known:
+        raise UsageError(
+            f"{run.plan_path} no longer has the tasks run {run.id} was started with; "
+            "start a new run instead"
         )
-    finally:
-        hooks.close()
-        restore()
+    changes: dict[str, Any] = {}
+    if args.deadline is not None:
+        try:
+            changes["deadline_s"] = parse_duration(args.deadline)
+        except ValueError as exc:
+            raise UsageError(f"--deadline: {exc}") from None
+    if args.max_cost_usd is not None:
+        changes["max_cost_usd"] = args.max_cost_usd
+    if changes:
+        plan = replace(plan, run=replace(plan.run, **changes))
+    return _drive(ws, plan, run, args, resuming=True)
+
+
+def _drive(ws: Any, plan: Any, run: Any, args: argparse.Namespace, resuming: bool = False) -> int:
+    """Hold the run's lock, reconcile if resuming, and execute with progress and signals."""
+    from .report import status_document
+    from .runs import execute, reconcile, run_lock
+
+    with run_lock(ws, run.id):
+        hooks = _progress_hooks(plan, args.json)
+        if resuming:
+            summary = reconcile(ws, run)
+            out = sys.stderr if args.json else sys.stdout
+            print(
+                f"resuming run {run.id}: killed {summary['killed']} leftover process(es), "
+                f"removed {summary['worktrees_removed']} worktree(s)",
+                file=out,
+            )
+            for line in summary["fixed"]:
+                print(f"  {line}", file=out)
+        stops: list[Callable[[], None]] = []
+        restore = _on_signals(lambda: [stop() for stop in stops])
+        try:
+            state = execute(
+                ws,
+                plan,
+                ws.resolve_run(run.id),
+                hooks=hooks,
+                max_parallel=args.max_parallel,
+                on_scheduler=lambda s: stops.append(s.stop),
+            )
+        finally:
+            hooks.close()
+            restore()
     doc = status_document(ws.store, ws.resolve_run(run.id))
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
         _print_summary(doc)
-    return {RunState.DONE: EXIT_OK, RunState.INTERRUPTED: EXIT_INTERRUPTED}.get(state, EXIT_FAILED)
+    codes = {RunState.DONE: EXIT_OK, RunState.INTERRUPTED: EXIT_INTERRUPTED}
+    return codes.get(state, EXIT_FAILED)
+
+
+def _confirm(question: str) -> bool:
+    """Ask on a terminal; False when there is none to ask."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return False
+    answer = input(f"{question} [Y/n] ").strip().lower()
+    return answer in ("", "y", "yes")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """``orchardist show RUN TASK [--candidate K]``."""
+    from .runs import Workspace
+
+    ws = Workspace.open(args.repo)
+    run = ws.resolve_run(args.run)
+    attempts = ws.store.attempts(run.id, args.task)
+    if not attempts:
+        raise UsageError(f"run {run.id} has no attempts of task {args.task!r}")
+    if args.attempt is not None:
+        attempts = [a for a in attempts if a.n == args.attempt]
+    if args.candidate is not None:
+        attempts = [a for a in attempts if a.candidate == args.candidate]
+    if not attempts:
+        raise UsageError("no attempt matches --attempt/--candidate")
+    merged = [a for a in attempts if a.state.value == "merged"]
+    attempt = merged[-1] if merged and args.candidate is None else attempts[-1]
+    print(
+        f"==> {args.task} attempt {attempt.n} candidate {attempt.candidate} "
+        f"({attempt.agent}): {attempt.state.value} {attempt.verdict} {attempt.selection}"
+    )
+    print(f"    {attempt.detail}")
+    if attempt.patch_commit:
+        diff = ws.repo.git("diff", "--stat", "--patch", attempt.base_commit, attempt.patch_commit)
+        print(diff)
+    else:
+        print("(no patch: the attempt ended before its changes were taken)")
+    print(f"==> log {attempt.log_path}")
+    try:
+        data = Path(attempt.log_path).read_bytes() if attempt.log_path else b""
+    except OSError:
+        data = b"(log not available)\n"
+    sys.stdout.write(data.decode("utf-8", errors="replace"))
+    return EXIT_OK
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    """``orchardist gc``."""
+    from .gc import collect
+    from .plan import parse_duration
+    from .runs import Workspace
+
+    try:
+        age_s = parse_duration(args.older_than)
+    except ValueError as exc:
+        raise UsageError(f"--older-than: {exc}") from None
+    ws = Workspace.open(args.repo)
+    report = collect(ws, age_s, branches=args.branches, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return EXIT_OK
+    verb = "would remove" if args.dry_run else "removed"
+    for run_id in report["runs"]:
+        print(f"{verb} run {run_id}")
+    print(
+        f"{verb} {report['bytes'] / 1e6:.1f} MB, {report['refs']} ref(s), "
+        f"{report['branches']} branch(es), {report['baselines']} cached baseline(s)"
+    )
+    return EXIT_OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -170,8 +337,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     from .report import status_document
     from .runs import Workspace
 
+    from .gc import run_disk_bytes
+
     ws = Workspace.open(args.repo)
-    doc = status_document(ws.store, ws.resolve_run(args.run))
+    run = ws.resolve_run(args.run)
+    doc = status_document(ws.store, run)
+    doc["disk_bytes"] = run_disk_bytes(ws, run.id)
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -295,3 +466,7 @@ def _print_summary(doc: dict[str, Any], attempts: bool = False) -> None:
     totals = doc.get("totals", {})
     if totals.get("cost_usd") is not None:
         print(f"  cost ${totals['cost_usd']:.4f}")
+    if doc.get("unverified"):
+        print(f'  unverified (verify = "none"): {", ".join(doc["unverified"])}')
+    if "disk_bytes" in doc:
+        print(f"  disk: {doc['disk_bytes'] / 1e6:.1f} MB of logs and worktrees")

@@ -145,6 +145,8 @@ class Repo:
         """A detached worktree at ``commit``; an old directory at ``path`` is replaced."""
         if path.exists():
             self.remove_worktree(path)
+        else:  # git refuses a path still registered to a worktree whose folder was deleted
+            self.run_git("worktree", "prune")
         path.parent.mkdir(parents=True, exist_ok=True)
         self.git("worktree", "add", "--detach", "--quiet", str(path), commit)
 
@@ -200,20 +202,77 @@ class Repo:
         lines = proc.stdout.splitlines()
         if proc.returncode == 0:
             return MergeResult(lines[0].strip())
-        if proc.returncode == 1:
+        if proc.returncode == 1 and lines:  # git also exits 1, printing no tree, on bad input
             return MergeResult(None, tuple(line for line in lines[1:] if line))
         raise GitError(f"git merge-tree failed ({proc.returncode}): {proc.stderr.strip()}")
 
-    def log_trailers(self, since: str, until: str, key: str) -> list[tuple[str, str]]:
-        """``(commit, value)`` for commits in ``since..until`` carrying trailer ``key``."""
-        fmt = f"%H%x00%(trailers:key={key},valueonly,separator=%x2C)%x00"
-        out = self.git("log", f"--format={fmt}", f"{since}..{until}")
-        parts = out.replace("\n", "").split("\0")
-        pairs = []
-        for i in range(0, len(parts) - 1, 2):
-            if parts[i + 1]:
-                pairs.append((parts[i], parts[i + 1]))
-        return pairs
+    def log_trailers(
+        self, since: str, until: str, keys: Sequence[str]
+    ) -> list[tuple[str, dict[str, str]]]:
+        """``(commit, {key: value})`` along first parents of ``since..until``, oldest first.
+
+        Keys are trailer names without the ``Orchardist-`` prefix; commits without any of
+        them are left out.
+        """
+        fields = "".join(
+            f"%(trailers:key={TRAILER_PREFIX}{k},valueonly,separator=%x2C)%x1f" for k in keys
+        )
+        out = self.git(
+            "log",
+            "--first-parent",
+            "--reverse",
+            f"--format=%H%x1f{fields}%x1e",
+            f"{since}..{until}",
+        )
+        found = []
+        for record in out.split("\x1e"):
+            parts = record.strip("\n").split("\x1f")
+            if len(parts) < len(keys) + 1 or not parts[0]:
+                continue
+            values = {k: v.strip() for k, v in zip(keys, parts[1:], strict=False) if v.strip()}
+            if values:
+                found.append((parts[0].strip(), values))
+        return found
+
+    def patch_problems(self, base: str, patch: str, max_file_bytes: int | None) -> list[str]:
+        """Reasons a patch must not be merged: symlinks leaving the repository, huge files."""
+        problems = []
+        out = self.git("diff", "--raw", "--no-renames", "-z", "--no-abbrev", base, patch)
+        fields = out.split("\0")
+        for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+            parts = meta.split()
+            if len(parts) < 5 or parts[4].startswith("D"):
+                continue
+            mode, blob = parts[1], parts[3]
+            if mode == "120000":
+                target = self.git("cat-file", "blob", blob)
+                if _escapes(path, target):
+                    problems.append(f"{path} is a symlink pointing outside the repository")
+            elif max_file_bytes is not None and mode != "160000":
+                size = int(self.git("cat-file", "-s", blob))
+                if size > max_file_bytes:
+                    problems.append(
+                        f"{path} is {size / 1e6:.1f} MB, over the {max_file_bytes / 1e6:.0f} MB limit"
+                    )
+        return problems
+
+    def checkout_fingerprint(self, ignore_refs: Sequence[str] = ()) -> str:
+        """What the user's checkout looks like: HEAD, index, working tree and branch refs.
+
+        Compared before and after agents run, to catch one that wrote outside its worktree.
+        Refs named in ``ignore_refs`` (prefixes) are the ones orchardist itself moves.
+        """
+        head = self.run_git("symbolic-ref", "-q", "HEAD").stdout.strip()
+        commit = self.run_git("rev-parse", "-q", "--verify", "HEAD").stdout.strip()
+        status = self.run_git("status", "--porcelain=v1", "-z", "--untracked-files=all").stdout
+        refs = [
+            line
+            for line in self.git(
+                "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", "refs/tags"
+            ).splitlines()
+            if not any(line.startswith(prefix) for prefix in ignore_refs)
+        ]
+        return "\n".join([head, commit, status, *refs])
 
     def status_porcelain(self) -> str:
         """``git status --porcelain`` of the main checkout (for checks, never changed by us)."""
@@ -243,3 +302,13 @@ def identity_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
             out[f"GIT_{role}_NAME"] = FALLBACK_NAME
             out[f"GIT_{role}_EMAIL"] = FALLBACK_EMAIL
     return out
+
+
+def _escapes(path: str, target: str) -> bool:
+    """Whether a symlink at ``path`` (repository-relative) points outside the repository."""
+    import posixpath
+
+    if target.startswith("/"):
+        return True
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    return resolved == ".." or resolved.startswith("../")

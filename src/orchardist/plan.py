@@ -38,6 +38,7 @@ RUN_KEYS = {
     "regression",
     "regression_every",
     "max_patch_mb",
+    "guard_checkout",
 }
 PROFILE_KEYS = {
     "kind",
@@ -133,6 +134,7 @@ class RunConfig:
     regression: tuple[str, ...] = ()  # run on the run branch after merges
     regression_every: int = 1
     max_patch_mb: float = 50.0  # a patch with a larger file fails
+    guard_checkout: bool = True  # fail an attempt during which the user's checkout changed
 
 
 @dataclass(frozen=True)
@@ -294,6 +296,11 @@ class _Validator:
             values["regression_every"] = every
         if "max_patch_mb" in raw:
             values["max_patch_mb"] = self._money(raw["max_patch_mb"], "run.max_patch_mb")
+        if "guard_checkout" in raw:
+            if isinstance(raw["guard_checkout"], bool):
+                values["guard_checkout"] = raw["guard_checkout"]
+            else:
+                self.problem("expected true or false", fld="run.guard_checkout")
         values = {k: v for k, v in values.items() if v is not None}
         return RunConfig(**{**cfg.__dict__, **values})
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
-from .records import AttemptRecord, Event, Run
+from .records import AttemptRecord, AttemptState, Event, Run
 from .store import Store
 
 
@@ -16,12 +17,15 @@ def status_document(store: Store, run: Run) -> dict[str, Any]:
     tasks = []
     for task in store.tasks(run.id):
         mine = sorted(attempts.get(task.task_id, []), key=lambda a: a.n)
+        merged = [a for a in mine if a.state is AttemptState.MERGED]
+        winner = {"candidate": merged[-1].candidate, "attempt": merged[-1].n} if merged else None
         tasks.append(
             {
                 "id": task.task_id,
                 "state": task.state.value,
                 "commit": task.commit,
                 "reason": task.reason,
+                "winner": winner,
                 "attempts": [_attempt(a) for a in mine],
                 **_totals(mine),
             }
@@ -38,7 +42,14 @@ def status_document(store: Store, run: Run) -> dict[str, Any]:
         "reason": run.reason,
         "tasks": tasks,
         "totals": _totals(all_attempts),
+        "summary": dict(Counter(t["state"] for t in tasks)),
+        "unverified": [t["id"] for t in tasks if _merged_verdict(t) == "unverified"],
     }
+
+
+def _merged_verdict(task: dict[str, Any]) -> str:
+    merged = [a for a in task["attempts"] if a["state"] == "merged"]
+    return str(merged[-1]["verdict"]) if merged else ""
 
 
 def _attempt(a: AttemptRecord) -> dict[str, Any]:
@@ -55,6 +66,8 @@ def _attempt(a: AttemptRecord) -> dict[str, Any]:
         "base": a.base_commit,
         "patch": a.patch_commit,
         "changed_lines": a.changed_lines,
+        "verdict": a.verdict,
+        "selection": a.selection,
         "cost_usd": a.usage.cost_usd,
         "input_tokens": a.usage.input_tokens,
         "output_tokens": a.usage.output_tokens,

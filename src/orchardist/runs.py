@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import secrets
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from .errors import PlanError, Problem, UsageError
+from .errors import PlanError, Problem, RunLockedError, UsageError
 from .executors import Executor
 from .executors.local import LocalExecutor
 from .gitrepo import Repo, find_toplevel
 from .hooks import Hooks
 from .merge import Integrator
 from .plan import Plan
-from .records import Event, Run, RunState, TaskRecord, TaskState
+from .procs import kill_by_env
+from .records import AttemptState, Event, Run, RunState, TaskRecord, TaskState
 from .scheduler import Scheduler
 from .store import Store
 
@@ -53,6 +59,113 @@ class Workspace:
             what = "no run" if not matches else "more than one run"
             raise UsageError(f"{what} matches {run_id!r} (recent runs: {known})")
         return matches[0]
+
+
+UNFINISHED = (RunState.RUNNING, RunState.INTERRUPTED, RunState.STOPPED)
+
+
+@contextlib.contextmanager
+def run_lock(ws: Workspace, run_id: str) -> Iterator[None]:
+    """Hold the run's lock: one orchestrator per run. The kernel drops it when we die."""
+    path = ws.state_dir / "locks" / f"{run_id}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise RunLockedError(
+                f"run {run_id} is being driven by another orchardist process (pid {holder})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def unfinished_runs(ws: Workspace, plan: Plan) -> list[Run]:
+    """Runs of this plan file that did not finish, newest first."""
+    return [r for r in ws.store.runs() if r.plan_path == str(plan.path) and r.state in UNFINISHED]
+
+
+def reconcile(ws: Workspace, run: Run, clock: Callable[[], float] = time.time) -> dict[str, Any]:
+    """Make a run's state match the world after a crash; call with the run's lock held.
+
+    Kills processes left by a dead orchestrator, removes its worktrees, marks attempts that
+    were running as interrupted, and trusts the run branch over the store for what is merged:
+    a task whose commit is on the branch is done (never merged twice); a task the store calls
+    done whose commit is not on the branch is run again.
+    """
+    killed = kill_by_env("ORCHARDIST_RUN", run.id, grace_s=1.0)
+    removed = _remove_worktrees(ws, run.id)
+    ref = f"refs/heads/{run.branch}"
+    (ws.repo.common_dir / f"{ref}.lock").unlink(missing_ok=True)
+    tip = ws.repo.try_rev_parse(ref)
+    if tip is None:
+        ws.repo.update_ref(ref, run.base_commit, None)
+        tip = run.base_commit
+    merged = {
+        values["Task"]: (commit, int(values.get("Attempt", "0") or 0))
+        for commit, values in ws.repo.log_trailers(run.base_commit, tip, ["Task", "Attempt", "Run"])
+        if values.get("Run") == run.id and "Task" in values
+    }
+    now = clock()
+    fixed: list[str] = []
+    with ws.store.transaction() as tx:
+        for attempt in ws.store.attempts(run.id):
+            if attempt.state is AttemptState.RUNNING:
+                tx.set_attempt(
+                    run.id,
+                    attempt.task_id,
+                    attempt.n,
+                    state=AttemptState.INTERRUPTED,
+                    ended_at=now,
+                    detail="the orchestrator stopped while it ran",
+                )
+        for task in ws.store.tasks(run.id):
+            on_branch = merged.get(task.task_id)
+            if on_branch is not None and (
+                task.state is not TaskState.DONE or task.commit != on_branch[0]
+            ):
+                tx.set_task(
+                    run.id, task.task_id, state=TaskState.DONE, commit=on_branch[0], reason=""
+                )
+                if on_branch[1]:
+                    with contextlib.suppress(Exception):
+                        tx.set_attempt(
+                            run.id, task.task_id, on_branch[1], state=AttemptState.MERGED
+                        )
+                fixed.append(f"{task.task_id}: done (commit found on the run branch)")
+            elif on_branch is None and task.state is TaskState.DONE and task.commit:
+                tx.set_task(
+                    run.id,
+                    task.task_id,
+                    state=TaskState.READY,
+                    commit=None,
+                    reason="its commit is not on the run branch",
+                )
+                fixed.append(f"{task.task_id}: re-run (commit not on the run branch)")
+            elif task.state in (TaskState.RUNNING, TaskState.VERIFYING):
+                tx.set_task(run.id, task.task_id, state=TaskState.READY, reason="interrupted")
+        summary = {"killed": killed, "worktrees_removed": removed, "fixed": fixed}
+        tx.emit(Event(run.id, "run", now, data={"state": "resumed", **summary}))
+    return summary
+
+
+def _remove_worktrees(ws: Workspace, run_id: str) -> int:
+    root = ws.state_dir / "worktrees" / run_id
+    removed = 0
+    for path in ws.repo.worktrees():
+        if path.resolve().is_relative_to(root.resolve()):
+            ws.repo.remove_worktree(path)
+            removed += 1
+    if root.exists():
+        removed += sum(1 for _ in root.iterdir())
+        shutil.rmtree(root, ignore_errors=True)
+    ws.repo.run_git("worktree", "prune")
+    return removed
 
 
 def new_run_id(clock: Callable[[], float] = time.time) -> str:
@@ -115,7 +228,9 @@ def execute(
 ) -> RunState:
     """Drive ``run`` to its end with the local executor (unless another is given)."""
     own_executor = executor is None
-    executor = executor or LocalExecutor(ws.repo, ws.state_dir, clock=clock)
+    executor = executor or LocalExecutor(
+        ws.repo, ws.state_dir, clock=clock, store=ws.store, guard_checkout=plan.run.guard_checkout
+    )
     scheduler = Scheduler(
         plan, run, ws.store, executor, Integrator(ws.repo, run.branch), hooks, clock, max_parallel
     )

@@ -327,8 +327,16 @@ class Scheduler:
         )
         with self._tx() as tx:
             tx.add_attempt(record)
-            self._event(tx, "attempt", spec.id, n, state="running", agent=agent,
-                        candidate=candidate, base=self.tip[:12])  # fmt: skip
+            self._event(
+                tx,
+                "attempt",
+                spec.id,
+                n,
+                state="running",
+                agent=agent,
+                candidate=candidate,
+                base=self.tip[:12],
+            )
             if self.tasks[spec.id].state is not TaskState.RUNNING:
                 self._set_state(tx, spec.id, TaskState.RUNNING)
         self.active[job.id] = job
@@ -413,11 +421,21 @@ class Scheduler:
             usage=outcome.usage,
             verdict=outcome.verdict,
         )
-        self._event(tx, "attempt", job.task_id, job.attempt, state=state.value,
-                    candidate=job.candidate, failure=outcome.failure, detail=outcome.detail,
-                    duration_s=duration, changed_lines=outcome.changed_lines,
-                    verdict=outcome.verdict or None, flag=outcome.flag or None,
-                    cost_usd=outcome.usage.cost_usd)  # fmt: skip
+        self._event(
+            tx,
+            "attempt",
+            job.task_id,
+            job.attempt,
+            state=state.value,
+            candidate=job.candidate,
+            failure=outcome.failure,
+            detail=outcome.detail,
+            duration_s=duration,
+            changed_lines=outcome.changed_lines,
+            verdict=outcome.verdict or None,
+            flag=outcome.flag or None,
+            cost_usd=outcome.usage.cost_usd,
+        )
 
     def _feed_policies(self, profile: str, task_id: str, outcome: Outcome) -> None:
         """Breakers count backend failures; a verify failure is the patch's, not the backend's."""
@@ -432,8 +450,15 @@ class Scheduler:
         if failure in (Failure.AGENT_ERROR, Failure.TIMEOUT, Failure.AUTH_ERROR):
             if self.breakers[profile].failed(now):
                 with self._tx() as tx:
-                    self._event(tx, "breaker", task_id, None, state="open", agent=profile,
-                                until=self.breakers[profile].reopens_at())  # fmt: skip
+                    self._event(
+                        tx,
+                        "breaker",
+                        task_id,
+                        None,
+                        state="open",
+                        agent=profile,
+                        until=self.breakers[profile].reopens_at(),
+                    )
         else:
             self.breakers[profile].succeeded()
         if failure is Failure.TIMEOUT and self.plan.agents[profile].fallback is not None:
@@ -447,8 +472,9 @@ class Scheduler:
         elif failure is not Failure.RATE_LIMITED:
             return False
         self.ready.push(_unit(job.task_id, job.candidate))
-        self._event(tx, "attempt", job.task_id, job.attempt, state="requeued",
-                    failure=failure.value)  # fmt: skip
+        self._event(
+            tx, "attempt", job.task_id, job.attempt, state="requeued", failure=failure.value
+        )
         return True
 
     def _decide(
@@ -478,8 +504,15 @@ class Scheduler:
             tx.set_attempt(self.run_id, task_id, outcome.job.attempt, selection=selection)
         self._cancel_round(task_id, round_)
         if winner is not None:
-            self._event(tx, "round", task_id, winner.job.attempt, state="won",
-                        candidate=winner.job.candidate, reason=why)  # fmt: skip
+            self._event(
+                tx,
+                "round",
+                task_id,
+                winner.job.attempt,
+                state="won",
+                candidate=winner.job.candidate,
+                reason=why,
+            )
             self._set_state(tx, task_id, TaskState.MERGING)
             self.summaries[task_id] = winner.summary
             self.merge_queue.append(winner)
@@ -508,8 +541,15 @@ class Scheduler:
         self.feedback[task_id] = _feedback(detail, feedback)
         if failures <= spec.retries:
             delay = self.backoff.delay(failures, self.rng)
-            self._set_state(tx, task_id, TaskState.READY, reason=detail, failures=failures,
-                            retry=failures, retry_in_s=round(delay, 2))  # fmt: skip
+            self._set_state(
+                tx,
+                task_id,
+                TaskState.READY,
+                reason=detail,
+                failures=failures,
+                retry=failures,
+                retry_in_s=round(delay, 2),
+            )
             self._timer(delay, "retry", task_id)
             return
         reason = f"{failure.value if failure else 'failed'}: {detail}"
@@ -541,8 +581,13 @@ class Scheduler:
         """Run again from the new tip: not the agent's failure, but bounded."""
         reruns = self.tasks[task_id].reruns + 1
         if reruns > MAX_RERUNS:
-            self._set_state(tx, task_id, TaskState.FAILED, reruns=reruns,
-                            reason=f"conflict: {reason} (after {MAX_RERUNS} re-runs)")  # fmt: skip
+            self._set_state(
+                tx,
+                task_id,
+                TaskState.FAILED,
+                reruns=reruns,
+                reason=f"conflict: {reason} (after {MAX_RERUNS} re-runs)",
+            )
             self._block_dependents(tx, task_id)
             return
         self._set_state(tx, task_id, TaskState.READY, reason=reason, reruns=reruns, rerun=reruns)
@@ -566,8 +611,14 @@ class Scheduler:
             prepared = self.integrator.prepare(job.base_commit, outcome.patch_commit, job.message)
             if prepared.commit is None:
                 with self._tx() as tx:
-                    self._event(tx, "merge", job.task_id, job.attempt, state="conflict",
-                                paths=list(prepared.conflicts))  # fmt: skip
+                    self._event(
+                        tx,
+                        "merge",
+                        job.task_id,
+                        job.attempt,
+                        state="conflict",
+                        paths=list(prepared.conflicts),
+                    )
                     self._rerun(tx, job.task_id, "conflict in " + ", ".join(prepared.conflicts))
             elif prepared.needs_verify and job.verify:
                 self._start_merge_verify(outcome, prepared)
@@ -589,8 +640,9 @@ class Scheduler:
         )
         self.merging = _Merge(outcome, prepared, job)
         with self._tx() as tx:
-            self._event(tx, "merge", job.task_id, job.attempt, state="verifying",
-                        tip=prepared.tip[:12])  # fmt: skip
+            self._event(
+                tx, "merge", job.task_id, job.attempt, state="verifying", tip=prepared.tip[:12]
+            )
         self.executor.submit(job, self.inbox.put)
 
     def _merge_verified(self, result: Outcome) -> None:
@@ -601,8 +653,14 @@ class Scheduler:
             self._advance(merge.outcome, merge.prepared)
         else:
             with self._tx() as tx:
-                self._event(tx, "merge", task_id, merge.outcome.job.attempt,
-                            state=result.state.value, detail=result.detail)  # fmt: skip
+                self._event(
+                    tx,
+                    "merge",
+                    task_id,
+                    merge.outcome.job.attempt,
+                    state=result.state.value,
+                    detail=result.detail,
+                )
                 if self.stopping is not None:
                     self._set_state(tx, task_id, TaskState.READY, reason="interrupted")
                 else:
@@ -688,8 +746,15 @@ class Scheduler:
             return
         if reg.bisect is None:
             with self._tx() as tx:
-                self._event(tx, "regression", None, None, state="passed" if passed else "failed",
-                            commit=reg.tip, detail=result.detail)  # fmt: skip
+                self._event(
+                    tx,
+                    "regression",
+                    None,
+                    None,
+                    state="passed" if passed else "failed",
+                    commit=reg.tip,
+                    detail=result.detail,
+                )
             if passed:
                 self.last_green, self.merges_unchecked, self.regression = reg.tip, 0, None
                 self._pump_merges()
@@ -724,9 +789,16 @@ class Scheduler:
         self.tip = parent
         affected = set(self.graph.descendants(culprit_task))
         with self._tx() as tx:
-            self._event(tx, "regression", culprit_task, None, state="culprit", commit=culprit,
-                        probes=len(reg.bisect.probes) if reg.bisect else 0,
-                        reason=f"first failing merge: {culprit[:12]}")  # fmt: skip
+            self._event(
+                tx,
+                "regression",
+                culprit_task,
+                None,
+                state="culprit",
+                commit=culprit,
+                probes=len(reg.bisect.probes) if reg.bisect else 0,
+                reason=f"first failing merge: {culprit[:12]}",
+            )
             replay = sorted(by_commit.items(), key=lambda item: order[item[0]])
             for commit, task_id in replay:
                 self._undo_done(tx, task_id)
@@ -801,8 +873,16 @@ class Scheduler:
                 state = RunState.DONE if done else RunState.FAILED
                 reason = "" if done else self._summary()
             tx.set_run(self.run_id, state=state, finished_at=self.clock(), reason=reason)
-            self._event(tx, "run", None, None, state=state.value, reason=reason, tip=self.tip,
-                        cost_usd=round(sum(self.cost.values()), 6) or None)  # fmt: skip
+            self._event(
+                tx,
+                "run",
+                None,
+                None,
+                state=state.value,
+                reason=reason,
+                tip=self.tip,
+                cost_usd=round(sum(self.cost.values()), 6) or None,
+            )
         return state
 
     def _summary(self) -> str:

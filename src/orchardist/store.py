@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import StoreError
+from .oracle import CommandOutcome, TestReport
 from .records import (
     AttemptRecord,
     AttemptState,
@@ -90,6 +91,15 @@ create table if not exists events (
     data text not null default '{}'
 );
 create index if not exists events_run on events(run_id, seq);
+create table if not exists baselines (
+    key text primary key,
+    commit_sha text not null,
+    command text not null,
+    exit_code integer not null,
+    timed_out integer not null,
+    report text,
+    created_at real not null
+);
 """
 
 _USAGE_FIELDS = [f.name for f in fields(Usage)]
@@ -160,6 +170,27 @@ class Transaction:
         if isinstance(usage, Usage):
             changes.update({k: getattr(usage, k) for k in _USAGE_FIELDS})
         self._update("attempts", {"run_id": run_id, "task_id": task_id, "n": n}, changes)
+
+    def put_baseline(self, key: str, commit: str, outcome: CommandOutcome, now: float) -> None:
+        """Cache a command's outcome on a base commit."""
+        report = None
+        if outcome.report is not None:
+            r = outcome.report
+            report = json.dumps(
+                {
+                    "passed": sorted(r.passed),
+                    "failed": sorted(r.failed),
+                    "skipped": sorted(r.skipped),
+                }
+            )
+        self._conn.execute(
+            "insert or replace into baselines values (?,?,?,?,?,?,?)",
+            (key, commit, outcome.command, outcome.exit_code, int(outcome.timed_out), report, now),
+        )
+
+    def execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        """Run one statement for many rows (maintenance only)."""
+        self._conn.executemany(sql, rows)
 
     def emit(self, event: Event) -> None:
         """Append an event to the log."""
@@ -278,6 +309,34 @@ class Store:
             sql += " and task_id = ?"
             args.append(task_id)
         return [_attempt(r) for r in self._rows(sql + " order by started_at, n", args)]
+
+    def baseline(self, key: str) -> CommandOutcome | None:
+        """A cached baseline outcome, or None."""
+        rows = self._rows("select * from baselines where key = ?", (key,))
+        if not rows:
+            return None
+        r = rows[0]
+        report = None
+        if r["report"]:
+            data = json.loads(r["report"])
+            report = TestReport(
+                frozenset(data["passed"]), frozenset(data["failed"]), frozenset(data["skipped"])
+            )
+        return CommandOutcome(r["command"], r["exit_code"], bool(r["timed_out"]), report)
+
+    def old_baselines(self, before: float) -> list[str]:
+        """Keys of baselines cached before ``before``."""
+        rows = self._rows("select key from baselines where created_at < ?", (before,))
+        return [r["key"] for r in rows]
+
+    def forget_baselines(self, keys: list[str]) -> None:
+        """Drop cached baselines."""
+        with self.transaction() as tx:
+            tx.execute_many("delete from baselines where key = ?", [(k,) for k in keys])
+
+    def baseline_count(self) -> int:
+        """How many baselines are cached (each one is one real run)."""
+        return int(self._rows("select count(*) as n from baselines")[0]["n"])
 
     def events(self, run_id: str, after: int = 0) -> list[Event]:
         """A run's events with ``seq > after``, in order."""

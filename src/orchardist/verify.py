@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Protocol
 
+from .oracle import (
+    CommandOutcome,
+    TestReport,
+    judge,
+    judge_check,
+    looks_like_pytest,
+    parse_junit,
+    pytest_env,
+)
 from .procs import CancelToken, run_process
 
 FEEDBACK_BYTES = 4000
@@ -67,6 +78,45 @@ class VerifyResult:
         return f"verify command failed ({bad.exit_code}): {bad.command}"
 
 
+def run_one(
+    command: str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    log: Path,
+    deadline: float | None,
+    cancel: CancelToken | None = None,
+    marker: str | None = None,
+    junit: Path | None = None,
+) -> tuple[CommandResult, TestReport | None, str]:
+    """Run one command with ``/bin/sh -c``; with ``junit``, pytest runs report per test.
+
+    Returns the result, the per-test report (None when not pytest or unreadable) and the
+    tail of what the command printed.
+    """
+    with log.open("ab") as fh:
+        fh.write(f"$ {command}\n".encode())
+    offset = log.stat().st_size
+    if junit is not None and looks_like_pytest(command):
+        junit.unlink(missing_ok=True)
+        env = {**env, **pytest_env(junit, env)}
+    else:
+        junit = None
+    left = None if deadline is None else max(0.01, deadline - time.monotonic())
+    proc = run_process(
+        ["/bin/sh", "-c", command],
+        cwd=cwd,
+        env=env,
+        log=log,
+        timeout_s=left,
+        cancel=cancel,
+        marker=marker,
+    )
+    result = CommandResult(command, proc.exit_code, proc.duration_s, proc.timed_out, proc.cancelled)
+    report = parse_junit(junit) if junit is not None else None
+    return result, report, tail_of(log, offset)
+
+
 def run_commands(
     commands: Sequence[str],
     *,
@@ -83,26 +133,137 @@ def run_commands(
     """
     results: list[CommandResult] = []
     for command in commands:
-        with log.open("ab") as fh:
-            fh.write(f"$ {command}\n".encode())
-        offset = log.stat().st_size
-        left = None if deadline is None else max(0.01, deadline - time.monotonic())
-        proc = run_process(
-            ["/bin/sh", "-c", command],
-            cwd=cwd,
-            env=env,
-            log=log,
-            timeout_s=left,
-            cancel=cancel,
-            marker=marker,
-        )
-        result = CommandResult(
-            command, proc.exit_code, proc.duration_s, proc.timed_out, proc.cancelled
+        result, _, tail = run_one(
+            command, cwd=cwd, env=env, log=log, deadline=deadline, cancel=cancel, marker=marker
         )
         results.append(result)
         if not result.passed:
-            return VerifyResult(tuple(results), tail_of(log, offset))
+            return VerifyResult(tuple(results), tail)
     return VerifyResult(tuple(results))
+
+
+class Baselines(Protocol):
+    """Results of a command on a base commit, run once and reused by every candidate."""
+
+    def outcome(
+        self, commit: str, command: str, workdir: str, timeout_s: float, run_id: str = ""
+    ) -> CommandOutcome:
+        """The command's outcome on ``commit`` (run now if not cached)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a tree passed its verification, judged against the base where it can be."""
+
+    passed: bool
+    verdict: str  # verified | unverified | failed | cancelled
+    detail: str
+    feedback: str = ""
+    exit_code: int | None = None
+    timed_out: bool = False
+    flag: str = ""
+
+
+@dataclass
+class Verifier:
+    """Runs a task's commands and its ``check``, comparing failures with the base's results."""
+
+    baselines: Baselines | None = None
+
+    def verify(
+        self,
+        commands: Sequence[str],
+        *,
+        check: str | None,
+        baseline: str | None,
+        workdir: str,
+        cwd: Path,
+        env: Mapping[str, str],
+        log: Path,
+        scratch: Path,
+        deadline: float,
+        timeout_s: float,
+        cancel: CancelToken | None = None,
+        marker: str | None = None,
+    ) -> Verdict:
+        """Every command must pass, or fail only where the base already failed."""
+        if not commands and check is None:
+            return Verdict(True, "unverified", 'verify opted out (verify = "none")')
+        scratch.mkdir(parents=True, exist_ok=True)
+        run = partial(
+            run_one, cwd=cwd, env=env, log=log, deadline=deadline, cancel=cancel, marker=marker
+        )
+        notes: list[str] = []
+        run_id = env.get("ORCHARDIST_RUN", "")  # tags baseline processes for crash cleanup
+        for i, command in enumerate(commands):
+            result, report, tail = run(command, junit=scratch / f"{i}.xml")
+            if result.cancelled:
+                return Verdict(False, "cancelled", "verify cancelled")
+            if result.passed:
+                continue
+            outcome = CommandOutcome(command, result.exit_code, result.timed_out, report)
+            base = None
+            if self.baselines is not None and baseline is not None and not result.timed_out:
+                base = self.baselines.outcome(baseline, command, workdir, timeout_s, run_id)
+            judgement = judge(outcome, base)
+            if judgement.passed:
+                notes.append(f"{command}: {judgement.reason}")
+                continue
+            what = "timed out" if result.timed_out else f"failed ({result.exit_code})"
+            return Verdict(
+                False,
+                "failed",
+                f"verify command {what}: {command}: {judgement.reason}",
+                tail,
+                result.exit_code,
+                result.timed_out,
+            )
+        if check is not None:
+            run = partial(run, junit=scratch / "check.xml")
+            verdict = self._check(check, baseline, workdir, timeout_s, run_id, run)
+            if verdict is not None:
+                return verdict
+        detail = f"{len(commands)} verify command(s) passed" + (" and the check" if check else "")
+        return Verdict(True, "verified", "; ".join([detail, *notes]), exit_code=0)
+
+    def _check(
+        self,
+        check: str,
+        baseline: str | None,
+        workdir: str,
+        timeout_s: float,
+        run_id: str,
+        run: Callable[..., tuple[CommandResult, TestReport | None, str]],
+    ) -> Verdict | None:
+        result, report, tail = run(check)
+        if result.cancelled:
+            return Verdict(False, "cancelled", "verify cancelled")
+        here = CommandOutcome(check, result.exit_code, result.timed_out, report)
+        if self.baselines is None or baseline is None:
+            if result.passed:
+                return None
+            return Verdict(
+                False,
+                "failed",
+                f"check failed ({result.exit_code}): {check}",
+                tail,
+                result.exit_code,
+                result.timed_out,
+            )
+        on_base = self.baselines.outcome(baseline, check, workdir, timeout_s, run_id)
+        judgement = judge_check(on_base, here)
+        if judgement.passed:
+            return None
+        return Verdict(
+            False,
+            "failed",
+            f"check: {judgement.reason}",
+            tail,
+            result.exit_code,
+            result.timed_out,
+            judgement.flag or "",
+        )
 
 
 def tail_of(log: Path, offset: int = 0) -> str:

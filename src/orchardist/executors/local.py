@@ -5,16 +5,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..agents import Agent, AgentContext, agent_class, make_agent, scrubbed_env
-from ..errors import OrchardistError
+from ..discover import auto_commands, discover_tests
+from ..errors import GitError, OrchardistError
 from ..gitrepo import Repo
+from ..oracle import CommandOutcome, baseline_key
 from ..plan import AgentProfile
 from ..procs import CancelToken
 from ..records import AttemptState, Failure, Usage
-from ..verify import run_commands, tail_of
+from ..store import Store
+from ..verify import Verifier, run_one, tail_of
 from . import Job, Notify, Outcome, Phase
 
 MAX_ENV_PROMPT_BYTES = 64 * 1024  # larger prompts are only in the prompt file (exec limits)
@@ -29,6 +33,8 @@ class LocalExecutor:
         state_dir: Path,
         clock: Callable[[], float] = time.time,
         environ: Mapping[str, str] | None = None,
+        store: Store | None = None,
+        guard_checkout: bool = True,
     ) -> None:
         self.repo = repo
         self.worktree_root = Path(state_dir) / "worktrees"
@@ -39,6 +45,11 @@ class LocalExecutor:
         self._cancels: dict[str, CancelToken] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._agents: dict[str, Agent] = {}
+        baselines = None if store is None else LocalBaselines(self, store)
+        self.verifier = Verifier(baselines)
+        self.store = store
+        self._guard = guard_checkout
+        self._checkout = self._fingerprint() if guard_checkout else ""
 
     def submit(self, job: Job, notify: Notify) -> None:
         """Start the job on its own thread."""
@@ -136,24 +147,30 @@ class LocalExecutor:
                         feedback=tail_of(log),
                         retry_after_s=result.retry_after_s,
                     )
-                if not (worktree / ".git").is_file():
-                    return end(
-                        AttemptState.FAILED,
-                        Failure.AGENT_ERROR,
-                        usage=usage,
-                        detail="the agent deleted or damaged its worktree",
-                    )
                 summary = result.detail
-                patch = self.repo.snapshot(worktree, job.base_commit, job.message)
-                self.repo.set_ref(f"refs/orchardist/runs/{job.run_id}/{job.id}", patch)
+                try:
+                    patch = self._take_patch(job, worktree)
+                except _Contained as exc:
+                    return end(
+                        AttemptState.FAILED, Failure.AGENT_ERROR, usage=usage, detail=str(exc)
+                    )
                 changed = self.repo.changed_lines(job.base_commit, patch)
             notify(Phase(job, "verifying"))
-            verdict = run_commands(
-                job.verify,
+            commands, note = self._commands(job, worktree, patch)
+            if note:
+                with log.open("a", encoding="utf-8") as fh:
+                    fh.write(f"orchardist: {note}\n")
+            verdict = self.verifier.verify(
+                commands,
+                check=job.check,
+                baseline=job.baseline,
+                workdir=job.workdir,
                 cwd=cwd,
-                env={**env, "ORCHARDIST_PHASE": "verify"},
+                env={**self._verify_env(job, worktree), "ORCHARDIST_PHASE": "verify"},
                 log=log,
+                scratch=self.log_root / job.run_id / f"{job.id}.junit",
                 deadline=deadline,
+                timeout_s=job.timeout_s,
                 cancel=token,
                 marker=job.marker,
             )
@@ -163,22 +180,73 @@ class LocalExecutor:
                 "usage": usage,
                 "summary": summary,
             }
-            if verdict.cancelled or token.cancelled:
+            if verdict.verdict == "cancelled" or token.cancelled:
                 return end(AttemptState.CANCELLED, detail=token.reason or "cancelled", **common)
             if not verdict.passed:
                 failure = Failure.TIMEOUT if verdict.timed_out else Failure.VERIFY_FAILED
-                bad = verdict.failed
                 return end(
                     AttemptState.FAILED,
                     failure,
-                    detail=verdict.describe(),
-                    exit_code=bad.exit_code if bad else None,
+                    detail=verdict.detail,
+                    exit_code=verdict.exit_code,
                     feedback=verdict.feedback,
+                    verdict=verdict.verdict,
+                    flag=verdict.flag,
                     **common,
                 )
-            return end(AttemptState.PASSED, detail=verdict.describe(), exit_code=0, **common)
+            return end(
+                AttemptState.PASSED,
+                detail=verdict.detail,
+                exit_code=0,
+                verdict=verdict.verdict,
+                **common,
+            )
         finally:
             self.repo.remove_worktree(worktree)
+
+    def _take_patch(self, job: Job, worktree: Path) -> str:
+        """Snapshot the agent's work, refusing what it must not do or produce."""
+        if not (worktree / ".git").is_file():
+            raise _Contained("the agent deleted or damaged its worktree")
+        if self._guard:
+            with self._lock:
+                now, before = self._fingerprint(), self._checkout
+                self._checkout = now
+            if now != before:
+                raise _Contained(
+                    "the user's checkout changed while the agent ran (it wrote outside its "
+                    "worktree?); set guard_checkout = false in [run] if you edit it during runs"
+                )
+        try:
+            patch = self.repo.snapshot(worktree, job.base_commit, job.message)
+        except GitError as exc:
+            raise _Contained(f"the agent left a worktree git cannot read: {exc}") from exc
+        problems = self.repo.patch_problems(job.base_commit, patch, job.max_patch_bytes)
+        if problems:
+            raise _Contained("patch refused: " + "; ".join(problems))
+        self.repo.set_ref(f"refs/orchardist/runs/{job.run_id}/{job.id}", patch)
+        return patch
+
+    def _fingerprint(self) -> str:
+        ignore = ["refs/heads/orchardist/"]
+        if self.store is not None:
+            ignore += [f"refs/heads/{r.branch} " for r in self.store.runs()]
+        return self.repo.checkout_fingerprint(ignore)
+
+    def _commands(self, job: Job, worktree: Path, patch: str) -> tuple[tuple[str, ...], str]:
+        """The verify commands; with ``auto_verify``, tests found for the changed files."""
+        if not job.auto_verify:
+            return job.verify, ""
+        prefix = "" if job.workdir in ("", ".") else job.workdir.rstrip("/") + "/"
+        changed = self.repo.changed_files(job.base_commit, patch)
+        tests = [
+            t[len(prefix) :] for t in discover_tests(changed, worktree) if t.startswith(prefix)
+        ]
+        return auto_commands(tests, job.verify)
+
+    def _verify_env(self, job: Job, worktree: Path) -> dict[str, str]:
+        """Verify commands run the agent's code: they get no agent credentials at all."""
+        return self._env(replace(job, profile=None), worktree)
 
     def _agent(self, profile: AgentProfile) -> Agent:
         with self._lock:
@@ -245,3 +313,58 @@ class LocalExecutor:
 def _clip(text: str, limit: int) -> str:
     data = text.encode("utf-8")
     return text if len(data) <= limit else data[:limit].decode("utf-8", errors="ignore")
+
+
+class _Contained(Exception):
+    """The agent did something an attempt may not do; the attempt fails with this reason."""
+
+
+class LocalBaselines:
+    """Runs a command once per (base commit, workdir, command), in its own worktree, and keeps
+    the outcome in the store for every later candidate and task on the same base."""
+
+    def __init__(self, executor: LocalExecutor, store: Store) -> None:
+        self.executor = executor
+        self.store = store
+        self._lock = threading.Lock()
+        self._key_locks: dict[str, threading.Lock] = {}
+
+    def outcome(
+        self, commit: str, command: str, workdir: str, timeout_s: float, run_id: str = ""
+    ) -> CommandOutcome:
+        """The cached outcome, or run it now (concurrent callers for one key wait for one run)."""
+        key = baseline_key(commit, f"[{workdir}] {command}")
+        with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            cached = self.store.baseline(key)
+            if cached is not None:
+                return cached
+            outcome = self._run(key, commit, command, workdir, timeout_s, run_id)
+            with self.store.transaction() as tx:
+                tx.put_baseline(key, commit, outcome, self.executor.clock())
+            return outcome
+
+    def _run(
+        self, key: str, commit: str, command: str, workdir: str, timeout_s: float, run_id: str
+    ) -> CommandOutcome:
+        ex = self.executor
+        name = f"baseline-{key[:16]}"
+        worktree = ex.worktree_root / "baselines" / name
+        log = ex.log_root / "baselines" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        ex.repo.add_worktree(worktree, commit)
+        try:
+            env = scrubbed_env((), ex.environ)
+            env.update(ORCHARDIST_PHASE="baseline", ORCHARDIST_RUN=run_id)
+            result, report, _ = run_one(
+                command,
+                cwd=worktree / workdir,
+                env=env,
+                log=log,
+                deadline=time.monotonic() + timeout_s,
+                junit=log.with_suffix(".xml"),
+            )
+        finally:
+            ex.repo.remove_worktree(worktree)
+        return CommandOutcome(command, result.exit_code, result.timed_out, report)

@@ -1,0 +1,78 @@
+"""Cleaning up after finished runs: logs, leftover worktrees, attempt refs, old baselines."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from .records import RunState
+from .runs import Workspace
+
+FINISHED = (RunState.DONE, RunState.FAILED)
+
+
+def disk_bytes(path: Path) -> int:
+    """Bytes used by the files under ``path`` (0 if it does not exist)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def run_disk_bytes(ws: Workspace, run_id: str) -> int:
+    """Disk used by a run's logs and worktrees."""
+    return sum(disk_bytes(ws.state_dir / kind / run_id) for kind in ("logs", "worktrees"))
+
+
+def collect(
+    ws: Workspace,
+    older_than_s: float,
+    branches: bool = False,
+    dry_run: bool = False,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """Remove what finished runs older than ``older_than_s`` left; the store keeps their history."""
+    now = time.time() if now is None else now
+    report: dict[str, Any] = {"runs": [], "bytes": 0, "refs": 0, "branches": 0, "baselines": 0}
+    for run in ws.store.runs():
+        ended = run.finished_at or run.created_at
+        if run.state not in FINISHED or now - ended < older_than_s:
+            continue
+        report["runs"].append(run.id)
+        report["bytes"] += run_disk_bytes(ws, run.id)
+        refs = ws.repo.git("for-each-ref", "--format=%(refname)", f"refs/orchardist/runs/{run.id}/")
+        names = [r for r in refs.splitlines() if r]
+        report["refs"] += len(names)
+        has_branch = ws.repo.try_rev_parse(f"refs/heads/{run.branch}") is not None
+        report["branches"] += int(branches and has_branch)
+        if dry_run:
+            continue
+        for kind in ("logs", "worktrees"):
+            shutil.rmtree(ws.state_dir / kind / run.id, ignore_errors=True)
+        for name in names:
+            ws.repo.delete_ref(name)
+        if branches and has_branch:
+            ws.repo.delete_ref(f"refs/heads/{run.branch}")
+    report["baselines"] = _old_baselines(ws, now - older_than_s, dry_run)
+    if not dry_run:
+        ws.repo.run_git("worktree", "prune")
+    return report
+
+
+def _old_baselines(ws: Workspace, before: float, dry_run: bool) -> int:
+    rows = ws.store.old_baselines(before)
+    if not dry_run:
+        for key in rows:
+            for suffix in (".log", ".xml"):
+                (ws.state_dir / "logs" / "baselines" / f"baseline-{key[:16]}{suffix}").unlink(
+                    missing_ok=True
+                )
+        ws.store.forget_baselines(rows)
+    return len(rows)
