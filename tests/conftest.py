@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
+import shlex
+import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from orchardist import Workspace, create_run, execute, load_plan, status_document
+from support import Finished, make_repo
 
 
 @pytest.fixture(autouse=True)
@@ -27,37 +31,6 @@ def _isolated_git(
     )
 
 
-def git(repo: Path, *args: str) -> str:
-    """Run git in ``repo`` and return its stripped stdout."""
-    out = subprocess.run(
-        ["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=os.environ
-    )
-    return out.stdout.strip()
-
-
-def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
-    """A git repository at ``path`` with one commit of ``files``."""
-    path.mkdir(parents=True, exist_ok=True)
-    git(path, "init", "-q")
-    for name, text in (files or {"README.md": "hello\n"}).items():
-        target = path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-    git(path, "add", "-A")
-    git(path, "commit", "-qm", "initial")
-    return path
-
-
-def write_plan(repo: Path, text: str, name: str = "plan.toml", commit: bool = False) -> Path:
-    """Write a plan (dedented) into the repository; optionally commit it."""
-    plan = repo / name
-    plan.write_text(textwrap.dedent(text))
-    if commit:
-        git(repo, "add", name)
-        git(repo, "commit", "-qm", f"add {name}")
-    return plan
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Iterator[Path]:
     """A fresh repository with a README and a .gitignore for Python caches."""
@@ -65,3 +38,68 @@ def repo(tmp_path: Path) -> Iterator[Path]:
         tmp_path / "repo",
         {"README.md": "hello\n", ".gitignore": "__pycache__/\n.pytest_cache/\n"},
     )
+
+
+# -- end-to-end runs through the public API --------------------------------------------------
+
+SHELL_PRELUDE = """\
+set -eu
+SYNC={sync}
+PY={python}
+wait_for() {{  # wait_for CMD...: until CMD succeeds; give up after about 10 s
+  i=0
+  until "$@"; do
+    i=$((i + 1))
+    [ "$i" -lt 400 ] || {{ echo "gave up waiting for: $*" >&2; exit 9; }}
+    sleep 0.025
+  done
+}}
+on_branch() {{  # on_branch PATH: the run branch's tip has PATH
+  git cat-file -e "orchardist/$ORCHARDIST_RUN:$1" 2>/dev/null
+}}
+"""
+
+
+@pytest.fixture
+def run_plan() -> Iterator[Callable[..., Finished]]:
+    """Load, create and execute a plan (keyword arguments go to ``execute``)."""
+    opened: list[Workspace] = []
+
+    def run(plan_path: Path, **kwargs: Any) -> Finished:
+        plan = load_plan(plan_path)
+        ws = Workspace.open(plan.repo)
+        opened.append(ws)
+        run = create_run(ws, plan)
+        state = execute(ws, plan, run, **kwargs)
+        return Finished(ws, run, state, status_document(ws.store, ws.resolve_run(run.id)))
+
+    yield run
+    for ws in opened:
+        ws.store.close()
+
+
+@pytest.fixture
+def sync(tmp_path: Path) -> Path:
+    """A folder outside the repository where agents leave evidence and wait for each other."""
+    path = tmp_path / "sync"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def shell_scripts(tmp_path: Path, sync: Path) -> Callable[..., str]:
+    """Write one shell script per task outside the repository; return a profile's ``command``.
+
+    Each script starts with ``set -eu``, ``$SYNC`` (the ``sync`` folder), ``$PY`` (this Python),
+    ``wait_for CMD...`` and ``on_branch PATH``. The returned command runs the task's own script.
+    """
+    folder = tmp_path / "agents"
+    folder.mkdir(exist_ok=True)
+    prelude = SHELL_PRELUDE.format(sync=shlex.quote(str(sync)), python=shlex.quote(sys.executable))
+
+    def write(**bodies: str) -> str:
+        for task, body in bodies.items():
+            (folder / f"{task}.sh").write_text(prelude + textwrap.dedent(body))
+        return f"sh {shlex.quote(str(folder))}/{{task}}.sh"
+
+    return write

@@ -1,0 +1,399 @@
+"""The local executor, end to end: worktrees, patches, environment, logs, timeouts, processes.
+
+Driven through the public API (a plan, ``create_run``, ``execute``) so the scheduler's
+internals may change freely; what is checked here is what an attempt's processes see and leave.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from support import Finished, git, make_repo, toml_str, write_plan
+
+from orchardist import RunState
+from orchardist.procs import CancelToken
+
+RunPlan = Callable[..., Finished]
+Scripts = Callable[..., str]
+PY = shlex.quote(sys.executable)
+DUMP_ENV = f'{PY} -c "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], \'w\'))"'
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+# -- patches -----------------------------------------------------------------------------------
+
+
+def test_the_patch_is_what_the_agent_changed_and_nothing_else(
+    tmp_path: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: a repository with files to delete, rename and edit, and ignore rules
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            "README.md": "hello\n",
+            ".gitignore": "*.log\n__pycache__/\n.pytest_cache/\n",
+            "old.txt": "to be deleted\n",
+            "move_me.txt": "to be renamed\n",
+            "edit.txt": "edit\n",
+        },
+    )
+    command = shell_scripts(
+        change="""\
+        mkdir -p new/deeper/dir
+        printf 'nested\\n' > new/deeper/dir/file.txt
+        rm old.txt
+        mv move_me.txt moved.txt
+        printf 'edited\\n' >> edit.txt
+        "$PY" -c "open('blob.bin', 'wb').write(bytes(range(256)) + b'\\0\\r\\n')"
+        echo noise > build.log
+        mkdir -p __pycache__ && echo cache > __pycache__/mod.pyc
+        """
+    )
+    # verify writes a report, a cache and an ignored file: none of it may reach the commit
+    verify = "echo ok > report.txt && mkdir -p reports/junit && touch reports/junit/x.xml"
+    plan = write_plan(
+        repo,
+        f"""
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "change"
+        verify = {toml_str(verify + " && mkdir -p .pytest_cache && touch .pytest_cache/v")}
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    assert run.tree() == {
+        "README.md",
+        ".gitignore",
+        "new/deeper/dir/file.txt",
+        "moved.txt",
+        "edit.txt",
+        "blob.bin",
+    }
+    assert run.read("edit.txt") == "edit\nedited"
+    assert run.read("moved.txt") == "to be renamed"
+    blob = subprocess.run(
+        ["git", "cat-file", "blob", f"{run.branch}:blob.bin"],
+        cwd=repo,
+        capture_output=True,
+        check=True,
+    ).stdout
+    assert blob == bytes(range(256)) + b"\0\r\n"
+    changed = git(repo, "diff", "--name-status", "--no-renames", run.run.base_commit, run.branch)
+    assert sorted(changed.splitlines()) == sorted(
+        [
+            "A\tblob.bin",
+            "M\tedit.txt",
+            "D\tmove_me.txt",
+            "A\tmoved.txt",
+            "A\tnew/deeper/dir/file.txt",
+            "D\told.txt",
+        ]
+    )
+    assert not (repo / "report.txt").exists()
+    assert len(run.commits()) == 1
+
+
+# -- the agent's world -------------------------------------------------------------------------
+
+
+def test_the_agent_gets_a_scrubbed_environment_with_the_orchardist_variables(
+    repo: Path,
+    sync: Path,
+    shell_scripts: Scripts,
+    run_plan: RunPlan,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given: secrets in the caller's environment; one profile allows MY_TOKEN through
+    monkeypatch.setenv("SECRET_TOKEN", "do-not-leak")
+    monkeypatch.setenv("MY_TOKEN", "allowed")
+    body = f'{DUMP_ENV} "$SYNC/env-$ORCHARDIST_TASK.json"\npwd -P > "$SYNC/cwd-$ORCHARDIST_TASK"\n'
+    command = shell_scripts(plain=body, trusted=body)
+    verify = f'{DUMP_ENV} "{sync}/verify-env-$ORCHARDIST_TASK.json"'
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        verify = {toml_str(verify)}
+
+        [agents.plain]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [agents.trusted]
+        kind = "shell"
+        command = {toml_str(command)}
+        env = ["MY_TOKEN"]
+
+        [[task]]
+        id = "plain"
+        agent = "plain"
+        prompt = "Do the plain thing."
+
+        [[task]]
+        id = "trusted"
+        agent = "trusted"
+        prompt = "Do the trusted thing."
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    for task_id in ("plain", "trusted"):
+        env = json.loads((sync / f"env-{task_id}.json").read_text())
+        assert "SECRET_TOKEN" not in env
+        assert "GIT_CONFIG_NOSYSTEM" not in env  # set by the test harness, not allowlisted
+        assert env["HOME"] == os.environ["HOME"]
+        assert env["PATH"] == os.environ["PATH"]
+        assert env["ORCHARDIST_TASK"] == task_id
+        assert env["ORCHARDIST_ATTEMPT"] == "1"
+        assert env["ORCHARDIST_CANDIDATE"] == "0"
+        assert env["ORCHARDIST_RUN"] == run.run.id
+        assert env["ORCHARDIST_PROMPT"].strip() == f"Do the {task_id} thing."
+        assert Path(env["ORCHARDIST_PROMPT_FILE"]).read_text() == env["ORCHARDIST_PROMPT"]
+        assert "ORCHARDIST_OUTPUT" in env
+        worktree = Path(env["ORCHARDIST_WORKTREE"])
+        assert (sync / f"cwd-{task_id}").read_text().strip() == str(worktree.resolve())
+        assert worktree.resolve() != repo.resolve()
+        verify_env = json.loads((sync / f"verify-env-{task_id}.json").read_text())
+        assert "SECRET_TOKEN" not in verify_env
+        assert verify_env["ORCHARDIST_TASK"] == task_id
+    plain = json.loads((sync / "env-plain.json").read_text())
+    trusted = json.loads((sync / "env-trusted.json").read_text())
+    assert "MY_TOKEN" not in plain
+    assert trusted["MY_TOKEN"] == "allowed"
+
+
+def test_the_agent_runs_detached_at_the_tip_with_stdin_closed_in_its_own_session(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    command = shell_scripts(
+        look="""\
+        echo "$ORCHARDIST_WORKTREE" > "$SYNC/worktree"
+        git rev-parse HEAD > "$SYNC/head"
+        if git symbolic-ref -q HEAD; then echo attached > "$SYNC/attached"; fi
+        cat > "$SYNC/stdin"
+        "$PY" -c "import os; print(os.getsid(0))" > "$SYNC/sid"
+        echo to-stdout
+        echo to-stderr >&2
+        """
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+        timeout = "20s"
+
+        [[task]]
+        id = "look"
+        verify = "echo from-verify"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    assert (sync / "head").read_text().strip() == run.run.base_commit
+    assert not (sync / "attached").exists()
+    assert (sync / "stdin").read_text() == ""
+    assert int((sync / "sid").read_text()) != os.getsid(0)
+    worktree = Path((sync / "worktree").read_text().strip())
+    assert not worktree.exists()
+    assert len(git(repo, "worktree", "list").splitlines()) == 1
+    log = Path(run.task("look")["attempts"][0]["log"]).read_text()
+    assert "to-stdout" in log
+    assert "to-stderr" in log
+    assert "from-verify" in log
+
+
+def test_commands_run_in_the_plans_folder_inside_the_worktree(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: a plan that lives in a subfolder of the repository
+    (repo / "proj").mkdir()
+    (repo / "proj" / "keep.txt").write_text("kept\n")
+    git(repo, "add", "proj")
+    git(repo, "commit", "-qm", "proj")
+    command = shell_scripts(here="test -f keep.txt\necho made > made.txt\n")
+    plan = write_plan(
+        repo,
+        f"""
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "here"
+        verify = "test -f made.txt && test -f keep.txt"
+        """,
+        name="proj/plan.toml",
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    assert "proj/made.txt" in run.tree()
+
+
+def test_an_agent_that_wrecks_its_worktree_fails_and_is_cleaned_up(
+    repo: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    command = shell_scripts(wreck="rm -rf .git\necho orphan > orphan.txt\n")
+    plan = write_plan(
+        repo,
+        f"""
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "wreck"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.states() == {"wreck": "failed"}
+    assert run.task("wreck")["attempts"][0]["failure"] == "agent_error"
+    assert run.commits() == []
+    assert len(git(repo, "worktree", "list").splitlines()) == 1
+
+
+# -- timeouts and processes --------------------------------------------------------------------
+
+
+def test_timeouts_end_agents_and_verify_commands_early(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    # Given: an agent that hangs ignoring SIGTERM (profile timeout), one that sleeps past its
+    # task's timeout, and a verify command that sleeps past it
+    plan = write_plan(
+        repo,
+        """
+        [run]
+        max_parallel = 3
+
+        [agents.hanger]
+        kind = "scripted"
+        timeout = "1s"
+        script = { "*" = { hang = true } }
+
+        [agents.fake]
+        kind = "scripted"
+        [agents.fake.script]
+        sleepy = { sleep = 60 }
+        slow_verify = { write = { "x.txt" = "x\\n" } }
+
+        [[task]]
+        id = "hang"
+        agent = "hanger"
+
+        [[task]]
+        id = "sleepy"
+        agent = "fake"
+        timeout = "1s"
+
+        [[task]]
+        id = "slow_verify"
+        agent = "fake"
+        timeout = "1s"
+        verify = "sleep 60"
+        """,
+    )
+    started = time.monotonic()
+
+    run = run_plan(plan)
+
+    elapsed = time.monotonic() - started
+    assert run.states() == {"hang": "failed", "sleepy": "failed", "slow_verify": "failed"}
+    for task_id in ("hang", "sleepy", "slow_verify"):
+        [attempt] = run.task(task_id)["attempts"]
+        assert attempt["failure"] == "timeout", (task_id, attempt)
+        assert attempt["duration_s"] < 15
+    assert elapsed < 20
+
+
+def test_processes_an_agent_leaves_behind_are_ended(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: an agent that starts a background child and a setsid daemon ignoring SIGTERM,
+    # then exits 0; and one that starts a background child, then hangs past its timeout
+    child = """\
+    sleep 60 &
+    echo $! > "$SYNC/child-$ORCHARDIST_TASK"
+    """
+    daemon = """\
+    setsid sh -c 'trap "" TERM; echo $$ > "$1"; exec sleep 60' sh "$SYNC/daemon-$ORCHARDIST_TASK" &
+    wait_for test -s "$SYNC/daemon-$ORCHARDIST_TASK"
+    """
+    command = shell_scripts(exits=child + daemon, hangs=child + "    sleep 60\n")
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        max_parallel = 2
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "exits"
+
+        [[task]]
+        id = "hangs"
+        timeout = "1s"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.states() == {"exits": "done", "hangs": "failed"}
+    for name in ("child-exits", "daemon-exits", "child-hangs"):
+        pid = int((sync / name).read_text())
+        assert not alive(pid), f"{name} (pid {pid}) outlived its attempt"
+
+
+# -- regressions -------------------------------------------------------------------------------
+
+
+def test_closing_a_cancel_token_twice_never_closes_a_reused_descriptor() -> None:
+    # A job thread closes its token and the garbage collector closes it again; by then the fd
+    # numbers may belong to a git subprocess's pipes on another thread ("Bad file descriptor").
+    token = CancelToken()
+    token.close()
+    read_fd, write_fd = os.pipe()  # the lowest free numbers: very likely the token's old ones
+    try:
+        token.close()
+        del token
+        gc.collect()
+        os.fstat(read_fd)
+        os.fstat(write_fd)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)

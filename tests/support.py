@@ -1,0 +1,98 @@
+"""Helpers for tests: git in a repository, repositories with files, plans on disk.
+
+Importable from every test module (``pythonpath = ["tests"]`` in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchardist import RunState, Workspace
+from orchardist.records import Event, Run
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in ``repo`` and return its stripped stdout."""
+    out = subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=os.environ
+    )
+    return out.stdout.strip()
+
+
+def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
+    """A git repository at ``path`` with one commit of ``files``."""
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q")
+    for name, text in (files or {"README.md": "hello\n"}).items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    git(path, "add", "-A")
+    git(path, "commit", "-qm", "initial")
+    return path
+
+
+def write_plan(repo: Path, text: str, name: str = "plan.toml", commit: bool = False) -> Path:
+    """Write a plan (dedented) into the repository; optionally commit it."""
+    plan = repo / name
+    plan.write_text(textwrap.dedent(text))
+    if commit:
+        git(repo, "add", name)
+        git(repo, "commit", "-qm", f"add {name}")
+    return plan
+
+
+@dataclass
+class Finished:
+    """A run driven to its end through the public API, and what it left behind."""
+
+    ws: Workspace
+    run: Run
+    state: RunState
+    doc: dict[str, Any]
+
+    @property
+    def root(self) -> Path:
+        return self.ws.repo.root
+
+    @property
+    def branch(self) -> str:
+        return self.run.branch
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        """The task's entry in the status document."""
+        return next(t for t in self.doc["tasks"] if t["id"] == task_id)
+
+    def states(self) -> dict[str, str]:
+        return {t["id"]: t["state"] for t in self.doc["tasks"]}
+
+    def events(self, kind: str | None = None, task: str | None = None) -> list[Event]:
+        return [
+            e
+            for e in self.ws.store.events(self.run.id)
+            if (kind is None or e.kind == kind) and (task is None or e.task_id == task)
+        ]
+
+    def commits(self) -> list[str]:
+        """The run branch's commits since the base, oldest first."""
+        out = git(self.root, "rev-list", "--reverse", f"{self.run.base_commit}..{self.branch}")
+        return out.split()
+
+    def tree(self) -> set[str]:
+        """Every path in the run branch's final tree."""
+        return set(git(self.root, "ls-tree", "-r", "--name-only", self.branch).splitlines())
+
+    def read(self, path: str) -> str:
+        """A file of the run branch's final tree."""
+        return git(self.root, "show", f"{self.branch}:{path}")
+
+
+def toml_str(value: object) -> str:
+    """``value`` as a TOML basic string (JSON's escapes are valid TOML)."""
+    return json.dumps(str(value))

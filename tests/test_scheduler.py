@@ -1,0 +1,565 @@
+"""Scheduling end to end, through the public API, with real repositories and agent processes.
+
+Agents are the in-package scripted fake or per-task shell scripts. Where two attempts must
+overlap, the agents wait for each other through files outside the worktree, or for a file to
+reach the run branch; the tests themselves never sleep.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from support import Finished, git, make_repo, toml_str, write_plan
+
+from orchardist import RunState, Workspace
+from orchardist.cli import main
+
+RunPlan = Callable[..., Finished]
+Scripts = Callable[..., str]
+
+
+def trailers(repo: Path, commit: str) -> dict[str, str]:
+    out = git(repo, "log", "-1", "--format=%(trailers:only,unfold)", commit)
+    return dict(line.split(": ", 1) for line in out.splitlines() if line)
+
+
+def spans(sync: Path) -> dict[str, tuple[float, float]]:
+    """``task -> (start, end)`` as the agents wrote them with ``record_span``."""
+    found = {}
+    for path in sync.glob("span-*"):
+        start, end = map(float, path.read_text().split())
+        found[path.name.removeprefix("span-")] = (start, end)
+    return found
+
+
+def max_overlap(intervals: list[tuple[float, float]]) -> int:
+    """The largest number of intervals open at one instant."""
+    points = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    best = now = 0
+    for _, step in points:  # at equal times an end (-1) sorts before a start (+1)
+        now += step
+        best = max(best, now)
+    return best
+
+
+SPAN = """\
+start=$(date +%s.%N)
+sleep 0.3
+echo "$start $(date +%s.%N)" > "$SYNC/span-$ORCHARDIST_TASK"
+echo "$ORCHARDIST_TASK" > "$ORCHARDIST_TASK.txt"
+"""
+
+
+# -- dependencies ----------------------------------------------------------------------------
+
+
+def test_a_task_starts_from_the_tip_with_its_dependencies_and_without_work_in_flight(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: "child" needs "base"'s file, while the unrelated "slow" is still at work:
+    # slow writes its file only after child's agent has looked around.
+    command = shell_scripts(
+        child="""\
+        ls -A > "$SYNC/child-saw.txt"
+        test -f base.txt
+        test ! -f slow.txt
+        echo child > child.txt
+        touch "$SYNC/child-done"
+        """,
+        slow="""\
+        wait_for test -e "$SYNC/child-done"
+        echo slow > slow.txt
+        """,
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        max_parallel = 3
+
+        [agents.fake]
+        kind = "scripted"
+        script = {{ base = {{ write = {{ "base.txt" = "base\\n" }} }} }}
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "slow"
+        agent = "sh"
+
+        [[task]]
+        id = "base"
+        agent = "fake"
+
+        [[task]]
+        id = "child"
+        agent = "sh"
+        depends_on = ["base"]
+        verify = "test -f base.txt && test -f child.txt"
+        """,
+    )
+
+    # When
+    run = run_plan(plan)
+
+    # Then: child saw base's merged file and nothing of slow's
+    assert run.state is RunState.DONE, run.doc
+    saw = (sync / "child-saw.txt").read_text().split()
+    assert "base.txt" in saw
+    assert "slow.txt" not in saw
+    assert run.task("child")["attempts"][0]["base"] == run.task("base")["commit"]
+    assert run.task("slow")["attempts"][0]["base"] == run.run.base_commit
+    assert {"base.txt", "child.txt", "slow.txt"} <= run.tree()
+
+
+def test_every_done_task_is_one_commit_titled_and_trailered(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    plan = write_plan(
+        repo,
+        """
+        [agents.fake]
+        kind = "scripted"
+        [agents.fake.script]
+        a = { write = { "a.txt" = "a\\n" } }
+        b = { write = { "b.txt" = "b\\n" } }
+        c = { write = { "c/deep/c.txt" = "c\\n" } }
+
+        [[task]]
+        id = "a"
+        title = "Add the letter A"
+
+        [[task]]
+        id = "b"
+        title = "Add B, after A"
+        depends_on = ["a"]
+
+        [[task]]
+        id = "c"
+        title = "Add C"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    commits = run.commits()
+    assert len(commits) == 3
+    assert git(run.root, "rev-list", "--merges", f"{run.run.base_commit}..{run.branch}") == ""
+    titles = {"a": "Add the letter A", "b": "Add B, after A", "c": "Add C"}
+    for task_id, title in titles.items():
+        commit = run.task(task_id)["commit"]
+        assert commit in commits
+        assert git(run.root, "log", "-1", "--format=%s", commit) == title
+        assert trailers(run.root, commit) == {
+            "Orchardist-Task": task_id,
+            "Orchardist-Attempt": "1",
+            "Orchardist-Agent": "fake",
+            "Orchardist-Run": run.run.id,
+        }
+    assert commits.index(run.task("a")["commit"]) < commits.index(run.task("b")["commit"])
+    assert run.tree() == {"README.md", ".gitignore", "a.txt", "b.txt", "c/deep/c.txt"}
+    assert git(run.root, "rev-parse", run.branch) == commits[-1]
+
+
+# -- failure -----------------------------------------------------------------------------------
+
+
+def test_a_failing_task_blocks_its_dependents_and_the_rest_completes(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = write_plan(
+        repo,
+        """
+        [agents.fake]
+        kind = "scripted"
+        [agents.fake.script]
+        bad = { print = "boom", exit = 3 }
+        "*" = { append = { "log.txt" = "x\\n" } }
+
+        [[task]]
+        id = "bad"
+        retries = 1
+
+        [[task]]
+        id = "mid"
+        depends_on = ["bad"]
+
+        [[task]]
+        id = "leaf"
+        depends_on = ["mid", "free"]
+
+        [[task]]
+        id = "free"
+
+        [[task]]
+        id = "after_free"
+        depends_on = ["free"]
+        """,
+    )
+
+    code = main(["run", str(plan)])
+
+    assert code == 1
+    ws = Workspace.open(repo)
+    try:
+        [run] = ws.store.runs()
+        tasks = {t.task_id: t for t in ws.store.tasks(run.id)}
+        attempts = ws.store.attempts(run.id)
+    finally:
+        ws.store.close()
+    assert run.state is RunState.FAILED
+    assert {t: r.state.value for t, r in tasks.items()} == {
+        "bad": "failed",
+        "mid": "blocked",
+        "leaf": "blocked",
+        "free": "done",
+        "after_free": "done",
+    }
+    assert "dependency bad failed" in tasks["mid"].reason
+    assert "bad" in tasks["leaf"].reason
+    bad = [a for a in attempts if a.task_id == "bad"]
+    assert [(a.state.value, a.failure and a.failure.value, a.exit_code) for a in bad] == [
+        ("failed", "agent_error", 3),
+        ("failed", "agent_error", 3),
+    ]
+    assert not [a for a in attempts if a.task_id in ("mid", "leaf")]
+    titles = git(repo, "log", "--format=%s", f"{run.base_commit}..{run.branch}").split()
+    assert sorted(titles) == ["after_free", "free"]
+    assert "bad" in capsys.readouterr().out
+
+
+# -- retries -----------------------------------------------------------------------------------
+
+
+def test_a_retry_after_failed_verify_is_told_why_and_passes(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: an agent that writes its attempt number, and a check that only accepts 2
+    command = shell_scripts(
+        fix="""\
+        cp "$ORCHARDIST_PROMPT_FILE" "$SYNC/prompt-$ORCHARDIST_ATTEMPT.md"
+        echo "$ORCHARDIST_ATTEMPT" > attempt.txt
+        """
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "fix"
+        title = "Make attempt.txt say 2"
+        prompt = "Write 2 into attempt.txt."
+        retries = 1
+        verify = '''grep -qx 2 attempt.txt || {{ echo "CHECK-SAYS: got $(cat attempt.txt)"; exit 1; }}'''
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    attempts = run.task("fix")["attempts"]
+    assert [(a["n"], a["state"], a["failure"]) for a in attempts] == [
+        (1, "failed", "verify_failed"),
+        (2, "merged", None),
+    ]
+    assert attempts[0]["exit_code"] == 1
+    first = (sync / "prompt-1.md").read_text()
+    second = (sync / "prompt-2.md").read_text()
+    assert first.strip() == "Write 2 into attempt.txt."
+    assert second.startswith("Write 2 into attempt.txt.")
+    assert "CHECK-SAYS: got 1" in second
+    assert "grep -qx 2 attempt.txt" in second
+    assert run.read("attempt.txt") == "2"
+    assert trailers(run.root, run.task("fix")["commit"])["Orchardist-Attempt"] == "2"
+    assert len(run.commits()) == 1
+
+
+# -- merging -----------------------------------------------------------------------------------
+
+
+def test_a_patch_on_a_moved_tip_is_merged_three_ways_and_verified_again(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: two independent tasks from the same base; "late" finishes only once "early" landed
+    command = shell_scripts(
+        early="echo early > early.txt\n",
+        late="""\
+        wait_for on_branch early.txt
+        echo late > late.txt
+        """,
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        max_parallel = 2
+        verify = {toml_str(f'(ls; echo ---) >> "{sync}/verify-$ORCHARDIST_TASK.txt"')}
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "early"
+
+        [[task]]
+        id = "late"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    early, late = run.task("early"), run.task("late")
+    assert early["attempts"][0]["base"] == late["attempts"][0]["base"] == run.run.base_commit
+    assert len(late["attempts"]) == 1
+    # linear history, late's commit on top of early's
+    assert run.commits() == [early["commit"], late["commit"]]
+    assert git(run.root, "log", "-1", "--format=%P", late["commit"]) == early["commit"]
+    assert {"early.txt", "late.txt"} <= run.tree()
+    # the merged tree was verified again, in a tree holding both files
+    merges = [e.data["state"] for e in run.events("merge", "late")]
+    assert merges == ["verifying", "merged"]
+    assert [e.data["state"] for e in run.events("merge", "early")] == ["merged"]
+    trees = [b.split() for b in (sync / "verify-late.txt").read_text().split("---") if b.strip()]
+    assert len(trees) == 2
+    assert "early.txt" not in trees[0]
+    assert {"early.txt", "late.txt"} <= set(trees[1])
+
+
+def test_a_conflicting_patch_is_rerun_from_the_new_tip_without_counting_a_failure(
+    repo: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: both write shared.txt; "second" overwrites it on its first attempt (after "first"
+    # landed), and appends on its next one
+    command = shell_scripts(
+        first="printf 'from first\\n' > shared.txt\n",
+        second="""\
+        if [ "$ORCHARDIST_ATTEMPT" = 1 ]; then
+          wait_for on_branch shared.txt
+          printf 'from second\\n' > shared.txt
+        else
+          printf 'from second\\n' >> shared.txt
+        fi
+        """,
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        max_parallel = 2
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "first"
+
+        [[task]]
+        id = "second"
+        retries = 0
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    second = run.task("second")
+    assert len(run.task("first")["attempts"]) == 1
+    assert len(second["attempts"]) == 2
+    assert second["attempts"][1]["base"] == run.task("first")["commit"]
+    conflicts = [e for e in run.events("merge", "second") if e.data["state"] == "conflict"]
+    assert [(e.attempt, e.data.get("paths")) for e in conflicts] == [(1, ["shared.txt"])]
+    [record] = [t for t in run.ws.store.tasks(run.run.id) if t.task_id == "second"]
+    assert record.failures == 0
+    assert run.read("shared.txt") == "from first\nfrom second"
+    assert run.commits() == [run.task("first")["commit"], second["commit"]]
+
+
+# -- concurrency -------------------------------------------------------------------------------
+
+
+def test_run_max_parallel_is_respected_and_attempts_overlap(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    command = shell_scripts(**{t: SPAN for t in ("t1", "t2", "t3", "t4", "t5")})
+    tasks = "".join(f'\n[[task]]\nid = "{t}"\n' for t in ("t1", "t2", "t3", "t4", "t5"))
+    plan = write_plan(
+        repo,
+        f'[run]\nmax_parallel = 2\n[agents.sh]\nkind = "shell"\ncommand = {toml_str(command)}\n'
+        + tasks,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    found = spans(sync)
+    assert len(found) == 5
+    assert max_overlap(list(found.values())) == 2
+
+
+def test_a_profiles_max_parallel_is_respected_beside_others(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    solo, free = ("s1", "s2", "s3"), ("f1", "f2")
+    command = shell_scripts(**{t: SPAN for t in solo + free})
+    tasks = "".join(f'\n[[task]]\nid = "{t}"\nagent = "solo"\n' for t in solo)
+    tasks += "".join(f'\n[[task]]\nid = "{t}"\nagent = "free"\n' for t in free)
+    plan = write_plan(
+        repo,
+        f"""
+[run]
+max_parallel = 4
+
+[agents.solo]
+kind = "shell"
+command = {toml_str(command)}
+max_parallel = 1
+
+[agents.free]
+kind = "shell"
+command = {toml_str(command)}
+"""
+        + tasks,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    found = spans(sync)
+    assert max_overlap([found[t] for t in solo]) == 1
+    assert max_overlap([found[t] for t in free]) == 2
+    assert max_overlap(list(found.values())) == 3  # one solo task beside both free ones
+
+
+def test_execute_max_parallel_overrides_the_plan(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    command = shell_scripts(**{t: SPAN for t in ("t1", "t2", "t3")})
+    tasks = "".join(f'\n[[task]]\nid = "{t}"\n' for t in ("t1", "t2", "t3"))
+    plan = write_plan(
+        repo,
+        f'[run]\nmax_parallel = 3\n[agents.sh]\nkind = "shell"\ncommand = {toml_str(command)}\n'
+        + tasks,
+    )
+
+    run = run_plan(plan, max_parallel=1)
+
+    assert run.state is RunState.DONE, run.doc
+    assert max_overlap(list(spans(sync).values())) == 1
+
+
+# -- the user's checkout -----------------------------------------------------------------------
+
+
+def checkout_state(repo: Path) -> dict[str, str]:
+    """Everything about the user's checkout that a run must leave alone."""
+    return {
+        "status": git(repo, "status", "--porcelain=v1", "--untracked-files=all"),
+        "head": git(repo, "rev-parse", "HEAD"),
+        "branch": git(repo, "symbolic-ref", "HEAD"),
+        "index": git(repo, "ls-files", "--stage"),
+        "staged": git(repo, "diff", "--cached"),
+        "unstaged": git(repo, "diff"),
+        "tracked.txt": (repo / "tracked.txt").read_text(),
+        "notes.txt": (repo / "notes.txt").read_text(),
+    }
+
+
+def test_the_users_checkout_is_never_touched(
+    tmp_path: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: a checkout with an unstaged edit, a staged file and an untracked file
+    repo = make_repo(tmp_path / "repo", {"README.md": "hello\n", "tracked.txt": "committed\n"})
+    (repo / "tracked.txt").write_text("the user's unsaved work\n")
+    (repo / "staged.txt").write_text("staged by the user\n")
+    git(repo, "add", "staged.txt")
+    (repo / "notes.txt").write_text("untracked notes\n")
+    command = shell_scripts(
+        edit="""\
+        cp tracked.txt "$SYNC/seen-$ORCHARDIST_RUN.txt"
+        echo "orchardist's version" > tracked.txt
+        echo "agent notes" > notes.txt
+        rm README.md
+        """,
+        broken="echo half-done > tracked.txt; exit 1\n",
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "edit"
+
+        [[task]]
+        id = "broken"
+        """,
+    )
+    before = checkout_state(repo)
+
+    for _ in range(2):
+        # When
+        run = run_plan(plan)
+
+        # Then
+        assert run.states() == {"edit": "done", "broken": "failed"}
+        assert checkout_state(repo) == before
+        assert git(repo, "worktree", "list", "--porcelain").splitlines()[0] == f"worktree {repo}"
+        assert len(git(repo, "worktree", "list").splitlines()) == 1
+        assert (sync / f"seen-{run.run.id}.txt").read_text() == "committed\n"
+        assert run.read("tracked.txt") == "orchardist's version"
+        assert "staged.txt" not in run.tree()
+    branches = git(repo, "branch", "--format=%(refname:short)").splitlines()
+    assert branches[0] == "main"
+    assert len(branches) == 3 and all(b.startswith("orchardist/") for b in branches[1:])
+
+
+# -- git identity ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("configured", [False, True], ids=["no-identity", "user-identity"])
+def test_commits_work_without_a_git_identity(
+    repo: Path, run_plan: RunPlan, monkeypatch: pytest.MonkeyPatch, configured: bool
+) -> None:
+    # Given: git knows no user (an empty global config, and no guessing from the host)
+    if not configured:
+        (Path.home() / ".gitconfig").write_text("")
+        git(repo, "config", "user.useConfigOnly", "true")
+        for var in ("EMAIL", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.delenv("GIT_COMMITTER_EMAIL", raising=False)
+        ident = subprocess.run(["git", "var", "GIT_AUTHOR_IDENT"], cwd=repo, capture_output=True)
+        assert ident.returncode != 0  # precondition: a plain `git commit` would fail here
+    plan = write_plan(
+        repo,
+        """
+        [agents.fake]
+        kind = "scripted"
+        script = { "*" = { write = { "new.txt" = "new\\n" } } }
+
+        [[task]]
+        id = "one"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    who = git(repo, "log", "-1", "--format=%an|%cn", run.branch)
+    assert who == ("Test User|Test User" if configured else "orchardist|orchardist")
+    if not configured:
+        unset = subprocess.run(["git", "config", "user.name"], cwd=repo, capture_output=True)
+        assert unset.returncode == 1  # orchardist did not write an identity into the config
