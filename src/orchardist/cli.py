@@ -229,7 +229,7 @@ def _drive(ws: Any, plan: Any, run: Any, args: argparse.Namespace, resuming: boo
     from .runs import execute, reconcile, run_lock
 
     with run_lock(ws, run.id):
-        hooks = _progress_hooks(plan, args.json)
+        hooks = _progress_hooks(plan, args.json, f"run {run.id} → branch {run.branch}")
         if resuming:
             summary = reconcile(ws, run)
             out = sys.stderr if args.json else sys.stdout
@@ -416,16 +416,18 @@ def cmd_logs(args: argparse.Namespace) -> int:
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _progress_hooks(plan: Any, json_mode: bool) -> Hooks:
+def _progress_hooks(plan: Any, json_mode: bool, header: str) -> Hooks:
     from .display import LiveTable, PlainLines
 
     hooks: list[Hook]
     if not json_mode and sys.stdout.isatty():
         from rich.console import Console
 
-        hooks = [LiveTable(plan, Console())]
+        hooks = [LiveTable(plan, Console(), header)]
     else:
-        hooks = [PlainLines(sys.stderr if json_mode else sys.stdout)]
+        stream = sys.stderr if json_mode else sys.stdout
+        print(header, file=stream, flush=True)
+        hooks = [PlainLines(stream)]
     return Hooks(hooks)
 
 

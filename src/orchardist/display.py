@@ -28,6 +28,9 @@ _STYLE = {
 }
 
 
+_TERMINAL = {"done", "failed", "blocked", "cancelled"}
+
+
 class PlainLines(Hook):
     """One line per event, with the time: for pipes, CI logs and ``--json`` runs (on stderr)."""
 
@@ -43,12 +46,19 @@ class PlainLines(Hook):
 class LiveTable(Hook):
     """A table of tasks, states, attempts and elapsed time, redrawn as events arrive."""
 
-    def __init__(self, plan: Plan, console: Console) -> None:
+    def __init__(self, plan: Plan, console: Console, header: str = "") -> None:
         self.rows: dict[str, dict[str, Any]] = {
-            t.id: {"state": "pending", "attempt": 0, "since": None, "note": "", "agent": t.agent}
+            t.id: {
+                "state": "pending",
+                "attempt": 0,
+                "since": None,
+                "until": None,
+                "note": "",
+                "agent": t.agent,
+            }
             for t in plan.tasks
         }
-        self.header = ""
+        self.header = header
         self.started = time.time()
         self.live = Live(self._render(), console=console, refresh_per_second=4, transient=False)
         self.live.start()
@@ -56,15 +66,14 @@ class LiveTable(Hook):
     def on_event(self, event: Event) -> None:
         """Update the row the event is about."""
         data = event.data
-        if event.kind == "run" and "branch" in data:
-            self.header = f"run {event.run_id} → branch {data['branch']}"
         row = self.rows.get(event.task_id or "")
         if row is not None:
             if event.kind == "task":
                 row["state"] = data.get("state", row["state"])
                 row["note"] = data.get("reason", "")
-                if row["state"] in ("running", "ready") or row["since"] is None:
+                if row["state"] == "running" and row["since"] is None:
                     row["since"] = event.ts
+                row["until"] = event.ts if row["state"] in _TERMINAL else None
                 if row["state"] == "done":
                     row["note"] = str(data.get("commit", ""))[:12]
             elif event.kind == "attempt" and event.attempt:
@@ -78,7 +87,8 @@ class LiveTable(Hook):
         now = time.time()
         for task_id, row in self.rows.items():
             since = row["since"]
-            elapsed = "" if since is None else f"{now - since:5.1f}s"
+            end = row["until"] or now
+            elapsed = "" if since is None else f"{end - since:5.1f}s"
             state = row["state"]
             table.add_row(
                 task_id,

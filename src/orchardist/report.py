@@ -105,10 +105,19 @@ def describe(event: Event) -> str:
         text = f"  {event.task_id} merge: {state}"
         if "commit" in data:
             text += f" {str(data['commit'])[:12]}"
-    else:
+    elif event.kind == "task":
         text = f"{event.task_id}: {state}"
         if "retry" in data:
-            text += f" (retry {data['retry']})"
+            text += f" (retry {data['retry']} in {data.get('retry_in_s', 0):.1f}s)"
+        if "rerun" in data:
+            text += f" (re-run {data['rerun']})"
+    else:
+        subject = f" {event.task_id}" if event.task_id else ""
+        text = f"  {event.kind}{subject}: {state}"
+        if "commit" in data:
+            text += f" {str(data['commit'])[:12]}"
+        if "agent" in data:
+            text += f" ({data['agent']})"
     if reason:
         text += f" — {reason}"
     return text
