@@ -96,3 +96,12 @@ class Finished:
 def toml_str(value: object) -> str:
     """``value`` as a TOML basic string (JSON's escapes are valid TOML)."""
     return json.dumps(str(value))
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

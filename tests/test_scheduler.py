@@ -10,12 +10,15 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from support import Finished, git, make_repo, toml_str, write_plan
 
 from orchardist import RunState, Workspace
 from orchardist.cli import main
+from orchardist.hooks import Hook, Hooks
+from orchardist.records import Event
+from support import Finished, alive, git, make_repo, toml_str, write_plan
 
 RunPlan = Callable[..., Finished]
 Scripts = Callable[..., str]
@@ -27,7 +30,7 @@ def trailers(repo: Path, commit: str) -> dict[str, str]:
 
 
 def spans(sync: Path) -> dict[str, tuple[float, float]]:
-    """``task -> (start, end)`` as the agents wrote them with ``record_span``."""
+    """``task -> (start, end)`` as agents running the ``SPAN`` script wrote them."""
     found = {}
     for path in sync.glob("span-*"):
         start, end = map(float, path.read_text().split())
@@ -117,9 +120,7 @@ def test_a_task_starts_from_the_tip_with_its_dependencies_and_without_work_in_fl
     assert {"base.txt", "child.txt", "slow.txt"} <= run.tree()
 
 
-def test_every_done_task_is_one_commit_titled_and_trailered(
-    repo: Path, run_plan: RunPlan
-) -> None:
+def test_every_done_task_is_one_commit_titled_and_trailered(repo: Path, run_plan: RunPlan) -> None:
     plan = write_plan(
         repo,
         """
@@ -176,6 +177,9 @@ def test_a_failing_task_blocks_its_dependents_and_the_rest_completes(
     plan = write_plan(
         repo,
         """
+        [run]
+        retry_backoff = "10ms"  # keep the test fast
+
         [agents.fake]
         kind = "scripted"
         [agents.fake.script]
@@ -247,9 +251,13 @@ def test_a_retry_after_failed_verify_is_told_why_and_passes(
         echo "$ORCHARDIST_ATTEMPT" > attempt.txt
         """
     )
+    check = 'grep -qx 2 attempt.txt || { echo "CHECK-SAYS: got $(cat attempt.txt)"; exit 1; }'
     plan = write_plan(
         repo,
         f"""
+        [run]
+        retry_backoff = "10ms"  # keep the test fast
+
         [agents.sh]
         kind = "shell"
         command = {toml_str(command)}
@@ -259,7 +267,7 @@ def test_a_retry_after_failed_verify_is_told_why_and_passes(
         title = "Make attempt.txt say 2"
         prompt = "Write 2 into attempt.txt."
         retries = 1
-        verify = '''grep -qx 2 attempt.txt || {{ echo "CHECK-SAYS: got $(cat attempt.txt)"; exit 1; }}'''
+        verify = {toml_str(check)}
         """,
     )
 
@@ -302,7 +310,7 @@ def test_a_patch_on_a_moved_tip_is_merged_three_ways_and_verified_again(
         f"""
         [run]
         max_parallel = 2
-        verify = {toml_str(f'(ls; echo ---) >> "{sync}/verify-$ORCHARDIST_TASK.txt"')}
+        verify = {toml_str(f'(pwd -P; ls; echo ---) >> "{sync}/verify-$ORCHARDIST_TASK.txt"')}
 
         [agents.sh]
         kind = "shell"
@@ -334,6 +342,7 @@ def test_a_patch_on_a_moved_tip_is_merged_three_ways_and_verified_again(
     assert len(trees) == 2
     assert "early.txt" not in trees[0]
     assert {"early.txt", "late.txt"} <= set(trees[1])
+    assert trees[0][0] != trees[1][0]  # the merged tree was checked in a fresh worktree
 
 
 def test_a_conflicting_patch_is_rerun_from_the_new_tip_without_counting_a_failure(
@@ -384,6 +393,62 @@ def test_a_conflicting_patch_is_rerun_from_the_new_tip_without_counting_a_failur
     assert record.failures == 0
     assert run.read("shared.txt") == "from first\nfrom second"
     assert run.commits() == [run.task("first")["commit"], second["commit"]]
+
+
+def test_a_merged_tree_that_fails_verify_is_rerun_from_the_new_tip(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: "late" passes on its own base, but its first patch breaks the check once "early"
+    # is next to it; its re-run (from the tip holding early.txt) gets it right
+    command = shell_scripts(
+        early="echo early > early.txt\n",
+        late="""\
+        cp "$ORCHARDIST_PROMPT_FILE" "$SYNC/prompt-$ORCHARDIST_ATTEMPT.md"
+        if [ "$ORCHARDIST_ATTEMPT" = 1 ]; then
+          wait_for on_branch early.txt
+          echo v1 > late.txt
+        else
+          echo v2 > late.txt
+        fi
+        """,
+    )
+    check = (
+        "if [ -f early.txt ]; then grep -q v2 late.txt"
+        ' || { echo "MERGED-CHECK: next to early.txt, late.txt must say v2"; exit 1; }; fi'
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        max_parallel = 2
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "early"
+
+        [[task]]
+        id = "late"
+        retries = 0
+        verify = {toml_str(check)}
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    late = run.task("late")
+    assert [a["n"] for a in late["attempts"]] == [1, 2]
+    assert late["attempts"][1]["base"] == run.task("early")["commit"]
+    merges = [(e.attempt, e.data["state"]) for e in run.events("merge", "late")]
+    assert merges[0] == (1, "verifying")
+    assert merges[1][0] == 1 and merges[1][1] not in ("merged", "verifying")
+    assert merges[-1] == (2, "merged")
+    assert "MERGED-CHECK" in (sync / "prompt-2.md").read_text()
+    assert run.read("late.txt") == "v2"
+    assert run.commits() == [run.task("early")["commit"], late["commit"]]
 
 
 # -- concurrency -------------------------------------------------------------------------------
@@ -538,9 +603,10 @@ def test_commits_work_without_a_git_identity(
     if not configured:
         (Path.home() / ".gitconfig").write_text("")
         git(repo, "config", "user.useConfigOnly", "true")
-        for var in ("EMAIL", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME"):
-            monkeypatch.delenv(var, raising=False)
-        monkeypatch.delenv("GIT_COMMITTER_EMAIL", raising=False)
+        for role in ("AUTHOR", "COMMITTER"):
+            monkeypatch.delenv(f"GIT_{role}_NAME", raising=False)
+            monkeypatch.delenv(f"GIT_{role}_EMAIL", raising=False)
+        monkeypatch.delenv("EMAIL", raising=False)
         ident = subprocess.run(["git", "var", "GIT_AUTHOR_IDENT"], cwd=repo, capture_output=True)
         assert ident.returncode != 0  # precondition: a plain `git commit` would fail here
     plan = write_plan(
@@ -563,3 +629,128 @@ def test_commits_work_without_a_git_identity(
     if not configured:
         unset = subprocess.run(["git", "config", "user.name"], cwd=repo, capture_output=True)
         assert unset.returncode == 1  # orchardist did not write an identity into the config
+
+
+# -- order, stopping, reported usage -----------------------------------------------------------
+
+
+def test_ready_tasks_start_longest_path_first_then_by_priority_then_plan_order(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    plan = write_plan(
+        repo,
+        """
+        [run]
+        max_parallel = 1
+
+        [agents.quick]
+        kind = "shell"
+        command = "true"
+
+        [[task]]
+        id = "w"
+
+        [[task]]
+        id = "x"
+
+        [[task]]
+        id = "y"
+        depends_on = ["x"]
+
+        [[task]]
+        id = "z"
+        depends_on = ["y"]
+
+        [[task]]
+        id = "p"
+        priority = 5
+
+        [[task]]
+        id = "big"
+        estimate = 5
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    started = [e.task_id for e in run.events("attempt") if e.data.get("state") == "running"]
+    # big: weighted path 5; x: path 3; y: 2; then p, w, z tie at 1 and p has priority
+    assert started == ["big", "x", "y", "p", "w", "z"]
+
+
+def test_a_stopped_run_ends_its_attempts_and_leaves_nothing_running(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: "quick" lands only once "stuck" is surely running; the run is stopped right then
+    command = shell_scripts(
+        stuck="""\
+        echo $$ > "$SYNC/stuck.pid"
+        sleep 60
+        """,
+        quick="""\
+        wait_for test -s "$SYNC/stuck.pid"
+        echo quick > quick.txt
+        """,
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        max_parallel = 2
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "stuck"
+
+        [[task]]
+        id = "quick"
+        """,
+    )
+    schedulers: list[Any] = []
+
+    class StopAfterQuickLands(Hook):
+        def on_event(self, event: Event) -> None:
+            if event.kind == "merge" and event.data.get("state") == "merged":
+                schedulers[0].stop("test says stop")
+
+    run = run_plan(plan, hooks=Hooks([StopAfterQuickLands()]), on_scheduler=schedulers.append)
+
+    assert run.state is RunState.INTERRUPTED, run.doc
+    assert run.doc["state"] == "interrupted"
+    assert run.task("quick")["state"] == "done"
+    stuck = run.task("stuck")
+    assert stuck["state"] != "done"
+    assert [a["state"] for a in stuck["attempts"]] in (["interrupted"], ["cancelled"])
+    pid = int((sync / "stuck.pid").read_text())
+    assert not alive(pid), f"the stuck agent (pid {pid}) outlived the stop"
+    assert len(git(repo, "worktree", "list").splitlines()) == 1
+
+
+def test_usage_an_agent_reports_reaches_the_status(repo: Path, run_plan: RunPlan) -> None:
+    plan = write_plan(
+        repo,
+        """
+        [agents.fake]
+        kind = "scripted"
+        [agents.fake.script]
+        one = { output = { cost_usd = 0.25, input_tokens = 100, output_tokens = 7 } }
+        two = { output = { cost_usd = 0.5 } }
+
+        [[task]]
+        id = "one"
+
+        [[task]]
+        id = "two"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    [one] = run.task("one")["attempts"]
+    assert (one["cost_usd"], one["input_tokens"], one["output_tokens"]) == (0.25, 100, 7)
+    assert run.doc["totals"]["cost_usd"] == pytest.approx(0.75)

@@ -138,6 +138,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--attempt", type=_positive, help="only this attempt (default: all)")
     p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
     p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser(
+        "doctor",
+        help="check that every agent profile of a plan can run here",
+        description="For each agent profile: is its CLI on PATH (and its version), are its "
+        "credentials set (names only, never values). Exit 0 if all is well, 1 otherwise.",
+    )
+    p.add_argument("plan", type=Path)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_doctor)
     return parser
 
 
@@ -334,10 +344,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``orchardist status [RUN]``."""
+    from .gc import run_disk_bytes
     from .report import status_document
     from .runs import Workspace
-
-    from .gc import run_disk_bytes
 
     ws = Workspace.open(args.repo)
     run = ws.resolve_run(args.run)
@@ -413,6 +422,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """``orchardist doctor PLAN``."""
+    from .doctor import check_plan, render, to_json
+
+    plan = load_plan(args.plan)
+    reports = check_plan(plan)
+    if args.json:
+        print(json.dumps(to_json(str(args.plan), reports), indent=2))
+    else:
+        print(render(str(args.plan), reports))
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_FAILED
+
+
 # -- helpers -------------------------------------------------------------------------------
 
 
@@ -472,3 +494,7 @@ def _print_summary(doc: dict[str, Any], attempts: bool = False) -> None:
         print(f'  unverified (verify = "none"): {", ".join(doc["unverified"])}')
     if "disk_bytes" in doc:
         print(f"  disk: {doc['disk_bytes'] / 1e6:.1f} MB of logs and worktrees")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

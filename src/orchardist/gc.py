@@ -62,7 +62,7 @@ def collect(
             ws.repo.delete_ref(f"refs/heads/{run.branch}")
     report["baselines"] = _old_baselines(ws, now - older_than_s, dry_run)
     if not dry_run:
-        ws.repo.run_git("worktree", "prune")
+        ws.repo.prune_worktrees()
     return report
 
 

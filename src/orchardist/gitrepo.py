@@ -7,10 +7,12 @@ index and current branch are never touched.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,17 +143,43 @@ class Repo:
 
     # -- worktrees -----------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def worktree_lock(self) -> Iterator[None]:
+        """Serialize worktree administration (git's own is not safe against a concurrent prune).
+
+        An flock on a file of our own: it excludes other threads (each opens its own file
+        description) and other orchardist processes on the same repository alike.
+        """
+        path = self.common_dir / "orchardist" / "worktrees.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
     def add_worktree(self, path: Path, commit: str) -> None:
         """A detached worktree at ``commit``; an old directory at ``path`` is replaced."""
-        if path.exists():
-            self.remove_worktree(path)
-        else:  # git refuses a path still registered to a worktree whose folder was deleted
-            self.run_git("worktree", "prune")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.git("worktree", "add", "--detach", "--quiet", str(path), commit)
+        with self.worktree_lock():
+            if path.exists():
+                self._remove_worktree(path)
+            else:  # git refuses a path still registered to a worktree whose folder was deleted
+                self.run_git("worktree", "prune")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.git("worktree", "add", "--detach", "--quiet", str(path), commit)
 
     def remove_worktree(self, path: Path) -> None:
         """Remove a worktree, even one an agent damaged or deleted."""
+        with self.worktree_lock():
+            self._remove_worktree(path)
+
+    def prune_worktrees(self) -> None:
+        """Forget worktrees whose folders are gone."""
+        with self.worktree_lock():
+            self.run_git("worktree", "prune")
+
+    def _remove_worktree(self, path: Path) -> None:
         self.run_git("worktree", "remove", "--force", "--force", str(path))
         if path.exists():
             shutil.rmtree(path, ignore_errors=True)
@@ -193,11 +221,16 @@ class Repo:
         return [p for p in out.split("\0") if p]
 
     def merge_trees(self, base: str, ours: str, theirs: str) -> MergeResult:
-        """Three-way merge of commits without touching any checkout."""
-        # git < 2.40 has no --merge-base; ours descends from base and theirs is a child of
-        # base, so the merge base git finds is base itself.
+        """Three-way merge of commits with ``base`` as the merge base, touching no checkout.
+
+        ``theirs`` must be a child of ``base``. git < 2.40 has no ``--merge-base``, and the
+        base git would find is wrong when ``base`` is not in ``ours``'s history (a patch made
+        on a commit that was later taken off the branch). So ``ours``'s tree is merged from a
+        stand-in commit whose only parent is ``base``: then git's merge base is ``base``.
+        """
+        stand_in = self.commit_tree(f"{ours}^{{tree}}", [base], "orchardist merge base\n")
         proc = self.run_git(
-            "merge-tree", "--write-tree", "--name-only", "--no-messages", ours, theirs
+            "merge-tree", "--write-tree", "--name-only", "--no-messages", stand_in, theirs
         )
         lines = proc.stdout.splitlines()
         if proc.returncode == 0:
@@ -251,8 +284,9 @@ class Repo:
             elif max_file_bytes is not None and mode != "160000":
                 size = int(self.git("cat-file", "-s", blob))
                 if size > max_file_bytes:
+                    limit_mb = max_file_bytes / 1e6
                     problems.append(
-                        f"{path} is {size / 1e6:.1f} MB, over the {max_file_bytes / 1e6:.0f} MB limit"
+                        f"{path} is {size / 1e6:.1f} MB, over the {limit_mb:.0f} MB limit"
                     )
         return problems
 

@@ -34,12 +34,14 @@ class Integrator:
         """The branch's current commit."""
         return self.repo.rev_parse(self.ref)
 
-    def prepare(self, base: str, patch: str, message: str) -> Prepared:
-        """A commit of ``patch``'s changes on the current tip."""
-        tip = self.tip()
+    def prepare(self, base: str, patch: str, message: str, tip: str | None = None) -> Prepared:
+        """A commit of ``patch``'s changes on the tip (``tip`` if the caller knows it).
+
+        A stale ``tip`` is harmless: ``advance`` compares and swaps, and fails if it moved.
+        """
+        tip = tip or self.tip()
         if tip == base:
-            tree = self.repo.tree_of(patch)
-            return Prepared(tip, self.repo.commit_tree(tree, [tip], message))
+            return Prepared(tip, self.repo.commit_tree(f"{patch}^{{tree}}", [tip], message))
         merged = self.repo.merge_trees(base, tip, patch)
         if merged.tree is None:
             return Prepared(tip, None, conflicts=merged.conflicts or ("(unknown)",))

@@ -39,6 +39,7 @@ RUN_KEYS = {
     "regression_every",
     "max_patch_mb",
     "guard_checkout",
+    "sandbox",
 }
 PROFILE_KEYS = {
     "kind",
@@ -85,7 +86,7 @@ class AgentProfile:
     launch_interval_s: float = 0.0
     fallback: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific keys
-    breaker_threshold: int = 3  # consecutive failures that open the circuit breaker
+    breaker_threshold: int = 3  # consecutive failures that open the circuit breaker; 0: off
     breaker_cooldown_s: float = 60.0
 
 
@@ -135,6 +136,7 @@ class RunConfig:
     regression_every: int = 1
     max_patch_mb: float = 50.0  # a patch with a larger file fails
     guard_checkout: bool = True  # fail an attempt during which the user's checkout changed
+    sandbox: bool = True  # confine writes of agents and verify commands (Linux Landlock)
 
 
 @dataclass(frozen=True)
@@ -296,11 +298,13 @@ class _Validator:
             values["regression_every"] = every
         if "max_patch_mb" in raw:
             values["max_patch_mb"] = self._money(raw["max_patch_mb"], "run.max_patch_mb")
-        if "guard_checkout" in raw:
-            if isinstance(raw["guard_checkout"], bool):
-                values["guard_checkout"] = raw["guard_checkout"]
+        for flag in ("guard_checkout", "sandbox"):
+            if flag not in raw:
+                continue
+            if isinstance(raw[flag], bool):
+                values[flag] = raw[flag]
             else:
-                self.problem("expected true or false", fld="run.guard_checkout")
+                self.problem("expected true or false", fld=f"run.{flag}")
         values = {k: v for k, v in values.items() if v is not None}
         return RunConfig(**{**cfg.__dict__, **values})
 
@@ -336,10 +340,11 @@ class _Validator:
             fallback = (
                 self._str(raw["fallback"], f"{where}.fallback") if "fallback" in raw else None
             )
-            threshold = 3
+            # A shell command's failures are the task's, not a flaky backend's: no breaker.
+            threshold = 0 if kind in ("shell", "scripted") else 3
             if "circuit_breaker" in raw:
                 where_cb = f"{where}.circuit_breaker"
-                threshold = self._positive_int(raw["circuit_breaker"], where_cb) or 3
+                threshold = self._count(raw["circuit_breaker"], where_cb)
             cooldown = 60.0
             if "cooldown" in raw:
                 cooldown = self._duration(raw["cooldown"], f"{where}.cooldown") or 60.0

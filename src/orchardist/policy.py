@@ -28,7 +28,7 @@ class Backoff:
         """Seconds to wait before the attempt that follows the ``failures``-th failure."""
         if failures <= 0 or self.base_s <= 0:
             return 0.0
-        delay: float = min(self.cap_s, self.base_s * 2.0 ** (failures - 1))
+        delay: float = min(self.cap_s, self.base_s * 2.0 ** min(failures - 1, 64))
         return delay * (0.5 + rng.random() / 2)
 
 
@@ -77,6 +77,8 @@ class CircuitBreaker:
         self.failures += 1
         was_probe = self.probing
         self.probing = False
+        if self.threshold <= 0:  # the breaker is off
+            return False
         if was_probe or (self.opened_at is None and self.failures >= self.threshold):
             self.opened_at = now
             return True
@@ -107,7 +109,9 @@ class RateGate:
     def rate_limited(self, now: float, retry_after_s: float | None, rng: random.Random) -> float:
         """Pause launches until the reset (or a back-off); returns the resume time."""
         self.limited += 1
-        wait = retry_after_s if retry_after_s is not None else self.backoff.delay(self.limited, rng)
+        wait = self.backoff.delay(self.limited, rng)
+        if retry_after_s is not None and retry_after_s > 0:
+            wait = retry_after_s  # the backend said when; "0" or nonsense gets the back-off
         self.next_at = max(self.next_at, now + wait)
         return self.next_at
 

@@ -155,6 +155,7 @@ def run_process(
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
     marker: str | None = None,
     clock: Callable[[], float] = time.monotonic,
+    writable: Sequence[Path] | None = None,
 ) -> ProcessResult:
     """Run ``argv`` to its end, its timeout, or cancellation; always kill what it leaves.
 
@@ -162,6 +163,10 @@ def run_process(
     across the processes of an attempt so that a later cleanup can find them all.
     """
     marker = marker or new_marker()
+    if writable is not None:  # confine writes (see sandbox.py); None: no confinement
+        from .sandbox import wrap
+
+        argv = wrap(argv, writable)
     full_env = {**env, MARKER_VAR: marker}
     start = clock()
     log.parent.mkdir(parents=True, exist_ok=True)

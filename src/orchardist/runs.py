@@ -164,7 +164,7 @@ def _remove_worktrees(ws: Workspace, run_id: str) -> int:
     if root.exists():
         removed += sum(1 for _ in root.iterdir())
         shutil.rmtree(root, ignore_errors=True)
-    ws.repo.run_git("worktree", "prune")
+    ws.repo.prune_worktrees()
     return removed
 
 
@@ -229,7 +229,12 @@ def execute(
     """Drive ``run`` to its end with the local executor (unless another is given)."""
     own_executor = executor is None
     executor = executor or LocalExecutor(
-        ws.repo, ws.state_dir, clock=clock, store=ws.store, guard_checkout=plan.run.guard_checkout
+        ws.repo,
+        ws.state_dir,
+        clock=clock,
+        store=ws.store,
+        guard_checkout=plan.run.guard_checkout,
+        sandbox=plan.run.sandbox,
     )
     scheduler = Scheduler(
         plan, run, ws.store, executor, Integrator(ws.repo, run.branch), hooks, clock, max_parallel

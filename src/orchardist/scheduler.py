@@ -26,6 +26,7 @@ from .gitrepo import commit_message
 from .graph import Graph, ReadySet
 from .hooks import Hooks
 from .merge import Integrator, Prepared
+from .oracle import CHECK_DOES_NOT_REPRODUCE
 from .plan import Plan, TaskSpec
 from .policy import COUNTED, INFRA_RETRIES, Backoff, CircuitBreaker, RateGate
 from .procs import new_marker
@@ -447,6 +448,8 @@ class Scheduler:
             self.gates[profile].rate_limited(now, outcome.retry_after_s, self.rng)
             return
         self.gates[profile].succeeded()
+        if failure is Failure.AUTH_ERROR:  # retrying a refused credential will not help
+            self.breakers[profile].failures = self.breakers[profile].threshold - 1
         if failure in (Failure.AGENT_ERROR, Failure.TIMEOUT, Failure.AUTH_ERROR):
             if self.breakers[profile].failed(now):
                 with self._tx() as tx:
@@ -523,7 +526,9 @@ class Scheduler:
         detail = last.detail if last else "no candidate finished"
         if len(round_.outcomes) > 1:
             detail = f"no candidate passed ({len(round_.outcomes)} tried); last: {detail}"
-        self._failed(tx, task_id, failure, detail, last.feedback if last else "")
+        # A check that passes on the base needs a person: no new candidate can change that.
+        final = bool(failed) and all(o.flag == CHECK_DOES_NOT_REPRODUCE for o in failed)
+        self._failed(tx, task_id, failure, detail, last.feedback if last else "", final)
 
     def _cancel_round(self, task_id: str, round_: _Round) -> None:
         for k in round_.pending:
@@ -533,13 +538,19 @@ class Scheduler:
                 self.executor.cancel(job.id, "another candidate was chosen")
 
     def _failed(
-        self, tx: Transaction, task_id: str, failure: Failure | None, detail: str, feedback: str
+        self,
+        tx: Transaction,
+        task_id: str,
+        failure: Failure | None,
+        detail: str,
+        feedback: str,
+        final: bool = False,
     ) -> None:
         counted = failure in COUNTED or failure is None or failure is Failure.INFRA_ERROR
         failures = self.tasks[task_id].failures + (1 if counted else 0)
         spec = self.specs[task_id]
         self.feedback[task_id] = _feedback(detail, feedback)
-        if failures <= spec.retries:
+        if failures <= spec.retries and not final:
             delay = self.backoff.delay(failures, self.rng)
             self._set_state(
                 tx,
@@ -608,7 +619,9 @@ class Scheduler:
             if outcome.patch_commit is None:  # a task that changes nothing (e.g. a scanner)
                 self._done(job.task_id, job.attempt, None)
                 continue
-            prepared = self.integrator.prepare(job.base_commit, outcome.patch_commit, job.message)
+            prepared = self.integrator.prepare(
+                job.base_commit, outcome.patch_commit, job.message, self.tip
+            )
             if prepared.commit is None:
                 with self._tx() as tx:
                     self._event(
@@ -619,7 +632,16 @@ class Scheduler:
                         state="conflict",
                         paths=list(prepared.conflicts),
                     )
-                    self._rerun(tx, job.task_id, "conflict in " + ", ".join(prepared.conflicts))
+                    where = "conflict in " + ", ".join(prepared.conflicts)
+                    tx.set_attempt(
+                        self.run_id,
+                        job.task_id,
+                        job.attempt,
+                        state=AttemptState.FAILED,
+                        failure=Failure.CONFLICT,
+                        detail=where,
+                    )
+                    self._rerun(tx, job.task_id, where)
             elif prepared.needs_verify and job.verify:
                 self._start_merge_verify(outcome, prepared)
             else:
@@ -674,8 +696,22 @@ class Scheduler:
     def _advance(self, outcome: Outcome, prepared: Prepared) -> None:
         job = outcome.job
         if not self.integrator.advance(prepared):
-            # Someone else moved the branch: prepare again against the new tip.
-            self.tip = self.integrator.tip()
+            # Only orchardist may move the run branch: put it back where we left it (what an
+            # agent committed there is not kept) and merge again.
+            moved = self.integrator.tip()
+            restored = self.integrator.reset(self.tip, moved)
+            with self._tx() as tx:
+                self._event(
+                    tx,
+                    "merge",
+                    job.task_id,
+                    job.attempt,
+                    state="branch_moved",
+                    found=moved,
+                    restored=restored,
+                )
+            if not restored:
+                self.tip = self.integrator.tip()
             self.merge_queue.appendleft(outcome)
             return
         assert prepared.commit is not None

@@ -88,6 +88,7 @@ def run_one(
     cancel: CancelToken | None = None,
     marker: str | None = None,
     junit: Path | None = None,
+    writable: Sequence[Path] | None = None,
 ) -> tuple[CommandResult, TestReport | None, str]:
     """Run one command with ``/bin/sh -c``; with ``junit``, pytest runs report per test.
 
@@ -111,6 +112,7 @@ def run_one(
         timeout_s=left,
         cancel=cancel,
         marker=marker,
+        writable=writable,
     )
     result = CommandResult(command, proc.exit_code, proc.duration_s, proc.timed_out, proc.cancelled)
     report = parse_junit(junit) if junit is not None else None
@@ -186,13 +188,21 @@ class Verifier:
         timeout_s: float,
         cancel: CancelToken | None = None,
         marker: str | None = None,
+        writable: Sequence[Path] | None = None,
     ) -> Verdict:
         """Every command must pass, or fail only where the base already failed."""
         if not commands and check is None:
             return Verdict(True, "unverified", 'verify opted out (verify = "none")')
         scratch.mkdir(parents=True, exist_ok=True)
         run = partial(
-            run_one, cwd=cwd, env=env, log=log, deadline=deadline, cancel=cancel, marker=marker
+            run_one,
+            cwd=cwd,
+            env=env,
+            log=log,
+            deadline=deadline,
+            cancel=cancel,
+            marker=marker,
+            writable=writable,
         )
         notes: list[str] = []
         run_id = env.get("ORCHARDIST_RUN", "")  # tags baseline processes for crash cleanup

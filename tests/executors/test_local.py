@@ -17,33 +17,37 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import Finished, git, make_repo, toml_str, write_plan
 
 from orchardist import RunState
 from orchardist.procs import CancelToken
+from support import Finished, alive, git, make_repo, toml_str, write_plan
 
 RunPlan = Callable[..., Finished]
 Scripts = Callable[..., str]
 PY = shlex.quote(sys.executable)
-DUMP_ENV = f'{PY} -c "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], \'w\'))"'
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+DUMP_ENV = f"{PY} -c \"import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'))\""
 
 
 # -- patches -----------------------------------------------------------------------------------
 
 
+def tree_entries(repo: Path, commit: str) -> dict[str, str]:
+    """``path -> mode`` of every file in a commit's tree (names unquoted)."""
+    out = subprocess.run(
+        ["git", "ls-tree", "-r", "-z", commit], cwd=repo, capture_output=True, check=True
+    ).stdout.decode()
+    entries = {}
+    for record in filter(None, out.split("\0")):
+        meta, path = record.split("\t", 1)
+        entries[path] = meta.split()[0]
+    return entries
+
+
 def test_the_patch_is_what_the_agent_changed_and_nothing_else(
     tmp_path: Path, shell_scripts: Scripts, run_plan: RunPlan
 ) -> None:
-    # Given: a repository with files to delete, rename and edit, and ignore rules
+    # Given: files to delete, rename, edit and make executable; ignore rules; and a tracked
+    # file that the ignore rules would match
     repo = make_repo(
         tmp_path / "repo",
         {
@@ -52,8 +56,12 @@ def test_the_patch_is_what_the_agent_changed_and_nothing_else(
             "old.txt": "to be deleted\n",
             "move_me.txt": "to be renamed\n",
             "edit.txt": "edit\n",
+            "run.sh": "echo run\n",
         },
     )
+    (repo / "tracked.log").write_text("tracked despite *.log\n")
+    git(repo, "add", "-f", "tracked.log")
+    git(repo, "commit", "-qm", "a tracked log")
     command = shell_scripts(
         change="""\
         mkdir -p new/deeper/dir
@@ -61,13 +69,20 @@ def test_the_patch_is_what_the_agent_changed_and_nothing_else(
         rm old.txt
         mv move_me.txt moved.txt
         printf 'edited\\n' >> edit.txt
+        chmod +x run.sh
+        ln -s edit.txt link.txt
+        mkdir -p "dir with space" && echo unicode > "dir with space/ünï çødé.txt"
         "$PY" -c "open('blob.bin', 'wb').write(bytes(range(256)) + b'\\0\\r\\n')"
+        echo more >> tracked.log
         echo noise > build.log
         mkdir -p __pycache__ && echo cache > __pycache__/mod.pyc
         """
     )
     # verify writes a report, a cache and an ignored file: none of it may reach the commit
-    verify = "echo ok > report.txt && mkdir -p reports/junit && touch reports/junit/x.xml"
+    verify = (
+        "echo ok > report.txt && mkdir -p reports/junit && touch reports/junit/x.xml"
+        " && mkdir -p .pytest_cache && touch .pytest_cache/v && echo v > verify.log"
+    )
     plan = write_plan(
         repo,
         f"""
@@ -77,23 +92,29 @@ def test_the_patch_is_what_the_agent_changed_and_nothing_else(
 
         [[task]]
         id = "change"
-        verify = {toml_str(verify + " && mkdir -p .pytest_cache && touch .pytest_cache/v")}
+        verify = {toml_str(verify)}
         """,
     )
 
     run = run_plan(plan)
 
     assert run.state is RunState.DONE, run.doc
-    assert run.tree() == {
-        "README.md",
-        ".gitignore",
-        "new/deeper/dir/file.txt",
-        "moved.txt",
-        "edit.txt",
-        "blob.bin",
+    assert tree_entries(repo, run.branch) == {
+        "README.md": "100644",
+        ".gitignore": "100644",
+        "new/deeper/dir/file.txt": "100644",
+        "moved.txt": "100644",
+        "edit.txt": "100644",
+        "run.sh": "100755",
+        "link.txt": "120000",
+        "dir with space/ünï çødé.txt": "100644",
+        "blob.bin": "100644",
+        "tracked.log": "100644",
     }
     assert run.read("edit.txt") == "edit\nedited"
     assert run.read("moved.txt") == "to be renamed"
+    assert run.read("link.txt") == "edit.txt"
+    assert run.read("tracked.log") == "tracked despite *.log\nmore"
     blob = subprocess.run(
         ["git", "cat-file", "blob", f"{run.branch}:blob.bin"],
         cwd=repo,
@@ -101,19 +122,43 @@ def test_the_patch_is_what_the_agent_changed_and_nothing_else(
         check=True,
     ).stdout
     assert blob == bytes(range(256)) + b"\0\r\n"
-    changed = git(repo, "diff", "--name-status", "--no-renames", run.run.base_commit, run.branch)
-    assert sorted(changed.splitlines()) == sorted(
-        [
-            "A\tblob.bin",
-            "M\tedit.txt",
-            "D\tmove_me.txt",
-            "A\tmoved.txt",
-            "A\tnew/deeper/dir/file.txt",
-            "D\told.txt",
-        ]
-    )
     assert not (repo / "report.txt").exists()
     assert len(run.commits()) == 1
+
+
+def test_an_agent_that_commits_in_its_worktree_still_yields_one_task_commit(
+    repo: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    command = shell_scripts(
+        committer="""\
+        echo committed > committed.txt
+        git add -A
+        git commit -qm "the agent's own commit"
+        echo uncommitted > uncommitted.txt
+        """
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "committer"
+        title = "Commit by orchardist"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    [commit] = run.commits()
+    assert git(repo, "log", "-1", "--format=%s%n%P", commit).splitlines() == [
+        "Commit by orchardist",
+        run.run.base_commit,
+    ]
+    assert {"committed.txt", "uncommitted.txt"} <= run.tree()
 
 
 # -- the agent's world -------------------------------------------------------------------------
@@ -287,9 +332,7 @@ def test_an_agent_that_wrecks_its_worktree_fails_and_is_cleaned_up(
 # -- timeouts and processes --------------------------------------------------------------------
 
 
-def test_timeouts_end_agents_and_verify_commands_early(
-    repo: Path, run_plan: RunPlan
-) -> None:
+def test_timeouts_end_agents_and_verify_commands_early(repo: Path, run_plan: RunPlan) -> None:
     # Given: an agent that hangs ignoring SIGTERM (profile timeout), one that sleeps past its
     # task's timeout, and a verify command that sleeps past it
     plan = write_plan(
@@ -377,6 +420,34 @@ def test_processes_an_agent_leaves_behind_are_ended(
     for name in ("child-exits", "daemon-exits", "child-hangs"):
         pid = int((sync / name).read_text())
         assert not alive(pid), f"{name} (pid {pid}) outlived its attempt"
+
+
+# -- many attempts at once --------------------------------------------------------------------
+
+
+def test_many_attempts_starting_and_ending_at_once_never_trip_over_each_other(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    tasks = "".join(f'\n[[task]]\nid = "t{n:02}"\n' for n in range(32))
+    plan = write_plan(
+        repo,
+        '[run]\nmax_parallel = 32\n\n[agents.sh]\nkind = "shell"\n'
+        'command = "echo {task} > {task}.txt"\n' + tasks,
+    )
+
+    # Unserialised `git worktree add` and `prune` made some of these fail as infra errors
+    # ("could not open .git/worktrees/<id>/locked"), mostly as a run starts.
+    run = run_plan(plan)
+
+    problems = [
+        f"{t['id']}.{a['n']}: {a['detail']}"
+        for t in run.doc["tasks"]
+        for a in t["attempts"]
+        if a["failure"] is not None
+    ]
+    assert problems == []
+    assert run.state is RunState.DONE
+    assert len(run.commits()) == 32
 
 
 # -- regressions -------------------------------------------------------------------------------

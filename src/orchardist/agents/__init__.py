@@ -22,6 +22,12 @@ from ..records import Failure, Usage
 KINDS: dict[str, str] = {
     "shell": "orchardist.agents.shell:ShellAgent",
     "scripted": "orchardist.agents.scripted:ScriptedAgent",
+    "claude": "orchardist.agents.claude:ClaudeAgent",
+    "codex": "orchardist.agents.codex:CodexAgent",
+    "aider": "orchardist.agents.aider:AiderAgent",
+    "gemini": "orchardist.agents.gemini:GeminiAgent",
+    "opencode": "orchardist.agents.opencode:OpenCodeAgent",
+    "llm": "orchardist.agents.llm:LlmAgent",
 }
 
 # What every agent process may see of the caller's environment; the rest is scrubbed.
@@ -63,6 +69,7 @@ class AgentContext:
     timeout_s: float | None
     cancel: CancelToken
     marker: str  # shared by every process of the attempt
+    writable: tuple[Path, ...] | None = None  # where its processes may write (None: anywhere)
 
 
 @dataclass(frozen=True)

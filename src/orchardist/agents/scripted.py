@@ -90,6 +90,7 @@ class ScriptedAgent:
             timeout_s=ctx.timeout_s,
             cancel=ctx.cancel,
             marker=ctx.marker,
+            writable=ctx.writable,
         )
         return process_result(proc, ctx)
 

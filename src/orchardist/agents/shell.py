@@ -70,5 +70,6 @@ class ShellAgent:
             timeout_s=ctx.timeout_s,
             cancel=ctx.cancel,
             marker=ctx.marker,
+            writable=ctx.writable,
         )
         return process_result(proc, ctx)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -9,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .. import sandbox
 from ..agents import Agent, AgentContext, agent_class, make_agent, scrubbed_env
 from ..discover import auto_commands, discover_tests
 from ..errors import GitError, OrchardistError
@@ -35,6 +39,7 @@ class LocalExecutor:
         environ: Mapping[str, str] | None = None,
         store: Store | None = None,
         guard_checkout: bool = True,
+        sandbox: bool = True,
     ) -> None:
         self.repo = repo
         self.worktree_root = Path(state_dir) / "worktrees"
@@ -49,6 +54,7 @@ class LocalExecutor:
         self.verifier = Verifier(baselines)
         self.store = store
         self._guard = guard_checkout
+        self.sandbox = sandbox
         self._checkout = self._fingerprint() if guard_checkout else ""
 
     def submit(self, job: Job, notify: Notify) -> None:
@@ -127,7 +133,8 @@ class LocalExecutor:
             env = self._env(job, worktree)
             patch, changed, usage, summary = job.base_commit, 0, Usage(), ""
             if job.profile is not None:
-                ctx = self._context(job, worktree, cwd, env, log, deadline, token)
+                writable = self._writable(job.run_id, worktree)
+                ctx = self._context(job, worktree, cwd, env, log, deadline, token, writable)
                 result = self._agent(job.profile).run(ctx)
                 usage = result.usage
                 if result.cancelled or token.cancelled:
@@ -173,6 +180,7 @@ class LocalExecutor:
                 timeout_s=job.timeout_s,
                 cancel=token,
                 marker=job.marker,
+                writable=self._writable(job.run_id, worktree),
             )
             common: dict[str, Any] = {
                 "patch_commit": patch,
@@ -203,6 +211,7 @@ class LocalExecutor:
             )
         finally:
             self.repo.remove_worktree(worktree)
+            shutil.rmtree(self.log_root / job.run_id / f"{job.id}.tmp", ignore_errors=True)
 
     def _take_patch(self, job: Job, worktree: Path) -> str:
         """Snapshot the agent's work, refusing what it must not do or produce."""
@@ -266,6 +275,11 @@ class LocalExecutor:
             ORCHARDIST_CANDIDATE=str(job.candidate),
             ORCHARDIST_WORKTREE=str(worktree),
         )
+        if self.sandbox and sandbox.available():
+            # /tmp may be off limits (when the repository lives there): a private TMPDIR.
+            private = self.log_root / job.run_id / f"{job.id}.tmp"
+            private.mkdir(parents=True, exist_ok=True)
+            env["TMPDIR"] = str(private)
         return env
 
     def _context(
@@ -277,6 +291,7 @@ class LocalExecutor:
         log: Path,
         deadline: float,
         token: CancelToken,
+        writable: tuple[Path, ...] | None,
     ) -> AgentContext:
         assert job.profile is not None
         prompt_file = log.with_suffix(".prompt.md")
@@ -307,7 +322,29 @@ class LocalExecutor:
             timeout_s=timeout,
             cancel=token,
             marker=job.marker,
+            writable=writable,
         )
+
+    def _writable(self, run_id: str, worktree: Path) -> tuple[Path, ...] | None:
+        """Where a job's processes may write, or None where the sandbox is off or unavailable.
+
+        The worktree and its git administration folder, git's object store (so agents may
+        commit inside their worktree), the run's log folder (output file, JUnit reports),
+        temporary folders, /dev, and the caller's home except the part holding the repository
+        (agent CLIs keep their state there). Never the user's checkout, other worktrees, or refs.
+        """
+        if not self.sandbox or not sandbox.available():
+            return None
+        paths = [worktree, self.repo.common_dir / "objects", self.log_root / run_id, Path("/dev")]
+        gitfile = worktree / ".git"
+        if gitfile.is_file():
+            admin = gitfile.read_text(errors="replace").removeprefix("gitdir:").strip()
+            paths.append(Path(admin))
+        home = Path((self.environ or os.environ).get("HOME", "/nonexistent"))
+        for top in {Path(tempfile.gettempdir()), Path("/tmp"), Path("/var/tmp"), home}:
+            if top.is_dir():
+                paths += sandbox.beside(top, self.repo.root)
+        return tuple(dict.fromkeys(paths))
 
 
 def _clip(text: str, limit: int) -> str:
@@ -364,6 +401,7 @@ class LocalBaselines:
                 log=log,
                 deadline=time.monotonic() + timeout_s,
                 junit=log.with_suffix(".xml"),
+                writable=ex._writable("baselines", worktree),
             )
         finally:
             ex.repo.remove_worktree(worktree)

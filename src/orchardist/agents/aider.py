@@ -1,0 +1,123 @@
+"""``kind = "aider"``: aider, headless.
+
+``aider --message-file F --yes-always --no-auto-commits --no-stream`` answers one message and
+exits. It prints no JSON: tokens and cost come from its summary lines (``Tokens: 2.1k sent, 345
+received. Cost: $0.01 message, $0.03 session.``), errors from its LiteLLM exception lines. aider
+exits 0 even when every API call failed, so an error it did not recover from (no later
+``Tokens:`` line) fails the attempt.
+
+Install aider in its own environment (``pipx install aider-chat``): it pins hundreds of exact
+dependencies and is never a dependency of orchardist.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from ..procs import ProcessResult
+from ..records import Failure
+from . import AgentContext, AgentResult
+from .cli import CliAgent, Needs, Seen
+
+_NUMBER = r"([\d.,]+)\s*([kKmM]?)"
+_TOKENS = re.compile(
+    rf"Tokens: {_NUMBER} sent(?:, {_NUMBER} cache write)?(?:, {_NUMBER} cache hit)?,"
+    rf" {_NUMBER} received"
+)
+_COST = re.compile(r"Cost: \$([\d.]+) message, \$([\d.]+) session")
+_ERROR = re.compile(
+    r"^(?:litellm\.)?\w*(?:Error|Exception)\b.*|^The API provider .*|^Missing these environment"
+)
+_SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
+LOCAL_PREFIXES = ("ollama/", "ollama_chat/", "lm_studio/")
+
+
+class AiderAgent(CliAgent):
+    """aider (``aider``), installed on its own."""
+
+    kind: ClassVar[str] = "aider"
+    executable: ClassVar[str] = "aider"
+    env_keys: ClassVar[tuple[str, ...]] = (
+        "OPENAI_API_KEY",
+        "OPENAI_API_BASE",
+        "ANTHROPIC_API_KEY",
+        "GEMINI_API_KEY",
+        "OPENROUTER_API_KEY",
+        "DEEPSEEK_API_KEY",
+    )
+    key_vars: ClassVar[tuple[str, ...]] = (
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "GEMINI_API_KEY",
+        "OPENROUTER_API_KEY",
+        "DEEPSEEK_API_KEY",
+    )
+    unsupported: ClassVar[dict[str, str]] = {
+        "max_turns": "aider answers one message per run; there is no turn limit to set",
+        "permission": "aider has no permission modes: it edits files and, even with"
+        " --yes-always, runs no shell commands; give it --test-cmd/--lint-cmd in args",
+    }
+
+    @classmethod
+    def needs(cls, options: Mapping[str, Any]) -> Needs:
+        """No key for a local model (Ollama, LM Studio)."""
+        needs = super().needs(options)
+        if str(options.get("model", "")).startswith(LOCAL_PREFIXES):
+            return replace(needs, key_vars=())
+        return needs
+
+    def argv(self, ctx: AgentContext, prompt: str | None) -> list[str]:
+        """``aider --message-file`` with its history files kept out of the worktree."""
+        argv = [self.command, "--message-file", str(ctx.prompt_file)]
+        argv += ["--yes-always", "--no-auto-commits", "--no-stream", "--no-pretty"]
+        argv += ["--no-gitignore", "--no-check-update"]
+        argv += ["--chat-history-file", str(ctx.log.with_suffix(".aider.chat.md"))]
+        argv += ["--input-history-file", str(ctx.log.with_suffix(".aider.input.history"))]
+        if self.model:
+            argv += ["--model", self.model]
+        return argv + self.args
+
+    def prompt_on_stdin(self, ctx: AgentContext) -> bool:
+        """Never: aider reads the prompt file itself."""
+        return False
+
+    def feed(self, seen: Seen, raw: bytes) -> None:
+        """Every line is text: aider prints no JSON, and the model's JSON is just text."""
+        self.text(seen, raw.decode("utf-8", errors="replace").rstrip("\r"))
+
+    def text(self, seen: Seen, line: str) -> None:
+        """Summary lines add usage; an error stays pending until a later call succeeds."""
+        super().text(seen, line)
+        if tokens := _TOKENS.search(line):
+            sent, received = _count(*tokens.group(1, 2)), _count(*tokens.group(7, 8))
+            seen.add_tokens(sent, received)
+            seen.count_turn()
+            seen.state.pop("pending", None)
+        if cost := _COST.search(line):
+            seen.cost_usd = float(cost.group(2))  # the session total so far
+        if _ERROR.match(line.strip()):
+            seen.state.setdefault("pending", []).append(line.strip())
+
+    def result(self, proc: ProcessResult, seen: Seen, ctx: AgentContext) -> AgentResult:
+        """An error aider never got past is a failure, whatever its exit code."""
+        for message in seen.state.get("pending", []):
+            seen.error(message)
+        return super().result(proc, seen, ctx)
+
+    def said(self, seen: Seen) -> str:
+        """aider's error lines; its other output is mostly the model talking."""
+        return "\n".join(seen.errors) if seen.errors else "\n".join(seen.text)
+
+    def verdict(self, proc: ProcessResult, seen: Seen) -> tuple[Failure, str]:
+        """Classified from the error lines, described by the last one."""
+        failure, detail = super().verdict(proc, seen)
+        if seen.errors:
+            detail = f"aider failed: {seen.errors[-1]}"[:2000]
+        return failure, detail
+
+
+def _count(number: str, suffix: str) -> int:
+    return int(float(number.replace(",", "")) * _SCALE[suffix.lower()])

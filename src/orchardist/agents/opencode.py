@@ -1,0 +1,118 @@
+"""``kind = "opencode"``: OpenCode, headless.
+
+``opencode run --format json -m provider/model -- PROMPT`` prints JSONL events (``step_start``,
+``text``, ``tool_use``, ``step_finish``, ``error``), each with the ``sessionID``. Every
+``step_finish`` part carries that step's ``cost`` and ``tokens``; orchardist sums them.
+
+Permission: a table of OpenCode permissions passed as ``OPENCODE_PERMISSION``; the default lets
+it edit and run commands, and denies touching directories outside the worktree. ``opencode run``
+rejects anything that would ask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from . import AgentContext
+from .cli import CliAgent, Seen
+
+DEFAULT_PERMISSION = {"edit": "allow", "bash": "allow", "external_directory": "deny"}
+_ACTIONS = ("allow", "ask", "deny")
+
+
+class OpenCodeAgent(CliAgent):
+    """OpenCode (``opencode``)."""
+
+    kind: ClassVar[str] = "opencode"
+    executable: ClassVar[str] = "opencode"
+    env_keys: ClassVar[tuple[str, ...]] = (
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "OPENROUTER_API_KEY",
+        "GEMINI_API_KEY",
+        "GOOGLE_GENERATIVE_AI_API_KEY",
+        "OPENCODE_CONFIG",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+    )
+    key_vars: ClassVar[tuple[str, ...]] = (
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "OPENROUTER_API_KEY",
+        "GEMINI_API_KEY",
+        "GOOGLE_GENERATIVE_AI_API_KEY",
+    )
+    login_files: ClassVar[tuple[str, ...]] = (
+        "$XDG_DATA_HOME/opencode/auth.json",
+        "~/.local/share/opencode/auth.json",
+    )
+    login_hint: ClassVar[str] = "run `opencode auth login`"
+    default_permission: ClassVar[Any] = DEFAULT_PERMISSION
+    unsupported: ClassVar[dict[str, str]] = {
+        "max_turns": "opencode run has no turn limit; bound it with the profile's timeout",
+    }
+
+    @classmethod
+    def check_permission(cls, value: Any) -> list[str]:
+        """A table of permission → allow/ask/deny (or a nested table of patterns)."""
+        if not isinstance(value, dict):
+            return ['expected a table such as {edit = "allow", bash = "allow"}']
+
+        def ok(action: Any) -> bool:
+            if isinstance(action, dict):
+                return all(ok(a) for a in action.values())
+            return action in _ACTIONS
+
+        return [f"{key}: expected allow, ask or deny" for key, a in value.items() if not ok(a)]
+
+    @classmethod
+    def check_extra(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """OpenCode names models ``provider/model``."""
+        model = options.get("model")
+        if isinstance(model, str) and "/" not in model:
+            return [("expected provider/model, e.g. anthropic/claude-sonnet-4-5", "model")]
+        return []
+
+    def argv(self, ctx: AgentContext, prompt: str | None) -> list[str]:
+        """``opencode run --format json ... -- PROMPT`` (a long prompt comes on stdin)."""
+        argv = [self.command, "run", "--format", "json"]
+        if self.model:
+            argv += ["-m", self.model]
+        argv += self.args
+        return argv if prompt is None else [*argv, "--", prompt]
+
+    def extra_env(self, ctx: AgentContext) -> dict[str, str]:
+        """The permission table, which opencode reads from its environment."""
+        return {"OPENCODE_PERMISSION": json.dumps(self.permission)}
+
+    def event(self, seen: Seen, event: dict[str, Any]) -> None:
+        """Per-step cost and tokens, the last text, and errors."""
+        if event.get("sessionID"):
+            seen.session_id = str(event["sessionID"])
+        kind = event.get("type")
+        part = event.get("part") or {}
+        if kind == "step_finish":
+            tokens = part.get("tokens") or {}
+            cache = tokens.get("cache") or {}
+            cached = sum(v for v in (cache.get("read"), cache.get("write")) if isinstance(v, int))
+            seen.add_tokens((tokens.get("input") or 0) + cached, tokens.get("output"))
+            seen.add_cost(part.get("cost"))
+            seen.count_turn()
+        elif kind == "text" and part.get("text"):
+            seen.summary = str(part["text"])
+        elif kind == "error":
+            self._error(seen, event.get("error") or {})
+
+    def _error(self, seen: Seen, error: dict[str, Any]) -> None:
+        data = error.get("data") or {}
+        message = str(data.get("message") or error.get("name") or "opencode reported an error")
+        status = data.get("statusCode")
+        if error.get("name") == "ProviderAuthError":
+            status = 401
+        seen.error(f"{error.get('name', 'Error')}: {message}", status)
+        headers = {str(k).lower(): v for k, v in (data.get("responseHeaders") or {}).items()}
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            seen.retry_after_s = float(headers["retry-after"])

@@ -1,0 +1,164 @@
+"""``orchardist doctor PLAN``: can each agent profile of a plan run on this machine?
+
+For every profile: is its CLI on PATH, and what does ``--version`` say (run with a short
+timeout); are its credentials there (one of its key variables set, or the file a login leaves);
+are the variables the profile lists in ``env`` set. Values are never printed, only names.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .agents import agent_class, scrubbed_env
+from .agents.cli import Needs, home_path
+from .plan import AgentProfile, Plan
+from .procs import run_process
+
+VERSION_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class ProfileReport:
+    """What doctor found for one agent profile."""
+
+    name: str
+    kind: str
+    command: str | None = None  # the executable looked for, if the kind runs one
+    path: str | None = None  # where it was found on PATH
+    version: str | None = None  # first line of its --version output
+    keys: dict[str, bool] = field(default_factory=dict)  # credential variable → set?
+    login: str | None = None  # the login file found, when no key variable is set
+    env: dict[str, bool] = field(default_factory=dict)  # the profile's env entries → set?
+    missing: tuple[str, ...] = ()  # what stops this profile from running
+    notes: tuple[str, ...] = ()  # worth knowing, not fatal
+
+    @property
+    def ok(self) -> bool:
+        """Nothing missing."""
+        return not self.missing
+
+
+def check_plan(plan: Plan, environ: Mapping[str, str] | None = None) -> list[ProfileReport]:
+    """A report for every agent profile of the plan, in plan order."""
+    return [check_profile(profile, environ) for profile in plan.agents.values()]
+
+
+def check_profile(profile: AgentProfile, environ: Mapping[str, str] | None = None) -> ProfileReport:
+    """Look for the profile's executable, its credentials and its env entries."""
+    environ = os.environ if environ is None else environ
+    cls: Any = agent_class(profile.kind)
+    needs: Needs = cls.needs(profile.options) if hasattr(cls, "needs") else Needs()
+    missing: list[str] = []
+    notes: list[str] = []
+    command = path = version = None
+    if needs.executable:
+        command = needs.executable
+        path = shutil.which(command, path=environ.get("PATH"))
+        if path is None:
+            missing.append(f"`{command}` not found on PATH (install it, or set command = ...)")
+        else:
+            version, problem = _version(path, needs.version_args, environ)
+            if problem:
+                missing.append(problem)
+    elif not needs.key_vars:
+        notes.append(f"kind {profile.kind!r} runs no external CLI; nothing to check")
+    keys = {name: bool(environ.get(name)) for name in needs.key_vars}
+    login = None
+    if keys and not any(keys.values()):
+        login = _login_file(needs.login_files, environ)
+        if login is None:
+            missing.append(_credentials_missing(needs))
+    env = {name: bool(environ.get(name)) for name in profile.env}
+    notes += [f"env {name} is not set, so it is not passed" for name, ok in env.items() if not ok]
+    if profile.kind == "llm":
+        notes.append(f"base_url {profile.options.get('base_url')} (not contacted)")
+    return ProfileReport(
+        profile.name,
+        profile.kind,
+        command,
+        path,
+        version,
+        keys,
+        login,
+        env,
+        tuple(missing),
+        tuple(notes),
+    )
+
+
+def _version(
+    path: str, args: tuple[str, ...], environ: Mapping[str, str]
+) -> tuple[str | None, str | None]:
+    """First line of ``path --version``, or a problem."""
+    env = scrubbed_env((), environ)
+    with tempfile.TemporaryDirectory(prefix="orchardist-doctor-") as tmp:
+        log = Path(tmp) / "version.log"
+        proc = run_process(
+            [path, *args], cwd=Path(tmp), env=env, log=log, timeout_s=VERSION_TIMEOUT_S
+        )
+        text = log.read_text(encoding="utf-8", errors="replace")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")[:200]
+    shown = " ".join([Path(path).name, *args])
+    if proc.timed_out:
+        return None, f"`{shown}` did not answer within {VERSION_TIMEOUT_S:g}s"
+    if proc.exit_code != 0:
+        return None, f"`{shown}` failed (exit {proc.exit_code})" + (f": {first}" if first else "")
+    return first or None, None
+
+
+def _login_file(templates: tuple[str, ...], environ: Mapping[str, str]) -> str | None:
+    for template in templates:
+        path = home_path(template, environ)
+        if "$" not in str(path) and path.is_file():
+            return str(path)
+    return None
+
+
+def _credentials_missing(needs: Needs) -> str:
+    names = ", ".join(needs.key_vars)
+    text = (
+        f"credentials: {names} is not set"
+        if len(needs.key_vars) == 1
+        else (f"credentials: none of {names} is set")
+    )
+    if needs.login_files:
+        text += " and no login was found" + (f" ({needs.login_hint})" if needs.login_hint else "")
+    return text
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def render(plan_name: str, reports: list[ProfileReport]) -> str:
+    """The report for people."""
+    bad = sum(not r.ok for r in reports)
+    lines = [f"{plan_name}: {len(reports)} agent profile(s), {bad} with something missing"]
+    for r in reports:
+        found = []
+        if r.path:
+            found.append(f"{r.version or r.command} at {r.path}")
+        set_keys = [name for name, ok in r.keys.items() if ok]
+        if set_keys:
+            found.append("credentials: " + ", ".join(set_keys))
+        elif r.login:
+            found.append(f"credentials: login at {r.login}")
+        head = f"  {'ok' if r.ok else 'MISSING':<8} {r.name} ({r.kind})"
+        lines.append(head + (": " + "; ".join(found) if found else ""))
+        lines += [f"           - {m}" for m in r.missing]
+        lines += [f"           · {n}" for n in r.notes]
+    return "\n".join(lines)
+
+
+def to_json(plan_name: str, reports: list[ProfileReport]) -> dict[str, Any]:
+    """The report as a JSON document."""
+    return {
+        "plan": plan_name,
+        "ok": all(r.ok for r in reports),
+        "profiles": [{**asdict(r), "ok": r.ok} for r in reports],
+    }

@@ -1,0 +1,30 @@
+"""docs/agents.md: every profile example loads as a valid plan, and every kind has a section."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from orchardist.agents import KINDS
+from orchardist.plan import load_plan
+from support import write_plan
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "agents.md"
+EXAMPLES = re.findall(r"```toml\n(.*?)```", DOC.read_text(), re.DOTALL)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda text: text.split("]")[0].strip("["))
+def test_each_profile_example_is_a_valid_plan(example: str, repo: Path) -> None:
+    name = re.search(r"\[agents\.(\w+)\]", example)
+    assert name is not None
+    plan = load_plan(write_plan(repo, f'{example}\n[[task]]\nid = "t"\nagent = "{name[1]}"\n'))
+    assert set(plan.agents) >= {name[1]}
+
+
+@pytest.mark.parametrize("kind", sorted(set(KINDS) - {"shell", "scripted"}))
+def test_each_kind_has_a_section_with_an_example(kind: str) -> None:
+    text = DOC.read_text()
+    assert f'(`kind = "{kind}"`)' in text
+    assert any(f'kind = "{kind}"' in example for example in EXAMPLES)

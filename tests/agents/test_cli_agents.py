@@ -1,0 +1,449 @@
+"""Contract tests: every agent-CLI adapter against a fake of its tool, on PATH, in a real repo.
+
+Each fake prints its tool's real output format, edits the worktree, records its argv,
+environment and stdin, and can be told to hit a rate limit, fail auth, hang or crash.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_testing import PROMPT, fake_call, make_ctx
+
+from orchardist.agents import BASE_ENV, AgentContext, agent_class, make_agent
+from orchardist.agents.cli import MAX_ARG_BYTES
+from orchardist.doctor import check_profile
+from orchardist.plan import AgentProfile
+from orchardist.procs import CancelToken, marked_processes
+from orchardist.records import Failure, Usage
+
+
+@dataclass(frozen=True)
+class Case:
+    """One adapter: its profile, the command line it must build, what it must read back."""
+
+    kind: str
+    options: dict[str, Any]
+    argv: Callable[[AgentContext], list[str]]  # expected argv after the executable
+    usage: Usage
+    summary: str
+    retry_after_s: float  # what its rate-limit message says
+    stdin: str = ""  # what the tool must receive on stdin
+    extra_env: frozenset[str] = field(default_factory=frozenset)  # variables the adapter sets
+
+    def __str__(self) -> str:
+        return self.kind
+
+
+CLAUDE_TOOLS = "Bash,Edit,MultiEdit,Write,Read,Glob,Grep,LS,TodoWrite"
+CASES = [
+    Case(
+        kind="claude",
+        options={"model": "claude-sonnet-4-5", "max_turns": 30, "args": ["--debug"]},
+        argv=lambda ctx: [
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--permission-mode",
+            "acceptEdits",
+            "--allowedTools",
+            CLAUDE_TOOLS,
+            "--max-turns",
+            "30",
+            "--model",
+            "claude-sonnet-4-5",
+            "--debug",
+        ],
+        usage=Usage(0.0421, 1420, 250, 3, "5b0f1c1e-claude-session"),
+        summary="Created hello.txt.",
+        retry_after_s=3600,
+        stdin=PROMPT,
+    ),
+    Case(
+        kind="codex",
+        options={"model": "gpt-5-codex", "price_in": 1.25, "price_out": 10.0},
+        argv=lambda ctx: [
+            "exec",
+            "--json",
+            "--sandbox",
+            "workspace-write",
+            "-c",
+            'approval_policy="never"',
+            "--skip-git-repo-check",
+            "-C",
+            str(ctx.cwd),
+            "-m",
+            "gpt-5-codex",
+            "--",
+            PROMPT,
+        ],
+        usage=Usage(
+            (24763 * 1.25 + 122 * 10.0) / 1e6, 24763, 122, 1, "0199a213-81c0-7800-8aa1-bbab2a035a53"
+        ),
+        summary="Created hello.txt.",
+        retry_after_s=2 * 3600 + 5 * 60,
+    ),
+    Case(
+        kind="aider",
+        options={"model": "gpt-4o", "args": ["--test-cmd", "pytest -q"]},
+        argv=lambda ctx: [
+            "--message-file",
+            str(ctx.prompt_file),
+            "--yes-always",
+            "--no-auto-commits",
+            "--no-stream",
+            "--no-pretty",
+            "--no-gitignore",
+            "--no-check-update",
+            "--chat-history-file",
+            str(ctx.log.with_suffix(".aider.chat.md")),
+            "--input-history-file",
+            str(ctx.log.with_suffix(".aider.input.history")),
+            "--model",
+            "gpt-4o",
+            "--test-cmd",
+            "pytest -q",
+        ],
+        usage=Usage(0.03, 2100 + 12000, 345 + 56, 2, None),
+        summary="",
+        retry_after_s=20,
+    ),
+    Case(
+        kind="gemini",
+        options={"model": "gemini-2.5-pro"},
+        argv=lambda ctx: [
+            "--output-format",
+            "stream-json",
+            "--approval-mode",
+            "auto_edit",
+            "--allowed-tools",
+            "run_shell_command",
+            "-m",
+            "gemini-2.5-pro",
+            "-p",
+            PROMPT,
+        ],
+        usage=Usage(None, 3000, 300, 2, "c3b1e0f2-gemini"),
+        summary="Done: created hello.txt.",
+        retry_after_s=35.5,
+    ),
+    Case(
+        kind="opencode",
+        options={"model": "anthropic/claude-sonnet-4-5"},
+        argv=lambda ctx: [
+            "run",
+            "--format",
+            "json",
+            "-m",
+            "anthropic/claude-sonnet-4-5",
+            "--",
+            PROMPT,
+        ],
+        usage=Usage(0.0043, 1500 + 500 + 1700 + 1500, 120, 2, "ses_4947190a6ffe85dkDMj0FPRbHK"),
+        summary="Created hello.txt.",
+        retry_after_s=20,
+        extra_env=frozenset({"OPENCODE_PERMISSION"}),
+    ),
+]
+BY_KIND = {case.kind: case for case in CASES}
+every_adapter = pytest.mark.parametrize("case", CASES, ids=str)
+
+
+def agent_for(case: Case, **options: Any) -> Any:
+    return make_agent(AgentProfile("p", case.kind, options={**case.options, **options}))
+
+
+def assert_usage(actual: Usage, expected: Usage) -> None:
+    assert actual.input_tokens == expected.input_tokens
+    assert actual.output_tokens == expected.output_tokens
+    assert actual.turns == expected.turns
+    assert actual.session_id == expected.session_id
+    if expected.cost_usd is None:
+        assert actual.cost_usd is None
+    else:
+        assert actual.cost_usd == pytest.approx(expected.cost_usd)
+
+
+# -- success ----------------------------------------------------------------------------------
+
+
+@every_adapter
+def test_a_successful_run_edits_the_worktree_and_reads_back_usage(
+    case: Case, repo: Path, fake_bin: Path
+) -> None:
+    # Given a fake tool on PATH and a real repository
+    ctx = make_ctx(repo, case.kind)
+    # When the adapter runs
+    result = agent_for(case).run(ctx)
+    # Then the tool edited the worktree, and its usage and final answer were read back
+    assert (result.failure, result.exit_code, result.cancelled) == (None, 0, False), result.detail
+    assert (repo / "hello.txt").read_text() == "hello from a fake agent\n"
+    assert_usage(result.usage, case.usage)
+    assert result.detail == case.summary
+    assert result.retry_after_s is None
+
+
+@every_adapter
+def test_the_command_line_and_stdin_are_the_tools_headless_form(
+    case: Case, repo: Path, fake_bin: Path
+) -> None:
+    ctx = make_ctx(repo, case.kind)
+    agent_for(case).run(ctx)
+    call = fake_call(case.kind)
+    assert call["argv"] == case.argv(ctx)
+    assert call["stdin"] == case.stdin
+    assert Path(call["cwd"]) == ctx.cwd
+
+
+@every_adapter
+def test_the_output_streams_into_the_attempt_log(case: Case, repo: Path, fake_bin: Path) -> None:
+    ctx = make_ctx(repo, case.kind)
+    agent_for(case).run(ctx)
+    log = ctx.log.read_text()
+    assert "hello.txt" in log
+    assert len(log.splitlines()) >= 4
+
+
+@every_adapter
+def test_the_tool_sees_only_allowlisted_variables(
+    case: Case, repo: Path, fake_bin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given secrets in orchardist's own environment, and a context that was not scrubbed
+    monkeypatch.setenv("SECRET_TOKEN", "do-not-leak")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "do-not-leak")
+    cls = agent_class(case.kind)
+    for name in cls.env_keys:
+        monkeypatch.setenv(name, f"value-of-{name}")
+    ctx = make_ctx(repo, case.kind, env=dict(os.environ))
+    # When the adapter runs
+    agent_for(case).run(ctx)
+    # Then the tool saw its own keys, the base variables and orchardist's, and nothing else
+    env = fake_call(case.kind)["env"]
+    allowed = {*BASE_ENV, *cls.env_keys, *case.extra_env}
+    leaked = {k for k in env if k not in allowed and not k.startswith("ORCHARDIST_")}
+    assert leaked == set()
+    assert "SECRET_TOKEN" not in env and "AWS_SECRET_ACCESS_KEY" not in env
+    assert all(env[name] == f"value-of-{name}" for name in cls.env_keys)
+
+
+@every_adapter
+def test_a_profile_env_entry_passes_through(
+    case: Case, repo: Path, fake_bin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MY_PROXY", "http://proxy:3128")
+    ctx = make_ctx(repo, case.kind, env=dict(os.environ), profile_env=("MY_PROXY",))
+    profile = AgentProfile("p", case.kind, env=("MY_PROXY",), options=case.options)
+    make_agent(profile).run(ctx)
+    assert fake_call(case.kind)["env"]["MY_PROXY"] == "http://proxy:3128"
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+
+@every_adapter
+def test_a_rate_limit_is_classified_with_its_reset_time(
+    case: Case, repo: Path, fake_bin: Path, fake_mode: Callable[..., None]
+) -> None:
+    fake_mode("rate_limit")
+    result = agent_for(case).run(make_ctx(repo, case.kind))
+    assert result.failure is Failure.RATE_LIMITED, result.detail
+    assert result.exit_code != 0
+    assert result.retry_after_s == pytest.approx(case.retry_after_s, abs=5)
+
+
+@every_adapter
+def test_an_auth_failure_is_classified(
+    case: Case, repo: Path, fake_bin: Path, fake_mode: Callable[..., None]
+) -> None:
+    fake_mode("auth")
+    result = agent_for(case).run(make_ctx(repo, case.kind))
+    assert result.failure is Failure.AUTH_ERROR, result.detail
+    assert result.retry_after_s is None
+
+
+@every_adapter
+def test_a_crash_is_an_agent_error(
+    case: Case, repo: Path, fake_bin: Path, fake_mode: Callable[..., None]
+) -> None:
+    fake_mode("crash")
+    result = agent_for(case).run(make_ctx(repo, case.kind))
+    assert result.failure is Failure.AGENT_ERROR
+    assert result.exit_code != 0
+    assert case.kind in result.detail
+
+
+@every_adapter
+def test_a_hang_times_out_and_leaves_no_process(
+    case: Case, repo: Path, fake_bin: Path, fake_mode: Callable[..., None]
+) -> None:
+    fake_mode("hang")
+    ctx = make_ctx(repo, case.kind, timeout_s=1.0)
+    result = agent_for(case).run(ctx)
+    assert result.failure is Failure.TIMEOUT
+    assert result.duration_s < 1.0 + 3.0 + 2.0
+    assert marked_processes(ctx.marker) == set()
+
+
+def test_cancelling_stops_the_tool(
+    repo: Path, fake_bin: Path, fake_mode: Callable[..., None]
+) -> None:
+    fake_mode("hang")
+    token = CancelToken()
+    ctx = make_ctx(repo, "claude", cancel=token)
+    timer = threading.Timer(0.3, token.cancel, args=("superseded",))
+    timer.start()
+    try:
+        result = agent_for(BY_KIND["claude"]).run(ctx)
+    finally:
+        timer.cancel()
+    assert result.cancelled and result.failure is None
+    assert marked_processes(ctx.marker) == set()
+
+
+@every_adapter
+def test_a_missing_executable_says_so(case: Case, repo: Path, fake_bin: Path) -> None:
+    agent = agent_for(case, command="no-such-agent-cli")
+    result = agent.run(make_ctx(repo, case.kind))
+    assert result.failure is Failure.AGENT_ERROR
+    assert "not found on PATH" in result.detail
+
+
+# -- adapter specifics ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["codex", "gemini", "opencode"])
+def test_a_prompt_too_long_for_argv_goes_through_stdin(
+    kind: str, repo: Path, fake_bin: Path
+) -> None:
+    prompt = "x" * (MAX_ARG_BYTES + 1)
+    ctx = make_ctx(repo, kind, prompt=prompt)
+    result = agent_for(BY_KIND[kind]).run(ctx)
+    assert result.failure is None, result.detail
+    call = fake_call(kind)
+    assert call["stdin"] == prompt
+    assert prompt not in call["argv"]
+
+
+def test_codex_recovering_from_a_stream_error_still_succeeds(
+    repo: Path, fake_bin: Path, fake_mode: Callable[..., None]
+) -> None:
+    fake_mode("flaky_ok")
+    result = agent_for(BY_KIND["codex"]).run(make_ctx(repo, "codex"))
+    assert result.failure is None, result.detail
+
+
+def test_aider_recovering_from_a_rate_limit_still_succeeds(
+    repo: Path, fake_bin: Path, fake_mode: Callable[..., None]
+) -> None:
+    fake_mode("rate_then_ok")
+    result = agent_for(BY_KIND["aider"]).run(make_ctx(repo, "aider"))
+    assert result.failure is None, result.detail
+    assert (repo / "hello.txt").exists()
+
+
+def test_aider_reads_the_prompt_file(repo: Path, fake_bin: Path) -> None:
+    agent_for(BY_KIND["aider"]).run(make_ctx(repo, "aider"))
+    assert (Path.home() / ".fake-agents" / "aider.message").read_text() == PROMPT
+
+
+@pytest.mark.parametrize(
+    ("mode", "words"),
+    [("turn_limit", "turn limit exceeded (exit 53)"), ("input_error", "input error")],
+)
+def test_gemini_exit_codes_are_named(
+    mode: str, words: str, repo: Path, fake_bin: Path, fake_mode: Callable[..., None]
+) -> None:
+    fake_mode(mode)
+    result = agent_for(BY_KIND["gemini"]).run(make_ctx(repo, "gemini"))
+    assert result.failure is Failure.AGENT_ERROR
+    assert words in result.detail
+
+
+def test_opencode_gets_its_permission_table(repo: Path, fake_bin: Path) -> None:
+    agent = agent_for(BY_KIND["opencode"], permission={"edit": "allow", "bash": "deny"})
+    agent.run(make_ctx(repo, "opencode"))
+    assert (
+        fake_call("opencode")["env"]["OPENCODE_PERMISSION"] == '{"edit": "allow", "bash": "deny"}'
+    )
+
+
+def test_claude_passes_its_budget_and_tools(repo: Path, fake_bin: Path) -> None:
+    agent = agent_for(BY_KIND["claude"], max_cost_usd=2.5, allowed_tools=["Read", "Bash(git:*)"])
+    agent.run(make_ctx(repo, "claude"))
+    argv = fake_call("claude")["argv"]
+    assert argv[argv.index("--max-budget-usd") + 1] == "2.5"
+    assert argv[argv.index("--allowedTools") + 1] == "Read,Bash(git:*)"
+
+
+# -- profile checks ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "key", "words"),
+    [
+        ("claude", {"permission": "yolo"}, "permission", "expected one of"),
+        ("claude", {"max_turns": 0}, "max_turns", "≥ 1"),
+        ("claude", {"max_cost_usd": -1}, "max_cost_usd", "positive"),
+        ("codex", {"permission": "full"}, "permission", "workspace-write"),
+        ("codex", {"max_turns": 5}, "max_turns", "no turn limit"),
+        ("aider", {"permission": "x"}, "permission", "no permission modes"),
+        ("gemini", {"allowed_tools": "run_shell_command"}, "allowed_tools", "list of strings"),
+        ("opencode", {"model": "claude-sonnet-4-5"}, "model", "provider/model"),
+        ("opencode", {"permission": {"bash": "sure"}}, "permission", "allow, ask or deny"),
+        ("codex", {"price_in": 1.0}, "price_in", "both"),
+        ("gemini", {"args": "--debug"}, "args", "list of strings"),
+    ],
+)
+def test_bad_profile_options_are_reported(
+    kind: str, options: dict[str, Any], key: str, words: str
+) -> None:
+    problems = agent_class(kind).check_options(options)
+    assert any(k == key and words in message for message, k in problems), problems
+
+
+@every_adapter
+def test_the_example_options_are_valid(case: Case) -> None:
+    assert agent_class(case.kind).check_options(case.options) == []
+
+
+# -- doctor -----------------------------------------------------------------------------------
+
+VERSIONS = {
+    "claude": "2.0.14 (Claude Code)",
+    "codex": "codex-cli 0.46.0",
+    "aider": "aider 0.86.1",
+    "gemini": "0.9.0",
+    "opencode": "0.15.2",
+}
+
+
+@every_adapter
+def test_doctor_finds_the_cli_its_version_and_its_key(
+    case: Case, fake_bin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cls = agent_class(case.kind)
+    for name in cls.env_keys:
+        monkeypatch.delenv(name, raising=False)
+    profile = AgentProfile("p", case.kind, options=case.options)
+    assert not check_profile(profile).ok
+    monkeypatch.setenv(cls.key_vars[-1], "secret-value")
+    report = check_profile(profile)
+    assert report.ok, report.missing
+    assert report.version == VERSIONS[case.kind]
+    assert report.path == str(fake_bin / case.kind)
+
+
+def test_doctor_wants_no_key_for_a_local_aider_model(
+    fake_bin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in agent_class("aider").env_keys:
+        monkeypatch.delenv(name, raising=False)
+    profile = AgentProfile("p", "aider", options={"model": "ollama_chat/qwen2.5-coder:14b"})
+    assert check_profile(profile).ok

@@ -1,0 +1,678 @@
+"""Misbehaving agents are contained: each ends as a classified failure, nothing of it is merged,
+and nothing of it is left behind (no process, no worktree).
+
+Agents here hang, daemonize, flood their output, print bytes that are not UTF-8, write to the
+user's checkout, another attempt's worktree or the run branch, wreck their worktree, or produce
+patches with escaping symlinks or huge files.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchardist import GitError, RunState, sandbox
+from orchardist.gitrepo import Repo
+from orchardist.procs import marked_processes
+from run_support import leftovers, orchardist, task_trailers
+from support import Finished, alive, git, make_repo, toml_str, write_plan
+
+GiB = 1024**3
+RunPlan = Callable[..., Finished]
+
+
+@pytest.fixture
+def sync(tmp_path: Path) -> Path:
+    """A folder outside the repository where agents leave evidence."""
+    path = tmp_path / "sync"
+    path.mkdir()
+    return path
+
+
+def attempt(run: Finished, task_id: str, n: int = 1) -> dict[str, Any]:
+    """The n-th attempt of a task in the status document."""
+    found: dict[str, Any] = run.task(task_id)["attempts"][n - 1]
+    return found
+
+
+def nothing_left(run: Finished) -> None:
+    """No process of the run, no attempt's marked process, no worktree."""
+    assert leftovers(run.root, run.run.id) == []
+    for record in run.ws.store.attempts(run.run.id):
+        assert marked_processes(record.marker) == set(), (record.task_id, record.n)
+
+
+# -- process control -------------------------------------------------------------------------
+
+
+def test_a_hanging_agent_that_ignores_sigterm_and_left_a_daemon_times_out_leaving_nothing(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    # Given: an agent that starts a setsid child ignoring SIGTERM, then hangs ignoring SIGTERM
+    plan = write_plan(
+        repo,
+        """
+        [agents.hanger]
+        kind = "scripted"
+        timeout = "1s"
+        script = { "*" = { spawn_daemon = true, hang = true } }
+
+        [[task]]
+        id = "hang"
+        """,
+    )
+    started = time.monotonic()
+
+    # When
+    run = run_plan(plan)
+
+    # Then: a timeout failure, within the timeout plus the kill grace period
+    assert time.monotonic() - started < 15
+    assert run.state is RunState.FAILED
+    assert attempt(run, "hang")["failure"] == "timeout"
+    assert attempt(run, "hang")["detail"] == "agent timed out after 1s"
+    assert run.task("hang")["reason"].startswith("timeout: ")
+    assert run.commits() == []
+    nothing_left(run)
+
+
+def test_a_daemon_an_agent_leaves_behind_is_killed_when_the_attempt_ends(
+    repo: Path, sync: Path, run_plan: RunPlan
+) -> None:
+    # Given: a scripted agent that leaves a setsid daemon ignoring SIGTERM, and a shell agent
+    # that does the same and tells us its daemon's pid; both then finish normally
+    daemon = (
+        f"setsid sh -c 'trap \"\" TERM; echo $$ > {sync}/daemon.pid; exec sleep 600' "
+        "</dev/null >/dev/null 2>&1 &\n"
+        f"until [ -s {sync}/daemon.pid ]; do sleep 0.01; done\n"
+        "echo shell > shell.txt\n"
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        max_parallel = 2
+
+        [agents.fake]
+        kind = "scripted"
+        script = {{ scripted = {{ spawn_daemon = true, write = {{ "scripted.txt" = "s\\n" }} }} }}
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(daemon)}
+
+        [[task]]
+        id = "scripted"
+        agent = "fake"
+
+        [[task]]
+        id = "shell"
+        agent = "sh"
+        """,
+    )
+
+    # When
+    run = run_plan(plan)
+
+    # Then: both tasks done; the daemons are gone (one of them provably existed)
+    assert run.state is RunState.DONE, run.doc
+    pid = int((sync / "daemon.pid").read_text())
+    assert not alive(pid)
+    nothing_left(run)
+
+
+def test_an_agent_flooding_a_gigabyte_completes_with_a_capped_log_keeping_head_and_tail(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    plan = write_plan(
+        repo,
+        f"""
+        [agents.fake]
+        kind = "scripted"
+        [agents.fake.script.flood]
+        print = "FIRST LINE"
+        flood_bytes = {GiB}
+        write = {{ "x.txt" = "x\\n" }}
+
+        [[task]]
+        id = "flood"
+        verify = "echo LAST LINE FROM VERIFY && test -f x.txt"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    log = Path(attempt(run, "flood")["log"]).read_bytes()
+    assert len(log) < 9 * 1024 * 1024  # the cap is 8 MiB, plus orchardist's own lines
+    assert log.startswith(b"FIRST LINE\n")
+    assert b"bytes of output omitted]" in log
+    assert log.rstrip().endswith(b"LAST LINE FROM VERIFY")
+    nothing_left(run)
+
+
+def test_output_that_is_not_utf8_crashes_nothing_and_its_log_is_readable(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    plan = write_plan(
+        repo,
+        """
+        [agents.fake]
+        kind = "scripted"
+        script = { bin = { binary_output = true, write = { "b.txt" = "b\\n" } } }
+
+        [[task]]
+        id = "bin"
+        verify = "test -f b.txt"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    shown = orchardist(repo, "logs", run.run.id, "bin")
+    assert shown.returncode == 0, shown.stderr
+    assert "not utf-8" in shown.stdout
+    assert "\ufffd" in shown.stdout  # undecodable bytes shown as replacement characters
+    nothing_left(run)
+
+
+# -- writing outside the worktree: refused by the sandbox -----------------------------------
+
+needs_landlock = pytest.mark.skipif(
+    not sandbox.available(), reason="this kernel has no Landlock: writes cannot be confined"
+)
+
+
+@pytest.fixture
+def sealed(tmp_path: Path) -> Iterator[Path]:
+    """A folder outside pytest's base folder for the repository of a sandboxed run.
+
+    pytest's ``pytest-current`` symlink aliases every ``tmp_path``; the sandbox follows such
+    aliases (see the xfail below), so a repository there cannot be protected.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="orchardist-sealed-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+ESCAPES = {
+    "checkout": 'echo hacked >> "$REPO/README.md"',
+    "new_file_in_checkout": 'echo hacked > "$REPO/dropped.txt"',
+    "worktrees_folder": 'echo planted > "$ORCHARDIST_WORKTREE/../planted.txt"',
+    "tag": "git tag sneaky",
+    "branch": "git branch sneaky",
+    "run_branch": 'git update-ref "refs/heads/orchardist/$ORCHARDIST_RUN" HEAD~0 HEAD',
+    "git_config": "git config --local core.sneaky true",
+}
+
+
+@needs_landlock
+def test_with_the_sandbox_writes_outside_the_worktree_are_refused_and_nothing_escapes(
+    sealed: Path, run_plan: RunPlan
+) -> None:
+    # Given: one task per place an agent must not write to; each notes whether it could
+    repo = make_repo(sealed / "repo", {"README.md": "hello\n"})
+    before = checkout(repo)
+    lines = [f"REPO={shlex.quote(str(repo))}", 'case "$ORCHARDIST_TASK" in']
+    for task_id, action in ESCAPES.items():
+        lines.append(
+            f"{task_id}) if {action} 2>/dev/null; then r=escaped; else r=refused; fi;"
+            f' echo "$r" > {task_id}.txt ;;'
+        )
+    lines.append("esac")
+    tasks = "\n".join(f'[[task]]\nid = "{t}"\n' for t in ESCAPES)
+    plan = write_plan(
+        repo,
+        f"""
+[run]
+max_parallel = 4
+
+[agents.sh]
+kind = "shell"
+command = {toml_str(chr(10).join(lines))}
+
+{tasks}
+""",
+        commit=True,
+    )
+    before = checkout(repo)
+
+    run = run_plan(plan)
+
+    # Then: every write was refused; the checkout, its refs and the run branch are untouched
+    assert run.state is RunState.DONE, run.doc
+    outcomes = {t: git(repo, "show", f"{run.run.branch}:{t}.txt") for t in ESCAPES}
+    assert outcomes == dict.fromkeys(ESCAPES, "refused")
+    assert checkout(repo) == before
+    assert not (run.ws.state_dir / "worktrees" / run.run.id / "planted.txt").exists()
+    assert sorted(task_trailers(repo, run.run.base_commit, run.run.branch)) == sorted(ESCAPES)
+    nothing_left(run)
+
+
+@needs_landlock
+@pytest.mark.xfail(
+    strict=True,
+    reason="sandbox.py beside() allows every sibling on the way down to the repository, "
+    "symlinks included; Landlock follows a symlink to its target, so a sibling aliasing an "
+    "ancestor of the repository (pytest's pytest-current, ~/work -> ~/src) makes it writable",
+)
+def test_the_sandbox_is_not_opened_by_a_symlink_that_aliases_a_folder_above_the_repository(
+    sealed: Path, run_plan: RunPlan
+) -> None:
+    # Given: the repository's folder also reachable through a symlink beside it
+    (sealed / "projects").mkdir()
+    (sealed / "alias").symlink_to(sealed / "projects")
+    repo = make_repo(sealed / "projects" / "repo", {"README.md": "hello\n"})
+    command = (
+        f"if echo hacked >> {shlex.quote(str(repo / 'README.md'))} 2>/dev/null;"
+        " then echo escaped > r.txt; else echo refused > r.txt; fi"
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "t"
+        """,
+        commit=True,
+    )
+
+    run = run_plan(plan)
+
+    assert (repo / "README.md").read_text() == "hello\n"
+    assert git(repo, "show", f"{run.run.branch}:r.txt") == "refused"
+
+
+def checkout(repo: Path) -> str:
+    """The user's checkout: HEAD, branches and tags (not orchardist's), status, config, README."""
+    refs = git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", "refs/tags")
+    return "\n".join(
+        [
+            git(repo, "rev-parse", "HEAD"),
+            "\n".join(r for r in refs.splitlines() if not r.startswith("refs/heads/orchardist/")),
+            git(repo, "status", "--porcelain", "--untracked-files=all"),
+            git(repo, "config", "--local", "--list"),
+            (repo / "README.md").read_text(),
+        ]
+    )
+
+
+# -- writing outside the worktree: detected after the fact (no sandbox) ----------------------
+
+CHECKOUT_EDITS = {
+    "readme": 'echo hacked >> "$REPO/README.md"',
+    "tag": "git tag sneaky",
+    "branch": "git branch sneaky",
+}
+
+
+@pytest.mark.parametrize("edit", CHECKOUT_EDITS, ids=list(CHECKOUT_EDITS))
+def test_without_the_sandbox_an_attempt_that_edits_the_users_checkout_fails_saying_so(
+    repo: Path, run_plan: RunPlan, edit: str
+) -> None:
+    # Given: an agent whose first attempt also changes the user's checkout
+    command = (
+        f"REPO={shlex.quote(str(repo))}\n"
+        f'if [ "$ORCHARDIST_ATTEMPT" = 1 ]; then {CHECKOUT_EDITS[edit]}; fi\n'
+        "echo mine > mine.txt\n"
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = false
+        retry_backoff = "0.05s"
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "meddle"
+        retries = 1
+        verify = "test -f mine.txt"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    # Then: the first attempt failed, saying why, with nothing taken from it; the clean
+    # retry was merged
+    assert run.state is RunState.DONE, run.doc
+    first = attempt(run, "meddle", 1)
+    assert first["failure"] == "agent_error"
+    assert "the user's checkout changed while the agent ran" in first["detail"]
+    assert first["patch"] is None
+    assert attempt(run, "meddle", 2)["state"] == "merged"
+    assert run.tree() == {".gitignore", "README.md", "mine.txt"}
+    assert git(repo, "show", f"{run.run.branch}:README.md") == "hello"
+    nothing_left(run)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="without the sandbox the checkout guard blames whichever attempt snapshots first "
+    "after the change: an innocent concurrent attempt fails and the one that wrote to the "
+    "checkout is merged (executors/local.py _take_patch)",
+)
+def test_without_the_sandbox_the_attempt_that_edits_the_checkout_is_caught_not_a_bystander(
+    repo: Path, sync: Path, run_plan: RunPlan
+) -> None:
+    # Given: "meddle" writes to the user's checkout and keeps working until the concurrent
+    # "innocent" attempt, which started before the write and ends after it, is over
+    command = f"""\
+case "$ORCHARDIST_TASK" in
+meddle)
+  until [ -e {sync}/innocent-started ]; do sleep 0.01; done
+  echo hacked >> {shlex.quote(str(repo))}/README.md
+  touch {sync}/meddled
+  until [ ! -d "$ORCHARDIST_WORKTREE/../innocent.1" ]; do sleep 0.01; done
+  echo meddle > meddle.txt ;;
+innocent)
+  touch {sync}/innocent-started
+  until [ -e {sync}/meddled ]; do sleep 0.01; done
+  echo innocent > innocent.txt ;;
+esac
+"""
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = false
+        max_parallel = 2
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "meddle"
+        timeout = "30s"
+
+        [[task]]
+        id = "innocent"
+        timeout = "30s"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    # Then: what wrote to the checkout is never merged; the innocent attempt is
+    assert "meddle.txt" not in run.tree()
+    assert attempt(run, "meddle")["failure"] == "agent_error"
+    assert "user's checkout" in attempt(run, "meddle")["detail"]
+    assert run.states()["innocent"] == "done"
+
+
+SNEAK = """\
+set -eu
+export GIT_INDEX_FILE="$ORCHARDIST_WORKTREE/.sneak-index"
+git read-tree HEAD
+blob=$(echo sneaked | git hash-object -w --stdin)
+git update-index --add --cacheinfo "100644,$blob,sneaked.txt"
+commit=$(git commit-tree "$(git write-tree)" -p HEAD -m sneaked)
+rm -f "$GIT_INDEX_FILE"
+git update-ref "refs/heads/orchardist/$ORCHARDIST_RUN" "$commit"
+echo mine > mine.txt
+"""
+
+
+def sneak_plan(repo: Path) -> Path:
+    """An agent that commits a file straight onto the run branch, behind the scheduler."""
+    return write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = false
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(SNEAK)}
+
+        [[task]]
+        id = "sneak"
+        verify = "test -f mine.txt"
+        """,
+    )
+
+
+def test_without_the_sandbox_a_commit_an_agent_puts_on_the_run_branch_is_not_kept(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    run = run_plan(sneak_plan(repo))
+
+    assert run.state is RunState.DONE, run.doc
+    assert "sneaked.txt" not in run.tree()
+    assert task_trailers(repo, run.run.base_commit, run.run.branch) == ["sneak"]
+    assert len(run.commits()) == 1
+    moved = [e for e in run.ws.store.events(run.run.id) if e.data.get("state") == "branch_moved"]
+    assert moved, "the moved branch was not noticed"
+    nothing_left(run)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="without the sandbox, a run branch moved behind the scheduler is put back "
+    "(scheduler.py _advance) but the attempt that moved it is merged: the spec wants it to "
+    "fail with a clear reason",
+)
+def test_without_the_sandbox_the_attempt_that_moved_the_run_branch_fails_saying_so(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    run = run_plan(sneak_plan(repo))
+
+    assert attempt(run, "sneak")["failure"] == "agent_error"
+    assert "run branch" in attempt(run, "sneak")["detail"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="without the sandbox nothing checks that an attempt's worktree holds only what its "
+    "own agent wrote: a file planted by another agent is merged as the victim's work",
+)
+def test_without_the_sandbox_an_agent_that_writes_into_another_worktree_is_caught(
+    repo: Path, sync: Path, run_plan: RunPlan
+) -> None:
+    # Given: "planter" writes a file into "victim"'s worktree while victim works
+    command = f"""\
+case "$ORCHARDIST_TASK" in
+planter)
+  until [ -e {sync}/victim-started ]; do sleep 0.01; done
+  echo planted > "$ORCHARDIST_WORKTREE/../victim.1/planted.txt"
+  touch {sync}/planted
+  echo planter > planter.txt ;;
+victim)
+  touch {sync}/victim-started
+  until [ -e {sync}/planted ]; do sleep 0.01; done
+  echo victim > victim.txt ;;
+esac
+"""
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = false
+        max_parallel = 2
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "planter"
+        timeout = "30s"
+
+        [[task]]
+        id = "victim"
+        timeout = "30s"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    # Then: the planted file is not merged, and the planter's attempt failed saying why
+    assert "planted.txt" not in run.tree()
+    assert attempt(run, "planter")["failure"] == "agent_error"
+
+
+GIT_DIR_EDITS = {
+    "config": "git config --local core.hooksPath /tmp/evil-hooks",
+    "hook": 'echo "echo owned" > "$(git rev-parse --git-common-dir)/hooks/post-checkout"',
+}
+
+
+@pytest.mark.parametrize("edit", GIT_DIR_EDITS, ids=list(GIT_DIR_EDITS))
+@pytest.mark.xfail(
+    strict=True,
+    reason="without the sandbox, the checkout fingerprint (gitrepo.py checkout_fingerprint) "
+    "covers HEAD, index, working tree and refs but not .git/config or .git/hooks: an agent can "
+    "plant code that runs in the user's next git command",
+)
+def test_without_the_sandbox_an_agent_that_edits_the_git_config_or_hooks_is_caught(
+    repo: Path, run_plan: RunPlan, edit: str
+) -> None:
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = false
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(GIT_DIR_EDITS[edit] + "; echo mine > mine.txt")}
+
+        [[task]]
+        id = "meddle"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert attempt(run, "meddle")["failure"] == "agent_error"
+    assert "mine.txt" not in run.tree()
+
+
+# -- wrecked worktrees and refused patches ---------------------------------------------------
+
+HOSTILE = {
+    "deletes_worktree": (
+        'rm -rf "$ORCHARDIST_WORKTREE"',
+        "the agent deleted or damaged its worktree",
+    ),
+    "garbles_git_file": (
+        "echo garbage > .git",
+        "the agent left a worktree git cannot read",
+    ),
+    "repoints_git_file": (
+        "echo 'gitdir: /nonexistent/elsewhere' > .git",
+        "the agent left a worktree git cannot read",
+    ),
+    "removes_git_file": ("rm .git", "the agent deleted or damaged its worktree"),
+    "links_etc_passwd": (
+        "ln -s /etc/passwd x",
+        "patch refused: x is a symlink pointing outside the repository",
+    ),
+    "links_up_and_out": (
+        "ln -s ../../outside y",
+        "patch refused: y is a symlink pointing outside the repository",
+    ),
+    "links_out_from_a_folder": (
+        "mkdir -p deep && ln -s ../../outside deep/z",
+        "patch refused: deep/z is a symlink pointing outside the repository",
+    ),
+    "writes_a_big_file": (
+        "head -c 2000000 /dev/zero > big.bin",
+        "patch refused: big.bin is 2.0 MB, over the 1 MB limit",
+    ),
+}
+
+
+def test_wrecked_worktrees_escaping_symlinks_and_huge_files_fail_cleanly_and_merge_nothing(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    # Given: one task per kind of misbehaviour (each also writes an ordinary file), and one
+    # well-behaved task whose symlinks stay inside and whose file is under the limit
+    lines = ['case "$ORCHARDIST_TASK" in']
+    for task_id, (action, _) in HOSTILE.items():
+        lines.append(f"{task_id}) echo {task_id} > {task_id}.txt; {action} ;;")
+    lines.append(
+        "fine) echo fine > fine.txt; ln -s fine.txt link; mkdir -p d; ln -s ../fine.txt d/link;"
+        " head -c 500000 /dev/zero > medium.bin ;;"
+    )
+    lines.append("esac")
+    tasks = "\n".join(f'[[task]]\nid = "{t}"\n' for t in [*HOSTILE, "fine"])
+    plan = write_plan(
+        repo,
+        f"""
+[run]
+max_parallel = 4
+max_patch_mb = 1
+
+[agents.sh]
+kind = "shell"
+command = {toml_str(chr(10).join(lines))}
+circuit_breaker = 100  # these failures are the agent's, and all are wanted
+
+{tasks}
+""",
+    )
+
+    # When
+    run = run_plan(plan)
+
+    # Then: each hostile attempt failed as an agent error with its reason
+    assert run.state is RunState.FAILED
+    for task_id, (_, reason) in HOSTILE.items():
+        *earlier, last = run.task(task_id)["attempts"]
+        # (earlier attempts may have hit the worktree race below: infra errors, requeued)
+        assert [a["failure"] for a in earlier] == ["infra_error"] * len(earlier), earlier
+        assert (last["state"], last["failure"]) == ("failed", "agent_error"), (task_id, last)
+        assert str(last["detail"]).startswith(reason), (task_id, last["detail"])
+        assert run.task(task_id)["state"] == "failed"
+    # and nothing of theirs was merged: the branch holds only the well-behaved task
+    assert task_trailers(repo, run.run.base_commit, run.run.branch) == ["fine"]
+    assert run.tree() == {".gitignore", "README.md", "fine.txt", "link", "d/link", "medium.bin"}
+    # and nothing is left, the user's checkout included
+    nothing_left(run)
+    assert git(repo, "status", "--porcelain") == "?? plan.toml"
+
+
+def test_worktrees_added_and_removed_in_parallel_never_fail(repo: Path) -> None:
+    # Given: four threads, as four parallel attempts, each adding and removing worktrees
+    git_repo = Repo(repo)
+    head = git_repo.rev_parse("HEAD")
+    start = threading.Barrier(4)
+    errors: list[str] = []
+
+    def attempts(k: int) -> None:
+        start.wait()
+        for i in range(50):
+            path = repo.parent / "worktrees" / f"w{k}-{i}"
+            try:
+                git_repo.add_worktree(path, head)
+            except GitError as exc:
+                errors.append(str(exc))
+                continue
+            git_repo.remove_worktree(path)
+
+    threads = [threading.Thread(target=attempts, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    # Then: every worktree could be made (an attempt failing here is an infra_error)
+    assert errors == []
+    assert git(repo, "worktree", "list").count("\n") == 0
