@@ -141,9 +141,10 @@ class MemoryIntegrator(Integrator):
         """The branch's current (fake) commit."""
         return self._tip
 
-    def prepare(self, base: str, patch: str, message: str) -> Prepared:
+    def prepare(self, base: str, patch: str, message: str, tip: str | None = None) -> Prepared:
         """A new fake commit on the tip; no verify needed (the plan has no verify commands)."""
-        return Prepared(self._tip, f"{next(self._made):040x}", needs_verify=self._tip != base)
+        tip = tip or self._tip
+        return Prepared(tip, f"{next(self._made):040x}", needs_verify=tip != base)
 
     def advance(self, prepared: Prepared) -> bool:
         """Compare-and-swap, as the real one."""

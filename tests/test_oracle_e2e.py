@@ -217,11 +217,6 @@ def test_a_check_that_fails_on_the_base_accepts_only_the_candidate_that_makes_it
     assert_nothing_left(run)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="scheduler.py _failed() retries a task whose check does not reproduce; the flag "
-    "(oracle.Judgement.flag: 'needs a person, not a retry') is only put in the event",
-)
 def test_a_check_that_does_not_reproduce_is_not_retried(shop_repo: Path, run_plan: RunPlan) -> None:
     # Given: the same non-reproducing check, with retries to spare
     plan = write_plan(

@@ -234,12 +234,6 @@ def test_with_regression_every_2_the_check_waits_for_two_merges_then_bisects_the
     assert_nothing_left(run)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gitrepo.Repo.merge_trees ignores its base and lets git pick the merge base; a "
-    "parked patch replayed after a rewind was made on the culprit's commit, so git merges it "
-    "from the culprit's parent and the culprit's own changes come back with it",
-)
 def test_a_merged_dependent_of_the_culprit_is_reverified_on_the_new_tip_not_rerun(
     limit_repo: Path, run_plan: RunPlan, tmp_path: Path
 ) -> None:

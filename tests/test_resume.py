@@ -205,12 +205,6 @@ def test_a_signal_stops_the_run_cleanly_and_a_resume_finishes_it(
     assert leftovers(repo, run_id) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.py _drive routes SIGINT/SIGTERM to a list of stop callbacks that execute() fills "
-    "only once the scheduler exists (on_scheduler); a signal while the executor is being built "
-    "(checkout fingerprint: git status) finds the list empty and is dropped",
-)
 def test_a_signal_while_the_run_starts_up_still_stops_it(
     repo: Path, dirs: tuple[Path, Path], tmp_path: Path, launch: Launch
 ) -> None:
@@ -264,9 +258,9 @@ def test_a_second_orchestrator_is_refused_while_the_first_drives_the_run(
     run_again = orchardist(repo, "run", str(plan), "--resume")
 
     # Then: both are refused with a message naming the holder; exit code 1
-    # (RunLockedError is an OrchardistError, which the CLI maps to 1)
+    # (a locked run is a usage error: exit 2)
     for refused in (resume, run_again):
-        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert refused.returncode == 2, refused.stdout + refused.stderr
         assert f"run {run_id} is being driven by another orchardist process" in refused.stderr
         assert f"(pid {first.pid})" in refused.stderr
     # and the refused resumes did not reconcile: the first run's agents still run

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -16,7 +17,7 @@ from types import FrameType
 from typing import Any
 
 from . import __version__
-from .errors import OrchardistError, PlanError, UsageError
+from .errors import OrchardistError, PlanError, RunLockedError, UsageError
 from .hooks import Hook, Hooks
 from .plan import load_plan
 from .records import RunState
@@ -34,12 +35,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         return code
+    except BrokenPipeError:  # `orchardist status | head`: the reader left; so do we, quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     except PlanError as exc:
         print(f"error: the plan has {len(exc.problems)} problem(s):", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_USAGE
-    except UsageError as exc:
+    except (UsageError, RunLockedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OrchardistError as exc:
@@ -53,8 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="orchardist",
         description="Run coding agents in parallel git worktrees; keep only what real runs prove.",
-        epilog="Exit codes: 0 all tasks done, 1 a task failed or was blocked, 2 bad plan or "
-        "usage, 130 interrupted. State lives under $(git rev-parse --git-common-dir)/orchardist.",
+        epilog="Exit codes: 0 all tasks done, 1 a task failed or was blocked or the run was "
+        "stopped by a budget, 2 bad plan or usage (or the run is locked by another orchardist), "
+        "130 interrupted. State lives under $(git rev-parse --git-common-dir)/orchardist.",
     )
     parser.add_argument("--version", action="version", version=f"orchardist {__version__}")
     sub = parser.add_subparsers(metavar="COMMAND")
@@ -95,7 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("run", nargs="?", help="run id or a unique prefix (default: newest)")
     p.add_argument("--max-parallel", type=_positive, metavar="N")
     p.add_argument("--deadline", metavar="DURATION", help="a new [run] deadline, e.g. 3h")
-    p.add_argument("--max-cost-usd", type=float, metavar="USD", help="a new run cost budget")
+    p.add_argument(
+        "--max-cost-usd", type=_positive_float, metavar="USD", help="a new run cost budget"
+    )
     p.add_argument("--json", action="store_true", help="print the final status as JSON")
     p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
     p.set_defaults(func=cmd_resume)
@@ -151,6 +159,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number")
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -190,13 +208,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     unfinished = [] if args.fresh else unfinished_runs(ws, plan)
     if unfinished:
         old = unfinished[0]
-        if args.resume or _confirm(f"run {old.id} of this plan is {old.state.value}; resume it?"):
+        question = f"run {old.id} of this plan is {old.state.value}; resume it?"
+        if args.resume:
             return _drive(ws, plan, old, args, resuming=True)
-        if not sys.stdin.isatty():
+        if not _interactive():
             raise UsageError(
                 f"run {old.id} of this plan is {old.state.value}: pass --resume to continue it "
                 "or --fresh to start a new run"
             )
+        if _confirm(question):
+            return _drive(ws, plan, old, args, resuming=True)
     elif args.resume:
         raise UsageError(f"no unfinished run of {args.plan} to resume")
     return _drive(ws, plan, create_run(ws, plan), args)
@@ -207,7 +228,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from .plan import parse_duration
-    from .runs import UNFINISHED, Workspace
+    from .records import UNFINISHED
+    from .runs import Workspace
 
     ws = Workspace.open(args.repo)
     run = ws.resolve_run(args.run)
@@ -236,10 +258,62 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _drive(ws: Any, plan: Any, run: Any, args: argparse.Namespace, resuming: bool = False) -> int:
     """Hold the run's lock, reconcile if resuming, and execute with progress and signals."""
     from .report import status_document
-    from .runs import execute, reconcile, run_lock
+    from .runs import run_lock
 
-    with run_lock(ws, run.id):
-        hooks = _progress_hooks(plan, args.json, f"run {run.id} → branch {run.branch}")
+    relay = _StopRelay()
+    restore = _on_signals(relay.request)  # before anything slow: no Ctrl-C may be lost
+    try:
+        with run_lock(ws, run.id):
+            state = _execute(ws, plan, run, args, resuming, relay)
+    finally:
+        restore()
+    doc = status_document(ws.store, ws.resolve_run(run.id))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        _print_summary(doc)
+    codes = {RunState.DONE: EXIT_OK, RunState.INTERRUPTED: EXIT_INTERRUPTED}
+    return codes.get(state, EXIT_FAILED)
+
+
+def _sandbox_note(plan: Any) -> str:
+    from . import sandbox
+
+    if not plan.run.sandbox:
+        return "sandbox off: [run] sandbox = false"
+    if not sandbox.available():
+        return "sandbox off: this kernel has no Landlock; writes are only detected afterwards"
+    return f"sandbox on: Landlock ABI {sandbox.abi_version()}"
+
+
+class _StopRelay:
+    """Passes a stop request to the scheduler, or keeps it until the scheduler exists."""
+
+    def __init__(self) -> None:
+        self.pending = False
+        self.stop: Callable[[], None] | None = None
+
+    def request(self) -> None:
+        if self.stop is not None:
+            self.stop()
+        else:
+            self.pending = True
+
+    def attach(self, stop: Callable[[], None]) -> None:
+        self.stop = stop
+        if self.pending:
+            stop()
+
+
+def _execute(
+    ws: Any, plan: Any, run: Any, args: argparse.Namespace, resuming: bool, relay: _StopRelay
+) -> RunState:
+    from .runs import execute, reconcile
+
+    hooks = _progress_hooks(
+        plan, args.json, f"run {run.id} → branch {run.branch}  ({_sandbox_note(plan)})"
+    )
+    try:
         if resuming:
             summary = reconcile(ws, run)
             out = sys.stderr if args.json else sys.stdout
@@ -250,33 +324,25 @@ def _drive(ws: Any, plan: Any, run: Any, args: argparse.Namespace, resuming: boo
             )
             for line in summary["fixed"]:
                 print(f"  {line}", file=out)
-        stops: list[Callable[[], None]] = []
-        restore = _on_signals(lambda: [stop() for stop in stops])
-        try:
-            state = execute(
-                ws,
-                plan,
-                ws.resolve_run(run.id),
-                hooks=hooks,
-                max_parallel=args.max_parallel,
-                on_scheduler=lambda s: stops.append(s.stop),
-            )
-        finally:
-            hooks.close()
-            restore()
-    doc = status_document(ws.store, ws.resolve_run(run.id))
-    if args.json:
-        print(json.dumps(doc, indent=2))
-    else:
-        _print_summary(doc)
-    codes = {RunState.DONE: EXIT_OK, RunState.INTERRUPTED: EXIT_INTERRUPTED}
-    return codes.get(state, EXIT_FAILED)
+        return execute(
+            ws,
+            plan,
+            ws.resolve_run(run.id),
+            hooks=hooks,
+            max_parallel=args.max_parallel,
+            on_scheduler=lambda s: relay.attach(s.stop),
+        )
+    finally:
+        hooks.close()
+
+
+def _interactive() -> bool:
+    """Whether a person can be asked (a terminal on both ends, not --json)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def _confirm(question: str) -> bool:
-    """Ask on a terminal; False when there is none to ask."""
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        return False
+    """Ask on the terminal; Enter means yes."""
     answer = input(f"{question} [Y/n] ").strip().lower()
     return answer in ("", "y", "yes")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from .errors import GitError
 FALLBACK_NAME = "orchardist"
 FALLBACK_EMAIL = "orchardist@localhost"
 TRAILER_PREFIX = "Orchardist-"
+REFLOG_MESSAGE = "orchardist"
 
 
 def find_toplevel(path: Path) -> Path | None:
@@ -118,7 +120,8 @@ class Repo:
     def update_ref(self, ref: str, new: str, old: str | None) -> bool:
         """Move ``ref`` to ``new`` only if it still points at ``old`` (None: must not exist)."""
         expected = old if old is not None else "0" * 40
-        proc = self.run_git("update-ref", ref, new, expected)
+        # The reflog message tells our moves from anyone else's (see checkout_fingerprint).
+        proc = self.run_git("update-ref", "-m", REFLOG_MESSAGE, ref, new, expected)
         return proc.returncode == 0
 
     def set_ref(self, ref: str, new: str) -> None:
@@ -284,18 +287,37 @@ class Repo:
             elif max_file_bytes is not None and mode != "160000":
                 size = int(self.git("cat-file", "-s", blob))
                 if size > max_file_bytes:
-                    limit_mb = max_file_bytes / 1e6
+                    mib = 1024 * 1024
                     problems.append(
-                        f"{path} is {size / 1e6:.1f} MB, over the {limit_mb:.0f} MB limit"
+                        f"{path} is {size / mib:.1f} MiB, over the {max_file_bytes / mib:g} MiB "
+                        "limit (max_patch_mb)"
                     )
         return problems
 
-    def checkout_fingerprint(self, ignore_refs: Sequence[str] = ()) -> str:
-        """What the user's checkout looks like: HEAD, index, working tree and branch refs.
+    def checkout_fingerprint(
+        self, ignore_refs: Sequence[str] = (), watch_reflogs: Sequence[str] = ()
+    ) -> dict[str, str]:
+        """What the user's checkout looks like, by part: HEAD, index and working tree, branch
+        and tag refs, the repository's config, hooks and info files, and foreign moves of
+        watched refs.
 
         Compared before and after agents run, to catch one that wrote outside its worktree.
-        Refs named in ``ignore_refs`` (prefixes) are the ones orchardist itself moves.
+        Refs named in ``ignore_refs`` (prefixes) are the ones orchardist itself moves; for
+        those in ``watch_reflogs``, moves whose reflog entry is not ours are counted instead.
         """
+        digest = hashlib.sha256()
+        for name in ("config", "hooks", "info"):
+            path = self.common_dir / name
+            files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+            for file in files:
+                with contextlib.suppress(OSError):
+                    digest.update(str(file).encode() + b"\0" + file.read_bytes() + b"\0")
+        parts: dict[str, str] = {"git config, hooks or info": digest.hexdigest()}
+        for ref in watch_reflogs:
+            moves = self.run_git("reflog", "show", "--format=%gs", ref).stdout.splitlines()
+            count = sum(m != REFLOG_MESSAGE for m in moves)
+            if count:  # only foreign moves show, so a changing watch list does not
+                parts[f"run branch {ref.removeprefix('refs/heads/')}"] = str(count)
         head = self.run_git("symbolic-ref", "-q", "HEAD").stdout.strip()
         commit = self.run_git("rev-parse", "-q", "--verify", "HEAD").stdout.strip()
         status = self.run_git("status", "--porcelain=v1", "-z", "--untracked-files=all").stdout
@@ -306,7 +328,10 @@ class Repo:
             ).splitlines()
             if not any(line.startswith(prefix) for prefix in ignore_refs)
         ]
-        return "\n".join([head, commit, status, *refs])
+        parts["HEAD"] = f"{head} {commit}"
+        parts["files or index"] = status
+        parts["branches or tags"] = "\n".join(refs)
+        return parts
 
     def status_porcelain(self) -> str:
         """``git status --porcelain`` of the main checkout (for checks, never changed by us)."""

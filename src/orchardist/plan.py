@@ -277,7 +277,9 @@ class _Validator:
             values["branch"] = branch
         if "max_parallel" in raw:
             values["max_parallel"] = self._positive_int(raw["max_parallel"], "run.max_parallel")
-        if "verify" in raw:
+        if raw.get("verify") == "auto":
+            self.problem('"auto" is a per-task setting', fld="run.verify")
+        elif "verify" in raw:
             values["verify"] = self._commands(raw["verify"], "run.verify")
         if "workdir" in raw:
             values["workdir"] = self._str(raw["workdir"], "run.workdir")

@@ -16,6 +16,9 @@ class RunState(enum.StrEnum):
     STOPPED = "stopped"  # stopped by a budget or deadline; resumable
 
 
+UNFINISHED = (RunState.RUNNING, RunState.INTERRUPTED, RunState.STOPPED)  # may be resumed
+
+
 class TaskState(enum.StrEnum):
     PENDING = "pending"  # waiting for dependencies
     READY = "ready"  # dependencies done; waiting for a slot

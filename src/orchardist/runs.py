@@ -21,7 +21,7 @@ from .hooks import Hooks
 from .merge import Integrator
 from .plan import Plan
 from .procs import kill_by_env
-from .records import AttemptState, Event, Run, RunState, TaskRecord, TaskState
+from .records import UNFINISHED, AttemptState, Event, Run, RunState, TaskRecord, TaskState
 from .scheduler import Scheduler
 from .store import Store
 
@@ -59,9 +59,6 @@ class Workspace:
             what = "no run" if not matches else "more than one run"
             raise UsageError(f"{what} matches {run_id!r} (recent runs: {known})")
         return matches[0]
-
-
-UNFINISHED = (RunState.RUNNING, RunState.INTERRUPTED, RunState.STOPPED)
 
 
 @contextlib.contextmanager

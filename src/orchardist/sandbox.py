@@ -137,7 +137,14 @@ def beside(top: Path, protected: Path) -> list[Path]:
     here = top
     for part in protected.relative_to(top).parts:
         with contextlib.suppress(OSError):
-            allowed += [child for child in here.iterdir() if child.name != part]
+            for child in here.iterdir():
+                # Landlock follows links: a sibling that is (or leads to) an ancestor of the
+                # protected folder would open it again.
+                if child.name == part or child.is_symlink():
+                    continue
+                if protected.is_relative_to(child.resolve()):
+                    continue
+                allowed.append(child)
         here = here / part
     return allowed
 

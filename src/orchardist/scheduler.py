@@ -133,6 +133,7 @@ class Scheduler:
         self.regression: _Regression | None = None
         self.last_green = run.base_commit
         self.merges_unchecked = 0
+        self.regression_off = False
         self.feedback: dict[str, str] = {}
         self.summaries: dict[str, str] = {}
         self.cost: defaultdict[str, float] = defaultdict(float)
@@ -188,7 +189,10 @@ class Scheduler:
             return False
         if self.soft_stop is not None:
             return True
-        return not self.ready and not any(kind == "retry" for _, kind, _ in self.timers)
+        idle = not self.ready and not any(kind == "retry" for _, kind, _ in self.timers)
+        if idle:  # the last merges are checked too, even fewer than regression_every
+            self._maybe_check_regression(final=True)
+        return idle and self.regression is None
 
     def _handle(self, message: Phase | Outcome | Stop) -> None:
         if isinstance(message, Stop):
@@ -450,7 +454,8 @@ class Scheduler:
         self.gates[profile].succeeded()
         if failure is Failure.AUTH_ERROR:  # retrying a refused credential will not help
             self.breakers[profile].failures = self.breakers[profile].threshold - 1
-        if failure in (Failure.AGENT_ERROR, Failure.TIMEOUT, Failure.AUTH_ERROR):
+        agent_fault = not outcome.verdict  # a failure during verification is the patch's
+        if agent_fault and failure in (Failure.AGENT_ERROR, Failure.TIMEOUT, Failure.AUTH_ERROR):
             if self.breakers[profile].failed(now):
                 with self._tx() as tx:
                     self._event(
@@ -464,7 +469,7 @@ class Scheduler:
                     )
         else:
             self.breakers[profile].succeeded()
-        if failure is Failure.TIMEOUT and self.plan.agents[profile].fallback is not None:
+        if agent_fault and failure is Failure.TIMEOUT and self.plan.agents[profile].fallback:
             self.on_fallback.add(task_id)
 
     def _retry_unit(self, tx: Transaction, outcome: Outcome) -> bool:
@@ -597,7 +602,7 @@ class Scheduler:
                 task_id,
                 TaskState.FAILED,
                 reruns=reruns,
-                reason=f"conflict: {reason} (after {MAX_RERUNS} re-runs)",
+                reason=f"{reason} (gave up after {MAX_RERUNS} re-runs)",
             )
             self._block_dependents(tx, task_id)
             return
@@ -642,7 +647,7 @@ class Scheduler:
                         detail=where,
                     )
                     self._rerun(tx, job.task_id, where)
-            elif prepared.needs_verify and job.verify:
+            elif prepared.needs_verify and (outcome.verify_commands or job.verify):
                 self._start_merge_verify(outcome, prepared)
             else:
                 self._advance(outcome, prepared)
@@ -659,6 +664,8 @@ class Scheduler:
             baseline=prepared.tip,
             check=None,
             purpose="merge",
+            verify=outcome.verify_commands or outcome.job.verify,
+            auto_verify=False,
         )
         self.merging = _Merge(outcome, prepared, job)
         with self._tx() as tx:
@@ -684,7 +691,7 @@ class Scheduler:
                     detail=result.detail,
                 )
                 if self.stopping is not None:
-                    self._set_state(tx, task_id, TaskState.READY, reason="interrupted")
+                    pass  # stays merging: a resume merges the saved patch again
                 else:
                     self.feedback[task_id] = _feedback(
                         f"after merging with the moved run branch: {result.detail}",
@@ -742,11 +749,13 @@ class Scheduler:
 
     # -- keeping the run branch green ----------------------------------------------------
 
-    def _maybe_check_regression(self) -> None:
+    def _maybe_check_regression(self, final: bool = False) -> None:
         commands = self.plan.run.regression
-        if not commands or self.regression is not None or self.stopping is not None:
+        if not commands or self.regression_off or self.regression is not None:
             return
-        if self.merges_unchecked < self.plan.run.regression_every:
+        if self.stopping is not None or self.merges_unchecked == 0:
+            return
+        if self.merges_unchecked < self.plan.run.regression_every and not final:
             return
         self.regression = _Regression(self._regression_job(self.tip, "check"), self.tip)
         with self._tx() as tx:
@@ -796,6 +805,8 @@ class Scheduler:
                 self._pump_merges()
                 return
             commits = self.integrator.first_parent_commits(self.last_green, reg.tip)
+            if self.last_green == self.run_record.base_commit:
+                commits.insert(0, self.last_green)  # never seen green: the base may be red too
             reg.bisect, reg.output = Bisect(commits), result.feedback
         else:
             reg.bisect.record(result.job.base_commit, passed)
@@ -806,6 +817,19 @@ class Scheduler:
             reg.job = self._regression_job(probe, "bisect")
             self.executor.submit(reg.job, self.inbox.put)
             return
+        if reg.bisect.culprit == self.run_record.base_commit:
+            self.regression, self.regression_off = None, True
+            with self._tx() as tx:
+                self._event(
+                    tx,
+                    "regression",
+                    None,
+                    None,
+                    state="off",
+                    reason="the regression command already fails on the run's base",
+                )
+            self._pump_merges()
+            return
         self._rewind(reg.bisect.culprit, reg)
 
     def _rewind(self, culprit: str, reg: _Regression) -> None:
@@ -814,6 +838,9 @@ class Scheduler:
         later = self.integrator.first_parent_commits(culprit, self.tip)
         order = {c: i for i, c in enumerate([culprit, *later])}
         by_commit = {r.commit: t for t, r in self.tasks.items() if r.commit in order}
+        for task_id in by_commit.values():
+            if task_id not in self.parked:  # merged before a resume: rebuild from the store
+                self.parked[task_id] = self._merged_outcome(task_id)
         culprit_task = by_commit.get(culprit)
         parent = self.integrator.parent(culprit)
         if culprit_task is None or not self.integrator.reset(parent, self.tip):
@@ -885,9 +912,9 @@ class Scheduler:
         self.stopping = stop
         with self._tx() as tx:
             self._event(tx, "run", None, None, state="stopping", reason=stop.reason)
-            while self.merge_queue:
-                task_id = self.merge_queue.popleft().job.task_id
-                self._set_state(tx, task_id, TaskState.READY, reason=stop.reason)
+            # Verified patches waiting to merge stay ``merging``: a resume merges them from the
+            # saved patch instead of running their agents again.
+            self.merge_queue.clear()
         for job_id in list(self.active):
             self.executor.cancel(job_id, stop.reason)
         for pending in (self.merging, self.regression):
@@ -895,6 +922,12 @@ class Scheduler:
                 self.executor.cancel(pending.job.id, stop.reason)
 
     def _finish(self) -> RunState:
+        moved = self.integrator.tip()
+        if moved != self.tip and self.integrator.reset(self.tip, moved):
+            with self._tx() as tx:
+                self._event(
+                    tx, "merge", None, None, state="branch_moved", found=moved, restored=True
+                )
         with self._tx() as tx:
             if self.stopping is not None:
                 state, reason = self.stopping.state, self.stopping.reason
@@ -956,6 +989,15 @@ class Scheduler:
                 left = self.run_record.created_at + self.plan.run.deadline_s - self.clock()
                 self._timer(max(0.0, left), "deadline")
         self._pump_merges()
+
+    def _merged_outcome(self, task_id: str) -> Outcome:
+        """The merged attempt of a done task, rebuilt from the store."""
+        merged = [
+            a
+            for a in self.store.attempts(self.run_id, task_id)
+            if a.state is AttemptState.MERGED and a.patch_commit
+        ]
+        return self._outcome_of(merged[-1])
 
     def _outcome_of(self, attempt: AttemptRecord) -> Outcome:
         """Rebuild a passed attempt's outcome from the store, to merge it after a restart."""

@@ -148,7 +148,13 @@ class Baselines(Protocol):
     """Results of a command on a base commit, run once and reused by every candidate."""
 
     def outcome(
-        self, commit: str, command: str, workdir: str, timeout_s: float, run_id: str = ""
+        self,
+        commit: str,
+        command: str,
+        workdir: str,
+        timeout_s: float,
+        run_id: str = "",
+        cancel: CancelToken | None = None,
     ) -> CommandOutcome:
         """The command's outcome on ``commit`` (run now if not cached)."""
         ...
@@ -215,7 +221,7 @@ class Verifier:
             outcome = CommandOutcome(command, result.exit_code, result.timed_out, report)
             base = None
             if self.baselines is not None and baseline is not None and not result.timed_out:
-                base = self.baselines.outcome(baseline, command, workdir, timeout_s, run_id)
+                base = self.baselines.outcome(baseline, command, workdir, timeout_s, run_id, cancel)
             judgement = judge(outcome, base)
             if judgement.passed:
                 notes.append(f"{command}: {judgement.reason}")
@@ -231,7 +237,7 @@ class Verifier:
             )
         if check is not None:
             run = partial(run, junit=scratch / "check.xml")
-            verdict = self._check(check, baseline, workdir, timeout_s, run_id, run)
+            verdict = self._check(check, baseline, workdir, timeout_s, run_id, run, cancel)
             if verdict is not None:
                 return verdict
         detail = f"{len(commands)} verify command(s) passed" + (" and the check" if check else "")
@@ -245,6 +251,7 @@ class Verifier:
         timeout_s: float,
         run_id: str,
         run: Callable[..., tuple[CommandResult, TestReport | None, str]],
+        cancel: CancelToken | None,
     ) -> Verdict | None:
         result, report, tail = run(check)
         if result.cancelled:
@@ -261,7 +268,7 @@ class Verifier:
                 result.exit_code,
                 result.timed_out,
             )
-        on_base = self.baselines.outcome(baseline, check, workdir, timeout_s, run_id)
+        on_base = self.baselines.outcome(baseline, check, workdir, timeout_s, run_id, cancel)
         judgement = judge_check(on_base, here)
         if judgement.passed:
             return None

@@ -67,6 +67,7 @@ class Outcome:
     retry_after_s: float | None = None  # a rate-limited backend's reset, when it said one
     verdict: str = ""  # verified | unverified | failed (set when verification ran)
     flag: str = ""  # something the user should look at, e.g. "check_does_not_reproduce"
+    verify_commands: tuple[str, ...] = ()  # the commands verification actually ran
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from ..gitrepo import Repo
 from ..oracle import CommandOutcome, baseline_key
 from ..plan import AgentProfile
 from ..procs import CancelToken
-from ..records import AttemptState, Failure, Usage
+from ..records import UNFINISHED, AttemptState, Failure, Usage
 from ..store import Store
 from ..verify import Verifier, run_one, tail_of
 from . import Job, Notify, Outcome, Phase
@@ -55,7 +55,10 @@ class LocalExecutor:
         self.store = store
         self._guard = guard_checkout
         self.sandbox = sandbox
-        self._checkout = self._fingerprint() if guard_checkout else ""
+        self._checkout = self._fingerprint() if guard_checkout else {}
+        self._changed = ""
+        self._in_agent: set[str] = set()  # jobs whose agent is running or just ended
+        self._suspects: set[str] = set()  # jobs running when the checkout changed
 
     def submit(self, job: Job, notify: Notify) -> None:
         """Start the job on its own thread."""
@@ -135,6 +138,8 @@ class LocalExecutor:
             if job.profile is not None:
                 writable = self._writable(job.run_id, worktree)
                 ctx = self._context(job, worktree, cwd, env, log, deadline, token, writable)
+                with self._lock:
+                    self._in_agent.add(job.id)  # until its own look at the checkout
                 result = self._agent(job.profile).run(ctx)
                 usage = result.usage
                 if result.cancelled or token.cancelled:
@@ -187,6 +192,7 @@ class LocalExecutor:
                 "changed_lines": changed,
                 "usage": usage,
                 "summary": summary,
+                "verify_commands": commands,
             }
             if verdict.verdict == "cancelled" or token.cancelled:
                 return end(AttemptState.CANCELLED, detail=token.reason or "cancelled", **common)
@@ -210,6 +216,9 @@ class LocalExecutor:
                 **common,
             )
         finally:
+            with self._lock:
+                self._in_agent.discard(job.id)
+                self._suspects.discard(job.id)
             self.repo.remove_worktree(worktree)
             shutil.rmtree(self.log_root / job.run_id / f"{job.id}.tmp", ignore_errors=True)
 
@@ -218,13 +227,25 @@ class LocalExecutor:
         if not (worktree / ".git").is_file():
             raise _Contained("the agent deleted or damaged its worktree")
         if self._guard:
+            # Nothing tells which agent wrote: every agent running since the last clean look
+            # is suspect, and none of their patches is kept. The sandbox prevents this instead.
             with self._lock:
-                now, before = self._fingerprint(), self._checkout
-                self._checkout = now
-            if now != before:
+                now = self._fingerprint()
+                changed = sorted(
+                    k for k in {*now, *self._checkout} if now.get(k) != self._checkout.get(k)
+                )
+                if changed:
+                    self._checkout = now
+                    self._changed = ", ".join(changed)
+                    self._suspects |= self._in_agent | {job.id}
+                suspect = job.id in self._suspects
+                self._suspects.discard(job.id)
+                self._in_agent.discard(job.id)
+            if suspect:
                 raise _Contained(
-                    "the user's checkout changed while the agent ran (it wrote outside its "
-                    "worktree?); set guard_checkout = false in [run] if you edit it during runs"
+                    f"the user's checkout changed while the agent ran ({self._changed}): it "
+                    "wrote outside its worktree? Set guard_checkout = false in [run] if you "
+                    "edit the checkout during runs"
                 )
         try:
             patch = self.repo.snapshot(worktree, job.base_commit, job.message)
@@ -236,11 +257,14 @@ class LocalExecutor:
         self.repo.set_ref(f"refs/orchardist/runs/{job.run_id}/{job.id}", patch)
         return patch
 
-    def _fingerprint(self) -> str:
+    def _fingerprint(self) -> dict[str, str]:
         ignore = ["refs/heads/orchardist/"]
+        watch = []
         if self.store is not None:
-            ignore += [f"refs/heads/{r.branch} " for r in self.store.runs()]
-        return self.repo.checkout_fingerprint(ignore)
+            runs = self.store.runs()
+            ignore += [f"refs/heads/{r.branch} " for r in runs]
+            watch = [f"refs/heads/{r.branch}" for r in runs if r.state in UNFINISHED]
+        return self.repo.checkout_fingerprint(ignore, watch)
 
     def _commands(self, job: Job, worktree: Path, patch: str) -> tuple[tuple[str, ...], str]:
         """The verify commands; with ``auto_verify``, tests found for the changed files."""
@@ -367,7 +391,13 @@ class LocalBaselines:
         self._key_locks: dict[str, threading.Lock] = {}
 
     def outcome(
-        self, commit: str, command: str, workdir: str, timeout_s: float, run_id: str = ""
+        self,
+        commit: str,
+        command: str,
+        workdir: str,
+        timeout_s: float,
+        run_id: str = "",
+        cancel: CancelToken | None = None,
     ) -> CommandOutcome:
         """The cached outcome, or run it now (concurrent callers for one key wait for one run)."""
         key = baseline_key(commit, f"[{workdir}] {command}")
@@ -377,14 +407,22 @@ class LocalBaselines:
             cached = self.store.baseline(key)
             if cached is not None:
                 return cached
-            outcome = self._run(key, commit, command, workdir, timeout_s, run_id)
-            with self.store.transaction() as tx:
-                tx.put_baseline(key, commit, outcome, self.executor.clock())
+            outcome, cancelled = self._run(key, commit, command, workdir, timeout_s, run_id, cancel)
+            if not cancelled:  # a cut-short run says nothing about the base
+                with self.store.transaction() as tx:
+                    tx.put_baseline(key, commit, outcome, self.executor.clock())
             return outcome
 
     def _run(
-        self, key: str, commit: str, command: str, workdir: str, timeout_s: float, run_id: str
-    ) -> CommandOutcome:
+        self,
+        key: str,
+        commit: str,
+        command: str,
+        workdir: str,
+        timeout_s: float,
+        run_id: str,
+        cancel: CancelToken | None,
+    ) -> tuple[CommandOutcome, bool]:
         ex = self.executor
         name = f"baseline-{key[:16]}"
         worktree = ex.worktree_root / "baselines" / name
@@ -402,7 +440,9 @@ class LocalBaselines:
                 deadline=time.monotonic() + timeout_s,
                 junit=log.with_suffix(".xml"),
                 writable=ex._writable("baselines", worktree),
+                cancel=cancel,
             )
         finally:
             ex.repo.remove_worktree(worktree)
-        return CommandOutcome(command, result.exit_code, result.timed_out, report)
+        outcome = CommandOutcome(command, result.exit_code, result.timed_out, report)
+        return outcome, result.cancelled
