@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from support import git, make_repo
 from orchardist.errors import GitError
 from orchardist.gitrepo import (
     FALLBACK_EMAIL,
@@ -17,6 +16,7 @@ from orchardist.gitrepo import (
     commit_message,
     find_toplevel,
 )
+from support import git, make_repo
 
 
 @pytest.fixture

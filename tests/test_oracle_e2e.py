@@ -242,6 +242,7 @@ def test_a_check_that_does_not_reproduce_is_not_retried(shop_repo: Path, run_pla
     # Then: a new candidate cannot make a check fail on the base: the task fails at once
     assert run.state is RunState.FAILED
     assert len(run.task("fix")["attempts"]) == 1
+    assert "check does not reproduce" in run.task("fix")["reason"]
 
 
 # -- verify = "auto" ----------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from support import make_repo, write_plan
 from orchardist.errors import PlanError, Problem
 from orchardist.plan import (
     DEFAULT_BRANCH,
@@ -19,6 +18,7 @@ from orchardist.plan import (
     load_plan,
     parse_duration,
 )
+from support import make_repo, write_plan
 
 AGENT = """
 [agents.bot]

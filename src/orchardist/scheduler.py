@@ -869,7 +869,16 @@ class Scheduler:
                     self.feedback[task_id] = _feedback(
                         "the regression check failed after this task was merged", reg.output
                     )
-                    self.parked.pop(task_id, None)
+                    undone = self.parked.pop(task_id, None)
+                    if undone is not None:
+                        tx.set_attempt(
+                            self.run_id,
+                            task_id,
+                            undone.job.attempt,
+                            state=AttemptState.FAILED,
+                            failure=Failure.VERIFY_FAILED,
+                            selection="taken off the run branch: regression culprit",
+                        )
                     self._rerun(tx, task_id, f"regression culprit (commit {commit[:12]})")
                 elif task_id in affected:
                     self._set_state(tx, task_id, TaskState.PENDING, reason="waits for a re-run")
