@@ -41,7 +41,7 @@ class Integrator:
         """
         tip = tip or self.tip()
         if tip == base:
-            return Prepared(tip, self.repo.commit_tree(f"{patch}^{{tree}}", [tip], message))
+            return Prepared(tip, self.repo.commit_tree(self.repo.tree_of(patch), [tip], message))
         merged = self.repo.merge_trees(base, tip, patch)
         if merged.tree is None:
             return Prepared(tip, None, conflicts=merged.conflicts or ("(unknown)",))

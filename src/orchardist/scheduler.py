@@ -703,9 +703,21 @@ class Scheduler:
     def _advance(self, outcome: Outcome, prepared: Prepared) -> None:
         job = outcome.job
         if not self.integrator.advance(prepared):
+            moved = self.integrator.tip()
+            if moved == prepared.tip:  # git could not move it (a stale lock, a full disk)
+                with self._tx() as tx:
+                    self._event(
+                        tx,
+                        "merge",
+                        job.task_id,
+                        job.attempt,
+                        state="failed",
+                        reason="could not move the run branch",
+                    )
+                    self._rerun(tx, job.task_id, "could not move the run branch")
+                return
             # Only orchardist may move the run branch: put it back where we left it (what an
             # agent committed there is not kept) and merge again.
-            moved = self.integrator.tip()
             restored = self.integrator.reset(self.tip, moved)
             with self._tx() as tx:
                 self._event(
