@@ -423,3 +423,75 @@ def test_commit_messages_carry_trailers_that_git_can_read_back(project: Path) ->
     trailers = git(project, "log", "-1", "--format=%(trailers:only,unfold)", commit)
     assert trailers.splitlines() == ["Orchardist-Task: parse", "Orchardist-Attempt: 2"]
     assert commit_message("  ", {}) == "orchardist task\n\n"
+
+
+# -- the in-process fast paths: loose commits and the loose-ref compare-and-swap ------------
+
+
+def test_commits_written_in_process_are_ones_git_reads_and_verifies(project: Path) -> None:
+    # Given: a repository where commits may be written without git (SHA-1, no signing)
+    repo = Repo(project)
+    assert repo._native is not None
+    head = git(project, "rev-parse", "HEAD")
+    tree = repo.tree_of(head)
+
+    # When: a commit is written in-process
+    commit = repo.commit_tree(tree, [head], commit_message("Native", {"Task": "t"}))
+
+    # Then: git reads it back as an ordinary commit, and fsck finds nothing wrong
+    assert git(project, "cat-file", "-t", commit) == "commit"
+    assert git(project, "rev-parse", f"{commit}^{{tree}}") == tree
+    assert git(project, "rev-parse", f"{commit}^") == head
+    assert git(project, "log", "-1", "--format=%s%n%an", commit) == "Native\nTest User"
+    assert (
+        "error"
+        not in subprocess.run(
+            ["git", "fsck", "--strict"], cwd=project, capture_output=True, text=True
+        ).stderr
+    )
+
+
+def test_commit_signing_sends_commits_through_git(project: Path) -> None:
+    git(project, "config", "commit.gpgSign", "true")
+    assert Repo(project)._native is None
+
+
+def test_the_loose_ref_compare_and_swap_moves_only_from_the_expected_commit_and_logs_it(
+    project: Path,
+) -> None:
+    # Given: a branch at HEAD, created through git (so it has a reflog)
+    repo = Repo(project)
+    head = git(project, "rev-parse", "HEAD")
+    repo.update_ref("refs/heads/run", head, None)
+    child = repo.commit_tree(repo.tree_of(head), [head], "child\n")
+
+    # When / Then: a wrong expectation changes nothing; the right one moves it, logged as ours
+    assert not repo.update_ref("refs/heads/run", child, child)
+    assert git(project, "rev-parse", "run") == head
+    assert repo.update_ref("refs/heads/run", child, head)
+    assert git(project, "rev-parse", "run") == child
+    assert git(project, "reflog", "show", "--format=%gs", "run").splitlines() == [
+        "orchardist",
+        "orchardist",
+    ]
+    assert not (project / ".git" / "refs" / "heads" / "run.lock").exists()
+
+
+def test_a_locked_or_packed_ref_is_left_to_git(project: Path) -> None:
+    repo = Repo(project)
+    head = git(project, "rev-parse", "HEAD")
+    repo.update_ref("refs/heads/run", head, None)
+    child = repo.commit_tree(repo.tree_of(head), [head], "child\n")
+    lock = project / ".git" / "refs" / "heads" / "run.lock"
+
+    # A lock someone else holds: git refuses too, and the lock is not ours to remove
+    lock.write_text("")
+    assert not repo.update_ref("refs/heads/run", child, head)
+    assert lock.exists()
+    lock.unlink()
+
+    # A packed ref: git moves it
+    git(project, "pack-refs", "--all")
+    assert not (project / ".git" / "refs" / "heads" / "run").exists()
+    assert repo.update_ref("refs/heads/run", child, head)
+    assert git(project, "rev-parse", "run") == child
