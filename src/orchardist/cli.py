@@ -1,7 +1,9 @@
-"""The command line: ``orchardist run | validate | status | runs | logs``.
+"""The command line: ``orchardist run | resume | show | gc | validate | status | runs | logs |
+doctor``.
 
-Exit codes: 0 every task done; 1 some task failed or blocked; 2 bad plan or usage;
-130 interrupted.
+Exit codes: 0 every task done; 1 some task failed or blocked, the run was stopped by a deadline
+or budget, or git or the store failed; 2 bad plan or usage, or the run is locked by another
+orchardist; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -534,6 +536,18 @@ def _on_signals(stop: Callable[[], object]) -> Callable[[], None]:
     return restore
 
 
+def _spent(usage: dict[str, Any]) -> str:
+    """`` $0.0123 1200 in / 300 out tokens`` from whatever is known."""
+    text = ""
+    if usage.get("cost_usd") is not None:
+        text += f" ${usage['cost_usd']:.4f}"
+    if usage.get("input_tokens") is not None or usage.get("output_tokens") is not None:
+        text += (
+            f" {usage.get('input_tokens') or 0} in / {usage.get('output_tokens') or 0} out tokens"
+        )
+    return text
+
+
 def _print_summary(doc: dict[str, Any], attempts: bool = False) -> None:
     print(f"run {doc['run']}: {doc['state']}  branch {doc['branch']}")
     for task in doc["tasks"]:
@@ -550,12 +564,14 @@ def _print_summary(doc: dict[str, Any], attempts: bool = False) -> None:
                 took = "" if a["duration_s"] is None else f"{a['duration_s']:.1f}s"
                 failure = f" {a['failure']}" if a["failure"] else ""
                 print(
-                    f"      #{a['n']} {a['agent']:<12} {a['state']:<11} exit={a['exit_code']} "
-                    f"{took}{failure} {a['detail']}"
+                    f"      #{a['n']} c{a['candidate']} {a['agent']:<12} {a['state']:<11} "
+                    f"exit={a['exit_code']} {took}{failure}{_spent(a)} {a['detail']}"
                 )
+                if a["selection"]:
+                    print(f"         {a['selection']}")
     totals = doc.get("totals", {})
-    if totals.get("cost_usd") is not None:
-        print(f"  cost ${totals['cost_usd']:.4f}")
+    if any(v is not None for v in totals.values()):
+        print(f"  spent:{_spent(totals)}")
     if doc.get("unverified"):
         print(f'  unverified (verify = "none"): {", ".join(doc["unverified"])}')
     if "disk_bytes" in doc:

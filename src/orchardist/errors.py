@@ -10,7 +10,8 @@
     ├── AgentError             an agent could not be built or started
     └── RunLockedError         another orchestrator is driving the run
 
-The CLI maps PlanError and UsageError to exit code 2 and prints them without a traceback.
+The CLI maps PlanError, UsageError and RunLockedError to exit code 2, the others to 1, and
+prints them without a traceback.
 """
 
 from __future__ import annotations

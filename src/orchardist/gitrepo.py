@@ -1,8 +1,8 @@
 """git, through its command line: worktrees, snapshots of a worktree as a commit, and merges.
 
-Merges never use a checkout: ``git merge-tree --write-tree`` computes the merged tree and
-``git update-ref`` moves the run branch with a compare-and-swap, so the user's working tree,
-index and current branch are never touched.
+Merges never use a checkout: ``git merge-tree --write-tree`` computes the merged tree and the
+run branch moves with a compare-and-swap (in-process on the loose ref under git's lock protocol,
+else ``git update-ref``), so the user's working tree, index and current branch are never touched.
 """
 
 from __future__ import annotations

@@ -186,8 +186,6 @@ def run_process(
     except OSError as exc:
         sink.write(f"orchardist: cannot start {argv[0]!r}: {exc}\n".encode())
         sink.close()
-        if stdin is not None:
-            stdin.close()
         return ProcessResult(exit_code=127, duration_s=clock() - start)
     finally:
         if stdin is not None:

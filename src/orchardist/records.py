@@ -92,7 +92,7 @@ class TaskRecord:
     commit: str | None = None
     reason: str = ""
     failures: int = 0  # failed attempts that count against ``retries``
-    reruns: int = 0  # conflict re-runs (bounded separately)
+    reruns: int = 0  # re-runs not counted as failures: conflicts, merge re-verify, regressions
 
 
 @dataclass(frozen=True)

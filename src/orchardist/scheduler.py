@@ -44,7 +44,7 @@ from .regression import Bisect
 from .store import Store, Transaction
 
 _IN_FLIGHT = {TaskState.READY, TaskState.RUNNING, TaskState.VERIFYING, TaskState.MERGING}
-MAX_RERUNS = 3  # conflict and regression re-runs per task, not counted against ``retries``
+MAX_RERUNS = 3  # re-runs per task not counted against ``retries`` (see ``_rerun``)
 FEEDBACK_CHARS = 4000
 
 

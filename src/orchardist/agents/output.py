@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..procs import ProcessResult
+from ..procs import ProcessResult, run_process
 from ..records import Failure, Usage
 from . import AgentContext, AgentResult
 
@@ -39,6 +40,21 @@ def _number(value: Any, kind: type[int] | type[float]) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return kind(value)
+
+
+def run_agent_process(argv: Sequence[str], ctx: AgentContext) -> AgentResult:
+    """Run ``argv`` as the attempt's agent (log, timeout, cancel, marker, sandbox) and map it."""
+    proc = run_process(
+        argv,
+        cwd=ctx.cwd,
+        env=ctx.env,
+        log=ctx.log,
+        timeout_s=ctx.timeout_s,
+        cancel=ctx.cancel,
+        marker=ctx.marker,
+        writable=ctx.writable,
+    )
+    return process_result(proc, ctx)
 
 
 def process_result(proc: ProcessResult, ctx: AgentContext) -> AgentResult:

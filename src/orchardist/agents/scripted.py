@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..plan import AgentProfile
-from ..procs import run_process
 from . import AgentContext, AgentResult
-from .output import process_result
+from .output import run_agent_process
 
 STEP_KEYS = {
     "write",
@@ -82,17 +81,8 @@ class ScriptedAgent:
     def run(self, ctx: AgentContext) -> AgentResult:
         """Play the step in a child process."""
         step = self.step_for(ctx.task_id, ctx.candidate, ctx.attempt)
-        proc = run_process(
-            [sys.executable, "-m", "orchardist.agents.scripted", json.dumps(step)],
-            cwd=ctx.cwd,
-            env=ctx.env,
-            log=ctx.log,
-            timeout_s=ctx.timeout_s,
-            cancel=ctx.cancel,
-            marker=ctx.marker,
-            writable=ctx.writable,
-        )
-        return process_result(proc, ctx)
+        argv = [sys.executable, "-m", "orchardist.agents.scripted", json.dumps(step)]
+        return run_agent_process(argv, ctx)
 
 
 def play(step: Mapping[str, Any]) -> int:

@@ -8,9 +8,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..plan import AgentProfile
-from ..procs import run_process
 from . import AgentContext, AgentResult
-from .output import process_result
+from .output import run_agent_process
 
 PLACEHOLDERS = ("task", "candidate", "attempt", "prompt_file", "worktree", "run")
 
@@ -62,14 +61,4 @@ class ShellAgent:
 
     def run(self, ctx: AgentContext) -> AgentResult:
         """Run the command; non-zero exit is an agent error."""
-        proc = run_process(
-            ["/bin/sh", "-c", render(self.command, ctx)],
-            cwd=ctx.cwd,
-            env=ctx.env,
-            log=ctx.log,
-            timeout_s=ctx.timeout_s,
-            cancel=ctx.cancel,
-            marker=ctx.marker,
-            writable=ctx.writable,
-        )
-        return process_result(proc, ctx)
+        return run_agent_process(["/bin/sh", "-c", render(self.command, ctx)], ctx)
