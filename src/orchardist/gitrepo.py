@@ -297,11 +297,18 @@ class Repo:
         does not matter: the result's tree is exactly the files on disk.
         """
         index = worktree.parent / f".{worktree.name}.index"
-        env = {"GIT_INDEX_FILE": str(index)}
+        # The agent could write the worktree's .git file and its admin folder: never let git
+        # find its repository (and config: core.fsmonitor runs a command) through them.
+        env = {
+            "GIT_INDEX_FILE": str(index),
+            "GIT_DIR": str(self.common_dir),
+            "GIT_WORK_TREE": str(worktree),
+        }
+        safe = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
         try:
-            self.git("read-tree", base, cwd=worktree, env=env)
-            self.git("add", "--all", cwd=worktree, env=env)
-            tree = self.git("write-tree", cwd=worktree, env=env)
+            self.git(*safe, "read-tree", base, cwd=worktree, env=env)
+            self.git(*safe, "add", "--all", cwd=worktree, env=env)
+            tree = self.git(*safe, "write-tree", cwd=worktree, env=env)
         finally:
             index.unlink(missing_ok=True)
         return self.commit_tree(tree, [base], message)

@@ -148,7 +148,7 @@ class Plan:
     run: RunConfig
     agents: Mapping[str, AgentProfile]
     tasks: tuple[TaskSpec, ...]
-    digest: str  # sha256 of the file's bytes: tells a resumed run it is the same plan
+    digest: str  # sha256 of the file's bytes, recorded with the run (resume compares task ids)
 
     def task(self, task_id: str) -> TaskSpec:
         """Return the task called ``task_id``."""

@@ -84,6 +84,10 @@ class CircuitBreaker:
             return True
         return False
 
+    def abandoned(self) -> None:
+        """An attempt ended without a verdict on the backend (cancelled, rate limited)."""
+        self.probing = False
+
     def reopens_at(self) -> float | None:
         """When an open breaker lets a probe through."""
         return None if self.opened_at is None else self.opened_at + self.cooldown_s

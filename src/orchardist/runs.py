@@ -41,8 +41,7 @@ class Workspace:
         if root is None:
             raise UsageError(f"{path} is not inside a git repository")
         repo = Repo(root)
-        state_dir = repo.common_dir / "orchardist"
-        return cls(repo, Store(state_dir / "state.db"), state_dir)
+        return cls(repo, Store.for_repo(repo.common_dir), repo.common_dir / "orchardist")
 
     def resolve_run(self, run_id: str | None) -> Run:
         """A run by id (or unique prefix), or the newest run when None."""

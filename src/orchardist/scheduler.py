@@ -62,6 +62,7 @@ class _Round:
 
     size: int
     pending: set[int]  # candidates not finished yet (queued or running)
+    after: int = 0  # attempts numbered up to this belong to earlier rounds
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     decided: bool = False
 
@@ -390,7 +391,7 @@ class Scheduler:
         round_ = self.rounds.get(job.task_id)
         with self._tx() as tx:
             self._record_attempt(tx, outcome, state)
-            if round_ is None or round_.decided:
+            if round_ is None or round_.decided or job.attempt <= round_.after:
                 # A loser still running when the winner was picked, or work a rewind dropped.
                 tx.set_attempt(self.run_id, job.task_id, job.attempt, selection="cancelled")
                 return
@@ -447,9 +448,11 @@ class Scheduler:
         now = self.clock()
         failure = outcome.failure
         if outcome.state is AttemptState.CANCELLED:
+            self.breakers[profile].abandoned()
             return
         if failure is Failure.RATE_LIMITED:
             self.gates[profile].rate_limited(now, outcome.retry_after_s, self.rng)
+            self.breakers[profile].abandoned()
             return
         self.gates[profile].succeeded()
         if failure is Failure.AUTH_ERROR:  # retrying a refused credential will not help
@@ -587,7 +590,9 @@ class Scheduler:
             self.merge_queue.append(self.parked.pop(task_id))
             return
         spec = self.specs[task_id]
-        self.rounds[task_id] = _Round(spec.candidates, set(range(spec.candidates)))
+        self.rounds[task_id] = _Round(
+            spec.candidates, set(range(spec.candidates)), after=self.attempts[task_id]
+        )
         for k in range(spec.candidates):
             self.ready.push(_unit(task_id, k))
         if self.tasks[task_id].state is not TaskState.READY:

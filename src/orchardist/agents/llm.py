@@ -228,7 +228,7 @@ class _Loop:
                 problem = f"cannot reach {self.agent.url}: {exc}"
             else:
                 if response is None:
-                    return self.stopped() or self.end(None, "cancelled")
+                    return self.stopped() or self.end(None, "cancelled", cancelled=True)
                 if response.status_code == 200:
                     return self.take(response)
                 status, wait = response.status_code, _retry_after(response.headers)

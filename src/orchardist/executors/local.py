@@ -55,6 +55,9 @@ class LocalExecutor:
         self.store = store
         self._guard = guard_checkout
         self.sandbox = sandbox
+        # The checkout guard's own lock: its look at the checkout reads the store, so it must not
+        # be ``_lock``, which the scheduler takes (cancel) while it holds a store transaction.
+        self._guard_lock = threading.Lock()
         self._checkout = self._fingerprint() if guard_checkout else {}
         self._changed = ""
         self._in_agent: set[str] = set()  # jobs whose agent is running or just ended
@@ -138,7 +141,7 @@ class LocalExecutor:
             if job.profile is not None:
                 writable = self._writable(job.run_id, worktree)
                 ctx = self._context(job, worktree, cwd, env, log, deadline, token, writable)
-                with self._lock:
+                with self._guard_lock:
                     self._in_agent.add(job.id)  # until its own look at the checkout
                 result = self._agent(job.profile).run(ctx)
                 usage = result.usage
@@ -216,7 +219,7 @@ class LocalExecutor:
                 **common,
             )
         finally:
-            with self._lock:
+            with self._guard_lock:
                 self._in_agent.discard(job.id)
                 self._suspects.discard(job.id)
             self.repo.remove_worktree(worktree)
@@ -229,7 +232,7 @@ class LocalExecutor:
         if self._guard:
             # Nothing tells which agent wrote: every agent running since the last clean look
             # is suspect, and none of their patches is kept. The sandbox prevents this instead.
-            with self._lock:
+            with self._guard_lock:
                 now = self._fingerprint()
                 changed = sorted(
                     k for k in {*now, *self._checkout} if now.get(k) != self._checkout.get(k)
