@@ -453,7 +453,7 @@ def test_ctrl_c_stops_the_run_cleanly_with_exit_130(
     in_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given: one agent that hangs, and one that presses Ctrl-C (SIGINT to this process) once
-    # the other is surely running
+    # the other is surely running (without the sandbox, which forbids signalling orchardist)
     sync = tmp_path / "sync"
     sync.mkdir()
     folder = tmp_path / "agents"
@@ -469,6 +469,7 @@ def test_ctrl_c_stops_the_run_cleanly_with_exit_130(
         f"""
         [run]
         max_parallel = 2
+        sandbox = false
 
         [agents.sh]
         kind = "shell"

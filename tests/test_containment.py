@@ -552,7 +552,7 @@ HOSTILE = {
     ),
     "garbles_git_file": (
         "echo garbage > .git",
-        "the agent left a worktree git cannot read",
+        "the agent deleted or damaged its worktree",
     ),
     "repoints_git_file": (
         "echo 'gitdir: /nonexistent/elsewhere' > .git",

@@ -11,6 +11,7 @@ import importlib.util
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -206,25 +207,31 @@ def test_a_signal_stops_the_run_cleanly_and_a_resume_finishes_it(
 
 
 def test_a_signal_while_the_run_starts_up_still_stops_it(
-    repo: Path, dirs: tuple[Path, Path], tmp_path: Path, launch: Launch
+    repo: Path,
+    dirs: tuple[Path, Path],
+    tmp_path: Path,
+    launch: Launch,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Given: an orchestrator held inside its start-up (the first `git status` of the user's
-    # checkout waits in an fsmonitor hook until the test lets it go)
+    # Given: an orchestrator held inside its start-up (its first `git status` of the user's
+    # checkout, through a `git` first on its PATH, waits until the test lets it go)
     sync, scripts = dirs
-    hook = scripts / "fsmonitor.sh"
-    hook.write_text(
+    bin_dir = scripts / "bin"
+    bin_dir.mkdir()
+    real_git = shutil.which("git")
+    (bin_dir / "git").write_text(
         f"""\
 #!/bin/sh
-if [ ! -e {sync}/in-startup ]; then
+if [ "$1" = status ] && [ ! -e {sync}/in-startup ]; then
   touch {sync}/in-startup
   until [ -e {sync}/go ]; do sleep 0.01; done
 fi
-exit 1
+exec {real_git} "$@"
 """
     )
-    hook.chmod(0o755)
+    (bin_dir / "git").chmod(0o755)
     plan = waiting_plan(repo, sync, scripts)
-    git(repo, "config", "core.fsmonitor", str(hook))
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     proc = launch("run", str(plan))
     wait_until("the orchestrator's start-up", (sync / "in-startup").exists)
 

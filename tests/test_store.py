@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -268,7 +267,7 @@ def test_updating_a_missing_row_raises_and_rolls_back(store: Store) -> None:
 def test_a_duplicate_insert_fails_the_whole_transaction(store: Store) -> None:
     with store.transaction() as tx:
         tx.add_run(a_run())
-    with pytest.raises(sqlite3.IntegrityError), store.transaction() as tx:
+    with pytest.raises(StoreError, match="UNIQUE"), store.transaction() as tx:
         tx.add_task(TaskRecord("r1", "parse", TaskState.READY, index=0))
         tx.add_run(a_run())
     assert store.tasks("r1") == []

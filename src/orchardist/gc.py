@@ -70,9 +70,8 @@ def _old_baselines(ws: Workspace, before: float, dry_run: bool) -> int:
     rows = ws.store.old_baselines(before)
     if not dry_run:
         for key in rows:
-            for suffix in (".log", ".xml"):
-                (ws.state_dir / "logs" / "baselines" / f"baseline-{key[:16]}{suffix}").unlink(
-                    missing_ok=True
-                )
+            folder = ws.state_dir / "logs" / "baselines"
+            (folder / f"baseline-{key[:16]}.log").unlink(missing_ok=True)
+            shutil.rmtree(folder / f"baseline-{key[:16]}.io", ignore_errors=True)
         ws.store.forget_baselines(rows)
     return len(rows)

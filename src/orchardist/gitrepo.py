@@ -26,6 +26,8 @@ from .errors import GitError
 FALLBACK_NAME = "orchardist"
 FALLBACK_EMAIL = "orchardist@localhost"
 TRAILER_PREFIX = "Orchardist-"
+# Resolved once: a `git` an agent drops earlier on PATH later is never the one we run.
+GIT = shutil.which("git") or "git"
 REFLOG_MESSAGE = "orchardist"
 
 
@@ -33,7 +35,7 @@ def find_toplevel(path: Path) -> Path | None:
     """The work tree root containing ``path``, or None when it is not in a git repository."""
     try:
         out = subprocess.run(
-            ["git", "-C", str(path), "rev-parse", "--show-toplevel"],
+            [GIT, "-C", str(path), "rev-parse", "--show-toplevel"],
             capture_output=True,
             text=True,
             check=False,
@@ -65,6 +67,14 @@ class Repo:
     def _git_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
         env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+        # orchardist's own git commands run no configured commands: no fsmonitor, no hooks.
+        env.update(
+            GIT_CONFIG_COUNT="2",
+            GIT_CONFIG_KEY_0="core.fsmonitor",
+            GIT_CONFIG_VALUE_0="false",
+            GIT_CONFIG_KEY_1="core.hooksPath",
+            GIT_CONFIG_VALUE_1="/dev/null",
+        )
         env.update(identity_env(self.root, env))
         return env
 
@@ -96,7 +106,7 @@ class Repo:
         full_env = {**self._env, **(env or {})}
         try:
             return subprocess.run(
-                ["git", *args],
+                [GIT, *args],
                 cwd=cwd or self.root,
                 input=input,
                 capture_output=True,
@@ -285,6 +295,14 @@ class Repo:
             shutil.rmtree(path, ignore_errors=True)
         self.run_git("worktree", "prune")
 
+    def worktree_admin(self, worktree: Path) -> Path | None:
+        """The administration folder git keeps for a linked worktree (read from git's side)."""
+        proc = self.run_git("rev-parse", "--path-format=absolute", "--git-dir", cwd=worktree)
+        admin = Path(proc.stdout.strip()) if proc.returncode == 0 else None
+        if admin is None or not admin.is_relative_to(self.common_dir / "worktrees"):
+            return None
+        return admin
+
     def worktrees(self) -> list[Path]:
         """Paths of all worktrees git knows, the main one first."""
         out = self.git("worktree", "list", "--porcelain")
@@ -454,7 +472,7 @@ def identity_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for role in ("AUTHOR", "COMMITTER"):
         proc = subprocess.run(
-            ["git", "var", f"GIT_{role}_IDENT"],
+            [GIT, "var", f"GIT_{role}_IDENT"],
             cwd=root,
             capture_output=True,
             text=True,

@@ -239,6 +239,9 @@ def execute(
         on_scheduler(scheduler)
     try:
         return scheduler.run()
+    except BaseException:
+        scheduler.abandon()
+        raise
     finally:
         if own_executor:
             executor.close()

@@ -42,7 +42,16 @@ _FILE_RIGHTS = _WRITE_FILE | _TRUNCATE  # the rights that apply to a single file
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),  # ABI 4
+        ("scoped", ctypes.c_uint64),  # ABI 6
+    ]
+
+
+# ABI 6 scopes: no signals to, and no abstract unix sockets of, processes outside the sandbox
+# (the orchestrator, other candidates).
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1, 2
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -88,10 +97,10 @@ def restrict_writes(writable: Sequence[Path]) -> None:
         raise OSError("Landlock is not available on this kernel")
     libc = _libc()
     rights = handled_rights(abi)
-    attr = _RulesetAttr(rights)
-    ruleset = libc.syscall(
-        _SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0
-    )
+    attr = _RulesetAttr(rights, 0, _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0)
+    # Older kernels take the shorter struct they know.
+    size = ctypes.sizeof(attr) if abi >= 6 else (16 if abi >= 4 else 8)
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:
@@ -125,27 +134,28 @@ def wrap(argv: Sequence[str], writable: Sequence[Path]) -> list[str]:
     return [*wrapped, "--", *argv]
 
 
-def beside(top: Path, protected: Path) -> list[Path]:
-    """``top`` itself, or, when ``protected`` lies inside it, everything in ``top`` but the path
-    down to ``protected`` (siblings at every level), so that ``protected`` stays read-only."""
-    top, protected = top.resolve(), protected.resolve()
-    if not protected.is_relative_to(top):
+def beside(top: Path, protected: Sequence[Path]) -> list[Path]:
+    """``top`` itself, or, when protected paths lie inside it, everything in ``top`` but the
+    paths down to them (siblings at every level), so that the protected paths stay read-only.
+
+    Symlinks are never allowed: Landlock follows them, and one could alias a protected path.
+    """
+    top = top.resolve()
+    inside = [p.resolve() for p in protected if p.resolve().is_relative_to(top)]
+    if not inside:
         return [top]
-    if protected == top:
+    if top in inside:
         return []
     allowed: list[Path] = []
-    here = top
-    for part in protected.relative_to(top).parts:
-        with contextlib.suppress(OSError):
-            for child in here.iterdir():
-                # Landlock follows links: a sibling that is (or leads to) an ancestor of the
-                # protected folder would open it again.
-                if child.name == part or child.is_symlink():
-                    continue
-                if protected.is_relative_to(child.resolve()):
-                    continue
+    with contextlib.suppress(OSError):
+        for child in top.iterdir():
+            if child.is_symlink():
+                continue
+            real = child.resolve()
+            if not any(p.is_relative_to(real) for p in inside):
                 allowed.append(child)
-        here = here / part
+            elif child.is_dir():
+                allowed += beside(child, inside)
     return allowed
 
 

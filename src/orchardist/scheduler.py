@@ -135,6 +135,7 @@ class Scheduler:
         self.last_green = run.base_commit
         self.merges_unchecked = 0
         self.regression_off = False
+        self.regression_infra = 0
         self.feedback: dict[str, str] = {}
         self.summaries: dict[str, str] = {}
         self.cost: defaultdict[str, float] = defaultdict(float)
@@ -159,6 +160,7 @@ class Scheduler:
         self._restore()
         while not self._settled():
             self._launch()
+            self._pump_merges()
             if self._settled():
                 break
             message = self._next_message()
@@ -166,6 +168,13 @@ class Scheduler:
             if message is not None:
                 self._handle(message)
         return self._finish()
+
+    def abandon(self) -> None:
+        """Cancel every job still out (the loop itself failed): nothing may run on unseen."""
+        jobs = [*self.active]
+        jobs += [p.job.id for p in (self.merging, self.regression) if p is not None]
+        for job_id in jobs:
+            self.executor.cancel(job_id, "the orchestrator failed")
 
     def stop(self, reason: str = "interrupted", state: RunState = RunState.INTERRUPTED) -> None:
         """Request a stop; safe from signal handlers and other threads."""
@@ -268,8 +277,17 @@ class Scheduler:
         self.held.add(task_id)
         for k in range(self.specs[task_id].candidates):
             self.ready.discard(_unit(task_id, k))
+        round_ = self.rounds.get(task_id)
         with self._tx() as tx:
             self._set_state(tx, task_id, TaskState.READY, reason=reason, held=True)
+            if round_ is not None and not round_.decided:
+                # Candidates that will not start now are out; the round ends with the others.
+                running = {j.candidate for j in self.active.values() if j.task_id == task_id}
+                round_.pending &= running
+                if not round_.pending and any(
+                    o.state is AttemptState.PASSED for o in round_.outcomes.values()
+                ):
+                    self._decide(tx, task_id, round_)  # the loop merges the winner
 
     def _open(self, pool: str) -> bool:
         """Whether the pool may launch now (breaker and rate gate)."""
@@ -803,8 +821,24 @@ class Scheduler:
         reg = self.regression
         assert reg is not None
         passed = result.state is AttemptState.PASSED
-        if result.state is AttemptState.CANCELLED:
+        if result.state is AttemptState.CANCELLED or self.stopping is not None:
             self.regression = None
+            return
+        if result.failure is Failure.INFRA_ERROR:  # it could not run: that says nothing
+            self.regression, self.regression_infra = None, self.regression_infra + 1
+            with self._tx() as tx:
+                self._event(tx, "regression", None, None, state="not run", detail=result.detail)
+                if self.regression_infra >= INFRA_RETRIES:
+                    self.regression_off = True
+                    self._event(
+                        tx,
+                        "regression",
+                        None,
+                        None,
+                        state="off",
+                        reason="the regression check could not run",
+                    )
+            self._pump_merges()
             return
         if reg.bisect is None:
             with self._tx() as tx:
@@ -994,8 +1028,9 @@ class Scheduler:
         for attempt in self.store.attempts(self.run_id):
             self.attempts[attempt.task_id] = max(self.attempts[attempt.task_id], attempt.n)
             self.cost[attempt.task_id] += attempt.usage.cost_usd or 0.0
-            if attempt.state is AttemptState.PASSED and attempt.patch_commit:
-                passed[attempt.task_id] = attempt
+            winner = attempt.selection.startswith("won")
+            if attempt.state is AttemptState.PASSED and attempt.patch_commit and winner:
+                passed[attempt.task_id] = attempt  # the round's winner, never a loser
         done = {t for t, r in self.tasks.items() if r.state is TaskState.DONE}
         with self._tx() as tx:
             tx.set_run(self.run_id, state=RunState.RUNNING, finished_at=None, reason="")
@@ -1011,6 +1046,8 @@ class Scheduler:
                     self.merge_queue.append(self._outcome_of(passed[task_id]))
                 else:
                     self._new_round(tx, task_id)
+            # Merged before a restart and never checked since: the final check covers them.
+            self.merges_unchecked = sum(bool(r.commit) for r in self.tasks.values())
             if self.plan.run.deadline_s is not None:
                 left = self.run_record.created_at + self.plan.run.deadline_s - self.clock()
                 self._timer(max(0.0, left), "deadline")

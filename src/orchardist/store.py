@@ -8,6 +8,7 @@ rolls back on error, so a crash at any instant leaves the last committed step, n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -269,13 +270,13 @@ class Store:
             tx = Transaction(self._conn)
             try:
                 yield tx
-            except BaseException:
-                self._conn.execute("rollback")
-                raise
-            try:
                 self._conn.execute("commit")
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot commit to the store: {exc}") from exc
+            except BaseException as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("rollback")
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"store write failed: {exc}") from exc
+                raise
 
     # -- reads ---------------------------------------------------------------------------
 

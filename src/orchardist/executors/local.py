@@ -136,10 +136,12 @@ class LocalExecutor:
             if not cwd.is_dir():
                 detail = f"workdir {job.workdir!r} does not exist at {job.base_commit[:10]}"
                 return end(AttemptState.FAILED, Failure.INFRA_ERROR, detail=detail)
+            # Decided before the agent runs: it could rewrite its .git file to point anywhere.
+            writable = self._writable(job, worktree)
+            gitfile = (worktree / ".git").read_text(errors="replace")
             env = self._env(job, worktree)
             patch, changed, usage, summary = job.base_commit, 0, Usage(), ""
             if job.profile is not None:
-                writable = self._writable(job.run_id, worktree)
                 ctx = self._context(job, worktree, cwd, env, log, deadline, token, writable)
                 with self._guard_lock:
                     self._in_agent.add(job.id)  # until its own look at the checkout
@@ -164,7 +166,7 @@ class LocalExecutor:
                     )
                 summary = result.detail
                 try:
-                    patch = self._take_patch(job, worktree)
+                    patch = self._take_patch(job, worktree, gitfile)
                 except _Contained as exc:
                     return end(
                         AttemptState.FAILED, Failure.AGENT_ERROR, usage=usage, detail=str(exc)
@@ -183,12 +185,12 @@ class LocalExecutor:
                 cwd=cwd,
                 env={**self._verify_env(job, worktree), "ORCHARDIST_PHASE": "verify"},
                 log=log,
-                scratch=self.log_root / job.run_id / f"{job.id}.junit",
+                scratch=self._private(job) / "junit",
                 deadline=deadline,
                 timeout_s=job.timeout_s,
                 cancel=token,
                 marker=job.marker,
-                writable=self._writable(job.run_id, worktree),
+                writable=writable,
             )
             common: dict[str, Any] = {
                 "patch_commit": patch,
@@ -223,11 +225,15 @@ class LocalExecutor:
                 self._in_agent.discard(job.id)
                 self._suspects.discard(job.id)
             self.repo.remove_worktree(worktree)
-            shutil.rmtree(self.log_root / job.run_id / f"{job.id}.tmp", ignore_errors=True)
+            shutil.rmtree(self._private(job) / "tmp", ignore_errors=True)
 
-    def _take_patch(self, job: Job, worktree: Path) -> str:
+    def _take_patch(self, job: Job, worktree: Path, gitfile: str) -> str:
         """Snapshot the agent's work, refusing what it must not do or produce."""
-        if not (worktree / ".git").is_file():
+        try:
+            intact = (worktree / ".git").read_text(errors="replace") == gitfile
+        except OSError:
+            intact = False
+        if not intact:
             raise _Contained("the agent deleted or damaged its worktree")
         if self._guard:
             # Nothing tells which agent wrote: every agent running since the last clean look
@@ -304,10 +310,14 @@ class LocalExecutor:
         )
         if self.sandbox and sandbox.available():
             # /tmp may be off limits (when the repository lives there): a private TMPDIR.
-            private = self.log_root / job.run_id / f"{job.id}.tmp"
-            private.mkdir(parents=True, exist_ok=True)
-            env["TMPDIR"] = str(private)
+            env["TMPDIR"] = str(self._private(job) / "tmp")
         return env
+
+    def _private(self, job: Job) -> Path:
+        """The job's own writable folder: its output file, JUnit reports and TMPDIR."""
+        folder = self.log_root / job.run_id / f"{job.id}.io"
+        (folder / "tmp").mkdir(parents=True, exist_ok=True)
+        return folder
 
     def _context(
         self,
@@ -322,7 +332,7 @@ class LocalExecutor:
     ) -> AgentContext:
         assert job.profile is not None
         prompt_file = log.with_suffix(".prompt.md")
-        output_file = log.with_suffix(".output.json")
+        output_file = self._private(job) / "output.json"
         prompt_file.write_text(job.prompt, encoding="utf-8")
         output_file.unlink(missing_ok=True)
         agent_env = {
@@ -352,26 +362,56 @@ class LocalExecutor:
             writable=writable,
         )
 
-    def _writable(self, run_id: str, worktree: Path) -> tuple[Path, ...] | None:
+    def _writable(self, job: Job, worktree: Path) -> tuple[Path, ...] | None:
         """Where a job's processes may write, or None where the sandbox is off or unavailable.
 
         The worktree and its git administration folder, git's object store (so agents may
-        commit inside their worktree), the run's log folder (output file, JUnit reports),
-        temporary folders, /dev, and the caller's home except the part holding the repository
-        (agent CLIs keep their state there). Never the user's checkout, other worktrees, or refs.
+        commit inside their worktree), the job's private folder, /dev, and the temporary
+        folders and the caller's home except what must stay read-only: the repository, its
+        git directory, the user's other worktrees, and the files that would run code in the
+        user's shell or git (shell profiles, ~/.gitconfig, ~/.ssh, ~/.local/bin, ...).
         """
         if not self.sandbox or not sandbox.available():
             return None
-        paths = [worktree, self.repo.common_dir / "objects", self.log_root / run_id, Path("/dev")]
-        gitfile = worktree / ".git"
-        if gitfile.is_file():
-            admin = gitfile.read_text(errors="replace").removeprefix("gitdir:").strip()
-            paths.append(Path(admin))
+        admin = self.repo.worktree_admin(worktree)
+        paths = [worktree, self.repo.common_dir / "objects", self._private(job), Path("/dev")]
+        paths += [admin] if admin is not None else []
         home = Path((self.environ or os.environ).get("HOME", "/nonexistent"))
+        protected = [self.repo.root, self.repo.common_dir, *self._user_worktrees()]
+        protected += [home / name for name in _HOME_PROTECTED]
         for top in {Path(tempfile.gettempdir()), Path("/tmp"), Path("/var/tmp"), home}:
             if top.is_dir():
-                paths += sandbox.beside(top, self.repo.root)
+                paths += sandbox.beside(top, protected)
         return tuple(dict.fromkeys(paths))
+
+    def _user_worktrees(self) -> list[Path]:
+        """The repository's worktrees that are not orchardist's own."""
+        ours = self.worktree_root.resolve()
+        return [p for p in self.repo.worktrees() if not p.resolve().is_relative_to(ours)]
+
+
+# Files in $HOME that run code in the user's shell or git: never writable from the sandbox.
+_HOME_PROTECTED = (
+    ".gitconfig",
+    ".config/git",
+    ".ssh",
+    ".gnupg",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".config/fish",
+    ".local/bin",
+    ".local/lib",
+    ".pythonrc.py",
+    ".config/systemd",
+    ".config/autostart",
+    ".pam_environment",
+)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -433,19 +473,43 @@ class LocalBaselines:
         log.parent.mkdir(parents=True, exist_ok=True)
         ex.repo.add_worktree(worktree, commit)
         try:
+            job = replace(_BASELINE, id=name)
+            private = ex._private(job)
             env = scrubbed_env((), ex.environ)
             env.update(ORCHARDIST_PHASE="baseline", ORCHARDIST_RUN=run_id)
+            writable = ex._writable(job, worktree)
+            if writable is not None:
+                env["TMPDIR"] = str(private / "tmp")
             result, report, _ = run_one(
                 command,
                 cwd=worktree / workdir,
                 env=env,
                 log=log,
                 deadline=time.monotonic() + timeout_s,
-                junit=log.with_suffix(".xml"),
-                writable=ex._writable("baselines", worktree),
+                junit=private / "junit.xml",
+                writable=writable,
                 cancel=cancel,
             )
         finally:
             ex.repo.remove_worktree(worktree)
         outcome = CommandOutcome(command, result.exit_code, result.timed_out, report)
         return outcome, result.cancelled
+
+
+# What a baseline run is confined like: a job of its own, with no agent.
+_BASELINE = Job(
+    id="baseline",
+    run_id="baselines",
+    task_id="",
+    attempt=0,
+    candidate=0,
+    base_commit="",
+    title="",
+    prompt="",
+    profile=None,
+    verify=(),
+    workdir=".",
+    timeout_s=0.0,
+    message="",
+    marker="",
+)
