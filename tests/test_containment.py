@@ -556,7 +556,7 @@ HOSTILE = {
     ),
     "repoints_git_file": (
         "echo 'gitdir: /nonexistent/elsewhere' > .git",
-        "the agent left a worktree git cannot read",
+        "the agent deleted or damaged its worktree",
     ),
     "removes_git_file": ("rm .git", "the agent deleted or damaged its worktree"),
     "links_etc_passwd": (
