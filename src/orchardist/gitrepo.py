@@ -305,7 +305,8 @@ class Repo:
 
     def worktrees(self) -> list[Path]:
         """Paths of all worktrees git knows, the main one first."""
-        out = self.git("worktree", "list", "--porcelain")
+        with self.worktree_lock():  # a listing races with an add, as a prune does
+            out = self.git("worktree", "list", "--porcelain")
         return [Path(line[9:]) for line in out.splitlines() if line.startswith("worktree ")]
 
     def snapshot(self, worktree: Path, base: str, message: str) -> str:

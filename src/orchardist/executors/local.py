@@ -54,6 +54,7 @@ class LocalExecutor:
         self.verifier = Verifier(baselines)
         self.store = store
         self._guard = guard_checkout
+        self._theirs: list[Path] | None = None
         self.sandbox = sandbox
         # The checkout guard's own lock: its look at the checkout reads the store, so it must not
         # be ``_lock``, which the scheduler takes (cancel) while it holds a store transaction.
@@ -385,9 +386,12 @@ class LocalExecutor:
         return tuple(dict.fromkeys(paths))
 
     def _user_worktrees(self) -> list[Path]:
-        """The repository's worktrees that are not orchardist's own."""
-        ours = self.worktree_root.resolve()
-        return [p for p in self.repo.worktrees() if not p.resolve().is_relative_to(ours)]
+        """The repository's worktrees that are not orchardist's own (looked up once)."""
+        if self._theirs is None:
+            ours = self.worktree_root.resolve()
+            worktrees = self.repo.worktrees()
+            self._theirs = [p for p in worktrees if not p.resolve().is_relative_to(ours)]
+        return self._theirs
 
 
 # Files in $HOME that run code in the user's shell or git: never writable from the sandbox.
