@@ -713,9 +713,8 @@ class Scheduler:
                     state=result.state.value,
                     detail=result.detail,
                 )
-                if self.stopping is not None:
-                    pass  # stays merging: a resume merges the saved patch again
-                else:
+                # When stopping, the task stays merging: a resume merges the saved patch again.
+                if self.stopping is None:
                     self.feedback[task_id] = _feedback(
                         f"after merging with the moved run branch: {result.detail}",
                         result.feedback,

@@ -13,6 +13,7 @@ never from the model's messages.
 
 from __future__ import annotations
 
+import abc
 import json
 import shutil
 from collections import deque
@@ -98,7 +99,7 @@ class Seen:
         return Usage(cost, self.input_tokens, self.output_tokens, self.turns, self.session_id)
 
 
-class CliAgent:
+class CliAgent(abc.ABC):
     """Base of the agent-CLI adapters; subclasses fill in the class variables and hooks."""
 
     kind: ClassVar[str]
@@ -169,9 +170,9 @@ class CliAgent:
 
     # -- hooks -----------------------------------------------------------------------------
 
+    @abc.abstractmethod
     def argv(self, ctx: AgentContext, prompt: str | None) -> list[str]:
         """The command line; ``prompt`` is None when it goes through stdin instead."""
-        raise NotImplementedError
 
     def prompt_on_stdin(self, ctx: AgentContext) -> bool:
         """Whether the prompt file is fed on stdin (default: only when too long for argv)."""
@@ -181,7 +182,7 @@ class CliAgent:
         """Variables the adapter sets for the tool."""
         return {}
 
-    def event(self, seen: Seen, event: dict[str, Any]) -> None:
+    def event(self, seen: Seen, event: dict[str, Any]) -> None:  # noqa: B027 (a no-op hook)
         """Take in one JSON event of the tool's stream."""
 
     def text(self, seen: Seen, line: str) -> None:
