@@ -377,12 +377,18 @@ def cmd_show(args: argparse.Namespace) -> int:
     else:
         print("(no patch: the attempt ended before its changes were taken)")
     print(f"==> log {attempt.log_path}")
+    _print_log(attempt.log_path)
+    return EXIT_OK
+
+
+def _print_log(path: str) -> None:
+    """An attempt's log on stdout, decoded leniently."""
     try:
-        data = Path(attempt.log_path).read_bytes() if attempt.log_path else b""
+        data = Path(path).read_bytes() if path else b""
     except OSError:
         data = b"(log not available)\n"
     sys.stdout.write(data.decode("utf-8", errors="replace"))
-    return EXIT_OK
+    sys.stdout.flush()
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -481,12 +487,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         out.write(
             f"==> {args.task} attempt {attempt.n} ({attempt.state.value}) {attempt.log_path}\n"
         )
-        try:
-            data = Path(attempt.log_path).read_bytes() if attempt.log_path else b""
-        except OSError:
-            data = b"(log not available)\n"
-        out.write(data.decode("utf-8", errors="replace"))
         out.flush()
+        _print_log(attempt.log_path)
     return EXIT_OK
 
 

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from .hooks import Hook
 from .plan import Plan
-from .records import Event
+from .records import Event, TaskState
 from .report import describe
 
 _STYLE = {
@@ -28,7 +28,7 @@ _STYLE = {
 }
 
 
-_TERMINAL = {"done", "failed", "blocked", "cancelled"}
+_TERMINAL = {state.value for state in TaskState if state.terminal}
 
 
 class PlainLines(Hook):

@@ -84,6 +84,13 @@ class CircuitBreaker:
             return True
         return False
 
+    def failed_for_good(self, now: float) -> bool:
+        """A failure retrying cannot fix (refused credentials): opens at once, if the breaker
+        is on; returns True when it opened."""
+        if self.threshold > 0:
+            self.failures = max(self.failures, self.threshold - 1)
+        return self.failed(now)
+
     def abandoned(self) -> None:
         """An attempt ended without a verdict on the backend (cancelled, rate limited)."""
         self.probing = False

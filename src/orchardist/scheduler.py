@@ -158,9 +158,11 @@ class Scheduler:
     def run(self) -> RunState:
         """Run until every task is settled or a stop was requested; return the run's state."""
         self._restore()
-        while not self._settled():
+        while True:
             self._launch()
             self._pump_merges()
+            if self._all_done():  # the last merges are checked too, even < regression_every
+                self._maybe_check_regression(final=True)
             if self._settled():
                 break
             message = self._next_message()
@@ -199,10 +201,17 @@ class Scheduler:
             return False
         if self.soft_stop is not None:
             return True
-        idle = not self.ready and not any(kind == "retry" for _, kind, _ in self.timers)
-        if idle:  # the last merges are checked too, even fewer than regression_every
-            self._maybe_check_regression(final=True)
-        return idle and self.regression is None
+        return self._idle()
+
+    def _all_done(self) -> bool:
+        """Nothing runs, waits, or is left to merge, and no stop was asked for."""
+        busy = self.active or self.merging or self.regression or self.merge_queue
+        stopped = self.stopping is not None or self.soft_stop is not None
+        return not busy and not stopped and self._idle()
+
+    def _idle(self) -> bool:
+        """Nothing is ready and no retry is waiting for its back-off."""
+        return not self.ready and not any(kind == "retry" for _, kind, _ in self.timers)
 
     def _handle(self, message: Phase | Outcome | Stop) -> None:
         if isinstance(message, Stop):
@@ -473,11 +482,12 @@ class Scheduler:
             self.breakers[profile].abandoned()
             return
         self.gates[profile].succeeded()
-        if failure is Failure.AUTH_ERROR:  # retrying a refused credential will not help
-            self.breakers[profile].failures = self.breakers[profile].threshold - 1
+        breaker = self.breakers[profile]
         agent_fault = not outcome.verdict  # a failure during verification is the patch's
         if agent_fault and failure in (Failure.AGENT_ERROR, Failure.TIMEOUT, Failure.AUTH_ERROR):
-            if self.breakers[profile].failed(now):
+            # Retrying a refused credential will not help: that one opens the breaker at once.
+            refused = failure is Failure.AUTH_ERROR
+            if breaker.failed_for_good(now) if refused else breaker.failed(now):
                 with self._tx() as tx:
                     self._event(
                         tx,
@@ -486,10 +496,10 @@ class Scheduler:
                         None,
                         state="open",
                         agent=profile,
-                        until=self.breakers[profile].reopens_at(),
+                        until=breaker.reopens_at(),
                     )
         else:
-            self.breakers[profile].succeeded()
+            breaker.succeeded()
         if agent_fault and failure is Failure.TIMEOUT and self.plan.agents[profile].fallback:
             self.on_fallback.add(task_id)
 
