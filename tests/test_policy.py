@@ -205,6 +205,10 @@ class MovableClock:
     def __call__(self) -> float:
         return time.time() + self.offset_s
 
+    def monotonic(self) -> float:
+        """The monotonic clock, moved by the same offset."""
+        return time.monotonic() + self.offset_s
+
 
 class OnEvent(Hook):
     """Calls ``then`` on the first event matching ``kind`` and ``state``."""
@@ -215,6 +219,18 @@ class OnEvent(Hook):
     def on_event(self, event: Event) -> None:
         if not self.fired and event.kind == self.kind and event.data.get("state") == self.state:
             self.fired = True
+            self.then()
+
+
+class OnTaskDone(Hook):
+    """Calls ``then`` when task ``task_id`` is done."""
+
+    def __init__(self, task_id: str, then: Callable[[], object]) -> None:
+        self.task_id, self.then = task_id, then
+
+    def on_event(self, event: Event) -> None:
+        done = event.kind == "task" and event.data.get("state") == "done"
+        if done and event.task_id == self.task_id:
             self.then()
 
 
@@ -354,11 +370,18 @@ def breaker_plan(repo: Path, opened: Path, run: str = "") -> Path:
 def test_with_no_fallback_tasks_wait_while_the_breaker_is_open(
     repo: Path, tmp_path: Path, run_plan: RunPlan
 ) -> None:
-    # Given: two failures open the profile's breaker for an hour; the run has a 1 s deadline
+    # Given: two failures open the profile's breaker for an hour; the run has a 30 min
+    # deadline, and the scheduler's clock jumps past it once the gate (which the other two
+    # tasks depend on) is done, while the breaker is still open
     opened = tmp_path / "opened"
-    plan = breaker_plan(repo, opened, run='deadline = "1s"')
+    plan = breaker_plan(repo, opened, run='deadline = "30m"')
+    clock = MovableClock()
 
-    run = drive_bounded(run_plan, plan, hooks=Hooks([OnEvent("breaker", "open", opened.touch)]))
+    def past_the_deadline() -> None:
+        clock.offset_s += HOUR_S / 2 + 60
+
+    hooks = Hooks([OnEvent("breaker", "open", opened.touch), OnTaskDone("gate", past_the_deadline)])
+    run = drive_bounded(run_plan, plan, clock=clock, monotonic=clock.monotonic, hooks=hooks)
 
     # Then: the profile's other tasks never started; the run stopped at its deadline
     assert run.state is RunState.STOPPED

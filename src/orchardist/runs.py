@@ -221,6 +221,7 @@ def execute(
     max_parallel: int | None = None,
     clock: Callable[[], float] = time.time,
     on_scheduler: Callable[[Scheduler], None] | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> RunState:
     """Drive ``run`` to its end with the local executor (unless another is given)."""
     own_executor = executor is None
@@ -233,7 +234,15 @@ def execute(
         sandbox=plan.run.sandbox,
     )
     scheduler = Scheduler(
-        plan, run, ws.store, executor, Integrator(ws.repo, run.branch), hooks, clock, max_parallel
+        plan,
+        run,
+        ws.store,
+        executor,
+        Integrator(ws.repo, run.branch),
+        hooks,
+        clock,
+        max_parallel,
+        monotonic=monotonic,
     )
     if on_scheduler is not None:
         on_scheduler(scheduler)
