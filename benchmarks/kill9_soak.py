@@ -422,8 +422,10 @@ def soak(
     trials: int | None = None,
     budget_s: float | None = None,
     on_trial: Callable[[int, TrialResult], None] | None = None,
+    min_trials: int = 0,
 ) -> Soak:
-    """Run trials in a new project under ``workdir`` until ``trials`` or ``budget_s`` is used."""
+    """Run trials in a new project under ``workdir`` until ``trials`` or ``budget_s`` is used
+    (but at least ``min_trials``, however slow the machine is)."""
     project = make_project(workdir)
     reference = reference_run(project)
     rng = random.Random(seed)
@@ -431,7 +433,8 @@ def soak(
     started = time.monotonic()
     longest = 0.0
     while trials is None or totals.trials < trials:
-        if budget_s is not None and time.monotonic() - started + longest > budget_s:
+        over = budget_s is not None and time.monotonic() - started + longest > budget_s
+        if over and totals.trials >= min_trials:
             break
         began = time.monotonic()
         result = trial(project, reference, rng)

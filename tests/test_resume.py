@@ -68,6 +68,7 @@ def test_a_run_killed_at_random_instants_and_resumed_ends_as_an_uninterrupted_ru
         tmp_path,
         seed=20261129,
         budget_s=KILL9_BUDGET_S,
+        min_trials=3,
     )
 
     # Then: every trial ended done, on the reference tree, one commit per task, nothing left
