@@ -5,6 +5,7 @@
     OrchardistError            anything orchardist raises on purpose
     ├── PlanError              a plan that cannot run; carries every Problem found
     ├── UsageError             a command line or run id that makes no sense
+    │   └── IsolationError     [run] isolation = "required" where namespaces cannot be made
     ├── GitError               a git command failed (translated where git is called)
     ├── StoreError             the SQLite store failed or holds something unexpected
     ├── AgentError             an agent could not be built or started
@@ -51,6 +52,10 @@ class PlanError(OrchardistError):
 
 class UsageError(OrchardistError):
     """Bad command-line usage: an unknown run, a missing file, conflicting flags."""
+
+
+class IsolationError(UsageError):
+    """Namespaces were required but cannot be created here (no bwrap, no user namespaces)."""
 
 
 class GitError(OrchardistError):

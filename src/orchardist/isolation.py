@@ -1,0 +1,200 @@
+"""Namespaces for every agent and command: deny by default instead of listing what to protect.
+
+With bubblewrap (``bwrap``) each confined process gets
+
+- its own pid namespace, whose init is killed when the process we started ends (or when the
+  thread that started it dies): the kernel then kills everything left inside, daemons that
+  called ``setsid`` or cleared their environment included. ``/proc`` inside shows only the
+  namespace's own processes, so the orchestrator's environment cannot be read;
+- a read-only view of the host, with writable only the paths of its :class:`Spec` (the
+  attempt's tree, git dir, home, tmp and io folders), a private ``/tmp``, a minimal ``/dev``
+  (null, zero, random, tty, ...: no block devices) and a fresh ``/proc``;
+- no capabilities, and no network but loopback unless the spec allows it.
+
+Where namespaces cannot be made (no ``bwrap``, user namespaces disabled), the older Landlock
+layer (:mod:`orchardist.sandbox`) confines writes only; :func:`choose` picks the mode from the
+plan's ``[run] isolation`` policy and :func:`describe` says which one a run got.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cache
+from pathlib import Path
+
+from . import sandbox
+from .errors import IsolationError
+
+PROBE_TIMEOUT_S = 10.0
+
+
+class Policy(StrEnum):
+    """What the plan asks for (``[run] isolation``)."""
+
+    AUTO = "auto"  # namespaces where they work, else Landlock, else nothing
+    REQUIRED = "required"  # namespaces, or refuse to run
+    LANDLOCK = "landlock"  # Landlock write confinement only
+    OFF = "off"  # no confinement: detection after the fact only
+
+
+class Mode(StrEnum):
+    """What a run actually gets."""
+
+    NAMESPACES = "namespaces"  # bwrap: private pid space, read-only host, private /tmp
+    LANDLOCK = "landlock"  # writes confined beneath the writable set; same pid space
+    NONE = "none"  # nothing confined
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Whether namespaces can be made here, and why not when they cannot."""
+
+    bwrap: str | None  # the bwrap binary found on PATH
+    usable: bool
+    version: str = ""
+    reason: str = ""  # why not usable
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How one process is confined: what it may write and see, and whether it has network."""
+
+    writable: tuple[Path, ...]  # bound read-write at the same path
+    readonly: tuple[Path, ...] = ()  # bound read-only at the same path (say, beneath /tmp)
+    home: Path | None = None  # the private HOME (bound read-write, $HOME points to it)
+    tmp: Path | None = None  # becomes /tmp ($TMPDIR=/tmp); None: an empty tmpfs
+    network: bool = True  # False: a private network namespace with loopback only
+    mode: Mode = Mode.NAMESPACES
+
+
+@cache
+def probe() -> Probe:
+    """Find bwrap and check, once per process, that it can make the namespaces we use."""
+    found = shutil.which("bwrap")
+    if found is None:
+        return Probe(None, False, reason="bwrap not found on PATH (install bubblewrap)")
+    argv = [
+        *_base(found, Spec(writable=(), network=False)),
+        "--",
+        "/bin/true",
+    ]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
+        version = subprocess.run(
+            [found, "--version"], capture_output=True, timeout=PROBE_TIMEOUT_S, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Probe(found, False, reason=f"{found} failed to start: {exc}")
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        why = said[-1] if said else f"exit {done.returncode}"
+        return Probe(found, False, reason=f"bwrap cannot create namespaces here: {why}")
+    return Probe(found, True, version=version)
+
+
+def choose(
+    policy: Policy,
+    *,
+    found: Callable[[], Probe] = probe,
+    landlock: Callable[[], bool] = sandbox.available,
+) -> Mode:
+    """The mode a run gets under ``policy``; IsolationError when "required" cannot be met."""
+    if policy is Policy.OFF:
+        return Mode.NONE
+    if policy is Policy.LANDLOCK:
+        return Mode.LANDLOCK if landlock() else Mode.NONE
+    result = found()
+    if result.usable:
+        return Mode.NAMESPACES
+    if policy is Policy.REQUIRED:
+        raise IsolationError(
+            f'[run] isolation = "required", but namespaces are unavailable: {result.reason}. '
+            'Install bubblewrap, or set isolation = "auto" to fall back to Landlock'
+        )
+    return Mode.LANDLOCK if landlock() else Mode.NONE
+
+
+def describe(policy: Policy, mode: Mode, found: Callable[[], Probe] = probe) -> str:
+    """One line for the top of a run: which isolation it got, and why when it is weaker."""
+    if mode is Mode.NAMESPACES:
+        return f"isolation: namespaces ({found().version or 'bwrap'})"
+    if policy is Policy.OFF:
+        return 'isolation off: [run] isolation = "off"'
+    why = "" if policy is Policy.LANDLOCK else f"; namespaces unavailable: {found().reason}"
+    if mode is Mode.LANDLOCK:
+        return f"isolation: Landlock ABI {sandbox.abi_version()}, writes only{why}"
+    return f"isolation off: no namespaces and no Landlock, writes only detected afterwards{why}"
+
+
+def wrap(argv: Sequence[str], spec: Spec, cwd: Path | None = None) -> list[str]:
+    """``argv`` run confined as ``spec`` says (unchanged when its mode is NONE)."""
+    if spec.mode is Mode.NONE:
+        return list(argv)
+    writable = [*spec.writable, *(p for p in (spec.home, spec.tmp) if p is not None)]
+    if spec.mode is Mode.LANDLOCK:
+        return sandbox.wrap(argv, writable)
+    found = probe()
+    if not found.usable or found.bwrap is None:
+        raise IsolationError(f"namespaces are unavailable: {found.reason}")
+    wrapped = _base(found.bwrap, spec)
+    wrapped += _binds(spec)
+    if spec.home is not None:
+        wrapped += ["--setenv", "HOME", str(spec.home)]
+    if spec.tmp is not None:
+        wrapped += ["--setenv", "TMPDIR", "/tmp"]
+    if cwd is not None:
+        # bwrap would silently start in $HOME when the directory is not visible inside
+        wrapped += ["--chdir", str(cwd)]
+    return [*wrapped, "--", *argv]
+
+
+def _base(bwrap: str, spec: Spec) -> list[str]:
+    """The namespaces and the read-only host, before the spec's own paths.
+
+    No ``--new-session``: procs.py already starts each child in its own session without a
+    controlling terminal (so no TIOCSTI), and keeping the command in that process group lets
+    a timeout send it SIGTERM before the namespace is torn down.
+    """
+    argv = [
+        bwrap,
+        "--die-with-parent",  # the namespace's init dies with bwrap, and bwrap with us
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+    ]
+    if not spec.network:
+        argv.append("--unshare-net")
+    if spec.tmp is None:
+        argv += ["--tmpfs", "/tmp"]
+    else:
+        argv += ["--bind", str(spec.tmp), "/tmp"]
+    return argv
+
+
+def _binds(spec: Spec) -> list[str]:
+    """Bind mounts for the spec's paths, outer ones first so inner ones end up on top."""
+    mounts = [(p, "--ro-bind-try") for p in spec.readonly]
+    mounts += [(p, "--bind") for p in spec.writable]
+    if spec.home is not None:
+        mounts.append((spec.home, "--bind"))
+    argv: list[str] = []
+    for path, flag in sorted(mounts, key=lambda m: len(Path(m[0]).absolute().parts)):
+        target = str(Path(path).absolute())
+        argv += [flag, target, target]
+    return argv
