@@ -85,6 +85,17 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the final status as JSON on stdout (progress goes to stderr)",
     )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the launch order, critical path and expected makespan; run nothing",
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "dot", "mermaid"),
+        default="text",
+        help="with --dry-run: how to draw the graph (default: text)",
+    )
     choice = p.add_mutually_exclusive_group()
     choice.add_argument(
         "--resume", action="store_true", help="resume this plan's unfinished run without asking"
@@ -150,6 +161,22 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_logs)
 
     p = sub.add_parser(
+        "graph",
+        help="print a plan's launch order, critical path, expected makespan and graph",
+        description="Simulate the plan with each attempt taking its task's `estimate`, no "
+        "failures, and max_parallel slots: the order tasks launch in, the critical path and its "
+        "length, the expected makespan, and the dependency graph (text, Graphviz dot or "
+        "mermaid). Runs nothing and creates nothing.",
+    )
+    p.add_argument("plan", type=Path, help="plan file (.toml, .yaml or .yml)")
+    p.add_argument("--max-parallel", type=_positive, metavar="N", help="slots to simulate")
+    p.add_argument(
+        "--format", choices=("text", "dot", "mermaid"), default="text", help="(default: text)"
+    )
+    p.add_argument("--json", action="store_true", help="the forecast as JSON")
+    p.set_defaults(func=cmd_graph)
+
+    p = sub.add_parser(
         "doctor",
         help="check that every agent profile of a plan can run here",
         description="For each agent profile: is its CLI on PATH (and its version), are its "
@@ -206,6 +233,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .runs import Workspace, create_run, unfinished_runs
 
     plan = load_plan(args.plan)
+    if args.dry_run:
+        return _print_forecast(plan, args)
     ws = Workspace.open(plan.repo)
     unfinished = [] if args.fresh else unfinished_runs(ws, plan)
     if unfinished:
@@ -489,6 +518,22 @@ def cmd_logs(args: argparse.Namespace) -> int:
         )
         out.flush()
         _print_log(attempt.log_path)
+    return EXIT_OK
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    """``orchardist graph PLAN``."""
+    return _print_forecast(load_plan(args.plan), args)
+
+
+def _print_forecast(plan: Any, args: argparse.Namespace) -> int:
+    from .forecast import forecast, render
+
+    fc = forecast(plan, args.max_parallel)
+    if args.json:
+        print(json.dumps(fc.to_json(), indent=2))
+    else:
+        print(render(fc, getattr(args, "format", "text")))
     return EXIT_OK
 
 
