@@ -153,6 +153,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
     p.set_defaults(func=cmd_runs)
 
+    p = sub.add_parser(
+        "stats",
+        help="numbers across runs: green at first shot, retries, cost, durations per profile",
+        description="Figures across the runs of this repository, per agent profile and overall, "
+        "computed from the store and the event log: tasks, green at first shot, attempts per "
+        "task, retries by failure class, fallbacks, candidates per win and which profile wins, "
+        "cost and tokens per merged task, median and p90 durations of agent, verify and merge, "
+        "the slowest tasks, and the window compared with the one before it.",
+    )
+    p.add_argument("--since", metavar="DURATION", help="only runs created in this window (e.g. 7d)")
+    p.add_argument("--plan", type=Path, help="only runs of this plan file")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
+    p.set_defaults(func=cmd_stats)
+
     p = sub.add_parser("logs", help="print the log of a task's attempts")
     p.add_argument("run", help="run id or a unique prefix")
     p.add_argument("task", help="task id")
@@ -627,3 +642,30 @@ def _print_summary(doc: dict[str, Any], attempts: bool = False) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """``orchardist stats``."""
+    import dataclasses
+    import time
+
+    from .plan import parse_duration
+    from .runs import Workspace
+    from .stats import compute, render
+
+    since_s = None
+    if args.since is not None:
+        try:
+            since_s = parse_duration(args.since)
+        except ValueError as exc:
+            raise UsageError(f"--since: {exc}") from None
+    plan = str(args.plan.resolve()) if args.plan is not None else None
+    ws = Workspace.open(args.repo)
+    stats = compute(ws.store, time.time(), since_s, plan)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(stats), indent=2))
+    elif not stats.run_ids:
+        print("no runs" + (" in that window" if since_s is not None else " yet"))
+    else:
+        print(render(stats))
+    return EXIT_OK
