@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -116,9 +117,9 @@ def test_the_probe_is_made_once() -> None:
 def test_the_orchestrators_environment_is_out_of_sight(tmp_path: Path, namespaces: None) -> None:
     secret = f"s3cret-{uuid.uuid4().hex}"
     # Given a process outside holding a secret in its environment
-    holding = ["/bin/sh", "-c", "echo ready; exec sleep 60"]
+    holding = ["/bin/sh", "-c", "echo ready; sleep 60"]
     with subprocess.Popen(
-        holding, env={**ENV, "API_KEY": secret}, stdout=subprocess.PIPE
+        holding, env={**ENV, "API_KEY": secret}, stdout=subprocess.PIPE, start_new_session=True
     ) as holder:
         try:
             assert holder.stdout is not None and holder.stdout.readline() == b"ready\n"
@@ -127,7 +128,7 @@ def test_the_orchestrators_environment_is_out_of_sight(tmp_path: Path, namespace
             script = f"cat /proc/{holder.pid}/environ; cat /proc/[0-9]*/environ; ls /proc"
             done = sh(tmp_path, script, spec_in(tmp_path))
         finally:
-            holder.kill()
+            os.killpg(holder.pid, signal.SIGKILL)
     # Then the secret is nowhere, and it sees only its own few processes
     assert secret not in done.stdout + done.stderr
     pids = [p for p in done.stdout.split() if p.isdigit()]
@@ -270,3 +271,35 @@ def test_namespace_tests_fail_on_ci_instead_of_skipping(monkeypatch: pytest.Monk
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception, match="bwrap not found"):
         require_namespaces()
+
+
+def test_a_confined_command_gets_its_grace_period_on_cancel(
+    tmp_path: Path, namespaces: None
+) -> None:
+    # Given a confined command that cleans up on SIGTERM
+    script = "trap 'echo cleaned up; exit 7' TERM; echo ready; sleep 1000 & wait"
+    token = CancelToken()
+
+    def on_line(line: bytes) -> None:
+        if line == b"ready":
+            token.cancel("test")
+
+    # When it is cancelled
+    try:
+        result = run_process(
+            ["/bin/sh", "-c", script],
+            cwd=tmp_path,
+            env=ENV,
+            log=tmp_path / "out.log",
+            timeout_s=60.0,
+            cancel=token,
+            on_line=on_line,
+            confine=spec_in(tmp_path),
+            grace_s=30.0,
+        )
+    finally:
+        token.close()
+    # Then its trap ran before the namespace went away
+    assert result.cancelled
+    assert "cleaned up" in (tmp_path / "out.log").read_text()
+    assert result.exit_code == 7

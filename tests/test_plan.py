@@ -621,3 +621,46 @@ def test_an_empty_yaml_plan_only_lacks_tasks(repo: Path) -> None:
     assert problems_of(write_plan(repo, "", name="plan.yaml")) == [
         (None, "task", "the plan has no tasks")
     ]
+
+
+# -- isolation and network ---------------------------------------------------------------------
+
+
+def test_isolation_and_network_default_to_auto_and_off_for_commands(repo: Path) -> None:
+    plan = load_plan(write_plan(repo, AGENT + '[[task]]\nid = "a"\n'))
+    assert plan.run.isolation == "auto"
+    assert plan.run.network is False
+    assert plan.tasks[0].network is False
+
+
+def test_network_per_task_overrides_the_run(repo: Path) -> None:
+    text = f"""
+        [run]
+        isolation = "required"
+        network = true
+        {AGENT}
+        [[task]]
+        id = "a"
+        [[task]]
+        id = "b"
+        network = false
+    """
+    plan = load_plan(write_plan(repo, textwrap.dedent(text)))
+    assert plan.run.isolation == "required"
+    assert [t.network for t in plan.tasks] == [True, False]
+
+
+def test_sandbox_false_means_isolation_off_unless_isolation_is_given(repo: Path) -> None:
+    off = load_plan(write_plan(repo, "[run]\nsandbox = false\n" + AGENT + '[[task]]\nid = "a"\n'))
+    assert off.run.isolation == "off"
+    text = '[run]\nsandbox = false\nisolation = "landlock"\n' + AGENT + '[[task]]\nid = "a"\n'
+    assert load_plan(write_plan(repo, text)).run.isolation == "landlock"
+
+
+def test_unknown_isolation_and_non_boolean_network_are_located_problems(repo: Path) -> None:
+    text = '[run]\nisolation = "docker"\nnetwork = "yes"\n' + AGENT
+    text += '[[task]]\nid = "a"\nnetwork = 1\n'
+    found = problems_of(write_plan(repo, text))
+    assert (None, "run.isolation", 'expected one of "auto", "required", "landlock", "off"') in found
+    assert (None, "run.network", "expected true or false") in found
+    assert ("a", "network", "expected true or false") in found

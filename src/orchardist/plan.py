@@ -18,6 +18,7 @@ from typing import Any
 
 from .errors import PlanError, Problem
 from .graph import find_cycles
+from .isolation import Policy
 
 TASK_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
@@ -40,6 +41,8 @@ RUN_KEYS = {
     "max_patch_mb",
     "guard_checkout",
     "sandbox",
+    "isolation",
+    "network",
 }
 PROFILE_KEYS = {
     "kind",
@@ -69,6 +72,7 @@ TASK_KEYS = {
     "priority",
     "estimate",
     "workdir",
+    "network",
 }
 DEFAULT_TASK_TIMEOUT_S = 3600.0
 DEFAULT_BRANCH = "orchardist/{run}"
@@ -112,6 +116,7 @@ class TaskSpec:
     check: str | None = None  # a reproduction: must fail on the base, pass on the candidate
     auto_verify: bool = False  # verify = "auto": tests discovered from the changed files
     max_cost_usd: float | None = None
+    network: bool = False  # its verify commands and check may use the network
 
     def agent_for(self, candidate: int) -> str:
         """The profile that runs candidate ``candidate``."""
@@ -136,7 +141,9 @@ class RunConfig:
     regression_every: int = 1
     max_patch_mb: float = 50.0  # a patch with a larger file fails
     guard_checkout: bool = True  # fail an attempt during which the user's checkout changed
-    sandbox: bool = True  # confine writes of agents and verify commands (Linux Landlock)
+    sandbox: bool = True  # false: the same as isolation = "off"
+    isolation: Policy = Policy.AUTO  # namespaces, Landlock or nothing (see isolation.py)
+    network: bool = False  # verify commands, checks and baselines may use the network
 
 
 @dataclass(frozen=True)
@@ -300,7 +307,11 @@ class _Validator:
             values["regression_every"] = every
         if "max_patch_mb" in raw:
             values["max_patch_mb"] = self._money(raw["max_patch_mb"], "run.max_patch_mb")
-        for flag in ("guard_checkout", "sandbox"):
+        if "isolation" in raw:
+            values["isolation"] = self._isolation(raw["isolation"])
+        elif raw.get("sandbox") is False:
+            values["isolation"] = Policy.OFF
+        for flag in ("guard_checkout", "sandbox", "network"):
             if flag not in raw:
                 continue
             if isinstance(raw[flag], bool):
@@ -309,6 +320,14 @@ class _Validator:
                 self.problem("expected true or false", fld=f"run.{flag}")
         values = {k: v for k, v in values.items() if v is not None}
         return RunConfig(**{**cfg.__dict__, **values})
+
+    def _isolation(self, raw: object) -> Policy | None:
+        """``[run] isolation``; an explicit value wins over the older ``sandbox = false``."""
+        if isinstance(raw, str) and raw in {p.value for p in Policy}:
+            return Policy(raw)
+        names = ", ".join(f'"{p.value}"' for p in Policy)
+        self.problem(f"expected one of {names}", fld="run.isolation")
+        return None
 
     def _agents(self) -> dict[str, AgentProfile]:
         from .agents import KINDS, agent_class
@@ -454,6 +473,10 @@ class _Validator:
             self.problem("expected a positive number or a duration", label, "estimate")
             estimate = 1.0
         workdir = self._str(raw.get("workdir", run.workdir), "workdir", label) or "."
+        network = raw.get("network", run.network)
+        if not isinstance(network, bool):
+            self.problem("expected true or false", label, "network")
+            network = run.network
         if not ok or not isinstance(agent, str) or not isinstance(task_id, str):
             return None
         title = raw.get("title", task_id)
@@ -479,6 +502,7 @@ class _Validator:
             check=check,
             auto_verify=auto_verify,
             max_cost_usd=max_cost,
+            network=network,
         )
 
     def _agent_list(

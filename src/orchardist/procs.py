@@ -5,6 +5,9 @@ feed it a file, and with a marker variable in its environment that all its desce
 Ending a child means: SIGTERM to its group and to every process carrying its marker (which finds
 those that called ``setsid`` or daemonized), a grace period, then SIGKILL to whatever is left.
 
+A confined child (``confine``, see isolation.py) runs inside its own pid namespace when
+namespaces are available: ending it ends the namespace, and the kernel kills everything in it.
+
 Waiting is event-driven: one ``select`` over the child's pidfd, its output pipe and a cancel
 pipe, with the deadline as the only timeout. Output goes to a log file capped in size (head and
 tail are kept); an optional callback sees each complete line as it arrives.
@@ -23,6 +26,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from .isolation import Mode, Spec, wrap
 
 MARKER_VAR = "ORCHARDIST_PROCESS_MARK"
 DEFAULT_GRACE_S = 3.0
@@ -156,17 +161,23 @@ def run_process(
     marker: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     writable: Sequence[Path] | None = None,
+    confine: Spec | None = None,
 ) -> ProcessResult:
     """Run ``argv`` to its end, its timeout, or cancellation; always kill what it leaves.
 
     ``marker`` tags the child and its descendants (a fresh one if None); share one marker
     across the processes of an attempt so that a later cleanup can find them all.
+    ``confine`` says how the child is isolated (None: not at all); ``writable`` is the older
+    spelling of a Landlock-only confinement.
     """
     marker = marker or new_marker()
-    if writable is not None:  # confine writes (see sandbox.py); None: no confinement
-        from .sandbox import wrap
-
-        argv = wrap(argv, writable)
+    if confine is None and writable is not None:
+        confine = Spec(tuple(writable), mode=Mode.LANDLOCK)
+    if confine is not None:
+        argv = wrap(argv, confine, cwd=cwd)
+    # bwrap dies of SIGTERM at once and takes its namespace along: spare it until SIGKILL,
+    # so that the command inside gets its grace period.
+    spare = confine is not None and confine.mode is Mode.NAMESPACES
     full_env = {**env, MARKER_VAR: marker}
     start = clock()
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -220,7 +231,7 @@ def run_process(
             if not exited and deadline is not None and clock() >= deadline:
                 timed_out = True
                 break
-        kill_tree(proc.pid, marker, grace_s=0.0 if exited else grace_s)
+        kill_tree(proc.pid, marker, grace_s=0.0 if exited else grace_s, spare_leader=spare)
         proc.wait()
         _drain(pipe, sink, seconds=2.0)
     finally:
@@ -272,13 +283,16 @@ def _drain(fd: int, sink: _CappedLog, seconds: float) -> None:
                 return
 
 
-def kill_tree(leader: int, marker: str | None, grace_s: float = DEFAULT_GRACE_S) -> int:
+def kill_tree(
+    leader: int, marker: str | None, grace_s: float = DEFAULT_GRACE_S, spare_leader: bool = False
+) -> int:
     """SIGTERM the group led by ``leader`` and every process with ``marker``; SIGKILL after grace.
 
-    Returns how many processes had to be signalled. Waits for them on pidfds, not by polling.
+    With ``spare_leader`` the leader itself gets only the SIGKILL. Returns how many processes
+    had to be signalled. Waits for them on pidfds, not by polling.
     """
     needle = f"{MARKER_VAR}={marker}".encode() if marker else None
-    return _kill(leader, needle, grace_s)
+    return _kill(leader, needle, grace_s, spare_leader)
 
 
 def kill_by_env(name: str, value: str, grace_s: float = DEFAULT_GRACE_S) -> int:
@@ -291,12 +305,14 @@ def processes_with_env(name: str, value: str) -> set[int]:
     return _members(-1, f"{name}={value}".encode())
 
 
-def _kill(leader: int, needle: bytes | None, grace_s: float) -> int:
+def _kill(leader: int, needle: bytes | None, grace_s: float, spare_leader: bool = False) -> int:
     targets = _members(leader, needle)
     if not targets:
         return 0
-    sig = signal.SIGTERM if grace_s > 0 else signal.SIGKILL
-    _signal_all(targets, sig, leader)
+    if grace_s > 0 and spare_leader:
+        _signal_all(targets - {leader}, signal.SIGTERM, -1)
+    else:
+        _signal_all(targets, signal.SIGTERM if grace_s > 0 else signal.SIGKILL, leader)
     if grace_s > 0:
         survivors = _wait_gone(targets, grace_s)
         if survivors:

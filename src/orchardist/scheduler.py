@@ -346,6 +346,7 @@ class Scheduler:
             check=spec.check,
             auto_verify=spec.auto_verify,
             max_patch_bytes=int(self.plan.run.max_patch_mb * 1024 * 1024),
+            network=spec.network,
         )
         record = AttemptRecord(
             run_id=self.run_id,
@@ -824,6 +825,7 @@ class Scheduler:
             marker=new_marker(),
             baseline=self.run_record.base_commit,
             purpose="regression",
+            network=self.plan.run.network,
         )
 
     def _regression_ended(self, result: Outcome) -> None:
@@ -1089,6 +1091,7 @@ class Scheduler:
             timeout_s=spec.timeout_s,
             message=self._message(spec, attempt.n, attempt.agent),
             marker=new_marker(),
+            network=spec.network,
         )
         return Outcome(
             job,

@@ -45,6 +45,7 @@ class Job:
     auto_verify: bool = False  # discover tests from the changed files; ``verify`` is the fallback
     max_patch_bytes: int | None = None  # a patch with a larger file fails
     purpose: str = "attempt"  # attempt | merge | regression (for logs and events)
+    network: bool = False  # verify commands and checks may use the network (agents always may)
 
 
 @dataclass(frozen=True)
