@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from . import __version__
+from .control import CANCEL_SIGNAL
 from .errors import OrchardistError, PlanError, RunLockedError, UsageError
 from .hooks import Hook, Hooks
 from .plan import load_plan
@@ -96,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
         default="text",
         help="with --dry-run: how to draw the graph (default: text)",
     )
+    _selection_args(p)
     choice = p.add_mutually_exclusive_group()
     choice.add_argument(
         "--resume", action="store_true", help="resume this plan's unfinished run without asking"
@@ -118,8 +120,38 @@ def _parser() -> argparse.ArgumentParser:
         "--max-cost-usd", type=_positive_float, metavar="USD", help="a new run cost budget"
     )
     p.add_argument("--json", action="store_true", help="print the final status as JSON")
+    _fail_fast_arg(p)
     p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
     p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser(
+        "retry",
+        help="re-run the failed, blocked and cancelled tasks of a run that ended",
+        description="Re-run the failed, blocked and cancelled tasks of a run that ended (failed "
+        "or cancelled), on the same run branch: what merged stays merged, their retry counts "
+        "start again. With TASK..., only those tasks and their unfinished dependencies. "
+        "(`resume` continues a run that did not end: crashed, interrupted or stopped.)",
+    )
+    p.add_argument("run", nargs="?", help="run id or a unique prefix (default: newest)")
+    p.add_argument("tasks", nargs="*", metavar="TASK", help="only these tasks (default: all)")
+    p.add_argument("--max-parallel", type=_positive, metavar="N")
+    p.add_argument("--json", action="store_true", help="print the final status as JSON")
+    _fail_fast_arg(p)
+    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
+    p.set_defaults(func=cmd_retry)
+
+    p = sub.add_parser(
+        "cancel",
+        help="end a live run from another terminal",
+        description="Ask the orchardist driving a run to cancel it: running attempts are "
+        "ended and recorded interrupted, nothing more is merged, unfinished tasks become "
+        "cancelled and the run cancelled (retry it later with `orchardist retry`). A run whose "
+        "orchestrator died is cleaned up and marked cancelled here. Waits until it has ended.",
+    )
+    p.add_argument("run", help="run id or a unique prefix")
+    p.add_argument("--no-wait", action="store_true", help="return once the request is sent")
+    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
+    p.set_defaults(func=cmd_cancel)
 
     p = sub.add_parser("show", help="print a candidate's diff and log")
     p.add_argument("run", help="run id or a unique prefix")
@@ -203,6 +235,33 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _selection_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="TASK",
+        default=[],
+        help="run only these tasks and what they depend on (done ones are reused)",
+    )
+    p.add_argument(
+        "--skip",
+        nargs="+",
+        metavar="TASK",
+        default=[],
+        help="leave these tasks out, and the tasks that depend on them (state skipped)",
+    )
+    _fail_fast_arg(p)
+
+
+def _fail_fast_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-x",
+        "--fail-fast",
+        action="store_true",
+        help="end the run as soon as a task fails for good (unfinished tasks: cancelled)",
+    )
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -256,17 +315,36 @@ def cmd_run(args: argparse.Namespace) -> int:
         old = unfinished[0]
         question = f"run {old.id} of this plan is {old.state.value}; resume it?"
         if args.resume:
-            return _drive(ws, plan, old, args, resuming=True)
+            return _drive(ws, plan, old, args, resuming=True, prepare=_select(ws, plan, args))
         if not _interactive():
             raise UsageError(
                 f"run {old.id} of this plan is {old.state.value}: pass --resume to continue it "
                 "or --fresh to start a new run"
             )
         if _confirm(question):
-            return _drive(ws, plan, old, args, resuming=True)
+            return _drive(ws, plan, old, args, resuming=True, prepare=_select(ws, plan, args))
     elif args.resume:
         raise UsageError(f"no unfinished run of {args.plan} to resume")
-    return _drive(ws, plan, create_run(ws, plan), args)
+    _check_tasks(plan, [*args.only, *args.skip])
+    return _drive(ws, plan, create_run(ws, plan), args, prepare=_select(ws, plan, args))
+
+
+def _check_tasks(plan: Any, tasks: Sequence[str]) -> None:
+    """Unknown task names are a usage error before anything is created."""
+    from .runs import check_known
+
+    check_known(plan, tasks)
+
+
+def _select(ws: Any, plan: Any, args: argparse.Namespace) -> Callable[[Any], None]:
+    """Apply --only/--skip to a run (under its lock, before it executes)."""
+    from .runs import select_tasks
+
+    def prepare(run: Any) -> None:
+        if args.only or args.skip:
+            select_tasks(ws, plan, run, args.only, args.skip)
+
+    return prepare
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -281,13 +359,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     run = ws.resolve_run(args.run)
     if run.state not in UNFINISHED:
         raise UsageError(f"run {run.id} already ended ({run.state.value}); nothing to resume")
-    plan = load_plan(run.plan_path)
-    known = {t.task_id for t in ws.store.tasks(run.id)}
-    if {t.id for t in plan.tasks} != known:
-        raise UsageError(
-            f"{run.plan_path} no longer has the tasks run {run.id} was started with; "
-            "start a new run instead"
-        )
+    plan = _plan_of(ws, run)
     changes: dict[str, Any] = {}
     if args.deadline is not None:
         try:
@@ -301,16 +373,36 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _drive(ws, plan, run, args, resuming=True)
 
 
-def _drive(ws: Any, plan: Any, run: Any, args: argparse.Namespace, resuming: bool = False) -> int:
-    """Hold the run's lock, reconcile if resuming, and execute with progress and signals."""
+def _plan_of(ws: Any, run: Any) -> Any:
+    """The run's plan file, reloaded; its task ids must still be the run's."""
+    plan = load_plan(run.plan_path)
+    known = {t.task_id for t in ws.store.tasks(run.id)}
+    if {t.id for t in plan.tasks} != known:
+        raise UsageError(
+            f"{run.plan_path} no longer has the tasks run {run.id} was started with; "
+            "start a new run instead"
+        )
+    return plan
+
+
+def _drive(
+    ws: Any,
+    plan: Any,
+    run: Any,
+    args: argparse.Namespace,
+    resuming: bool = False,
+    prepare: Callable[[Any], object] | None = None,
+) -> int:
+    """Hold the run's lock, reconcile if resuming, ``prepare`` the run, and execute it with
+    progress and signals (SIGINT/SIGTERM interrupt it, SIGUSR1 from ``cancel`` cancels it)."""
     from .report import status_document
     from .runs import run_lock
 
     relay = _StopRelay()
-    restore = _on_signals(relay.request)  # before anything slow: no Ctrl-C may be lost
+    restore = _on_signals(relay.request, relay.cancel)  # before anything slow: no signal lost
     try:
         with run_lock(ws, run.id):
-            state = _execute(ws, plan, run, args, resuming, relay)
+            state = _execute(ws, plan, run, args, resuming, relay, prepare)
     finally:
         restore()
     doc = status_document(ws.store, ws.resolve_run(run.id))
@@ -336,23 +428,32 @@ class _StopRelay:
     """Passes a stop request to the scheduler, or keeps it until the scheduler exists."""
 
     def __init__(self) -> None:
-        self.pending = False
-        self.stop: Callable[[], None] | None = None
+        self.pending: tuple[str, RunState] | None = None
+        self.scheduler: Any = None
 
-    def request(self) -> None:
-        if self.stop is not None:
-            self.stop()
-        else:
-            self.pending = True
+    def request(self, reason: str = "interrupted", state: RunState = RunState.INTERRUPTED) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop(reason, state)
+        elif self.pending is None or state is RunState.CANCELLED:
+            self.pending = (reason, state)
 
-    def attach(self, stop: Callable[[], None]) -> None:
-        self.stop = stop
-        if self.pending:
-            stop()
+    def cancel(self) -> None:
+        self.request("cancelled by orchardist cancel", RunState.CANCELLED)
+
+    def attach(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        if self.pending is not None:
+            scheduler.stop(*self.pending)
 
 
 def _execute(
-    ws: Any, plan: Any, run: Any, args: argparse.Namespace, resuming: bool, relay: _StopRelay
+    ws: Any,
+    plan: Any,
+    run: Any,
+    args: argparse.Namespace,
+    resuming: bool,
+    relay: _StopRelay,
+    prepare: Callable[[Any], object] | None,
 ) -> RunState:
     from .runs import execute, reconcile
 
@@ -370,13 +471,16 @@ def _execute(
             )
             for line in summary["fixed"]:
                 print(f"  {line}", file=out)
+        if prepare is not None:
+            prepare(run)
         return execute(
             ws,
             plan,
             ws.resolve_run(run.id),
             hooks=hooks,
             max_parallel=args.max_parallel,
-            on_scheduler=lambda s: relay.attach(s.stop),
+            on_scheduler=relay.attach,
+            fail_fast=getattr(args, "fail_fast", False),
         )
     finally:
         hooks.close()
@@ -391,6 +495,53 @@ def _confirm(question: str) -> bool:
     """Ask on the terminal; Enter means yes."""
     answer = input(f"{question} [Y/n] ").strip().lower()
     return answer in ("", "y", "yes")
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    """``orchardist retry [RUN] [TASK...]``."""
+    from .runs import Workspace, check_known, prepare_retry
+
+    ws = Workspace.open(args.repo)
+    run = ws.resolve_run(args.run)
+    if run.state not in (RunState.FAILED, RunState.CANCELLED):
+        hint = "`orchardist resume`" if run.state.value != "done" else "nothing"
+        raise UsageError(
+            f"run {run.id} is {run.state.value}: retry re-runs the failed tasks of a run that "
+            f"ended failed or cancelled; for this one use {hint}"
+        )
+    plan = _plan_of(ws, run)
+    check_known(plan, args.tasks)
+    return _drive(
+        ws, plan, run, args, resuming=True, prepare=lambda r: prepare_retry(ws, plan, r, args.tasks)
+    )
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """``orchardist cancel RUN``."""
+    from .control import Orchestrator
+    from .records import UNFINISHED
+    from .runs import Workspace, cancel_abandoned, run_lock
+
+    ws = Workspace.open(args.repo)
+    run = ws.resolve_run(args.run)
+    if run.state not in UNFINISHED:
+        raise UsageError(f"run {run.id} already ended ({run.state.value}); nothing to cancel")
+    orchestrator = Orchestrator.find(ws.state_dir, run.id)
+    if orchestrator is None:
+        with run_lock(ws, run.id):
+            cancel_abandoned(ws, run)
+        print(f"run {run.id}: cancelled (no orchardist was driving it; cleaned up)")
+        return EXIT_OK
+    with orchestrator:
+        if not orchestrator.signal():
+            raise UsageError(f"run {run.id}: its orchestrator ended meanwhile; try again")
+        print(f"run {run.id}: asked orchardist (pid {orchestrator.pid}) to cancel it", flush=True)
+        if args.no_wait:
+            return EXIT_OK
+        orchestrator.wait()
+    ended = ws.resolve_run(run.id)
+    print(f"run {run.id}: {ended.state.value}")
+    return EXIT_OK if ended.state is RunState.CANCELLED else EXIT_FAILED
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -583,13 +734,18 @@ def _progress_hooks(plan: Any, json_mode: bool, header: str) -> Hooks:
     return Hooks(hooks)
 
 
-def _on_signals(stop: Callable[[], object]) -> Callable[[], None]:
-    """Route SIGINT/SIGTERM to a graceful stop; a second signal is not needed to end."""
+def _on_signals(stop: Callable[[], object], cancel: Callable[[], object]) -> Callable[[], None]:
+    """Route SIGINT/SIGTERM to a graceful stop and SIGUSR1 (``orchardist cancel``) to a
+    cancel; a second signal is not needed to end."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        stop()
+        if signum == CANCEL_SIGNAL:
+            cancel()
+        else:
+            stop()
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signals = (signal.SIGINT, signal.SIGTERM, CANCEL_SIGNAL)
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
 
     def restore() -> None:
         for sig, old in previous.items():

@@ -25,6 +25,7 @@ _STYLE = {
     "failed": "bold red",
     "blocked": "red",
     "cancelled": "dim",
+    "skipped": "dim",
 }
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from .records import RunState
 from .runs import Workspace
 
-FINISHED = (RunState.DONE, RunState.FAILED)
+FINISHED = (RunState.DONE, RunState.FAILED, RunState.CANCELLED)
 
 
 def disk_bytes(path: Path) -> int:

@@ -159,15 +159,22 @@ class Graph:
             for i, t in enumerate(self.ids)
         }
 
+    def ancestors(self, task: str) -> list[str]:
+        """Every task that ``task`` transitively depends on, in topological order."""
+        return self._reach(task, self.deps)
+
     def descendants(self, task: str) -> list[str]:
         """Every task that transitively depends on ``task``, in topological order."""
+        return self._reach(task, self.children)
+
+    def _reach(self, task: str, edges: Mapping[str, Sequence[str]]) -> list[str]:
         seen: set[str] = set()
-        stack = list(self.children[task])
+        stack = list(edges[task])
         while stack:
             node = stack.pop()
             if node not in seen:
                 seen.add(node)
-                stack.extend(self.children[node])
+                stack.extend(edges[node])
         return [t for t in self.order if t in seen]
 
 

@@ -14,6 +14,7 @@ class RunState(enum.StrEnum):
     FAILED = "failed"  # ended with some task failed or blocked
     INTERRUPTED = "interrupted"  # stopped by a signal; resumable
     STOPPED = "stopped"  # stopped by a budget or deadline; resumable
+    CANCELLED = "cancelled"  # ended by ``orchardist cancel``; its failed tasks may be retried
 
 
 UNFINISHED = (RunState.RUNNING, RunState.INTERRUPTED, RunState.STOPPED)  # may be resumed
@@ -28,7 +29,8 @@ class TaskState(enum.StrEnum):
     DONE = "done"  # committed on the run branch
     FAILED = "failed"  # out of attempts
     BLOCKED = "blocked"  # a dependency failed
-    CANCELLED = "cancelled"  # the run stopped before it could finish
+    CANCELLED = "cancelled"  # the run was cancelled or failed fast before it could finish
+    SKIPPED = "skipped"  # left out by --skip/--only, or depends on a task left out
 
     @property
     def terminal(self) -> bool:
@@ -36,7 +38,13 @@ class TaskState(enum.StrEnum):
         return self in _TERMINAL_TASK
 
 
-_TERMINAL_TASK = {TaskState.DONE, TaskState.FAILED, TaskState.BLOCKED, TaskState.CANCELLED}
+_TERMINAL_TASK = {
+    TaskState.DONE,
+    TaskState.FAILED,
+    TaskState.BLOCKED,
+    TaskState.CANCELLED,
+    TaskState.SKIPPED,
+}
 
 
 class AttemptState(enum.StrEnum):

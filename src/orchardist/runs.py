@@ -8,15 +8,17 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .control import lock_path
 from .errors import PlanError, Problem, RunLockedError, UsageError
 from .executors import Executor
 from .executors.local import LocalExecutor
 from .gitrepo import Repo, find_toplevel
+from .graph import Graph
 from .hooks import Hooks
 from .merge import Integrator
 from .plan import Plan
@@ -63,7 +65,7 @@ class Workspace:
 @contextlib.contextmanager
 def run_lock(ws: Workspace, run_id: str) -> Iterator[None]:
     """Hold the run's lock: one orchestrator per run. The kernel drops it when we die."""
-    path = ws.state_dir / "locks" / f"{run_id}.lock"
+    path = lock_path(ws.state_dir, run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
@@ -222,6 +224,7 @@ def execute(
     clock: Callable[[], float] = time.time,
     on_scheduler: Callable[[Scheduler], None] | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    fail_fast: bool = False,
 ) -> RunState:
     """Drive ``run`` to its end with the local executor (unless another is given)."""
     own_executor = executor is None
@@ -243,6 +246,7 @@ def execute(
         clock,
         max_parallel,
         monotonic=monotonic,
+        fail_fast=fail_fast,
     )
     if on_scheduler is not None:
         on_scheduler(scheduler)
@@ -254,3 +258,115 @@ def execute(
     finally:
         if own_executor:
             executor.close()
+
+
+def select_tasks(
+    ws: Workspace,
+    plan: Plan,
+    run: Run,
+    only: Sequence[str] = (),
+    skip: Sequence[str] = (),
+    clock: Callable[[], float] = time.time,
+) -> list[str]:
+    """Mark ``skipped`` the unfinished tasks outside ``only`` (with its dependencies) and the
+    tasks in ``skip`` (with their dependents); return the ids newly skipped, in plan order.
+
+    Done tasks stay done: a task that merged is reused, never skipped after the fact.
+    """
+    graph = _graph_of(plan)
+    check_known(plan, [*only, *skip])
+    keep = set(graph.ids)
+    if only:
+        keep = set(only)
+        for task in only:
+            keep.update(graph.ancestors(task))
+    why: dict[str, str] = {t: "not asked for by --only" for t in graph.ids if t not in keep}
+    for task in skip:
+        why.setdefault(task, "--skip")
+        for child in graph.descendants(task):
+            why.setdefault(child, f"depends on skipped {task}")
+    skipped = []
+    now = clock()
+    with ws.store.transaction() as tx:
+        for record in ws.store.tasks(run.id):
+            reason = why.get(record.task_id)
+            if reason is None or record.state.terminal:
+                continue
+            tx.set_task(run.id, record.task_id, state=TaskState.SKIPPED, reason=reason)
+            tx.emit(
+                Event(
+                    run.id, "task", now, record.task_id, data={"state": "skipped", "reason": reason}
+                )
+            )
+            skipped.append(record.task_id)
+    return skipped
+
+
+RETRYABLE = (TaskState.FAILED, TaskState.BLOCKED, TaskState.CANCELLED)
+
+
+def prepare_retry(
+    ws: Workspace,
+    plan: Plan,
+    run: Run,
+    tasks: Sequence[str] = (),
+    clock: Callable[[], float] = time.time,
+) -> list[str]:
+    """Make the failed, blocked and cancelled tasks of an ended run pending again, with their
+    failure counts reset; with ``tasks``, only those and their unfinished dependencies.
+
+    Call with the run's lock held, after :func:`reconcile`. Merged work stays on the branch.
+    """
+    graph = _graph_of(plan)
+    check_known(plan, tasks)
+    records = {r.task_id: r for r in ws.store.tasks(run.id)}
+    if tasks:
+        wanted = set(tasks)
+        for task in tasks:
+            wanted.update(graph.ancestors(task))
+        chosen = [t for t in graph.ids if t in wanted and records[t].state is not TaskState.DONE]
+        settled = [t for t in tasks if records[t].state is TaskState.DONE]
+        if settled:
+            raise UsageError(f"already done in run {run.id}: {', '.join(settled)}")
+    else:
+        chosen = [t for t in graph.ids if records[t].state in RETRYABLE]
+    if not chosen:
+        raise UsageError(f"run {run.id} has no failed, blocked or cancelled task to retry")
+    now = clock()
+    with ws.store.transaction() as tx:
+        for task in chosen:
+            tx.set_task(run.id, task, state=TaskState.PENDING, reason="retry", failures=0, reruns=0)
+        tx.emit(Event(run.id, "run", now, data={"state": "retry", "tasks": chosen}))
+    return chosen
+
+
+def cancel_abandoned(ws: Workspace, run: Run, clock: Callable[[], float] = time.time) -> None:
+    """Cancel a run no orchestrator drives (it died): clean up as a resume would, then end it.
+
+    Call with the run's lock held.
+    """
+    reconcile(ws, run, clock)
+    reason = "cancelled by orchardist cancel"
+    now = clock()
+    with ws.store.transaction() as tx:
+        for record in ws.store.tasks(run.id):
+            if not record.state.terminal:
+                tx.set_task(run.id, record.task_id, state=TaskState.CANCELLED, reason=reason)
+                tx.emit(Event(run.id, "task", now, record.task_id, data={"state": "cancelled"}))
+        tx.set_run(run.id, state=RunState.CANCELLED, finished_at=now, reason=reason)
+        tx.emit(Event(run.id, "run", now, data={"state": "cancelled", "reason": reason}))
+
+
+def _graph_of(plan: Plan) -> Graph:
+    return Graph([t.id for t in plan.tasks], {t.id: t.depends_on for t in plan.tasks})
+
+
+def check_known(plan: Plan, tasks: Sequence[str]) -> None:
+    """A usage error naming the ids in ``tasks`` that the plan does not have."""
+    known = {t.id for t in plan.tasks}
+    unknown = [t for t in tasks if t not in known]
+    if unknown:
+        raise UsageError(
+            f"no task {', '.join(map(repr, unknown))} in {plan.path} "
+            f"(tasks: {', '.join(sorted(known)[:10])})"
+        )

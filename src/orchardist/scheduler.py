@@ -43,6 +43,7 @@ from .records import (
 from .regression import Bisect
 from .store import Store, Transaction
 
+_OK = {TaskState.DONE, TaskState.SKIPPED}  # a run whose tasks all end so is done
 _IN_FLIGHT = {TaskState.READY, TaskState.RUNNING, TaskState.VERIFYING, TaskState.MERGING}
 MAX_RERUNS = 3  # re-runs per task not counted against ``retries`` (see ``_rerun``)
 FEEDBACK_CHARS = 4000
@@ -101,6 +102,7 @@ class Scheduler:
         max_parallel: int | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        fail_fast: bool = False,
     ) -> None:
         self.plan, self.run_record, self.store, self.executor = plan, run, store, executor
         self.run_id = run.id
@@ -152,6 +154,8 @@ class Scheduler:
         self.stopping: Stop | None = None  # hard stop: cancel what runs
         self.soft_stop: str | None = None  # budget: launch nothing new, finish what runs
         self.tip = ""
+        self.fail_fast = fail_fast  # stop the run when a task fails for good
+        self.failed_fast: str | None = None  # the task that did, until the loop stops
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -259,6 +263,8 @@ class Scheduler:
     # -- starting attempts ---------------------------------------------------------------
 
     def _launch(self) -> None:
+        if self.failed_fast is not None and self.stopping is None:
+            self._stop(Stop(f"fail-fast: task {self.failed_fast} failed", RunState.FAILED))
         while self.stopping is None and len(self.active) < self.max_parallel:
             if self._run_budget_spent():
                 return
@@ -1002,6 +1008,10 @@ class Scheduler:
         with self._tx() as tx:
             if self.stopping is not None:
                 state, reason = self.stopping.state, self.stopping.reason
+                if state in (RunState.CANCELLED, RunState.FAILED):  # not resumable: settle all
+                    for task_id, record in self.tasks.items():
+                        if not record.state.terminal:
+                            self._set_state(tx, task_id, TaskState.CANCELLED, reason=reason)
             elif self.soft_stop is not None or self.held:
                 state = RunState.STOPPED
                 reason = self.soft_stop or f"cost budget spent for: {', '.join(sorted(self.held))}"
@@ -1009,7 +1019,7 @@ class Scheduler:
                 for task_id, record in self.tasks.items():
                     if not record.state.terminal:  # unreachable unless the graph logic is wrong
                         self._set_state(tx, task_id, TaskState.BLOCKED, reason="never became ready")
-                done = all(r.state is TaskState.DONE for r in self.tasks.values())
+                done = all(r.state in _OK for r in self.tasks.values())
                 state = RunState.DONE if done else RunState.FAILED
                 reason = "" if done else self._summary()
             tx.set_run(self.run_id, state=state, finished_at=self.clock(), reason=reason)
@@ -1124,6 +1134,8 @@ class Scheduler:
                 changes[key] = extra.pop(key)
         tx.set_task(self.run_id, task_id, **changes)
         self.tasks[task_id] = replace(self.tasks[task_id], **changes)  # type: ignore[arg-type]
+        if state is TaskState.FAILED and self.fail_fast and self.failed_fast is None:
+            self.failed_fast = task_id  # the loop stops before it launches anything else
         data = {"state": state.value, **extra}
         if reason:
             data["reason"] = reason
