@@ -78,7 +78,14 @@ def test_gc_removes_logs_worktrees_and_refs_of_finished_runs_older_than_the_age(
     young = collect(ws, older_than_s=2 * DAY_S, now=ended_at + DAY_S)
 
     # Then: nothing is removed
-    assert young == {"runs": [], "bytes": 0, "refs": 0, "branches": 0, "baselines": 0}
+    assert young == {
+        "runs": [],
+        "bytes": 0,
+        "refs": 0,
+        "branches": 0,
+        "baselines": 0,
+        "scan_results": 0,
+    }
     assert run_disk_bytes(ws, run_id) == used and attempt_refs(repo, run_id) == refs
 
     # When: collected three days after it ended
@@ -86,7 +93,14 @@ def test_gc_removes_logs_worktrees_and_refs_of_finished_runs_older_than_the_age(
 
     # Then: its logs, worktree folders and attempt refs are gone, its cached baseline too;
     # its branch, its history in the store and the user's checkout stay
-    assert old == {"runs": [run_id], "bytes": used, "refs": 2, "branches": 0, "baselines": 1}
+    assert old == {
+        "runs": [run_id],
+        "bytes": used,
+        "refs": 2,
+        "branches": 0,
+        "baselines": 1,
+        "scan_results": 0,
+    }
     assert run_disk_bytes(ws, run_id) == 0
     assert not (ws.state_dir / "logs" / run_id).exists()
     assert not (ws.state_dir / "worktrees" / run_id).exists()
@@ -107,7 +121,14 @@ def test_a_dry_run_reports_what_would_go_and_removes_nothing(repo: Path, run_pla
 
     report = collect(ws, older_than_s=DAY_S, branches=True, dry_run=True, now=later)
 
-    assert report == {"runs": [run_id], "bytes": used, "refs": 2, "branches": 1, "baselines": 1}
+    assert report == {
+        "runs": [run_id],
+        "bytes": used,
+        "refs": 2,
+        "branches": 1,
+        "baselines": 1,
+        "scan_results": 0,
+    }
     assert run_disk_bytes(ws, run_id) == used
     assert len(attempt_refs(repo, run_id)) == 2
     assert has_branch(repo, run.run.branch)

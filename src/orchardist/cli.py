@@ -1,5 +1,5 @@
 """The command line: ``orchardist run | resume | show | gc | validate | status | runs | logs |
-doctor``.
+doctor | scan``.
 
 Exit codes: 0 every task done; 1 some task failed or blocked, the run was stopped by a deadline
 or budget, or git or the store failed; 2 bad plan or usage, or the run is locked by another
@@ -232,6 +232,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("plan", type=Path)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_doctor)
+
+    from .scan.cli import add_parser as add_scan_parser
+
+    add_scan_parser(sub, _positive)
     return parser
 
 
@@ -606,7 +610,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
         print(f"{verb} run {run_id}")
     print(
         f"{verb} {report['bytes'] / 1e6:.1f} MB, {report['refs']} ref(s), "
-        f"{report['branches']} branch(es), {report['baselines']} cached baseline(s)"
+        f"{report['branches']} branch(es), {report['baselines']} cached baseline(s), "
+        f"{report['scan_results']} cached scan result(s)"
     )
     return EXIT_OK
 

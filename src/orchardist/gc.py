@@ -1,4 +1,5 @@
-"""Cleaning up after finished runs: logs, leftover worktrees, attempt refs, old baselines."""
+"""Cleaning up after finished runs: logs, leftover worktrees, attempt refs, old baselines, and
+scan results not used for as long."""
 
 from __future__ import annotations
 
@@ -40,7 +41,14 @@ def collect(
 ) -> dict[str, Any]:
     """Remove what finished runs older than ``older_than_s`` left; the store keeps their history."""
     now = time.time() if now is None else now
-    report: dict[str, Any] = {"runs": [], "bytes": 0, "refs": 0, "branches": 0, "baselines": 0}
+    report: dict[str, Any] = {
+        "runs": [],
+        "bytes": 0,
+        "refs": 0,
+        "branches": 0,
+        "baselines": 0,
+        "scan_results": 0,
+    }
     for run in ws.store.runs():
         ended = run.finished_at or run.created_at
         if run.state not in FINISHED or now - ended < older_than_s:
@@ -61,6 +69,7 @@ def collect(
         if branches and has_branch:
             ws.repo.delete_ref(f"refs/heads/{run.branch}")
     report["baselines"] = _old_baselines(ws, now - older_than_s, dry_run)
+    report["scan_results"] = ws.store.scan_cache_forget(now - older_than_s, dry_run)
     if not dry_run:
         ws.repo.prune_worktrees()
     return report

@@ -19,6 +19,7 @@ from typing import Any
 from .errors import PlanError, Problem
 from .graph import find_cycles
 from .isolation import Policy
+from .scan.profiles import ScannerProfile, validate_scanners
 
 TASK_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
@@ -156,6 +157,7 @@ class Plan:
     agents: Mapping[str, AgentProfile]
     tasks: tuple[TaskSpec, ...]
     digest: str  # sha256 of the file's bytes, recorded with the run (resume compares task ids)
+    scanners: Mapping[str, ScannerProfile] = field(default_factory=dict)  # [scanners.NAME]
 
     def task(self, task_id: str) -> TaskSpec:
         """Return the task called ``task_id``."""
@@ -187,8 +189,11 @@ def parse_duration(value: object) -> float:
     return total
 
 
-def load_plan(path: str | os.PathLike[str]) -> Plan:
-    """Read and validate a plan file; raise :class:`PlanError` listing every problem."""
+def load_plan(path: str | os.PathLike[str], require_tasks: bool = True) -> Plan:
+    """Read and validate a plan file; raise :class:`PlanError` listing every problem.
+
+    ``require_tasks=False`` accepts a file with no tasks (a scan configuration).
+    """
     plan_path = Path(path).resolve()
     shown = str(path)
     try:
@@ -196,7 +201,8 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
     except OSError as exc:
         raise PlanError([Problem(shown, f"cannot read plan: {exc.strerror or exc}")]) from exc
     data = _parse(shown, plan_path, raw_bytes)
-    return _Validator(shown, plan_path, data, hashlib.sha256(raw_bytes).hexdigest()).plan()
+    digest = hashlib.sha256(raw_bytes).hexdigest()
+    return _Validator(shown, plan_path, data, digest, require_tasks).plan()
 
 
 def _parse(shown: str, plan_path: Path, raw: bytes) -> dict[str, Any]:
@@ -226,25 +232,34 @@ def _parse(shown: str, plan_path: Path, raw: bytes) -> dict[str, Any]:
 class _Validator:
     """Walks the raw mapping once, collecting problems instead of stopping at the first."""
 
-    def __init__(self, shown: str, path: Path, data: dict[str, Any], digest: str) -> None:
+    def __init__(
+        self, shown: str, path: Path, data: dict[str, Any], digest: str, require_tasks: bool = True
+    ) -> None:
         self.shown, self.path, self.data, self.digest = shown, path, data, digest
+        self.require_tasks = require_tasks
         self.problems: list[Problem] = []
 
     def problem(self, message: str, task: str | None = None, fld: str | None = None) -> None:
         self.problems.append(Problem(self.shown, message, task, fld))
 
     def plan(self) -> Plan:
-        for key in sorted(set(self.data) - {"run", "agents", "task", "tasks"}):
-            self.problem(_unknown(key, {"run", "agents", "task"}), fld=key)
+        for key in sorted(set(self.data) - {"run", "agents", "task", "tasks", "scanners"}):
+            self.problem(_unknown(key, {"run", "agents", "task", "scanners"}), fld=key)
         run_raw = self._table(self.data.get("run", {}), "run")
         repo = self._repo(run_raw)
         run = self._run(run_raw, repo)
         agents = self._agents()
         tasks = self._tasks(run, agents)
+        scanners = validate_scanners(
+            self.data.get("scanners", {}),
+            lambda message, fld: self.problem(message, fld=fld),
+            agents,
+            parse_duration,
+        )
         if self.problems:
             raise PlanError(self.problems)
         assert repo is not None
-        return Plan(self.path, repo, run, agents, tasks, self.digest)
+        return Plan(self.path, repo, run, agents, tasks, self.digest, scanners)
 
     # -- tables --------------------------------------------------------------------------
 
@@ -393,7 +408,7 @@ class _Validator:
         if not isinstance(raw_tasks, list):
             self.problem("expected an array of tables ([[task]])", fld="task")
             return ()
-        if not raw_tasks:
+        if not raw_tasks and self.require_tasks:
             self.problem("the plan has no tasks", fld="task")
         tasks: list[TaskSpec] = []
         seen: set[str] = set()

@@ -101,6 +101,13 @@ create table if not exists baselines (
     report text,
     created_at real not null
 );
+create table if not exists scan_cache (
+    key text primary key,
+    scanner text not null,
+    value text not null,
+    used_at real not null
+);
+create index if not exists scan_cache_used on scan_cache(used_at);
 """
 
 _USAGE_FIELDS = [f.name for f in fields(Usage)]
@@ -188,6 +195,10 @@ class Transaction:
             "insert or replace into baselines values (?,?,?,?,?,?,?)",
             (key, commit, outcome.command, outcome.exit_code, int(outcome.timed_out), report, now),
         )
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """One statement inside the transaction."""
+        return self._conn.execute(sql, tuple(args))
 
     def execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         """Run one statement for many rows (maintenance only)."""
@@ -338,6 +349,46 @@ class Store:
     def baseline_count(self) -> int:
         """How many baselines are cached (each one is one real run)."""
         return int(self._rows("select count(*) as n from baselines")[0]["n"])
+
+    # -- scan cache (see scan/cache.py) ----------------------------------------------------
+
+    def scan_cache_get(self, keys: Sequence[str], now: float) -> dict[str, str]:
+        """Cached scan results by key (those present), marked as used at ``now``."""
+        found: dict[str, str] = {}
+        with self.transaction() as tx:
+            for key in keys:
+                row = tx.execute("select value from scan_cache where key = ?", (key,)).fetchone()
+                if row is not None:
+                    found[key] = row[0]
+            tx.execute_many(
+                "update scan_cache set used_at = ? where key = ?", [(now, k) for k in found]
+            )
+        return found
+
+    def scan_cache_put(
+        self, rows: Sequence[tuple[str, str, str]], now: float, max_entries: int
+    ) -> None:
+        """Store ``(key, scanner, value)`` rows; the least recently used beyond the bound go."""
+        with self.transaction() as tx:
+            tx.execute_many(
+                "insert or replace into scan_cache (key, scanner, value, used_at) "
+                "values (?, ?, ?, ?)",
+                [(key, scanner, value, now) for key, scanner, value in rows],
+            )
+            tx.execute(
+                "delete from scan_cache where key in (select key from scan_cache "
+                "order by used_at desc limit -1 offset ?)",
+                (max_entries,),
+            )
+
+    def scan_cache_forget(self, before: float, dry_run: bool = False) -> int:
+        """Drop scan results not used since ``before``; how many there were."""
+        with self.transaction() as tx:
+            row = tx.execute("select count(*) from scan_cache where used_at < ?", (before,))
+            count = int(row.fetchone()[0])
+            if not dry_run:
+                tx.execute("delete from scan_cache where used_at < ?", (before,))
+        return count
 
     def events(self, run_id: str, after: int = 0) -> list[Event]:
         """A run's events with ``seq > after``, in order."""

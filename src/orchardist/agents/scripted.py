@@ -8,6 +8,7 @@ attempt; the last repeats). A step is a table of any of:
 ``write`` {path = text}, ``append`` {path = text}, ``delete`` [paths], ``print`` text,
 ``sleep`` seconds, ``hang`` true, ``spawn_daemon`` true (a ``setsid`` child that ignores
 SIGTERM and sleeps), ``flood_bytes`` n, ``binary_output`` true, ``output`` {json result},
+``findings`` [findings] (a scanner's findings, written to ``$ORCHARDIST_FINDINGS``),
 ``exit`` code (default 0).
 """
 
@@ -38,6 +39,7 @@ STEP_KEYS = {
     "flood_bytes",
     "binary_output",
     "output",
+    "findings",
     "exit",
 }
 
@@ -109,6 +111,10 @@ def play(step: Mapping[str, Any]) -> int:
         sys.stdout.flush()
     if "output" in step and "ORCHARDIST_OUTPUT" in os.environ:
         Path(os.environ["ORCHARDIST_OUTPUT"]).write_text(json.dumps(step["output"]))
+    if "findings" in step and "ORCHARDIST_FINDINGS" in os.environ:
+        Path(os.environ["ORCHARDIST_FINDINGS"]).write_text(
+            json.dumps({"findings": step["findings"]})
+        )
     if step.get("spawn_daemon"):
         code = (
             "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"

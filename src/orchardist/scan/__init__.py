@@ -1,0 +1,8 @@
+"""Scanners: read-only checks run in parallel over a tree, merged into one SARIF 2.1.0 log.
+
+``profiles`` validates ``[scanners.NAME]``; ``findings`` reads what scanners report;
+``sarif`` merges and deduplicates; ``cache`` keys results by configuration and content;
+``engine`` runs the scanners; ``fix`` turns findings into fix tasks.
+
+This package imports nothing at module level so that ``plan`` can use ``profiles``.
+"""

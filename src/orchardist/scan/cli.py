@@ -1,0 +1,195 @@
+"""``orchardist scan``: run the plan's scanners, print or write the merged findings.
+
+Exit codes: 0 no finding at or above ``--fail-on``; 1 such a finding exists, or a scanner
+failed (its results are incomplete); 2 bad plan or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from .findings import LEVELS, level_rank
+
+DEFAULT_PLANS = ("orchardist.toml", "plan.toml")
+
+
+def add_parser(sub: Any, positive: Any) -> None:
+    """Register ``scan`` on the main parser's subcommands."""
+    p = sub.add_parser(
+        "scan",
+        help="run read-only scanners in parallel; merge their findings into SARIF",
+        description="Run the plan's [scanners] on a read-only tree of the base, in parallel, "
+        "with a cache keyed by configuration and content. Findings of all scanners are "
+        "deduplicated into one SARIF 2.1.0 log. Exit 0: no finding at or above --fail-on; "
+        "1: there is one, or a scanner failed; 2: bad plan or usage.",
+    )
+    p.add_argument(
+        "plan",
+        nargs="?",
+        type=Path,
+        help=f"plan or config file with [scanners] (default: {' or '.join(DEFAULT_PLANS)} here)",
+    )
+    p.add_argument(
+        "--scanner", action="append", metavar="NAME", help="run only this scanner (repeatable)"
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write the findings to FILE (default: print them)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("sarif", "json", "table"),
+        help="findings format (default: sarif with -o, table otherwise)",
+    )
+    p.add_argument(
+        "--fail-on",
+        choices=("error", "warning", "note"),
+        default="error",
+        help="exit 1 when a finding at or above this level exists (default: error)",
+    )
+    p.add_argument("--no-cache", action="store_true", help="run every scanner; cache nothing")
+    p.add_argument("--base", metavar="REF", help="commit to scan (default: [run] base, HEAD)")
+    p.add_argument(
+        "--max-parallel",
+        type=positive,
+        metavar="N",
+        help="scanner processes at once (default: [run] max_parallel)",
+    )
+    p.add_argument("--stats", action="store_true", help="show cache hits and misses")
+    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    p.set_defaults(func=cmd_scan)
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    """``orchardist scan``."""
+    from ..plan import load_plan
+    from ..runs import Workspace
+    from .engine import Scanner
+
+    plan = load_plan(_plan_path(args.plan), require_tasks=False)
+    profiles = list(plan.scanners.values())
+    if not profiles:
+        raise UsageError(f"{args.plan or plan.path.name} has no [scanners.NAME] tables")
+    if args.scanner:
+        unknown = [n for n in args.scanner if n not in plan.scanners]
+        if unknown:
+            raise UsageError(f"unknown scanner {unknown[0]!r} (known: {', '.join(plan.scanners)})")
+        profiles = [p for p in profiles if p.name in args.scanner]
+    ws = Workspace.open(plan.repo)
+    scanner = Scanner(
+        ws.repo,
+        ws.store,
+        plan.agents,
+        max_parallel=args.max_parallel or plan.run.max_parallel,
+        use_cache=not args.no_cache,
+        sandbox=plan.run.sandbox,
+    )
+    result = scanner.scan(profiles, args.base or plan.run.base, plan.run.workdir)
+    fmt = args.format or ("sarif" if args.output else "table")
+    document = render(result, fmt, ws.repo.root)
+    if args.output is not None:
+        _write(args.output, document)
+    elif not args.json:
+        print(document)
+    failing = [m for m in result.merged if level_rank(m.finding.level) >= level_rank(args.fail_on)]
+    code = 1 if failing or result.failed else 0
+    if args.json:
+        print(json.dumps(summary(result, code, args.output), indent=2))
+    else:
+        out = sys.stdout if args.output is not None or fmt == "table" else sys.stderr
+        _print_summary(result, args.stats, out)
+    return code
+
+
+def _plan_path(given: Path | None) -> Path:
+    if given is not None:
+        return given
+    for name in DEFAULT_PLANS:
+        if Path(name).is_file():
+            return Path(name)
+    raise UsageError(f"no plan given and no {' or '.join(DEFAULT_PLANS)} here")
+
+
+def render(result: Any, fmt: str, root: Path) -> str:
+    """The findings as SARIF, JSON or a table."""
+    from .sarif import to_json, to_sarif, to_table
+
+    if fmt == "sarif":
+        return json.dumps(
+            to_sarif(result.reports, result.merged, root, result.base_commit), indent=2
+        )
+    if fmt == "json":
+        return json.dumps(
+            {"base": result.base_commit, "findings": to_json(result.merged)}, indent=2
+        )
+    return to_table(result.merged)
+
+
+def summary(result: Any, code: int, output: Path | None) -> dict[str, Any]:
+    """The ``--json`` document."""
+    from .sarif import to_json
+
+    levels = {level: 0 for level in reversed(LEVELS)}
+    for m in result.merged:
+        levels[m.finding.level] += 1
+    return {
+        "base": result.base_commit,
+        "exit_code": code,
+        "output": None if output is None else str(output),
+        "findings": len(result.merged),
+        "levels": levels,
+        "scanners": [
+            {
+                "name": r.name,
+                "findings": sum(m.scanner == r.name for m in result.merged),
+                "reported": len(r.findings),
+                "hits": r.hits,
+                "misses": r.misses,
+                "invocations": r.invocations,
+                "error": r.error,
+            }
+            for r in result.reports
+        ],
+        "results": to_json(result.merged),
+    }
+
+
+def _print_summary(result: Any, stats: bool, out: Any) -> None:
+    counts = {level: 0 for level in reversed(LEVELS)}
+    for m in result.merged:
+        counts[m.finding.level] += 1
+    shown = ", ".join(f"{n} {level}" for level, n in counts.items() if n) or "none"
+    print(
+        f"scanned {result.base_commit[:12]} with {len(result.reports)} scanner(s): "
+        f"{len(result.merged)} finding(s) ({shown})",
+        file=out,
+    )
+    for report in result.reports:
+        if report.error is not None:
+            print(f"  {report.name}: FAILED: {report.error}", file=out)
+        if stats:
+            print(
+                f"  {report.name}: {report.hits} cached, {report.misses} scanned "
+                f"({report.invocations} process(es)), {len(report.findings)} reported",
+                file=out,
+            )
+
+
+def _write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

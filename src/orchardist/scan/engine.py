@@ -1,0 +1,555 @@
+"""Running scanners: a read-only export of the base per scanner, cache first, jobs in parallel.
+
+For each scanner: select its files (include/exclude), look every file (or the tree) up in the
+cache, and run the scanner only on what missed, in batches spread over ``max_parallel``
+processes. Each scanner gets its own export of the base tree, read-only (files and folders
+without write bits, and Landlock when the kernel has it); afterwards the export is compared
+with the base tree, so a scanner that changed a file is caught and its results are neither
+used nor cached. Processes run through :func:`procs.run_process`: own session, timeout,
+cancellation, nothing left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import stat
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..gitrepo import Repo
+from ..plan import AgentProfile
+from ..procs import CancelToken, run_process
+from ..store import Store
+from .findings import (
+    Finding,
+    ScanOutputError,
+    ToolInfo,
+    normalize_source,
+    parse_findings_json,
+    parse_sarif,
+)
+from .profiles import Format, ScannerProfile, Scope
+from .sarif import MergedFinding, ScannerReport, merge
+
+CACHE_SCHEMA = 1  # bump when what a cache entry holds changes
+MAX_CACHE_ENTRIES = 200_000
+MAX_ENTRY_BYTES = 1 << 20  # a larger per-file result is not cached
+MAX_OUTPUT_BYTES = 64 << 20
+MAX_BATCH_FILES = 256
+VERSION_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """One scan: the base it looked at, each scanner's report, the deduplicated findings."""
+
+    base_commit: str
+    reports: tuple[ScannerReport, ...]
+    merged: tuple[MergedFinding, ...]
+
+    @property
+    def failed(self) -> list[ScannerReport]:
+        """Reports of scanners that did not finish cleanly."""
+        return [r for r in self.reports if r.error is not None]
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One scanner process: a batch of files (scope file) or the tree (scope tree)."""
+
+    profile: ScannerProfile
+    files: tuple[str, ...]
+    keys: tuple[str, ...]  # file scope: one per file; tree scope: the tree's key
+
+
+@dataclass
+class _Tally:
+    """What one scanner gathered during a scan."""
+
+    findings: list[Finding] = field(default_factory=list)
+    tools: list[ToolInfo] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    hits: int = 0
+    misses: int = 0
+    invocations: int = 0
+    fresh: list[tuple[str, str]] = field(default_factory=list)  # (key, value) to cache
+
+
+def scan_root(repo: Repo) -> Path:
+    """Where scan exports live: outside the user's checkout and outside .git."""
+    root = os.environ.get("ORCHARDIST_WORKDIR_ROOT")
+    if root:
+        base = Path(root)
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orchardist"
+    digest = hashlib.sha256(str(repo.common_dir.resolve()).encode()).hexdigest()[:12]
+    return base / f"{repo.root.name}-{digest}" / "scans"
+
+
+class Scanner:
+    """Runs a set of scanner profiles over one commit of a repository."""
+
+    def __init__(
+        self,
+        repo: Repo,
+        store: Store,
+        agents: Mapping[str, AgentProfile] | None = None,
+        *,
+        max_parallel: int | None = None,
+        use_cache: bool = True,
+        sandbox: bool = True,
+        clock: Callable[[], float] = time.time,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.repo, self.store, self.agents = repo, store, dict(agents or {})
+        self.max_parallel = max_parallel or os.cpu_count() or 2
+        self.use_cache, self.sandbox, self.clock = use_cache, sandbox, clock
+        self.environ = dict(os.environ if environ is None else environ)
+        self.cancel = CancelToken()
+        self.workdir = "."
+
+    def scan(self, profiles: Sequence[ScannerProfile], base: str, workdir: str = ".") -> ScanResult:
+        """Scan ``base`` with ``profiles``; findings deduplicated across scanners.
+
+        Scanners run in ``workdir`` (relative to the repository): their globs and the paths
+        they are given are relative to it; reported paths are relative to the repository.
+        """
+        commit = self.repo.try_rev_parse(base)
+        if commit is None:
+            raise UsageError(f"--base {base!r} names no commit")
+        prefix = "" if workdir.strip("/") in ("", ".") else workdir.strip("/") + "/"
+        self.workdir = prefix.rstrip("/") or "."
+        entries = {
+            path[len(prefix) :]: blob
+            for path, blob in _ls_tree(self.repo, commit).items()
+            if path.startswith(prefix)
+        }
+        tree = self.repo.tree_of(commit)
+        work = scan_root(self.repo) / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        work.mkdir(parents=True)
+        try:
+            tallies = {p.name: _Tally() for p in profiles}
+            jobs: list[_Job] = []
+            for profile in profiles:
+                jobs += self._plan_jobs(profile, entries, tree, work, tallies[profile.name])
+            self._run_jobs(jobs, commit, tree, work, tallies)
+        finally:
+            _remove(work)
+        reports = tuple(self._report(p, tallies[p.name], prefix) for p in profiles)
+        return ScanResult(commit, reports, tuple(merge(reports)))
+
+    # -- cache lookups -------------------------------------------------------------------
+
+    def _plan_jobs(
+        self,
+        profile: ScannerProfile,
+        entries: Mapping[str, str],
+        tree: str,
+        work: Path,
+        tally: _Tally,
+    ) -> list[_Job]:
+        """Use what the cache has; return jobs for what it has not."""
+        files = select_files(entries, profile.include, profile.exclude)
+        config = self._config_key(profile, entries, work)
+        if profile.scope is Scope.TREE:
+            keys = [_digest(config, "tree", tree)]
+        else:
+            keys = [_digest(config, "file", path, entries[path]) for path in files]
+        cached = self.store.scan_cache_get(keys, self.clock()) if self.use_cache else {}
+        for value in cached.values():
+            entry = json.loads(value)
+            tally.findings += [Finding.from_json(f) for f in entry["findings"]]
+            if entry.get("tool"):
+                tally.tools.append(ToolInfo.from_json(entry["tool"]))
+        tally.hits = len(cached)
+        if profile.scope is Scope.TREE:
+            return [] if cached else [_Job(profile, tuple(files), tuple(keys))]
+        missed = [(path, key) for path, key in zip(files, keys, strict=True) if key not in cached]
+        if not missed:
+            return []
+        size = min(MAX_BATCH_FILES, -(-len(missed) // self.max_parallel))
+        return [
+            _Job(profile, tuple(p for p, _ in chunk), tuple(k for _, k in chunk))
+            for chunk in (missed[i : i + size] for i in range(0, len(missed), size))
+        ]
+
+    def _config_key(self, profile: ScannerProfile, entries: Mapping[str, str], work: Path) -> str:
+        """Everything but the scanned content that can change the results."""
+        configs = select_files(entries, profile.config, ()) if profile.config else []
+        identity: dict[str, Any] = {
+            "schema": CACHE_SCHEMA,
+            "workdir": self.workdir,
+            "profile": profile.cache_identity(),
+            "config": {path: entries[path] for path in configs},
+            "env": {name: self.environ.get(name) for name in profile.env},
+        }
+        if profile.version:
+            identity["version"] = self._version(profile, work)
+        if profile.agent is not None:
+            agent = self.agents[profile.agent]
+            identity["agent"] = json.dumps(agent.__dict__, sort_keys=True, default=str)
+        return _digest(json.dumps(identity, sort_keys=True, default=str))
+
+    def _version(self, profile: ScannerProfile, work: Path) -> str:
+        """The output of the profile's version command (part of its cache key)."""
+        assert profile.version is not None
+        folder = work / f"{profile.name}.version"
+        folder.mkdir()
+        log = folder / "out"
+        proc = run_process(
+            ["/bin/sh", "-c", profile.version],
+            cwd=folder,
+            env=self._env(profile, folder),
+            log=log,
+            timeout_s=VERSION_TIMEOUT_S,
+            cancel=self.cancel,
+        )
+        return f"{proc.exit_code}:{log.read_text(errors='replace')}"
+
+    # -- running -------------------------------------------------------------------------
+
+    def _run_jobs(
+        self,
+        jobs: Sequence[_Job],
+        commit: str,
+        tree: str,
+        work: Path,
+        tallies: Mapping[str, _Tally],
+    ) -> None:
+        if not jobs:
+            return
+        exports = {j.profile.name: work / j.profile.name for j in jobs}
+        for folder in exports.values():
+            _export(self.repo, commit, folder)
+        # tree scans first: they usually take longest
+        ordered = sorted(jobs, key=lambda j: j.profile.scope is not Scope.TREE)
+        pool = ThreadPoolExecutor(max_workers=self.max_parallel, thread_name_prefix="scan")
+        futures: list[tuple[_Job, Future[tuple[list[Finding], ToolInfo | None]]]] = []
+        try:
+            for n, job in enumerate(ordered):
+                cwd = exports[job.profile.name] / "tree" / self.workdir
+                futures.append((job, pool.submit(self._run_job, job, cwd, work / f"job{n}")))
+            for job, future in futures:
+                self._collect(
+                    job, future, exports[job.profile.name] / "tree" / self.workdir, tallies
+                )
+        except BaseException:
+            self.cancel.cancel("scan interrupted")
+            raise
+        finally:
+            pool.shutdown(wait=True)
+        for name, folder in exports.items():
+            changed = _changed_files(self.repo, folder)
+            if changed:
+                tally = tallies[name]
+                shown = ", ".join(changed[:5]) + (" …" if len(changed) > 5 else "")
+                tally.errors.append(f"the scanner changed files in its read-only tree: {shown}")
+                tally.fresh.clear()  # nothing it reported is trusted
+        rows = [
+            (key, name, value)
+            for name, tally in tallies.items()
+            if not tally.errors
+            for key, value in tally.fresh
+        ]
+        if rows and self.use_cache:
+            self.store.scan_cache_put(rows, self.clock(), MAX_CACHE_ENTRIES)
+
+    def _collect(
+        self,
+        job: _Job,
+        future: Future[tuple[list[Finding], ToolInfo | None]],
+        tree: Path,
+        tallies: Mapping[str, _Tally],
+    ) -> None:
+        """Add a finished job's findings to its scanner's tally, and its cache entries."""
+        tally = tallies[job.profile.name]
+        tally.invocations += 1
+        tally.misses += len(job.keys)
+        try:
+            found, tool = future.result()
+        except ScanJobError as exc:
+            tally.errors.append(str(exc))
+            return
+        if tool is not None:
+            tally.tools.append(tool)
+        found = [_with_source(f, tree) for f in found]
+        if job.profile.scope is Scope.FILE:
+            wanted = set(job.files)
+            found = [f for f in found if f.path in wanted]  # outside its files: out of scope
+            by_file: dict[str, list[Finding]] = {path: [] for path in job.files}
+            for finding in found:
+                by_file[finding.path].append(finding)
+            entries = [(key, by_file[path]) for path, key in zip(job.files, job.keys, strict=True)]
+        else:
+            entries = [(job.keys[0], found)]
+        tally.findings += found
+        for key, findings in entries:
+            rules = {f.rule for f in findings}
+            value = json.dumps(
+                {
+                    "findings": [f.to_json() for f in findings],
+                    "tool": tool.only(rules).to_json() if tool is not None else None,
+                }
+            )
+            if len(value) <= MAX_ENTRY_BYTES:
+                tally.fresh.append((key, value))
+
+    def _run_job(
+        self, job: _Job, tree: Path, folder: Path
+    ) -> tuple[list[Finding], ToolInfo | None]:
+        """Run one scanner process over its files; its findings and tool."""
+        for sub in ("home", "tmp", "cache"):
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+        if job.profile.format is Format.AGENT:
+            from .agent_scan import run_agent_scanner
+
+            assert job.profile.agent is not None
+            return run_agent_scanner(
+                job.profile,
+                self.agents[job.profile.agent],
+                job.files,
+                tree,
+                folder,
+                self._env(job.profile, folder),
+                self.cancel,
+                self._writable(folder),
+            )
+        output = folder / "output"
+        command = job.profile.command.replace(
+            "{files}", " ".join(shlex.quote(f) for f in job.files)
+        ).replace("{output}", shlex.quote(str(output)))
+        stdout, stderr = folder / "stdout", folder / "stderr"
+        argv = ["/bin/sh", "-c", f"exec 2>>{shlex.quote(str(stderr))}\n{command}"]
+        proc = run_process(
+            argv,
+            cwd=tree,
+            env=self._env(job.profile, folder),
+            log=stdout,
+            timeout_s=job.profile.timeout_s,
+            cancel=self.cancel,
+            max_log_bytes=MAX_OUTPUT_BYTES,
+            writable=self._writable(folder),
+        )
+        if proc.cancelled:
+            raise ScanJobError(f"{job.profile.name}: cancelled")
+        if proc.timed_out:
+            raise ScanJobError(f"{job.profile.name}: timed out after {job.profile.timeout_s:g}s")
+        if proc.truncated:
+            raise ScanJobError(f"{job.profile.name}: output larger than {MAX_OUTPUT_BYTES} bytes")
+        data = (output if "{output}" in job.profile.command else stdout).read_bytes()
+        if not data.strip() and proc.exit_code != 0:
+            tail = _tail(stderr)
+            raise ScanJobError(
+                f"{job.profile.name}: exit {proc.exit_code} and no output"
+                + (f": {tail}" if tail else "")
+            )
+        try:
+            if job.profile.format is Format.SARIF:
+                return parse_sarif(data, tree)
+            return parse_findings_json(data, job.profile.fields), None
+        except ScanOutputError as exc:
+            tail = _tail(stderr)
+            raise ScanJobError(
+                f"{job.profile.name}: exit {proc.exit_code}, unreadable output ({exc})"
+                + (f": {tail}" if tail else "")
+            ) from None
+
+    def _writable(self, folder: Path) -> tuple[Path, ...] | None:
+        from .. import sandbox
+
+        return (folder,) if self.sandbox and sandbox.available() else None
+
+    def _env(self, profile: ScannerProfile, folder: Path) -> dict[str, str]:
+        from ..agents import scrubbed_env
+
+        allow: tuple[str, ...] = profile.env
+        if profile.agent is not None:
+            from ..agents import agent_class
+
+            agent = self.agents[profile.agent]
+            allow = (*allow, *agent.env, *agent_class(agent.kind).env_keys)
+        env = scrubbed_env(allow, self.environ)
+        env.update(
+            HOME=str(folder / "home"),
+            TMPDIR=str(folder / "tmp"),
+            XDG_CACHE_HOME=str(folder / "cache"),
+            PYTHONDONTWRITEBYTECODE="1",
+            ORCHARDIST_PHASE="scan",
+            ORCHARDIST_SCANNER=profile.name,
+        )
+        return env
+
+    def _report(self, profile: ScannerProfile, tally: _Tally, prefix: str) -> ScannerReport:
+        tool = None
+        if tally.tools:
+            rules: dict[str, Any] = {}
+            for info in tally.tools:
+                rules.update(info.rules)
+            tool = replace(tally.tools[0], rules=rules)
+        return ScannerReport(
+            name=profile.name,
+            findings=tuple(replace(f, path=prefix + f.path) for f in tally.findings),
+            tool=tool,
+            error="; ".join(tally.errors) or None,
+            hits=tally.hits,
+            misses=tally.misses,
+            invocations=tally.invocations,
+        )
+
+
+class ScanJobError(Exception):
+    """A scanner process failed; the message says how."""
+
+
+# -- trees ---------------------------------------------------------------------------------
+
+
+def _ls_tree(repo: Repo, commit: str) -> dict[str, str]:
+    """Regular files of a commit: path -> blob id."""
+    out = repo.git("ls-tree", "-r", "-z", "--full-tree", commit)
+    entries: dict[str, str] = {}
+    for record in out.split("\0"):
+        if not record:
+            continue
+        meta, _, path = record.partition("\t")
+        mode, kind, oid = meta.split()
+        if kind == "blob" and mode in ("100644", "100755"):
+            entries[path] = oid
+    return entries
+
+
+def _export(repo: Repo, commit: str, folder: Path) -> None:
+    """Write ``commit``'s tree to ``folder/tree`` (its index beside it), then make it read-only."""
+    tree = folder / "tree"
+    tree.mkdir(parents=True)
+    env = _index_env(repo, folder)
+    repo.git("read-tree", commit, env=env)
+    repo.git("checkout-index", "-a", "-f", env=env, cwd=tree)
+    for root, _dirs, files in os.walk(tree):
+        for name in files:
+            path = os.path.join(root, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode):
+                os.chmod(path, mode & ~0o222)
+        os.chmod(root, 0o555)
+
+
+def _changed_files(repo: Repo, folder: Path) -> list[str]:
+    """Paths of the export in ``folder`` that differ from its index: changed, removed, added.
+
+    Content is compared by hashing, and nothing is written to the object store.
+    """
+    env = _index_env(repo, folder)
+    tree = folder / "tree"
+    repo.git("update-index", "-q", "--refresh", env=env, cwd=tree, ok=(0, 1))
+    changed = repo.git("diff-files", "--name-only", "-z", env=env, cwd=tree)
+    added = repo.git("ls-files", "--others", "-z", env=env, cwd=tree)
+    return sorted({p for p in (changed + "\0" + added).split("\0") if p})
+
+
+def _index_env(repo: Repo, folder: Path) -> dict[str, str]:
+    """git pointed at the repository's objects, an export's work tree and its own index."""
+    return {
+        "GIT_DIR": str(repo.common_dir),
+        "GIT_WORK_TREE": str(folder / "tree"),
+        "GIT_INDEX_FILE": str(folder / "index"),
+    }
+
+
+def _remove(folder: Path) -> None:
+    """Delete a scan folder, read-only parts included."""
+    for root, dirs, _files in os.walk(folder):
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(root, name), 0o755)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _with_source(finding: Finding, tree: Path) -> Finding:
+    """The finding with the normalized source of its lines, read from the tree."""
+    if finding.start_line < 1:
+        return finding
+    try:
+        text = (tree / finding.path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return finding
+    return replace(finding, source=normalize_source(text, finding.start_line, finding.end_line))
+
+
+def _tail(path: Path, limit: int = 400) -> str:
+    try:
+        text = path.read_bytes()[-limit:].decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return " ".join(text.split())
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+# -- globs ---------------------------------------------------------------------------------
+
+
+def select_files(
+    entries: Mapping[str, str], include: Sequence[str], exclude: Sequence[str]
+) -> list[str]:
+    """Paths matching an ``include`` glob and no ``exclude`` glob, sorted."""
+    inc, exc = compile_globs(include), compile_globs(exclude)
+    return sorted(p for p in entries if inc.match(p) and not (exclude and exc.match(p)))
+
+
+def compile_globs(patterns: Sequence[str]) -> re.Pattern[str]:
+    """One regex for globs: ``**`` spans folders, ``*`` and ``?`` stay in one; a pattern
+    without ``/`` matches a file name at any depth, unless it starts with ``/``."""
+    parts = [_glob_regex(p) for p in patterns]
+    return re.compile("|".join(f"(?:{p})" for p in parts) or "(?!)")
+
+
+def _glob_regex(pattern: str) -> str:
+    anchored = pattern.startswith("/")
+    pattern = pattern.strip("/")
+    if not anchored and "/" not in pattern and pattern != "**":
+        pattern = "**/" + pattern
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out += "(?:.*/)?"
+            i += 3
+        elif pattern.startswith("**", i):
+            out += ".*"
+            i += 2
+        elif pattern[i] == "*":
+            out += "[^/]*"
+            i += 1
+        elif pattern[i] == "?":
+            out += "[^/]"
+            i += 1
+        elif pattern[i] == "[":
+            end = pattern.find("]", i + 1)
+            if end < 0:
+                out += re.escape("[")
+                i += 1
+            else:
+                body = pattern[i + 1 : end].replace("\\", "\\\\")
+                out += "[" + ("^" + body[1:] if body.startswith("!") else body) + "]"
+                i = end + 1
+        else:
+            out += re.escape(pattern[i])
+            i += 1
+    return out + r"\Z"
+
+
+__all__ = ["ScanJobError", "ScanResult", "Scanner", "compile_globs", "scan_root", "select_files"]

@@ -1,0 +1,299 @@
+"""Findings: what a scanner reports, read from SARIF or from findings JSON.
+
+Findings JSON (what a ``format = "json"`` scanner prints and an agent scanner writes to
+``$ORCHARDIST_FINDINGS``) is an object ``{"findings": [...]}``, a bare array, or JSON lines, of
+objects with ``rule``, ``message``, ``path`` (relative to the tree), ``start_line``,
+``end_line`` (default: ``start_line``), ``severity`` (``error``, ``warning``, ``note``; default
+``warning``) and an optional ``snippet``. A profile's ``fields`` maps these names to other keys
+(``start_line = "line"``), so a tool's own JSON can be read without a converter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from ..errors import OrchardistError
+
+LEVELS = ("none", "note", "warning", "error")  # SARIF's result levels, weakest first
+_SEVERITY_WORDS = {
+    "critical": "error",
+    "fatal": "error",
+    "high": "error",
+    "error": "error",
+    "medium": "warning",
+    "moderate": "warning",
+    "warning": "warning",
+    "warn": "warning",
+    "low": "note",
+    "info": "note",
+    "information": "note",
+    "hint": "note",
+    "note": "note",
+    "none": "none",
+}
+
+
+class ScanOutputError(OrchardistError):
+    """A scanner's output could not be read."""
+
+
+def level_rank(level: str) -> int:
+    """Order of severity: none < note < warning < error."""
+    return LEVELS.index(level)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reported problem at a place in a file."""
+
+    rule: str
+    message: str
+    path: str  # relative to the tree, with forward slashes
+    start_line: int  # 0: the file as a whole
+    end_line: int
+    level: str  # one of LEVELS
+    start_column: int | None = None
+    end_column: int | None = None
+    snippet: str | None = None  # as the scanner gave it
+    source: str = ""  # the flagged lines as orchardist read them, whitespace-normalized
+
+    def base_fingerprint(self) -> str:
+        """Rule, path and flagged source: unchanged when the lines merely move."""
+        text = "\0".join((self.rule.lower(), self.path, self.source))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def identity(self) -> tuple[Any, ...]:
+        """What makes two reports by one scanner the same report (overlapping scopes)."""
+        return (
+            self.rule,
+            self.path,
+            self.start_line,
+            self.start_column,
+            self.end_line,
+            self.end_column,
+            self.message,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain mapping (cache entries, --format json)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Finding:
+        """The inverse of :meth:`to_json`."""
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    """The tool behind a scanner, for the SARIF ``tool.driver``."""
+
+    name: str
+    version: str | None = None
+    information_uri: str | None = None
+    rules: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # id -> descriptor
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain mapping (cache entries)."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "information_uri": self.information_uri,
+            "rules": dict(self.rules),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ToolInfo:
+        """The inverse of :meth:`to_json`."""
+        return cls(
+            data["name"],
+            data.get("version"),
+            data.get("information_uri"),
+            dict(data.get("rules") or {}),
+        )
+
+    def only(self, rules: Iterable[str]) -> ToolInfo:
+        """The same tool with only the descriptors of ``rules``."""
+        wanted = set(rules)
+        return replace(self, rules={k: v for k, v in self.rules.items() if k in wanted})
+
+
+def normalize_source(text: str, start_line: int, end_line: int) -> str:
+    """The lines ``start_line..end_line`` of ``text``, each with its whitespace collapsed."""
+    if start_line < 1:
+        return ""
+    lines = text.splitlines()[start_line - 1 : max(end_line, start_line)]
+    return "\n".join(" ".join(line.split()) for line in lines)
+
+
+# -- SARIF ---------------------------------------------------------------------------------
+
+
+def parse_sarif(data: bytes, root: Path) -> tuple[list[Finding], ToolInfo | None]:
+    """Findings and tool of a SARIF log; paths made relative to ``root``."""
+    log = _load(data)
+    if not isinstance(log, dict) or not isinstance(log.get("runs"), list):
+        raise ScanOutputError('not a SARIF log: no "runs" array')
+    findings: list[Finding] = []
+    tool: ToolInfo | None = None
+    for run in log["runs"]:
+        if not isinstance(run, dict):
+            raise ScanOutputError("not a SARIF log: a run is not an object")
+        driver = _get(run, "tool", "driver") or {}
+        rules = [r for r in driver.get("rules") or [] if isinstance(r, dict) and "id" in r]
+        by_id = {str(r["id"]): r for r in rules}
+        if tool is None:
+            tool = ToolInfo(
+                str(driver.get("name") or "unknown"),
+                _opt_str(driver.get("version") or driver.get("semanticVersion")),
+                _opt_str(driver.get("informationUri")),
+            )
+        tool = replace(tool, rules={**tool.rules, **by_id})
+        for result in run.get("results") or []:
+            if isinstance(result, dict):
+                findings.append(_sarif_result(result, rules, root))
+    return findings, tool
+
+
+def _sarif_result(
+    result: Mapping[str, Any], rules: Sequence[Mapping[str, Any]], root: Path
+) -> Finding:
+    rule_id = result.get("ruleId") or _get(result, "rule", "id")
+    index = result.get("ruleIndex", _get(result, "rule", "index"))
+    descriptor: Mapping[str, Any] = {}
+    if isinstance(index, int) and 0 <= index < len(rules):
+        descriptor = rules[index]
+        rule_id = rule_id or descriptor.get("id")
+    elif rule_id is not None:
+        descriptor = next((r for r in rules if r.get("id") == rule_id), {})
+    level = result.get("level") or _get(descriptor, "defaultConfiguration", "level") or "warning"
+    message = _get(result, "message", "text") or _get(result, "message", "markdown") or ""
+    location: Any = next(iter(result.get("locations") or []), {})
+    physical = location.get("physicalLocation") or {} if isinstance(location, dict) else {}
+    uri = _get(physical, "artifactLocation", "uri") or ""
+    region = physical.get("region") or {}
+    start = _int(region.get("startLine"), 0)
+    return Finding(
+        rule=str(rule_id or "unknown"),
+        message=str(message),
+        path=relative_path(str(uri), root),
+        start_line=start,
+        end_line=max(_int(region.get("endLine"), start), start),
+        level=level if level in LEVELS else "warning",
+        start_column=_opt_int(region.get("startColumn")),
+        end_column=_opt_int(region.get("endColumn")),
+        snippet=_opt_str(_get(region, "snippet", "text")),
+    )
+
+
+def relative_path(uri: str, root: Path) -> str:
+    """A tree-relative POSIX path from a SARIF URI or a path, absolute or relative."""
+    parsed = urlparse(uri)
+    path = unquote(parsed.path) if parsed.scheme in ("file", "") else uri
+    if path.startswith("/"):
+        for base in (str(root), str(root.resolve())):
+            if path == base or path.startswith(base.rstrip("/") + "/"):
+                path = path[len(base.rstrip("/")) + 1 :]
+                break
+    parts = [p for p in PurePosixPath(path).parts if p not in (".", "")]
+    return "/".join(parts)
+
+
+# -- findings JSON -------------------------------------------------------------------------
+
+
+def parse_findings_json(data: bytes, fields: Mapping[str, str] | None = None) -> list[Finding]:
+    """Findings from findings JSON (an object with "findings", an array, or JSON lines)."""
+    fields = fields or {}
+    items = _json_items(data)
+    findings = []
+    for n, item in enumerate(items, 1):
+        if not isinstance(item, dict):
+            raise ScanOutputError(f"finding {n} is not an object")
+        findings.append(_json_finding(item, fields, n))
+    return findings
+
+
+def _json_items(data: bytes) -> list[Any]:
+    text = data.decode("utf-8", errors="replace").strip()
+    if not text:
+        return []
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        try:  # JSON lines (mypy --output json)
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as exc:
+            raise ScanOutputError(f"not JSON: {exc}") from None
+    if isinstance(doc, dict) and isinstance(doc.get("findings"), list):
+        return list(doc["findings"])
+    if isinstance(doc, list):
+        return doc
+    if isinstance(doc, dict):
+        return [doc]
+    raise ScanOutputError('expected {"findings": [...]}, an array, or JSON lines')
+
+
+def _json_finding(item: Mapping[str, Any], fields: Mapping[str, str], n: int) -> Finding:
+    def value(name: str) -> Any:
+        key = fields.get(name, name)
+        current: Any = item
+        for part in key.split("."):
+            current = current.get(part) if isinstance(current, dict) else None
+        return current
+
+    path, start = value("path"), value("start_line")
+    if not isinstance(path, str) or not path:
+        raise ScanOutputError(f"finding {n} has no path")
+    line = _int(start, 0)
+    severity = str(value("severity") or "warning").lower()
+    return Finding(
+        rule=str(value("rule") or "unknown"),
+        message=str(value("message") or ""),
+        path=relative_path(path, Path("/nonexistent")),
+        start_line=line,
+        end_line=max(_int(value("end_line"), line), line),
+        level=_SEVERITY_WORDS.get(severity, "warning"),
+        snippet=_opt_str(value("snippet")),
+    )
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _load(data: bytes) -> Any:
+    try:
+        return json.loads(data.decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        raise ScanOutputError(f"not JSON: {exc}") from None
+
+
+def _get(data: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def _int(value: Any, default: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return default
+    try:
+        return max(int(value), 0)
+    except ValueError:
+        return default
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

@@ -1,0 +1,185 @@
+"""Merging: every scanner's findings, deduplicated, as one SARIF 2.1.0 log (or JSON, or a table).
+
+Two reports are the same finding when rule (ignoring case), path and the normalized source of
+the flagged lines agree. That identity survives edits that only move the lines; identical
+findings in one file are told apart by their order (the n-th occurrence), which is appended to
+the fingerprint. A finding reported by several scanners appears once, in the run of the first
+scanner (plan order) that reported it, with the others listed in its ``properties``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .findings import Finding, ToolInfo, level_rank
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+FINGERPRINT_KEY = "orchardist/v1"
+SRCROOT = "SRCROOT"
+
+
+@dataclass(frozen=True)
+class ScannerReport:
+    """What one scanner reported in one scan."""
+
+    name: str
+    findings: tuple[Finding, ...]
+    tool: ToolInfo | None = None
+    error: str | None = None  # the scanner failed: its findings may be incomplete
+    hits: int = 0  # cache entries used (files, or 1 for a tree)
+    misses: int = 0  # entries computed by running the scanner
+    invocations: int = 0  # processes started
+
+
+@dataclass(frozen=True)
+class MergedFinding:
+    """One finding after deduplication."""
+
+    scanner: str  # the scanner whose run holds it
+    finding: Finding
+    fingerprint: str
+    reporters: tuple[str, ...] = field(default=())  # every scanner that reported it
+
+
+def merge(reports: Sequence[ScannerReport]) -> list[MergedFinding]:
+    """Deduplicated findings, grouped by scanner in the order given, then by place."""
+    occurrences: dict[str, dict[str, list[Finding]]] = defaultdict(dict)
+    for report in reports:
+        seen: set[tuple[Any, ...]] = set()
+        for finding in sorted(report.findings, key=_place):
+            if finding.identity() in seen:  # one scanner, overlapping scopes
+                continue
+            seen.add(finding.identity())
+            occurrences[finding.base_fingerprint()].setdefault(report.name, []).append(finding)
+    merged: list[MergedFinding] = []
+    order = {report.name: i for i, report in enumerate(reports)}
+    for base, by_scanner in occurrences.items():
+        names = sorted(by_scanner, key=order.__getitem__)
+        for n in range(max(len(found) for found in by_scanner.values())):
+            reporters = tuple(name for name in names if n < len(by_scanner[name]))
+            first = reporters[0]
+            merged.append(MergedFinding(first, by_scanner[first][n], f"{base}:{n}", reporters))
+    merged.sort(key=lambda m: (order[m.scanner], _place(m.finding)))
+    return merged
+
+
+def _place(finding: Finding) -> tuple[Any, ...]:
+    return (
+        finding.path,
+        finding.start_line,
+        finding.start_column or 0,
+        finding.rule,
+        finding.message,
+    )
+
+
+def worst_level(merged: Sequence[MergedFinding]) -> str | None:
+    """The most severe level among the findings, or None without findings."""
+    if not merged:
+        return None
+    return max((m.finding.level for m in merged), key=level_rank)
+
+
+# -- SARIF ---------------------------------------------------------------------------------
+
+
+def to_sarif(
+    reports: Sequence[ScannerReport],
+    merged: Sequence[MergedFinding],
+    root: Path,
+    base_commit: str,
+) -> dict[str, Any]:
+    """One SARIF 2.1.0 log: a run per scanner with its tool, rules and results."""
+    runs = []
+    for report in reports:
+        mine = [m for m in merged if m.scanner == report.name]
+        tool = report.tool or ToolInfo(report.name)
+        rule_ids = list(dict.fromkeys(m.finding.rule for m in mine))
+        rules = [_descriptor(rule, tool.rules.get(rule)) for rule in rule_ids]
+        driver: dict[str, Any] = {"name": tool.name, "rules": rules}
+        if tool.version:
+            driver["version"] = tool.version
+        if tool.information_uri:
+            driver["informationUri"] = tool.information_uri
+        invocation: dict[str, Any] = {"executionSuccessful": report.error is None}
+        if report.error is not None:
+            invocation["toolExecutionNotifications"] = [
+                {"level": "error", "message": {"text": report.error}}
+            ]
+        runs.append(
+            {
+                "tool": {"driver": driver},
+                "automationDetails": {"id": f"orchardist/{report.name}/"},
+                "originalUriBaseIds": {SRCROOT: {"uri": root.resolve().as_uri() + "/"}},
+                "invocations": [invocation],
+                "results": [_result(m, rule_ids.index(m.finding.rule)) for m in mine],
+                "properties": {
+                    "orchardist": {
+                        "scanner": report.name,
+                        "base": base_commit,
+                        "cache": {"hits": report.hits, "misses": report.misses},
+                    }
+                },
+            }
+        )
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": runs}
+
+
+def _descriptor(rule: str, known: Any) -> dict[str, Any]:
+    """A rule's reportingDescriptor: the tool's own when it gave one, else just the id."""
+    if isinstance(known, dict):
+        return {**known, "id": rule}
+    return {"id": rule}
+
+
+def _result(m: MergedFinding, rule_index: int) -> dict[str, Any]:
+    f = m.finding
+    physical: dict[str, Any] = {"artifactLocation": {"uri": f.path, "uriBaseId": SRCROOT}}
+    if f.start_line >= 1:
+        region: dict[str, Any] = {"startLine": f.start_line, "endLine": f.end_line}
+        if f.start_column:
+            region["startColumn"] = f.start_column
+        if f.end_column:
+            region["endColumn"] = f.end_column
+        if f.snippet:
+            region["snippet"] = {"text": f.snippet}
+        physical["region"] = region
+    return {
+        "ruleId": f.rule,
+        "ruleIndex": rule_index,
+        "level": f.level,
+        "message": {"text": f.message or f.rule},
+        "locations": [{"physicalLocation": physical}],
+        "partialFingerprints": {FINGERPRINT_KEY: m.fingerprint},
+        "properties": {"orchardist": {"reporters": list(m.reporters)}},
+    }
+
+
+# -- JSON and table ------------------------------------------------------------------------
+
+
+def to_json(merged: Sequence[MergedFinding]) -> list[dict[str, Any]]:
+    """Findings as plain objects (``--format json``)."""
+    return [
+        {
+            "scanner": m.scanner,
+            "reporters": list(m.reporters),
+            "fingerprint": m.fingerprint,
+            **{k: v for k, v in m.finding.to_json().items() if k != "source"},
+        }
+        for m in merged
+    ]
+
+
+def to_table(merged: Sequence[MergedFinding]) -> str:
+    """One line per finding: ``path:line:col level rule message [scanners]``."""
+    lines = []
+    for m in merged:
+        f = m.finding
+        where = f"{f.path}:{f.start_line}" + (f":{f.start_column}" if f.start_column else "")
+        lines.append(f"{where}  {f.level:<7} {f.rule}  {f.message}  [{', '.join(m.reporters)}]")
+    return "\n".join(lines)
