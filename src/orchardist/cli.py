@@ -174,9 +174,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_validate)
 
+    p = sub.add_parser(
+        "events",
+        help="print a run's events, one JSON object per line",
+        description="Print the run's event log, one JSON object per line: seq, time (Unix "
+        "seconds), kind (run, task, attempt, merge, ...), task, attempt, data. With --follow, "
+        "keep printing new events as they are committed until the run's orchardist exits.",
+    )
+    p.add_argument("run", nargs="?", help="run id or a unique prefix (default: newest)")
+    p.add_argument("-f", "--follow", action="store_true", help="wait for new events")
+    p.add_argument("--after", type=int, default=0, metavar="SEQ", help="only events after SEQ")
+    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
+    p.set_defaults(func=cmd_events)
+
     p = sub.add_parser("status", help="show a run's tasks and attempts (default: newest run)")
     p.add_argument("run", nargs="?", help="run id or a unique prefix")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "-w", "--watch", action="store_true", help="redraw on each change until the run ends"
+    )
     p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
     p.set_defaults(func=cmd_status)
 
@@ -204,6 +220,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run id or a unique prefix")
     p.add_argument("task", help="task id")
     p.add_argument("--attempt", type=_positive, help="only this attempt (default: all)")
+    p.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing what the attempts write, new attempts too, until the run ends",
+    )
     p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
     p.set_defaults(func=cmd_logs)
 
@@ -624,12 +646,43 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     ws = Workspace.open(args.repo)
     run = ws.resolve_run(args.run)
+    if args.watch:
+        from .tail import watch_status
+
+        watch_status(ws, run, lambda r: _status_text(ws, r, args.json))
+        return EXIT_OK
     doc = status_document(ws.store, run)
     doc["disk_bytes"] = run_disk_bytes(ws, run.id)
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
         _print_summary(doc, attempts=True)
+    return EXIT_OK
+
+
+def _status_text(ws: Any, run: Any, as_json: bool) -> str:
+    """What ``status`` prints, as a string (``status --watch`` redraws it)."""
+    import contextlib
+    import io
+
+    from .report import status_document
+
+    doc = status_document(ws.store, run)
+    if as_json:
+        return json.dumps(doc)
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        _print_summary(doc, attempts=True)
+    return buffer.getvalue().rstrip("\n")
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    """``orchardist events [RUN] [--follow]``."""
+    from .runs import Workspace
+    from .tail import print_events
+
+    ws = Workspace.open(args.repo)
+    print_events(ws, ws.resolve_run(args.run), args.follow, args.after)
     return EXIT_OK
 
 
@@ -675,6 +728,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     attempts = ws.store.attempts(run.id, args.task)
     if not any(t.task_id == args.task for t in ws.store.tasks(run.id)):
         raise UsageError(f"run {run.id} has no task {args.task!r}")
+    if args.follow:
+        from .tail import follow_logs
+
+        follow_logs(ws, run, args.task, args.attempt)
+        return EXIT_OK
     if args.attempt is not None:
         attempts = [a for a in attempts if a.n == args.attempt]
     if not attempts:
