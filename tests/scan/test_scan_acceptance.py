@@ -94,14 +94,14 @@ def test_ruff_and_bandit_findings_merge_to_exactly_what_the_tools_report(tmp_pat
     ]
     assert len(set(fingerprints)) == len(fingerprints)
     summary = json.loads(first.stdout)
-    assert [s["misses"] for s in summary["scanners"]] == [5, 5]  # five .py files
+    assert [s["misses"] for s in summary["scanners"]] == [6, 6]  # six .py files
 
     # When: scanned again, unchanged
     second = json.loads(orchardist(repo, "scan", str(plan), "--json").stdout)
 
     # Then: no scanner ran, same findings
     assert [s["invocations"] for s in second["scanners"]] == [0, 0]
-    assert [s["hits"] for s in second["scanners"]] == [5, 5]
+    assert [s["hits"] for s in second["scanners"]] == [6, 6]
     assert second["findings"] == summary["findings"]
 
     # When: one file is edited (a line inserted above its findings) and scanned again
@@ -111,7 +111,7 @@ def test_ruff_and_bandit_findings_merge_to_exactly_what_the_tools_report(tmp_pat
     third = json.loads(orchardist(repo, "scan", str(plan), "--json").stdout)
 
     # Then: each file-scoped scanner ran on that file only; every fingerprint survived the shift
-    assert [(s["hits"], s["misses"]) for s in third["scanners"]] == [(4, 1), (4, 1)]
+    assert [(s["hits"], s["misses"]) for s in third["scanners"]] == [(5, 1), (5, 1)]
     assert sorted(r["fingerprint"] for r in third["results"]) == sorted(
         r["fingerprint"] for r in summary["results"]
     )

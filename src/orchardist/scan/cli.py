@@ -66,6 +66,26 @@ def add_parser(sub: Any, positive: Any) -> None:
     )
     p.add_argument("--stats", action="store_true", help="show cache hits and misses")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    fix = p.add_argument_group("fixing (a new run of fix tasks, verified like any task)")
+    fix.add_argument(
+        "--fix",
+        action="store_true",
+        help="turn the findings into fix tasks of a new run, then scan its branch",
+    )
+    fix.add_argument("--agent", metavar="PROFILE", help="the agent profile that fixes")
+    fix.add_argument(
+        "--candidates",
+        type=positive,
+        default=1,
+        metavar="N",
+        help="candidates per fix task (default 1)",
+    )
+    fix.add_argument(
+        "--group",
+        choices=("file", "rule"),
+        default="file",
+        help="one task per file (default) or per rule",
+    )
     p.set_defaults(func=cmd_scan)
 
 
@@ -93,7 +113,16 @@ def cmd_scan(args: argparse.Namespace) -> int:
         use_cache=not args.no_cache,
         sandbox=plan.run.sandbox,
     )
+    if args.fix and args.agent not in plan.agents:
+        known = ", ".join(sorted(plan.agents)) or "none defined"
+        raise UsageError(f"--fix needs --agent PROFILE (known: {known})")
+    if not args.fix and args.agent is not None:
+        raise UsageError("--agent is for --fix")
     result = scanner.scan(profiles, args.base or plan.run.base, plan.run.workdir)
+    if args.fix:
+        from .fix_run import fix_findings
+
+        return fix_findings(args, plan, ws, scanner, profiles, result)
     fmt = args.format or ("sarif" if args.output else "table")
     document = render(result, fmt, ws.repo.root)
     if args.output is not None:

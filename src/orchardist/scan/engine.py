@@ -284,7 +284,7 @@ class Scanner:
             return
         if tool is not None:
             tally.tools.append(tool)
-        found = [_with_source(f, tree) for f in found]
+        found = [with_source(f, tree) for f in found]
         if job.profile.scope is Scope.FILE:
             wanted = set(job.files)
             found = [f for f in found if f.path in wanted]  # outside its files: out of scope
@@ -310,61 +310,17 @@ class Scanner:
         self, job: _Job, tree: Path, folder: Path
     ) -> tuple[list[Finding], ToolInfo | None]:
         """Run one scanner process over its files; its findings and tool."""
-        for sub in ("home", "tmp", "cache"):
-            (folder / sub).mkdir(parents=True, exist_ok=True)
-        if job.profile.format is Format.AGENT:
-            from .agent_scan import run_agent_scanner
-
-            assert job.profile.agent is not None
-            return run_agent_scanner(
-                job.profile,
-                self.agents[job.profile.agent],
-                job.files,
-                tree,
-                folder,
-                self._env(job.profile, folder),
-                self.cancel,
-                self._writable(folder),
-            )
-        output = folder / "output"
-        command = job.profile.command.replace(
-            "{files}", " ".join(shlex.quote(f) for f in job.files)
-        ).replace("{output}", shlex.quote(str(output)))
-        stdout, stderr = folder / "stdout", folder / "stderr"
-        argv = ["/bin/sh", "-c", f"exec 2>>{shlex.quote(str(stderr))}\n{command}"]
-        proc = run_process(
-            argv,
-            cwd=tree,
-            env=self._env(job.profile, folder),
-            log=stdout,
-            timeout_s=job.profile.timeout_s,
-            cancel=self.cancel,
-            max_log_bytes=MAX_OUTPUT_BYTES,
-            writable=self._writable(folder),
+        agent = self.agents[job.profile.agent] if job.profile.agent is not None else None
+        return run_scanner(
+            job.profile,
+            job.files,
+            tree,
+            folder,
+            scanner_env(job.profile, folder, self.environ, agent),
+            self.cancel,
+            self._writable(folder),
+            agent,
         )
-        if proc.cancelled:
-            raise ScanJobError(f"{job.profile.name}: cancelled")
-        if proc.timed_out:
-            raise ScanJobError(f"{job.profile.name}: timed out after {job.profile.timeout_s:g}s")
-        if proc.truncated:
-            raise ScanJobError(f"{job.profile.name}: output larger than {MAX_OUTPUT_BYTES} bytes")
-        data = (output if "{output}" in job.profile.command else stdout).read_bytes()
-        if not data.strip() and proc.exit_code != 0:
-            tail = _tail(stderr)
-            raise ScanJobError(
-                f"{job.profile.name}: exit {proc.exit_code} and no output"
-                + (f": {tail}" if tail else "")
-            )
-        try:
-            if job.profile.format is Format.SARIF:
-                return parse_sarif(data, tree)
-            return parse_findings_json(data, job.profile.fields), None
-        except ScanOutputError as exc:
-            tail = _tail(stderr)
-            raise ScanJobError(
-                f"{job.profile.name}: exit {proc.exit_code}, unreadable output ({exc})"
-                + (f": {tail}" if tail else "")
-            ) from None
 
     def _writable(self, folder: Path) -> tuple[Path, ...] | None:
         from .. import sandbox
@@ -372,24 +328,8 @@ class Scanner:
         return (folder,) if self.sandbox and sandbox.available() else None
 
     def _env(self, profile: ScannerProfile, folder: Path) -> dict[str, str]:
-        from ..agents import scrubbed_env
-
-        allow: tuple[str, ...] = profile.env
-        if profile.agent is not None:
-            from ..agents import agent_class
-
-            agent = self.agents[profile.agent]
-            allow = (*allow, *agent.env, *agent_class(agent.kind).env_keys)
-        env = scrubbed_env(allow, self.environ)
-        env.update(
-            HOME=str(folder / "home"),
-            TMPDIR=str(folder / "tmp"),
-            XDG_CACHE_HOME=str(folder / "cache"),
-            PYTHONDONTWRITEBYTECODE="1",
-            ORCHARDIST_PHASE="scan",
-            ORCHARDIST_SCANNER=profile.name,
-        )
-        return env
+        agent = self.agents[profile.agent] if profile.agent is not None else None
+        return scanner_env(profile, folder, self.environ, agent)
 
     def _report(self, profile: ScannerProfile, tally: _Tally, prefix: str) -> ScannerReport:
         tool = None
@@ -411,6 +351,87 @@ class Scanner:
 
 class ScanJobError(Exception):
     """A scanner process failed; the message says how."""
+
+
+def run_scanner(
+    profile: ScannerProfile,
+    files: Sequence[str],
+    cwd: Path,
+    folder: Path,
+    env: Mapping[str, str],
+    cancel: CancelToken,
+    writable: tuple[Path, ...] | None,
+    agent: AgentProfile | None = None,
+) -> tuple[list[Finding], ToolInfo | None]:
+    """Run one scanner process in ``cwd`` over ``files``; its findings (paths relative to
+    ``cwd``, without source) and tool. ``folder`` is its private, writable folder."""
+    for sub in ("home", "tmp", "cache"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    if profile.format is Format.AGENT:
+        from .agent_scan import run_agent_scanner
+
+        assert agent is not None
+        return run_agent_scanner(profile, agent, files, cwd, folder, env, cancel, writable)
+    output = folder / "output"
+    command = profile.command.replace("{files}", " ".join(shlex.quote(f) for f in files))
+    command = command.replace("{output}", shlex.quote(str(output)))
+    stdout, stderr = folder / "stdout", folder / "stderr"
+    argv = ["/bin/sh", "-c", f"exec 2>>{shlex.quote(str(stderr))}\n{command}"]
+    proc = run_process(
+        argv,
+        cwd=cwd,
+        env=env,
+        log=stdout,
+        timeout_s=profile.timeout_s,
+        cancel=cancel,
+        max_log_bytes=MAX_OUTPUT_BYTES,
+        writable=writable,
+    )
+    if proc.cancelled:
+        raise ScanJobError(f"{profile.name}: cancelled")
+    if proc.timed_out:
+        raise ScanJobError(f"{profile.name}: timed out after {profile.timeout_s:g}s")
+    if proc.truncated:
+        raise ScanJobError(f"{profile.name}: output larger than {MAX_OUTPUT_BYTES} bytes")
+    data = (output if "{output}" in profile.command else stdout).read_bytes()
+    tail = _tail(stderr)
+    if not data.strip() and proc.exit_code != 0:
+        raise ScanJobError(
+            f"{profile.name}: exit {proc.exit_code} and no output" + (f": {tail}" if tail else "")
+        )
+    try:
+        if profile.format is Format.SARIF:
+            return parse_sarif(data, cwd)
+        return parse_findings_json(data, profile.fields), None
+    except ScanOutputError as exc:
+        raise ScanJobError(
+            f"{profile.name}: exit {proc.exit_code}, unreadable output ({exc})"
+            + (f": {tail}" if tail else "")
+        ) from None
+
+
+def scanner_env(
+    profile: ScannerProfile,
+    folder: Path,
+    environ: Mapping[str, str],
+    agent: AgentProfile | None = None,
+) -> dict[str, str]:
+    """A scanner's environment: scrubbed, with its own HOME, TMPDIR and caches in ``folder``."""
+    from ..agents import agent_class, scrubbed_env
+
+    allow: tuple[str, ...] = profile.env
+    if agent is not None:
+        allow = (*allow, *agent.env, *agent_class(agent.kind).env_keys)
+    env = scrubbed_env(allow, environ)
+    env.update(
+        HOME=str(folder / "home"),
+        TMPDIR=str(folder / "tmp"),
+        XDG_CACHE_HOME=str(folder / "cache"),
+        PYTHONDONTWRITEBYTECODE="1",
+        ORCHARDIST_PHASE="scan",
+        ORCHARDIST_SCANNER=profile.name,
+    )
+    return env
 
 
 # -- trees ---------------------------------------------------------------------------------
@@ -477,7 +498,7 @@ def _remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _with_source(finding: Finding, tree: Path) -> Finding:
+def with_source(finding: Finding, tree: Path) -> Finding:
     """The finding with the normalized source of its lines, read from the tree."""
     if finding.start_line < 1:
         return finding

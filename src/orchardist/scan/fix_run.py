@@ -1,0 +1,172 @@
+"""Driving ``scan --fix``: the fix run, the scan of its branch, and what is fixed or open."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ..plan import Plan, load_plan
+from .engine import Scanner, ScanResult
+from .findings import level_rank
+from .fix import fix_folder, group_findings, verifiable_scanners, write_fix_plan
+from .profiles import ScannerProfile
+from .sarif import MergedFinding
+
+
+def fix_findings(
+    args: argparse.Namespace,
+    plan: Plan,
+    ws: Any,
+    scanner: Scanner,
+    profiles: Sequence[ScannerProfile],
+    before: ScanResult,
+) -> int:
+    """Run fix tasks for ``before``'s findings; report fixed and open; the exit code."""
+    from ..cli import _drive
+    from ..runs import create_run
+    from .cli import render
+
+    out = sys.stderr if args.json else sys.stdout
+    if before.failed:
+        for report in before.failed:
+            print(f"  {report.name}: FAILED: {report.error}", file=sys.stderr)
+        print("not fixing: a scanner failed, so the findings are incomplete", file=sys.stderr)
+        return 1
+    names = [p.name for p in profiles]
+    verifiable = verifiable_scanners(plan, names)
+    groups, unfixable = group_findings(before.merged, args.group, set(verifiable))
+    run_doc: dict[str, Any] = {"run": None, "tasks": {}}
+    after = before
+    if groups:
+        folder = fix_folder(ws.state_dir)
+        plan_path = write_fix_plan(
+            plan,
+            groups,
+            before.merged,
+            verifiable,
+            before.base_commit,
+            args.agent,
+            args.candidates,
+            folder,
+        )
+        fix_plan = load_plan(plan_path)
+        run = create_run(ws, fix_plan)
+        print(
+            f"fixing {len(before.merged) - len(unfixable)} finding(s) in {len(groups)} task(s): "
+            f"run {run.id}, plan {plan_path}",
+            file=out,
+        )
+        driven = argparse.Namespace(json=args.json, max_parallel=args.max_parallel)
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            _drive(ws, fix_plan, run, driven)
+        run = ws.resolve_run(run.id)
+        run_doc = {
+            "run": run.id,
+            "branch": run.branch,
+            "state": run.state.value,
+            "tasks": {t.task_id: t for t in ws.store.tasks(run.id)},
+        }
+        after = scanner.scan(profiles, f"refs/heads/{run.branch}", plan.run.workdir)
+    outcome = _outcome(before, after, groups, unfixable, run_doc)
+    if args.output is not None:
+        from .cli import _write
+
+        fmt = args.format or "sarif"
+        before_path = args.output.with_name(f"{args.output.stem}.before{args.output.suffix}")
+        _write(before_path, render(before, fmt, ws.repo.root))
+        _write(args.output, render(after, fmt, ws.repo.root))
+        outcome["before_log"], outcome["after_log"] = str(before_path), str(args.output)
+    failing = [f for f in outcome["open"] if level_rank(f["level"]) >= level_rank(args.fail_on)]
+    code = 1 if failing or after.failed or run_doc.get("state") not in (None, "done") else 0
+    outcome["exit_code"] = code
+    if args.json:
+        print(json.dumps(outcome, indent=2))
+    else:
+        _print_outcome(outcome)
+    return code
+
+
+def _outcome(
+    before: ScanResult,
+    after: ScanResult,
+    groups: Sequence[Any],
+    unfixable: Sequence[tuple[MergedFinding, str]],
+    run_doc: dict[str, Any],
+) -> dict[str, Any]:
+    """Which findings were fixed (and by which commit), which are open (and why)."""
+    task_of = {m.fingerprint: g.task_id for g in groups for m in g.findings}
+    why_not = {m.fingerprint: why for m, why in unfixable}
+    tasks = run_doc["tasks"]
+    remaining = {m.fingerprint for m in after.merged}
+    fixed = []
+    for m in before.merged:
+        if m.fingerprint in remaining:
+            continue
+        task = tasks.get(task_of.get(m.fingerprint, ""))
+        fixed.append(
+            {
+                **_brief(m),
+                "task": task_of.get(m.fingerprint),
+                "commit": task.commit if task is not None else None,
+            }
+        )
+    known = {m.fingerprint for m in before.merged}
+    still = []
+    for m in after.merged:
+        if m.fingerprint not in known:
+            why = "new: appeared after the fixes"
+        elif m.fingerprint in why_not:
+            why = why_not[m.fingerprint]
+        else:
+            task = tasks.get(task_of.get(m.fingerprint, ""))
+            if task is None:
+                why = "no fix task ran"
+            elif task.state.value == "done":
+                why = f"{task.task_id} landed but the finding is still reported"
+            else:
+                why = f"{task.task_id} {task.state.value}: {task.reason or 'no candidate passed'}"
+        still.append({**_brief(m), "task": task_of.get(m.fingerprint), "why": why})
+    return {
+        "run": run_doc.get("run"),
+        "branch": run_doc.get("branch"),
+        "state": run_doc.get("state"),
+        "before": len(before.merged),
+        "after": len(after.merged),
+        "fixed": fixed,
+        "open": still,
+    }
+
+
+def _brief(m: MergedFinding) -> dict[str, Any]:
+    f = m.finding
+    return {
+        "fingerprint": m.fingerprint,
+        "rule": f.rule,
+        "path": f.path,
+        "line": f.start_line,
+        "level": f.level,
+        "message": f.message,
+    }
+
+
+def _print_outcome(outcome: dict[str, Any]) -> None:
+    head = f"fix run {outcome['run']} ({outcome['state']})" if outcome["run"] else "nothing to fix"
+    print(
+        f"{head}: {len(outcome['fixed'])} of {outcome['before']} finding(s) fixed, "
+        f"{len(outcome['open'])} open"
+    )
+    for f in outcome["fixed"]:
+        commit = (f["commit"] or "")[:12]
+        print(f"  fixed  {f['path']}:{f['line']} {f['rule']}  by {f['task']} {commit}")
+    for f in outcome["open"]:
+        print(f"  open   {f['path']}:{f['line']} {f['rule']}  ({f['why']})")
+    for key in ("before_log", "after_log"):
+        if key in outcome:
+            print(f"  {key.replace('_', ' ')}: {outcome[key]}")
+
+
+__all__ = ["fix_findings"]
