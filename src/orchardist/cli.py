@@ -216,6 +216,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
     p.set_defaults(func=cmd_stats)
 
+    p = sub.add_parser(
+        "serve",
+        help="a live web dashboard of this repository's runs (needs the web extra)",
+        description="Serve the dashboard: runs, each run's task graph, timeline and tasks, each "
+        "task's logs and diffs, updated live from the event log; JSON under /api and Prometheus "
+        "metrics at /metrics. Binds 127.0.0.1 and prints the URL to open, with a token every "
+        "request needs (generated unless --token is given).",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks one)")
+    p.add_argument("--token", help="the access token (default: a random one)")
+    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
+    p.set_defaults(func=cmd_serve)
+
     p = sub.add_parser("logs", help="print the log of a task's attempts")
     p.add_argument("run", help="run id or a unique prefix")
     p.add_argument("task", help="task id")
@@ -888,3 +902,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     else:
         print(render(stats))
     return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``orchardist serve``."""
+    from .web.serve import serve
+
+    return serve(args.repo, args.host, args.port, args.token)

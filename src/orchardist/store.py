@@ -235,10 +235,23 @@ class Transaction:
 class Store:
     """The SQLite store. Safe to share between threads; each write is one transaction."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, read_only: bool = False) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        if read_only:  # readers (the dashboard) never create or change anything
+            try:
+                self._conn = sqlite3.connect(
+                    f"{self.path.resolve().as_uri()}?mode=ro",
+                    uri=True,
+                    timeout=30.0,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+                self._conn.execute("select 1 from runs limit 1")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot read the store at {self.path}: {exc}") from exc
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._conn = sqlite3.connect(
                 self.path, timeout=30.0, isolation_level=None, check_same_thread=False

@@ -1,0 +1,3 @@
+"""The dashboard: ``orchardist serve`` (needs the ``web`` extra: starlette and uvicorn)."""
+
+from __future__ import annotations

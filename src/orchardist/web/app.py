@@ -1,0 +1,386 @@
+"""The dashboard's ASGI app: pages, JSON, a live event stream and metrics, all read-only.
+
+Everything shown comes from the store and the event log (opened read-only), so the dashboard
+works for live runs, finished runs and runs whose orchestrator died. Every request needs the
+token (from ``?token=`` once, then an HttpOnly cookie, or an ``Authorization: Bearer`` header);
+the ``Host`` header must name the address the server was started on, which defeats DNS
+rebinding. Agents' output is hostile input: the pages only ever put it in as text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import (
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Route
+
+from ..errors import OrchardistError
+from ..gitrepo import Repo
+from ..records import Run
+from ..report import status_document
+from ..store import Store
+from .metrics import prometheus_text
+from .watch import StoreWatcher
+
+COOKIE = "orchardist_token"
+LOG_TAIL_BYTES = 256 * 1024
+DIFF_MAX_BYTES = 512 * 1024
+KEEPALIVE_S = 15.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the app serves and whom it lets in."""
+
+    repo_root: Path
+    store_path: Path
+    token: str
+    allowed_hosts: frozenset[str]  # "host:port" values the Host header may carry
+
+
+def _static(name: str) -> bytes:
+    return resources.files("orchardist.web").joinpath("static", name).read_bytes()
+
+
+class _Data:
+    """Read-side queries over the store and the repository."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._store: Store | None = None
+        self.repo = Repo(settings.repo_root)
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:  # a repository without runs yet has no store: open it late
+            self._store = Store(self.settings.store_path, read_only=True)
+        return self._store
+
+    def has_store(self) -> bool:
+        return self._store is not None or self.settings.store_path.exists()
+
+    def run(self, run_id: str) -> Run | None:
+        return self.store.run(run_id) if self.has_store() else None
+
+    def runs(self) -> list[dict[str, Any]]:
+        if not self.has_store():
+            return []
+        rows = []
+        for run in self.store.runs():
+            doc = status_document(self.store, run)
+            rows.append(
+                {
+                    "run": run.id,
+                    "state": run.state.value,
+                    "branch": run.branch,
+                    "plan": run.plan_path,
+                    "created_at": run.created_at,
+                    "finished_at": run.finished_at,
+                    "duration_s": (run.finished_at or time.time()) - run.created_at,
+                    "cost_usd": doc["totals"]["cost_usd"],
+                    "tasks": len(doc["tasks"]),
+                    "summary": doc["summary"],
+                }
+            )
+        return rows
+
+    def run_doc(self, run: Run) -> dict[str, Any]:
+        doc = status_document(self.store, run)
+        started = {(a.task_id, a.n): a for a in self.store.attempts(run.id)}
+        for task in doc["tasks"]:
+            for attempt in task["attempts"]:
+                record = started[(task["id"], attempt["n"])]
+                attempt["started_at"] = record.started_at
+                attempt["ended_at"] = record.ended_at
+                attempt.pop("log", None)
+        doc["graph"] = self._graph(run, [t["id"] for t in doc["tasks"]])
+        doc["last_seq"] = max((e.seq for e in self.store.events(run.id)), default=0)
+        return doc
+
+    def _graph(self, run: Run, task_ids: list[str]) -> dict[str, Any]:
+        """Dependencies and the critical path, from the run's plan if it still loads."""
+        from ..forecast import forecast
+        from ..plan import load_plan
+
+        try:
+            plan = load_plan(run.plan_path)
+        except (OrchardistError, OSError):
+            return {"edges": [], "critical_path": [], "from_plan": False}
+        known = set(task_ids)
+        edges = [
+            [dep, task.id] for task in plan.tasks for dep in task.depends_on if task.id in known
+        ]
+        return {
+            "edges": edges,
+            "critical_path": [t for t in forecast(plan).critical_path if t in known],
+            "from_plan": True,
+        }
+
+    def task_doc(self, run: Run, task_id: str) -> dict[str, Any] | None:
+        doc = status_document(self.store, run)
+        task: dict[str, Any] | None = next((t for t in doc["tasks"] if t["id"] == task_id), None)
+        if task is None:
+            return None
+        records = {a.n: a for a in self.store.attempts(run.id, task_id)}
+        for attempt in task["attempts"]:
+            record = records[attempt["n"]]
+            attempt["started_at"] = record.started_at
+            attempt["ended_at"] = record.ended_at
+            attempt["log_tail"] = _tail(attempt.pop("log", "") or "")
+            attempt["diff"] = self._diff(record.base_commit, record.patch_commit)
+        task["run"] = run.id
+        task["run_state"] = run.state.value
+        return task
+
+    def _diff(self, base: str, patch: str | None) -> str | None:
+        if not patch:
+            return None
+        try:
+            text = self.repo.git("diff", "--stat", "--patch", base, patch)
+        except OrchardistError as exc:
+            return f"(diff not available: {exc})"
+        if len(text) > DIFF_MAX_BYTES:
+            return text[:DIFF_MAX_BYTES] + "\n(diff cut here)\n"
+        return text
+
+
+def _tail(path: str) -> dict[str, Any]:
+    """The end of a log file, decoded leniently, and whether it was cut."""
+    if not path:
+        return {"text": "", "cut": False, "size": 0}
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - LOG_TAIL_BYTES))
+            data = f.read(LOG_TAIL_BYTES)
+    except OSError:
+        return {"text": "(log not available)", "cut": False, "size": 0}
+    return {"text": data.decode("utf-8", "replace"), "cut": size > LOG_TAIL_BYTES, "size": size}
+
+
+def _authorized(request: Request, token: str) -> bool:
+    given = request.cookies.get(COOKIE) or ""
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        given = header[7:].strip()
+    return hmac.compare_digest(given.encode(), token.encode())
+
+
+def create_app(settings: Settings) -> Starlette:
+    """The dashboard for one repository."""
+    data = _Data(settings)
+    watcher = StoreWatcher(settings.store_path.parent)
+
+    async def page(request: Request) -> Response:
+        return Response(_static("index.html"), media_type="text/html; charset=utf-8")
+
+    async def asset(request: Request) -> Response:
+        name = request.path_params["name"]
+        kinds = {"app.js": "text/javascript", "style.css": "text/css"}
+        if name not in kinds:
+            return PlainTextResponse("not found", status_code=404)
+        return Response(_static(name), media_type=f"{kinds[name]}; charset=utf-8")
+
+    async def api_runs(request: Request) -> Response:
+        return JSONResponse(await asyncio.to_thread(data.runs))
+
+    async def api_run(request: Request) -> Response:
+        run = await asyncio.to_thread(data.run, request.path_params["run"])
+        if run is None:
+            return JSONResponse({"error": "no such run"}, status_code=404)
+        return JSONResponse(await asyncio.to_thread(data.run_doc, run))
+
+    async def api_task(request: Request) -> Response:
+        run = await asyncio.to_thread(data.run, request.path_params["run"])
+        if run is None:
+            return JSONResponse({"error": "no such run"}, status_code=404)
+        task = await asyncio.to_thread(data.task_doc, run, request.path_params["task"])
+        if task is None:
+            return JSONResponse({"error": "no such task"}, status_code=404)
+        return JSONResponse(task)
+
+    async def api_events(request: Request) -> Response:
+        run = await asyncio.to_thread(data.run, request.path_params["run"])
+        if run is None:
+            return JSONResponse({"error": "no such run"}, status_code=404)
+        after = _last_event_id(request)
+        return StreamingResponse(
+            _event_stream(data.store, watcher, run.id, after, request.is_disconnected),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def api_log(request: Request) -> Response:
+        run = await asyncio.to_thread(data.run, request.path_params["run"])
+        task, n = request.path_params["task"], request.path_params["n"]
+        records = await asyncio.to_thread(data.store.attempts, run.id, task) if run else []
+        attempt = next((a for a in records if a.n == n), None)
+        if run is None or attempt is None or not attempt.log_path:
+            return JSONResponse({"error": "no such attempt"}, status_code=404)
+
+        def ended() -> bool:
+            return any(
+                a.n == n and a.ended_at is not None for a in data.store.attempts(run.id, task)
+            )
+
+        return StreamingResponse(
+            _log_stream(Path(attempt.log_path), ended, request.is_disconnected),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def metrics(request: Request) -> Response:
+        text = await asyncio.to_thread(prometheus_text, data.store if data.has_store() else None)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    async def guard(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        if request.headers.get("host", "") not in settings.allowed_hosts:
+            return PlainTextResponse("unknown host", status_code=400)
+        token = request.query_params.get("token")
+        if token is not None:
+            if not hmac.compare_digest(token.encode(), settings.token.encode()):
+                return PlainTextResponse("bad token", status_code=401)
+            # Taken from the URL once, then kept in a cookie scripts on the page cannot read.
+            response: Response = RedirectResponse(
+                str(request.url.remove_query_params("token")), 303
+            )
+            response.set_cookie(COOKIE, settings.token, httponly=True, samesite="strict")
+            return response
+        if not _authorized(request, settings.token):
+            return PlainTextResponse("token required: open the URL orchardist serve printed", 401)
+        return await call_next(request)
+
+    routes = [
+        Route("/", page),
+        Route("/runs/{run}", page),
+        Route("/runs/{run}/tasks/{task}", page),
+        Route("/static/{name}", asset),
+        Route("/api/runs", api_runs),
+        Route("/api/runs/{run}", api_run),
+        Route("/api/runs/{run}/tasks/{task}", api_task),
+        Route("/api/runs/{run}/events", api_events),
+        Route("/api/runs/{run}/tasks/{task}/attempts/{n:int}/log", api_log),
+        Route("/metrics", metrics),
+    ]
+
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await watcher.start()
+        try:
+            yield
+        finally:
+            watcher.stop()
+
+    from contextlib import asynccontextmanager
+
+    from starlette.middleware import Middleware
+    from starlette.middleware.base import BaseHTTPMiddleware
+
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)],
+        lifespan=asynccontextmanager(lifespan),
+    )
+
+
+def _last_event_id(request: Request) -> int:
+    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        return 0
+
+
+async def _event_stream(
+    store: Store,
+    watcher: StoreWatcher,
+    run_id: str,
+    after: int,
+    disconnected: Callable[[], Awaitable[bool]],
+) -> AsyncIterator[str]:
+    """Server-sent events: every event with ``seq > after``, then each new one as it lands."""
+    yield "retry: 1000\n\n"
+    seen = watcher.generation
+    while True:
+        events = await asyncio.to_thread(store.events, run_id, after)
+        for event in events:
+            payload = {
+                "seq": event.seq,
+                "ts": event.ts,
+                "kind": event.kind,
+                "task": event.task_id,
+                "attempt": event.attempt,
+                "data": dict(event.data),
+            }
+            yield f"id: {event.seq}\nevent: {event.kind}\ndata: {json.dumps(payload)}\n\n"
+            after = event.seq
+        if await disconnected():
+            return
+        newer = await watcher.wait_newer(seen, KEEPALIVE_S)
+        if newer == seen:
+            yield ": keep-alive\n\n"
+        seen = newer
+
+
+async def _log_stream(
+    path: Path, ended: Callable[[], bool], disconnected: Callable[[], Awaitable[bool]]
+) -> AsyncIterator[str]:
+    """A log's tail, then every byte appended to it, until its attempt has ended."""
+    watcher = StoreWatcher(path.parent)
+    await watcher.start()
+    try:
+        offset = max(0, _size(path) - LOG_TAIL_BYTES)
+        seen = watcher.generation
+        while True:
+            chunk, offset = await asyncio.to_thread(_read_from, path, offset)
+            if chunk:
+                yield f"data: {json.dumps(chunk)}\n\n"
+            if await asyncio.to_thread(ended):
+                chunk, offset = await asyncio.to_thread(_read_from, path, offset)
+                if chunk:
+                    yield f"data: {json.dumps(chunk)}\n\n"
+                yield "event: end\ndata: {}\n\n"
+                return
+            if await disconnected():
+                return
+            newer = await watcher.wait_newer(seen, KEEPALIVE_S)
+            if newer == seen:
+                yield ": keep-alive\n\n"
+            seen = newer
+    finally:
+        watcher.stop()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _read_from(path: Path, offset: int) -> tuple[str, int]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(LOG_TAIL_BYTES)
+    except OSError:
+        return "", offset
+    return data.decode("utf-8", "replace"), offset + len(data)

@@ -1,0 +1,58 @@
+"""A real ``orchardist serve`` process on 127.0.0.1 for the dashboard's tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    base: str  # http://127.0.0.1:PORT
+    token: str
+    proc: subprocess.Popen[str]
+
+    def client(self, auth: bool = True) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.token}"} if auth else {}
+        return httpx.Client(base_url=self.base, headers=headers, timeout=30.0)
+
+
+@contextmanager
+def serving(repo: Path, *args: str) -> Iterator[Dashboard]:
+    """Start the dashboard of ``repo`` on a free port; stop it (and check it stops) after."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchardist", "serve", "--port", "0", "-C", str(repo), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = ""
+        for line in proc.stdout:  # blocks until the server printed its URL (or died)
+            if line.startswith("open "):
+                url = line.split()[1]
+                break
+        assert url, proc.stderr.read() if proc.stderr else "no URL printed"
+        base, _, token = url.partition("/?token=")
+        yield Dashboard(base, token, proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()

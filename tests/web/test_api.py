@@ -1,0 +1,209 @@
+"""The dashboard's HTTP side through a real ``orchardist serve``: auth, JSON, SSE, metrics."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from orchardist.scheduler import Scheduler
+from support import Finished, write_plan
+from web.dashboard import serving
+
+RunPlan = Callable[..., Finished]
+
+PLAN = """
+[run]
+verify = "none"
+
+[agents.fake]
+kind = "scripted"
+[agents.fake.script]
+base = {{ write = {{ "base.txt" = "b\\n" }}, print = "<script>alert(1)</script> made base" }}
+left = {{ write = {{ "left.txt" = "l\\n" }} }}
+right = {{ write = {{ "right.txt" = "r\\n" }} }}
+top = {{ {top} }}
+
+[[task]]
+id = "base"
+agent = "fake"
+
+[[task]]
+id = "left"
+agent = "fake"
+depends_on = ["base"]
+
+[[task]]
+id = "right"
+agent = "fake"
+depends_on = ["base"]
+
+[[task]]
+id = "top"
+agent = "fake"
+depends_on = ["left", "right"]
+"""
+
+
+def finished_plan(repo: Path) -> Path:
+    return write_plan(repo, PLAN.format(top='write = { "top.txt" = "t\\n" }'))
+
+
+def sse_events(response: httpx.Response, until_seq: int) -> list[dict[str, object]]:
+    """Read server-sent events until the one with ``until_seq`` arrived."""
+    out: list[dict[str, object]] = []
+    ident = None
+    for line in response.iter_lines():
+        if line.startswith("id: "):
+            ident = int(line[4:])
+        elif line.startswith("data: ") and ident is not None:
+            payload = json.loads(line[6:])
+            assert payload["seq"] == ident
+            out.append(payload)
+            if ident >= until_seq:
+                break
+    return out
+
+
+def test_every_request_needs_the_token_and_a_known_host(repo: Path, run_plan: RunPlan) -> None:
+    run_plan(finished_plan(repo))
+    with serving(repo) as dash:
+        with dash.client(auth=False) as anon:
+            # Given no token: the page, the API and the metrics are refused
+            for path in ("/", "/api/runs", "/metrics", "/static/app.js"):
+                assert anon.get(path).status_code == 401, path
+            # a wrong token in the URL too
+            assert anon.get("/?token=wrong").status_code == 401
+            # the right one is taken from the URL once and kept in an HttpOnly cookie
+            first = anon.get(f"/?token={dash.token}")
+            assert first.status_code == 303 and first.headers["location"].endswith("/")
+            cookie = first.headers["set-cookie"].lower()
+            assert "httponly" in cookie and "samesite=strict" in cookie
+            assert anon.get("/api/runs").status_code == 200  # the client kept the cookie
+        with dash.client() as client:
+            # a Host header that is not the server's address (DNS rebinding) is refused
+            assert client.get("/api/runs", headers={"Host": "evil.example:80"}).status_code == 400
+
+
+def test_the_api_serves_runs_tasks_logs_diffs_and_the_graph(repo: Path, run_plan: RunPlan) -> None:
+    done = run_plan(finished_plan(repo))
+    with serving(repo) as dash, dash.client() as client:
+        (row,) = client.get("/api/runs").json()
+        assert (row["run"], row["state"], row["tasks"]) == (done.run.id, "done", 4)
+
+        doc = client.get(f"/api/runs/{done.run.id}").json()
+        assert [t["id"] for t in doc["tasks"]] == ["base", "left", "right", "top"]
+        assert sorted(map(tuple, doc["graph"]["edges"])) == [
+            ("base", "left"),
+            ("base", "right"),
+            ("left", "top"),
+            ("right", "top"),
+        ]
+        assert doc["graph"]["critical_path"][0] == "base"
+        assert doc["graph"]["critical_path"][-1] == "top"
+        assert all(a["started_at"] <= a["ended_at"] for t in doc["tasks"] for a in t["attempts"])
+
+        task = client.get(f"/api/runs/{done.run.id}/tasks/base").json()
+        (attempt,) = task["attempts"]
+        assert "<script>alert(1)</script> made base" in attempt["log_tail"]["text"]
+        assert "+b" in attempt["diff"] and "base.txt" in attempt["diff"]
+
+        assert client.get("/api/runs/nope").status_code == 404
+        assert client.get(f"/api/runs/{done.run.id}/tasks/nope").status_code == 404
+
+
+def test_the_event_stream_resumes_after_the_last_event_id(repo: Path, run_plan: RunPlan) -> None:
+    done = run_plan(finished_plan(repo))
+    seqs = [e.seq for e in done.ws.store.events(done.run.id)]
+    resume_after = seqs[len(seqs) // 2]
+    with serving(repo) as dash, dash.client() as client:
+        url = f"/api/runs/{done.run.id}/events"
+        with client.stream("GET", url, headers={"Last-Event-ID": str(resume_after)}) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            got = sse_events(response, seqs[-1])
+    # Then: exactly the events after the one it had, in order
+    assert [e["seq"] for e in got] == [s for s in seqs if s > resume_after]
+
+
+def test_the_event_stream_delivers_events_as_they_happen(
+    repo: Path, run_plan: RunPlan, tmp_path: Path
+) -> None:
+    # Given: a run whose last task waits for a file the test creates once it sees it start
+    gate = tmp_path / "go"
+    run_plan(finished_plan(repo))  # a store exists before the dashboard starts
+    gated = f"until [ -e {gate} ]; do sleep 0.01; done; echo t > top.txt"
+    plan = write_plan(
+        repo,
+        PLAN.format(top='write = { "top.txt" = "t\\n" }').replace(
+            'id = "top"\nagent = "fake"', 'id = "top"\nagent = "gated"'
+        )
+        + f'\n[agents.gated]\nkind = "shell"\ncommand = {json.dumps(gated)}\n',
+    )
+    started = threading.Event()
+    ids: list[str] = []
+    box: list[Finished] = []
+
+    def on_scheduler(scheduler: Scheduler) -> None:
+        ids.append(scheduler.run_id)
+        started.set()
+
+    runner = threading.Thread(target=lambda: box.append(run_plan(plan, on_scheduler=on_scheduler)))
+    seen: list[dict[str, object]] = []
+    with serving(repo) as dash, dash.client() as client:
+        runner.start()
+        try:
+            assert started.wait(60)
+            with client.stream("GET", f"/api/runs/{ids[0]}/events") as response:
+                for line in response.iter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    event = json.loads(line[6:])
+                    seen.append(event)
+                    if event["kind"] == "attempt" and event["task"] == "top":
+                        gate.touch()  # the last task runs: let it finish
+                    if event["kind"] == "run" and event["data"].get("state") == "done":
+                        break
+        finally:
+            gate.touch()
+            runner.join(timeout=120)
+    # Then: the stream carried the run to its end, the last task's merge included
+    assert any(e["kind"] == "merge" and e["task"] == "top" for e in seen)
+    assert box and box[0].state.value == "done"
+
+
+def test_metrics_speak_the_prometheus_text_format(repo: Path, run_plan: RunPlan) -> None:
+    run_plan(finished_plan(repo))
+    with serving(repo) as dash, dash.client() as client:
+        response = client.get("/metrics")
+    assert response.headers["content-type"].startswith("text/plain")
+    lines = response.text.splitlines()
+    assert 'orchardist_runs{state="done"} 1' in lines
+    assert 'orchardist_tasks{state="done"} 4' in lines
+    assert 'orchardist_attempts{agent="fake",state="merged"} 4' in lines
+    assert 'orchardist_attempt_duration_seconds_count{agent="fake"} 4' in lines
+    assert "# TYPE orchardist_attempt_duration_seconds histogram" in lines
+
+
+def test_serving_another_address_needs_an_explicit_token(repo: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "orchardist", "serve", "--host", "0.0.0.0", "-C", str(repo)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "--token" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_repository_without_runs_serves_an_empty_list(repo: Path) -> None:
+    with serving(repo) as dash, dash.client() as client:
+        assert client.get("/api/runs").json() == []
+    assert not (repo / ".git" / "orchardist" / "state.db").exists()
+
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
