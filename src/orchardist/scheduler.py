@@ -326,6 +326,12 @@ class Scheduler:
             return fallback
         return name
 
+    def _log_path(self, job: Job) -> str:
+        """Where the executor will write the job's output, if it says in advance (so that a
+        running attempt's log can be followed)."""
+        where = getattr(self.executor, "log_path", None)
+        return str(where(job.run_id, job.id)) if callable(where) else ""
+
     def _start_attempt(self, spec: TaskSpec, candidate: int) -> None:
         self.attempts[spec.id] += 1
         n = self.attempts[spec.id]
@@ -364,6 +370,7 @@ class Scheduler:
             base_commit=self.tip,
             started_at=now,
             marker=job.marker,
+            log_path=self._log_path(job),
         )
         with self._tx() as tx:
             tx.add_attempt(record)

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import pytest
 
 from orchardist.scheduler import Scheduler
 from support import Finished, write_plan
@@ -204,6 +203,3 @@ def test_a_repository_without_runs_serves_an_empty_list(repo: Path) -> None:
     with serving(repo) as dash, dash.client() as client:
         assert client.get("/api/runs").json() == []
     assert not (repo / ".git" / "orchardist" / "state.db").exists()
-
-
-pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")

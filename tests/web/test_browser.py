@@ -1,0 +1,166 @@
+"""The dashboard in a real browser (Debian's Chromium driven by Playwright) on a live run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchardist.scheduler import Scheduler
+from support import Finished, write_plan
+from web.dashboard import serving
+
+RunPlan = Callable[..., Finished]
+WAIT_MS = 60_000  # a loaded 2-core machine: conditions normally hold within a second
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless Chromium, or a skip saying what is missing (a failure in CI)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    missing = [
+        name
+        for name, ok in (("playwright", sync_playwright is not None), ("chromium", CHROMIUM))
+        if not ok
+    ]
+    if missing:
+        message = f"browser tests need {' and '.join(missing)} (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    assert sync_playwright is not None
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+PLAN = """
+[run]
+verify = "none"
+max_parallel = 2
+
+[agents.fake]
+kind = "scripted"
+[agents.fake.script]
+base = {{ write = {{ "base.txt" = "b\\n" }}, print = "<script>window.pwned = 1</script>" }}
+left = {{ write = {{ "left.txt" = "l\\n" }} }}
+right = {{ write = {{ "right.txt" = "r\\n" }} }}
+
+[agents.gated]
+kind = "shell"
+command = {gated}
+
+[[task]]
+id = "base"
+agent = "fake"
+
+[[task]]
+id = "left"
+agent = "fake"
+depends_on = ["base"]
+
+[[task]]
+id = "right"
+agent = "fake"
+depends_on = ["base"]
+
+[[task]]
+id = "top"
+agent = "gated"
+depends_on = ["left", "right"]
+"""
+
+
+def test_a_live_run_in_the_browser(
+    repo: Path, run_plan: RunPlan, browser: Any, tmp_path: Path
+) -> None:
+    shots = Path(os.environ.get("ORCHARDIST_SCREENSHOTS", tmp_path))  # test artifacts
+    # Given: a run whose last task prints a line, waits, prints another, waits, then finishes
+    one, two = tmp_path / "one", tmp_path / "two"
+    gated = (
+        f"echo first line; until [ -e {one} ]; do sleep 0.01; done; echo second line; "
+        f"until [ -e {two} ]; do sleep 0.01; done; echo t > top.txt"
+    )
+    plan = write_plan(repo, PLAN.format(gated=json.dumps(gated)))
+    started = threading.Event()
+    ids: list[str] = []
+
+    def on_scheduler(scheduler: Scheduler) -> None:
+        ids.append(scheduler.run_id)
+        started.set()
+
+    box: list[Finished] = []
+    runner = threading.Thread(target=lambda: box.append(run_plan(plan, on_scheduler=on_scheduler)))
+    runner.start()
+    try:
+        assert started.wait(60)
+        with serving(repo) as dash:
+            context = browser.new_context()  # pages of one context share the cookie
+            page = context.new_page()
+            page.set_default_timeout(WAIT_MS)
+            page.goto(f"{dash.base}/?token={dash.token}")  # the cookie is set from here on
+            page.goto(f"{dash.base}/runs/{ids[0]}")
+            page.evaluate("window.loadedOnce = 'yes'")
+
+            # Then: the graph has one node per task; the last task shows running, live
+            page.wait_for_function("document.querySelectorAll('#graph g.node').length === 4")
+            page.wait_for_selector('#graph g.node[data-task="top"][data-state="running"]')
+
+            # the task page tails the running attempt's log as it grows
+            task_page = context.new_page()
+            task_page.set_default_timeout(WAIT_MS)
+            task_page.goto(f"{dash.base}/runs/{ids[0]}/tasks/top")
+            task_page.evaluate("window.loadedOnce = 'yes'")
+            task_page.wait_for_function(
+                "document.querySelector('pre.log')?.textContent.includes('first line')"
+            )
+            one.touch()
+            task_page.wait_for_function(
+                "document.querySelector('pre.log')?.textContent.includes('second line')"
+            )
+            assert task_page.evaluate("window.loadedOnce") == "yes"  # no reload
+            task_page.screenshot(path=str(shots / "task-page-running.png"), full_page=True)
+
+            # the run page turns the task done without a reload; one Gantt bar per attempt
+            two.touch()
+            page.wait_for_selector('#graph g.node[data-task="top"][data-state="done"]')
+            page.wait_for_function("document.querySelectorAll('#gantt g.bar').length === 4")
+            assert page.evaluate("window.loadedOnce") == "yes"
+            assert page.locator("#graph g.node.critical").count() >= 3
+            page.screenshot(path=str(shots / "run-page.png"), full_page=True)
+
+            # a diff shows, and an agent's <script> in a log is shown as text, never run
+            base = context.new_page()
+            base.set_default_timeout(WAIT_MS)
+            base.goto(f"{dash.base}/runs/{ids[0]}/tasks/base")
+            base.wait_for_selector("pre.diff")
+            assert "base.txt" in base.locator("pre.diff").inner_text()
+            assert "<script>window.pwned = 1</script>" in base.locator("pre.log").inner_text()
+            assert base.evaluate("window.pwned") is None
+            assert base.locator("main script").count() == 0
+            base.screenshot(path=str(shots / "task-page.png"), full_page=True)
+
+            # without the token (a fresh browser context has no cookie): 401
+            anonymous = browser.new_context()
+            response = anonymous.new_page().goto(f"{dash.base}/runs/{ids[0]}")
+            assert response is not None and response.status == 401
+            anonymous.close()
+    finally:
+        one.touch()
+        two.touch()
+        runner.join(timeout=120)
+    assert box and box[0].state.value == "done"
