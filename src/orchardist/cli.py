@@ -32,6 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``orchardist`` console script."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
     if not hasattr(args, "func"):
         parser.print_help()
         return EXIT_USAGE
@@ -66,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
         "130 interrupted. State lives under $(git rev-parse --git-common-dir)/orchardist.",
     )
     parser.add_argument("--version", action="version", version=f"orchardist {__version__}")
+    _output_args(parser, argparse.SUPPRESS)
+    parser.set_defaults(quiet=False, verbose=0, no_color=False)
     sub = parser.add_subparsers(metavar="COMMAND")
 
     p = sub.add_parser(
@@ -272,7 +278,39 @@ def _parser() -> argparse.ArgumentParser:
     from .scan.cli import add_parser as add_scan_parser
 
     add_scan_parser(sub, _positive)
+
+    p = sub.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="Print a completion script: `source <(orchardist completion bash)` in "
+        "~/.bashrc, `source <(orchardist completion zsh)` in ~/.zshrc (after compinit), "
+        "`orchardist completion fish | source` in ~/.config/fish/config.fish.",
+    )
+    p.add_argument("shell", choices=("bash", "zsh", "fish"))
+    p.set_defaults(func=cmd_completion)
+
+    for command in sub.choices.values():  # the output options work after the command too
+        _output_args(command, argparse.SUPPRESS)
     return parser
+
+
+def _output_args(p: argparse.ArgumentParser, default: Any) -> None:
+    p.add_argument(
+        "-q", "--quiet", action="store_true", default=default, help="no progress; a short summary"
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=default,
+        help="every event with its details, and debug logging on stderr",
+    )
+    p.add_argument(
+        "--no-color",
+        action="store_true",
+        default=default,
+        help="no colours (also when NO_COLOR is set)",
+    )
 
 
 def _selection_args(p: argparse.ArgumentParser) -> None:
@@ -449,7 +487,9 @@ def _drive(
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        _print_summary(doc)
+        _print_summary(doc, quiet=args.quiet)
+        if not args.quiet:
+            _print_next(doc)
     codes = {RunState.DONE: EXIT_OK, RunState.INTERRUPTED: EXIT_INTERRUPTED}
     return codes.get(state, EXIT_FAILED)
 
@@ -498,7 +538,7 @@ def _execute(
     from .runs import execute, reconcile
 
     hooks = _progress_hooks(
-        plan, args.json, f"run {run.id} → branch {run.branch}  ({_sandbox_note(plan)})"
+        plan, args, f"run {run.id} → branch {run.branch}  ({_sandbox_note(plan)})"
     )
     try:
         if resuming:
@@ -764,6 +804,14 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    """``orchardist completion bash|zsh|fish``."""
+    from .completion import script
+
+    sys.stdout.write(script(_parser(), args.shell))
+    return EXIT_OK
+
+
 def cmd_graph(args: argparse.Namespace) -> int:
     """``orchardist graph PLAN``."""
     return _print_forecast(load_plan(args.plan), args)
@@ -796,19 +844,44 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _progress_hooks(plan: Any, json_mode: bool, header: str) -> Hooks:
+def _progress_hooks(plan: Any, args: argparse.Namespace, header: str) -> Hooks:
     from .display import LiveTable, PlainLines
 
     hooks: list[Hook]
-    if not json_mode and sys.stdout.isatty():
+    if args.quiet:
+        hooks = []
+    elif not args.json and sys.stdout.isatty():
         from rich.console import Console
 
-        hooks = [LiveTable(plan, Console(), header)]
+        # NO_COLOR in the environment is honoured by rich itself; --no-color is passed here and
+        # never put into the environment, which agents inherit.
+        hooks = [LiveTable(plan, Console(no_color=args.no_color or None), header)]
     else:
-        stream = sys.stderr if json_mode else sys.stdout
+        stream = sys.stderr if args.json else sys.stdout
         print(header, file=stream, flush=True)
-        hooks = [PlainLines(stream)]
+        hooks = [PlainLines(stream, verbose=args.verbose > 0)]
     return Hooks(hooks)
+
+
+def _print_next(doc: dict[str, Any]) -> None:
+    """The commands worth trying next, after a run's summary."""
+    run = doc["run"]
+    states = {t["id"]: t["state"] for t in doc["tasks"]}
+    failed = [t for t, s in states.items() if s == "failed"]
+    lines = []
+    if failed:
+        lines.append(f"orchardist logs {run} {failed[0]}")
+        lines.append(f"orchardist show {run} {failed[0]} --attempt 1")
+    if doc["state"] in ("failed", "cancelled"):
+        lines.append(f"orchardist retry {run}")
+    elif doc["state"] in ("interrupted", "stopped", "running"):
+        lines.append(f"orchardist resume {run}")
+    if any(s == "done" for s in states.values()):
+        lines.append(f"git log --oneline {doc['base'][:12]}..{doc['branch']}")
+    lines.append(f"orchardist status {run}")
+    print("next:")
+    for line in lines:
+        print(f"  {line}")
 
 
 def _on_signals(stop: Callable[[], object], cancel: Callable[[], object]) -> Callable[[], None]:
@@ -843,9 +916,11 @@ def _spent(usage: dict[str, Any]) -> str:
     return text
 
 
-def _print_summary(doc: dict[str, Any], attempts: bool = False) -> None:
+def _print_summary(doc: dict[str, Any], attempts: bool = False, quiet: bool = False) -> None:
     print(f"run {doc['run']}: {doc['state']}  branch {doc['branch']}")
     for task in doc["tasks"]:
+        if quiet and task["state"] in ("done", "skipped"):
+            continue
         line = f"  {task['id']:<20} {task['state']:<10}"
         if task["commit"]:
             line += f" {task['commit'][:12]}"

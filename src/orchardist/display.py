@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import IO, Any
 
@@ -35,13 +36,17 @@ _TERMINAL = {state.value for state in TaskState if state.terminal}
 class PlainLines(Hook):
     """One line per event, with the time: for pipes, CI logs and ``--json`` runs (on stderr)."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], verbose: bool = False) -> None:
         self.stream = stream
+        self.verbose = verbose  # each event's data too
 
     def on_event(self, event: Event) -> None:
         """Print the event."""
         stamp = time.strftime("%H:%M:%S", time.localtime(event.ts))
-        print(f"{stamp} {describe(event)}", file=self.stream, flush=True)
+        line = f"{stamp} {describe(event)}"
+        if self.verbose and event.data:
+            line += "  " + json.dumps(dict(event.data), default=str, sort_keys=True)
+        print(line, file=self.stream, flush=True)
 
 
 class LiveTable(Hook):

@@ -1,0 +1,203 @@
+"""Shell completion scripts for bash, zsh and fish, generated from the argument parser.
+
+``orchardist completion bash`` prints a script to ``source``; commands, their options, the
+choices of options that have them, and file names where a command takes a plan file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+
+SHELLS = ("bash", "zsh", "fish")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a command."""
+
+    flags: tuple[str, ...]
+    help: str
+    takes_value: bool
+    choices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its options and whether its positional arguments are files."""
+
+    name: str
+    help: str
+    options: tuple[Option, ...]
+    files: bool
+
+
+def commands(parser: argparse.ArgumentParser) -> tuple[list[Option], list[Command]]:
+    """The parser's global options and its subcommands."""
+    found: list[Command] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                positional = [a for a in sub._actions if not a.option_strings]
+                files = any(a.dest == "plan" for a in positional)
+                found.append(Command(name, helps.get(name, ""), tuple(_options(sub)), files))
+    return _options(parser), found
+
+
+def _options(parser: argparse.ArgumentParser) -> list[Option]:
+    result = []
+    for action in parser._actions:
+        if not action.option_strings or action.help == argparse.SUPPRESS:
+            continue
+        choices = tuple(str(c) for c in action.choices) if action.choices else ()
+        result.append(
+            Option(tuple(action.option_strings), action.help or "", action.nargs != 0, choices)
+        )
+    return result
+
+
+def script(parser: argparse.ArgumentParser, shell: str) -> str:
+    """The completion script for ``shell``."""
+    top, cmds = commands(parser)
+    return {"bash": _bash, "zsh": _zsh, "fish": _fish}[shell](top, cmds)
+
+
+def _short(text: str) -> str:
+    """A help text fit for any shell's description field: one line, no quoting trouble."""
+    text = re.sub(r"[\[\]'\"`:\\$]", "", text.split(". ")[0]).strip()
+    return re.sub(r"\s+", " ", text)[:70]
+
+
+def _bash(top: list[Option], cmds: list[Command]) -> str:
+    names = " ".join(c.name for c in cmds)
+    globals_ = " ".join(f for o in top for f in o.flags)
+    cases = []
+    for c in cmds:
+        flags = " ".join(f for o in c.options for f in o.flags)
+        choice_cases = "".join(
+            f'                {"|".join(o.flags)}) COMPREPLY=($(compgen -W "{" ".join(o.choices)}" '
+            f'-- "$cur")); return ;;\n'
+            for o in c.options
+            if o.choices
+        )
+        value_flags = "|".join(
+            f for o in c.options if o.takes_value and not o.choices for f in o.flags
+        )
+        value_case = f"                {value_flags}) return ;;\n" if value_flags else ""
+        cases.append(
+            f"        {c.name})\n"
+            f'            case "$prev" in\n{choice_cases}{value_case}            esac\n'
+            f'            opts="{flags}"; files={int(c.files)} ;;\n'
+        )
+    return f"""# bash completion for orchardist: source <(orchardist completion bash)
+_orchardist() {{
+    local cur prev cmd i opts files
+    cur="${{COMP_WORDS[COMP_CWORD]}}"
+    prev="${{COMP_WORDS[COMP_CWORD-1]}}"
+    cmd=""
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${{COMP_WORDS[i]}}" in
+            -*) ;;
+            *) cmd="${{COMP_WORDS[i]}}"; break ;;
+        esac
+    done
+    COMPREPLY=()
+    case "$cmd" in
+        "")
+            COMPREPLY=($(compgen -W "{names} {globals_}" -- "$cur"))
+            return ;;
+{"".join(cases)}        *) return ;;
+    esac
+    if [[ "$cur" == -* ]]; then
+        COMPREPLY=($(compgen -W "$opts" -- "$cur"))
+    elif [[ "$files" == 1 ]]; then
+        COMPREPLY=($(compgen -f -- "$cur"))
+    fi
+}}
+complete -o filenames -F _orchardist orchardist
+"""
+
+
+def _zsh_spec(o: Option) -> str:
+    flags = o.flags
+    help_ = _short(o.help)
+    value = ""
+    if o.choices:
+        value = f":value:({' '.join(o.choices)})"
+    elif o.takes_value:
+        value = ":value:"
+    if len(flags) == 1:
+        return f"'{flags[0]}[{help_}]{value}'"
+    return f"'({' '.join(flags)})'{{{','.join(flags)}}}'[{help_}]{value}'"
+
+
+def _zsh(top: list[Option], cmds: list[Command]) -> str:
+    described = "\n".join(f"        '{c.name}:{_short(c.help)}'" for c in cmds)
+    cases = []
+    for c in cmds:
+        specs = " ".join(_zsh_spec(o) for o in c.options)
+        rest = "'*:file:_files'" if c.files else "'*: :'"
+        cases.append(f"        {c.name}) _arguments {specs} {rest} ;;\n")
+    globals_ = " ".join(_zsh_spec(o) for o in top)
+    return f"""#compdef orchardist
+# zsh completion for orchardist: source <(orchardist completion zsh), after compinit
+_orchardist() {{
+    local -a commands
+    commands=(
+{described}
+    )
+    local i cmd=""
+    for ((i = 2; i < CURRENT; i++)); do
+        if [[ "$words[i]" != -* ]]; then cmd="$words[i]"; break; fi
+    done
+    if [[ -z "$cmd" ]]; then
+        _arguments {globals_} '*:: :->cmd'
+        _describe 'command' commands
+        return
+    fi
+    case "$cmd" in
+{"".join(cases)}    esac
+}}
+if (( $+functions[compdef] )); then
+    compdef _orchardist orchardist
+fi
+"""
+
+
+def _fish(top: list[Option], cmds: list[Command]) -> str:
+    lines = [
+        "# fish completion for orchardist: orchardist completion fish | source",
+        "complete -c orchardist -f",
+    ]
+    for o in top:
+        lines.append(f"complete -c orchardist -n __fish_use_subcommand {_fish_flags(o)}")
+    for c in cmds:
+        lines.append(
+            f"complete -c orchardist -n __fish_use_subcommand -a {c.name} -d '{_short(c.help)}'"
+        )
+    for c in cmds:
+        seen = f"-n '__fish_seen_subcommand_from {c.name}'"
+        if c.files:
+            lines.append(f"complete -c orchardist {seen} -F")
+        for o in c.options:
+            lines.append(f"complete -c orchardist {seen} {_fish_flags(o)}")
+    return "\n".join(lines) + "\n"
+
+
+def _fish_flags(o: Option) -> str:
+    parts = []
+    for flag in o.flags:
+        if flag.startswith("--"):
+            parts.append(f"-l {flag[2:]}")
+        elif len(flag) == 2:
+            parts.append(f"-s {flag[1]}")
+        else:
+            parts.append(f"-o {flag[1:]}")
+    if o.choices:
+        parts.append(f"-xa '{' '.join(o.choices)}'")
+    elif o.takes_value:
+        parts.append("-r")
+    parts.append(f"-d '{_short(o.help)}'")
+    return " ".join(parts)
