@@ -236,6 +236,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
     p.set_defaults(func=cmd_serve)
 
+    p = sub.add_parser(
+        "plan",
+        help="have an agent write a plan from a spec; validated, corrected, then shown",
+        description="A planner agent reads SPEC and a copy of the repository's HEAD and writes a "
+        "plan to $ORCHARDIST_PLAN_FILE. orchardist validates it as `validate` would at the "
+        "output path; while it has problems (at most --rounds rounds) they are sent back to the "
+        "agent. The valid plan is written, and its graph and critical path printed. Agent "
+        "profiles come from .orchardist.toml at the repository root, then "
+        "~/.config/orchardist/config.toml ([agents.NAME] tables as in plans).",
+    )
+    p.add_argument("spec", type=Path, help="the specification (Markdown or text)")
+    p.add_argument("--agent", required=True, help="the planner's agent profile")
+    p.add_argument("-o", dest="out", type=Path, default=Path("plan.toml"), help="plan to write")
+    p.add_argument("--rounds", type=int, default=3, help="validation rounds at most (default 3)")
+    p.add_argument("--run", action="store_true", help="run the plan once it is valid")
+    p.add_argument("--yes", action="store_true", help="with --run: do not ask first")
+    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
+    p.set_defaults(func=cmd_plan)
+
     p = sub.add_parser("logs", help="print the log of a task's attempts")
     p.add_argument("run", help="run id or a unique prefix")
     p.add_argument("task", help="task id")
@@ -984,3 +1003,55 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .web.serve import serve
 
     return serve(args.repo, args.host, args.port, args.token)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``orchardist plan SPEC --agent P``."""
+    import time
+
+    from .forecast import forecast, render
+    from .gitrepo import Repo, find_toplevel
+    from .planner import config_files, load_profiles, make_plan
+
+    root = find_toplevel(args.repo)
+    if root is None:
+        raise UsageError(f"{args.repo} is not inside a git repository")
+    if args.rounds < 1:
+        raise UsageError("--rounds must be at least 1")
+    if args.run and not args.yes and not sys.stdin.isatty():
+        raise UsageError("--run without a terminal needs --yes")
+    profiles, profiles_toml = load_profiles(root)
+    if args.agent not in profiles:
+        where = ", ".join(str(p) for p in config_files(root)) or f"{root / '.orchardist.toml'}"
+        known = ", ".join(sorted(profiles)) or "none"
+        raise UsageError(f"no agent profile {args.agent!r} in {where} (profiles: {known})")
+    log_dir = Repo(root).common_dir / "orchardist" / "plans" / time.strftime("%Y%m%d-%H%M%S")
+
+    def shown(r: Any) -> None:
+        verdict = "valid" if not r.problems else f"{len(r.problems)} problem(s)"
+        print(f"round {r.n}: {verdict}  (log {r.log})", file=sys.stderr)
+        for problem in r.problems:
+            print(f"  {problem}", file=sys.stderr)
+
+    planned = make_plan(
+        root, args.spec, profiles[args.agent], args.out, profiles_toml, log_dir, args.rounds, shown
+    )
+    if planned.plan is None:
+        print(
+            f"error: no valid plan after {len(planned.rounds)} round(s); see the problems above",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    print(f"wrote {args.out} ({len(planned.plan.tasks)} tasks, round {len(planned.rounds)})")
+    print(render(forecast(planned.plan)))
+    if not args.run:
+        print(f"next: orchardist run {args.out}")
+        return EXIT_OK
+    if not args.yes:
+        try:
+            answer = input(f"run {args.out} now? [y/N] ").strip().lower()
+        except EOFError:
+            answer = ""
+        if answer not in ("y", "yes"):
+            return EXIT_OK
+    return main(["run", str(args.out)])

@@ -1,0 +1,241 @@
+"""``orchardist plan``: a planner agent turns a written spec into a plan, checked by orchardist.
+
+The planner works in a private export of the repository's ``HEAD`` (never the user's checkout),
+reads the spec and the code, and writes a plan to ``$ORCHARDIST_PLAN_FILE``. orchardist
+validates it with the full validator, exactly as ``orchardist validate`` would at the plan's
+final path; while there are problems (at most ``max_rounds`` rounds) it sends them back, with
+the previous plan, in the next round's prompt. Agent profiles come from ``.orchardist.toml`` at
+the repository's root, then ``~/.config/orchardist/config.toml`` (the repository's win).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .agents import BASE_ENV, AgentContext, agent_class, make_agent
+from .errors import PlanError, UsageError
+from .plan import AgentProfile, Plan, load_plan
+from .procs import CancelToken, new_marker
+
+MAX_PLAN_BYTES = 1024 * 1024
+CONFIG_NAME = ".orchardist.toml"
+
+
+def config_files(repo_root: Path, environ: dict[str, str] | None = None) -> list[Path]:
+    """The config files that exist, the one that wins first."""
+    env = os.environ if environ is None else environ
+    user_dir = Path(env.get("XDG_CONFIG_HOME") or Path(env.get("HOME", "/")) / ".config")
+    found = [repo_root / CONFIG_NAME, user_dir / "orchardist" / "config.toml"]
+    return [p for p in found if p.is_file()]
+
+
+def load_profiles(
+    repo_root: Path, environ: dict[str, str] | None = None
+) -> tuple[dict[str, AgentProfile], str]:
+    """Agent profiles from the config files (``[agents.NAME]`` tables, exactly as in plans),
+    and the files' text (what a planner copies the tables from)."""
+    profiles: dict[str, AgentProfile] = {}
+    texts = []
+    for path in reversed(config_files(repo_root, environ)):  # the winner last
+        profiles.update(load_plan(path, require_tasks=False).agents)
+        texts.append(f"# from {path}\n" + path.read_text(encoding="utf-8"))
+    return profiles, "\n".join(texts)
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round of the planner: what it was told, and what was wrong with what it wrote."""
+
+    n: int
+    exit_code: int
+    problems: tuple[str, ...]
+    log: Path
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The outcome: a valid plan written at ``path``, or the last round's problems."""
+
+    path: Path
+    rounds: tuple[Round, ...]
+    plan: Plan | None
+
+    @property
+    def ok(self) -> bool:
+        return self.plan is not None
+
+
+def _prompt(spec: str, profiles_toml: str, last: str, problems: tuple[str, ...]) -> str:
+    parts = [
+        "You are planning work for orchardist, which runs coding agents in parallel, one task",
+        "each, in separate git worktrees, and merges each task once its verify commands pass.",
+        "Read the specification below and the repository (your working directory is a copy of",
+        "it), then write a plan as TOML to the file named by $ORCHARDIST_PLAN_FILE.",
+        "",
+        "Plan format:",
+        '- optional [run] with verify = "command that proves a task done" (default for tasks)',
+        "- one [[task]] table per task: id (letters, digits, . _ -), title, prompt (what the",
+        "  agent must do, self-contained), agent (a profile name), depends_on = [ids],",
+        '  verify (commands; "none" for no check), estimate (e.g. "10m", for scheduling)',
+        "- small tasks that touch few files; dependencies only where one task needs another's",
+        "  work; no cycles",
+        "- a plan is self-contained: copy the [agents.NAME] tables of the profiles it uses",
+        "  from these (the user's configured profiles) into the plan:",
+        "",
+        profiles_toml.strip() or "(none configured: define [agents.NAME] tables yourself)",
+        "",
+        "Specification:",
+        spec.strip(),
+    ]
+    if problems:
+        parts += [
+            "",
+            "Your previous plan had these problems; write a corrected plan:",
+            *(f"- {p}" for p in problems),
+            "",
+            "Your previous plan:",
+            last,
+        ]
+    return "\n".join(parts) + "\n"
+
+
+def _export(repo_root: Path, into: Path) -> None:
+    """A copy of the committed ``HEAD`` (no .git, nothing uncommitted)."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(repo_root), "archive", "--format=tar", "HEAD"],
+        capture_output=True,
+        check=False,
+    )
+    if archive.returncode != 0:
+        raise UsageError(f"cannot export {repo_root}: {archive.stderr.decode(errors='replace')}")
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+
+
+def _read_plan(path: Path) -> str | None:
+    """The planner's plan, if it wrote a regular file of sane size."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not os.path.isfile(f"/proc/self/fd/{fd}"):
+            return None
+        data = os.read(fd, MAX_PLAN_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_PLAN_BYTES:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def _validate(text: str, out: Path) -> tuple[Plan | None, tuple[str, ...]]:
+    """Validate ``text`` as the plan at ``out`` would be (relative paths resolve the same)."""
+    fd, name = tempfile.mkstemp(prefix=".orchardist-plan-", suffix=out.suffix, dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        try:
+            return load_plan(name), ()
+        except PlanError as exc:
+            shown = name
+            return None, tuple(str(p).replace(shown, out.name) for p in exc.problems)
+    finally:
+        os.unlink(name)
+
+
+def make_plan(
+    repo_root: Path,
+    spec_path: Path,
+    profile: AgentProfile,
+    out: Path,
+    profiles_toml: str,
+    log_dir: Path,
+    max_rounds: int = 3,
+    on_round: Callable[[Round], None] | None = None,
+) -> Planned:
+    """Ask the planner for a plan until it validates (``max_rounds`` at most); write it.
+    Each round's log is kept in ``log_dir``."""
+    try:
+        spec = spec_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the spec {spec_path}: {exc}") from None
+    out = out.resolve()
+    if not out.parent.is_dir():
+        raise UsageError(f"{out.parent} is not a folder: cannot write the plan there")
+    agent = make_agent(profile)
+    rounds: list[Round] = []
+    last = ""
+    problems: tuple[str, ...] = ()
+    work = Path(tempfile.mkdtemp(prefix="orchardist-plan-"))
+    try:
+        for n in range(1, max_rounds + 1):
+            round_dir = work / f"round{n}"
+            tree = round_dir / "tree"
+            _export(repo_root, tree)
+            plan_file = round_dir / "plan.toml"
+            prompt = _prompt(spec, profiles_toml, last, problems)
+            prompt_file = round_dir / "prompt.md"
+            prompt_file.write_text(prompt, encoding="utf-8")
+            env = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
+            allow = (*profile.env, *agent_class(profile.kind).env_keys)
+            env.update({k: os.environ[k] for k in allow if k in os.environ})
+            env.update(
+                ORCHARDIST_PLAN_FILE=str(plan_file),
+                ORCHARDIST_ROUND=str(n),
+                ORCHARDIST_SPEC_FILE=str(spec_path.resolve()),
+                ORCHARDIST_PROMPT_FILE=str(prompt_file),
+                ORCHARDIST_OUTPUT=str(round_dir / "output.json"),
+            )
+            log = round_dir / "planner.log"
+            result = agent.run(
+                AgentContext(
+                    run_id=f"plan-{int(time.time())}",
+                    task_id="plan",
+                    attempt=n,
+                    candidate=0,
+                    title="write a plan",
+                    prompt=prompt,
+                    worktree=tree,
+                    cwd=tree,
+                    prompt_file=prompt_file,
+                    output_file=round_dir / "output.json",
+                    log=log,
+                    env=env,
+                    timeout_s=profile.timeout_s,
+                    cancel=CancelToken(),
+                    marker=new_marker(),
+                )
+            )
+            text = _read_plan(plan_file)
+            plan: Plan | None = None
+            if result.failure is not None:
+                problems = (f"the planner failed: {result.detail}",)
+            elif text is None:
+                problems = ("no plan was written to $ORCHARDIST_PLAN_FILE (a TOML file)",)
+            else:
+                last = text
+                plan, problems = _validate(text, out)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            kept = log_dir / f"round{n}.log"
+            if log.exists():
+                shutil.copyfile(log, kept)
+            else:
+                kept.write_text("")
+            done = Round(n, result.exit_code, problems, kept)
+            rounds.append(done)
+            if on_round is not None:
+                on_round(done)
+            if plan is not None and text is not None:
+                out.write_text(text, encoding="utf-8")
+                return Planned(out, tuple(rounds), load_plan(out))
+        return Planned(out, tuple(rounds), None)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

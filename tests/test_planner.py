@@ -1,0 +1,165 @@
+"""``orchardist plan``: a planner agent's plan, validated and sent back until it is right."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from support import git
+
+CONFIG = """
+[agents.planner]
+kind = "shell"
+command = '''
+cp {sync}/plan$ORCHARDIST_ROUND.toml "$ORCHARDIST_PLAN_FILE"
+cp "$ORCHARDIST_PROMPT_FILE" {sync}/prompt$ORCHARDIST_ROUND.md
+ls > {sync}/seen$ORCHARDIST_ROUND.txt
+'''
+
+[agents.editor]
+kind = "shell"
+command = "echo {{task}} > {{task}}.txt"
+"""
+
+EDITOR = """
+[agents.editor]
+kind = "shell"
+command = "echo {task} > {task}.txt"
+"""
+
+# Round 1: a cycle and an unknown agent. Round 2: right.
+BAD = (
+    EDITOR
+    + """
+[[task]]
+id = "a"
+prompt = "a"
+agent = "editor"
+depends_on = ["b"]
+
+[[task]]
+id = "b"
+prompt = "b"
+agent = "ghost"
+depends_on = ["a"]
+"""
+)
+GOOD = (
+    EDITOR
+    + """
+[run]
+verify = "test -f a.txt"
+
+[[task]]
+id = "a"
+prompt = "a"
+agent = "editor"
+
+[[task]]
+id = "b"
+prompt = "b"
+agent = "editor"
+depends_on = ["a"]
+"""
+)
+
+
+def orchardist(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchardist", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
+
+
+def setup(repo: Path, sync: Path, *plans: str) -> Path:
+    sync.mkdir(exist_ok=True)
+    (repo / ".orchardist.toml").write_text(CONFIG.replace("{sync}", str(sync)))
+    for n, text in enumerate(plans, 1):
+        (sync / f"plan{n}.toml").write_text(textwrap.dedent(text))
+    spec = repo / "SPEC.md"
+    spec.write_text("Add a.txt, then b.txt.\n")
+    return spec
+
+
+def test_a_plan_with_a_cycle_and_an_unknown_agent_is_corrected_in_the_second_round(
+    repo: Path, tmp_path: Path
+) -> None:
+    # Given: a planner whose first plan has a cycle and an unknown agent, and whose second is
+    # right
+    sync = tmp_path / "sync"
+    setup(repo, sync, BAD, GOOD)
+
+    # When
+    out = orchardist(repo, "plan", "SPEC.md", "--agent", "planner", "-o", "plan.toml")
+
+    # Then: round 1's problems were reported and sent back; round 2's plan was written
+    assert out.returncode == 0, out.stderr
+    assert "round 1: " in out.stderr and "round 2: valid" in out.stderr
+    assert "a -> b -> a" in out.stderr or "b -> a -> b" in out.stderr
+    assert "ghost" in out.stderr
+    assert (repo / "plan.toml").read_text() == textwrap.dedent(GOOD)
+    second_prompt = (sync / "prompt2.md").read_text()
+    assert "ghost" in second_prompt and "Add a.txt, then b.txt." in second_prompt
+    assert "[agents.editor]" in (sync / "prompt1.md").read_text()  # profiles to copy
+    # the planner saw a copy of the repository's HEAD, not the checkout
+    assert "README.md" in (sync / "seen1.txt").read_text()
+    assert "SPEC.md" not in (sync / "seen1.txt").read_text()  # uncommitted: not in HEAD
+    # and the graph of the plan is shown
+    assert "critical path" in out.stdout.lower()
+    assert orchardist(repo, "validate", "plan.toml").returncode == 0
+    # nothing but the plan was left in the folder
+    assert sorted(p.name for p in repo.iterdir() if p.name.startswith(".orchardist-plan")) == []
+
+
+def test_no_valid_plan_after_the_last_round_writes_nothing(repo: Path, tmp_path: Path) -> None:
+    setup(repo, tmp_path / "sync", BAD, BAD)
+
+    out = orchardist(repo, "plan", "SPEC.md", "--agent", "planner", "--rounds", "2")
+
+    assert out.returncode == 1
+    assert "round 2: " in out.stderr and "no valid plan after 2 round(s)" in out.stderr
+    assert not (repo / "plan.toml").exists()
+
+
+def test_a_planner_that_writes_nothing_is_told_so(repo: Path, tmp_path: Path) -> None:
+    setup(repo, tmp_path / "sync", GOOD)  # no plan2.toml: round 2's cp fails
+
+    out = orchardist(repo, "plan", "SPEC.md", "--agent", "planner", "--rounds", "1")
+    assert out.returncode == 0, out.stderr
+
+    (tmp_path / "sync" / "plan1.toml").unlink()
+    out = orchardist(
+        repo, "plan", "SPEC.md", "--agent", "planner", "--rounds", "1", "-o", "p2.toml"
+    )
+    assert out.returncode == 1
+    assert "the planner failed" in out.stderr or "no plan was written" in out.stderr
+
+
+def test_bad_usage_exits_2(repo: Path, tmp_path: Path) -> None:
+    setup(repo, tmp_path / "sync", GOOD)
+
+    unknown = orchardist(repo, "plan", "SPEC.md", "--agent", "nobody")
+    assert unknown.returncode == 2 and "planner" in unknown.stderr  # names what exists
+    no_tty = orchardist(repo, "plan", "SPEC.md", "--agent", "planner", "--run")
+    assert no_tty.returncode == 2 and "--yes" in no_tty.stderr
+    missing = orchardist(repo, "plan", "NOPE.md", "--agent", "planner")
+    assert missing.returncode == 2 and "NOPE.md" in missing.stderr
+    for out in (unknown, no_tty, missing):
+        assert "Traceback" not in out.stderr
+    assert not (repo / "plan.toml").exists()
+
+
+def test_run_yes_runs_the_plan(repo: Path, tmp_path: Path) -> None:
+    setup(repo, tmp_path / "sync", GOOD)
+
+    out = orchardist(repo, "plan", "SPEC.md", "--agent", "planner", "--run", "--yes")
+
+    assert out.returncode == 0, out.stderr
+    branch = git(repo, "branch", "--list", "orchardist/*").split()[-1]
+    assert git(repo, "show", f"{branch}:b.txt").strip() == "b"
