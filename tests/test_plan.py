@@ -664,3 +664,36 @@ def test_unknown_isolation_and_non_boolean_network_are_located_problems(repo: Pa
     assert (None, "run.isolation", 'expected one of "auto", "required", "landlock", "off"') in found
     assert (None, "run.network", "expected true or false") in found
     assert ("a", "network", "expected true or false") in found
+
+
+def test_task_is_filled_in_verify_and_check_commands_shell_quoted(repo: Path) -> None:
+    # Given a run-wide verify and a task check that name {task}, and braces that are not ours
+    plan = write_plan(
+        repo,
+        """
+        [run]
+        verify = ["test -f {task}.txt"]
+
+        [agents.bot]
+        kind = "shell"
+        command = "true"
+
+        [[task]]
+        id = "a-1"
+        check = "grep {task} log && awk '{print $1}' f && echo ${task} {{task}}"
+        """,
+    )
+
+    # When it is loaded, {task} is the task's id, quoted as agent commands quote it
+    task = load_plan(plan).task("a-1")
+    assert task.verify == ("test -f a-1.txt",)
+    # and shell braces, ${task} and {{task}} are left as written
+    assert task.check == "grep a-1 log && awk '{print $1}' f && echo ${task} {{task}}"
+
+
+def test_a_duration_longer_than_a_year_is_refused() -> None:
+    with pytest.raises(ValueError, match="at most 366d"):
+        parse_duration("367d")
+    with pytest.raises(ValueError, match="at most 366d"):
+        parse_duration(1e308)
+    assert parse_duration("366d") == 366 * 86400

@@ -22,6 +22,12 @@ from .isolation import Policy
 from .scan.profiles import ScannerProfile, validate_scanners
 
 TASK_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+MAX_TASK_ID = 64  # task ids name refs and folders: keep them short
+MAX_DURATION_S = 366 * 86400.0  # a year: longer is a typo, and overflows the scheduler's waits
+# Placeholders a verify or check command may use, filled when the plan is read.
+VERIFY_PLACEHOLDERS = ("task",)
+AGENT_ONLY_PLACEHOLDERS = ("candidate", "attempt", "prompt_file", "worktree", "run")
+_PLACEHOLDER = re.compile(r"(?<![${])\{(" + "|".join(("task", *AGENT_ONLY_PLACEHOLDERS)) + r")\}")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -174,6 +180,8 @@ def parse_duration(value: object) -> float:
     if isinstance(value, int | float):
         if not math.isfinite(value) or value <= 0:  # TOML and YAML can spell inf and nan
             raise ValueError("a duration must be positive and finite")
+        if value > MAX_DURATION_S:
+            raise ValueError("a duration must be at most 366d")
         return float(value)
     if not isinstance(value, str):
         raise ValueError("expected a duration such as 90, '90s', '5m' or '1h'")
@@ -186,6 +194,8 @@ def parse_duration(value: object) -> float:
     total = sum(float(n) * _UNIT_S[u] for n, u in parts)
     if total <= 0:
         raise ValueError("a duration must be positive")
+    if not total <= MAX_DURATION_S:
+        raise ValueError(f"bad duration {value!r}: at most 366d")
     return total
 
 
@@ -214,7 +224,7 @@ def _parse(shown: str, plan_path: Path, raw: bytes) -> dict[str, Any]:
         import yaml
 
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader subclass
         except yaml.YAMLError as exc:
             raise PlanError([Problem(shown, f"invalid YAML: {exc}")]) from exc
     else:
@@ -227,6 +237,40 @@ def _parse(shown: str, plan_path: Path, raw: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise PlanError([Problem(shown, "a plan must be a table/mapping at the top level")])
     return data
+
+
+def _unique_key_loader() -> type:
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """safe_load that refuses a key given twice in one mapping (YAML keeps the last)."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[object] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return Loader
+
+
+def _nul_fields(value: object, where: str = "") -> list[str]:
+    """Where a NUL byte hides in the raw plan (no process can take one in an argument)."""
+    if isinstance(value, str):
+        return [where] if "\0" in value else []
+    if isinstance(value, dict):
+        found = [f"{where}.{k}".lstrip(".") for k in value if isinstance(k, str) and "\0" in k]
+        for key, item in value.items():
+            found += _nul_fields(item, f"{where}.{key}".lstrip("."))
+        return found
+    if isinstance(value, list):
+        return [f for i, item in enumerate(value) for f in _nul_fields(item, f"{where}[{i}]")]
+    return []
 
 
 class _Validator:
@@ -245,6 +289,10 @@ class _Validator:
     def plan(self) -> Plan:
         for key in sorted(set(self.data) - {"run", "agents", "task", "tasks", "scanners"}):
             self.problem(_unknown(key, {"run", "agents", "task", "scanners"}), fld=key)
+        if "task" in self.data and "tasks" in self.data:
+            self.problem("give [[task]] tables or tasks = [...], not both", fld="tasks")
+        for where in _nul_fields(self.data):
+            self.problem("contains a NUL byte", fld=where.replace("\0", "\\0") or None)
         run_raw = self._table(self.data.get("run", {}), "run")
         repo = self._repo(run_raw)
         run = self._run(run_raw, repo)
@@ -304,7 +352,7 @@ class _Validator:
         elif "verify" in raw:
             values["verify"] = self._commands(raw["verify"], "run.verify")
         if "workdir" in raw:
-            values["workdir"] = self._str(raw["workdir"], "run.workdir")
+            values["workdir"] = self._workdir(raw["workdir"], "run.workdir")
         if "deadline" in raw:
             values["deadline_s"] = self._duration(raw["deadline"], "run.deadline")
         if "max_cost_usd" in raw:
@@ -316,7 +364,15 @@ class _Validator:
         if "select" in raw:
             values["select"] = self._select(raw["select"], "run.select")
         if "regression" in raw:
-            values["regression"] = self._commands(raw["regression"], "run.regression")
+            regression = self._commands(raw["regression"], "run.regression") or ()
+            for command in regression:
+                for name in _PLACEHOLDER.findall(command):
+                    self.problem(
+                        f"{{{name}}} is not filled in regression commands (they run on the "
+                        "run branch, for no one task)",
+                        fld="run.regression",
+                    )
+            values["regression"] = regression
         if "regression_every" in raw:
             every = self._positive_int(raw["regression_every"], "run.regression_every")
             values["regression_every"] = every
@@ -451,6 +507,9 @@ class _Validator:
         if not isinstance(task_id, str) or not TASK_ID.match(task_id):
             self.problem("required, and must match [A-Za-z0-9_.-]+", label, "id")
             ok = False
+        elif (why := task_id_problem(task_id)) is not None:
+            self.problem(why, label, "id")
+            ok = False
         prompt = self._prompt(raw, label)
         agent_list = self._agent_list(raw.get("agent"), agents, label)
         agent = agent_list[0] if agent_list else None
@@ -465,6 +524,8 @@ class _Validator:
         if "select" in raw:
             select = self._select(raw["select"], "select", label) or select
         check = self._str(raw["check"], "check", label) if "check" in raw else None
+        if check is not None and isinstance(task_id, str):
+            check = self._placeholders(check, task_id, "check", label)
         max_cost = None
         if "max_cost_usd" in raw:
             max_cost = self._money(raw["max_cost_usd"], "max_cost_usd", label)
@@ -473,6 +534,9 @@ class _Validator:
         auto_verify = raw.get("verify") == "auto"
         if "verify" in raw and not auto_verify:
             verify = self._commands(raw["verify"], "verify", label) or ()
+        if isinstance(task_id, str):
+            fld = "verify" if "verify" in raw else "run.verify"
+            verify = tuple(self._placeholders(c, task_id, fld, label) for c in verify)
         retries = self._count(raw.get("retries", 0), "retries", label)
         timeout = DEFAULT_TASK_TIMEOUT_S
         if "timeout" in raw:
@@ -484,10 +548,18 @@ class _Validator:
         estimate = raw.get("estimate", 1.0)
         if isinstance(estimate, str):
             estimate = self._duration(estimate, "estimate", label) or 1.0
-        elif not isinstance(estimate, int | float) or isinstance(estimate, bool) or estimate <= 0:
+        elif (
+            not isinstance(estimate, int | float)
+            or isinstance(estimate, bool)
+            or not 0 < estimate <= MAX_DURATION_S
+        ):
             self.problem("expected a positive number or a duration", label, "estimate")
             estimate = 1.0
-        workdir = self._str(raw.get("workdir", run.workdir), "workdir", label) or "."
+        workdir = "."
+        if "workdir" in raw:
+            workdir = self._workdir(raw["workdir"], "workdir", label) or "."
+        else:
+            workdir = run.workdir
         network = raw.get("network", run.network)
         if not isinstance(network, bool):
             self.problem("expected true or false", label, "network")
@@ -584,6 +656,38 @@ class _Validator:
     def _money(self, value: object, fld: str, task: str | None = None) -> float | None:
         return self._checked(value, fld, task, _expect_positive_number)  # type: ignore[no-any-return]
 
+    def _workdir(self, value: object, fld: str, task: str | None = None) -> str | None:
+        """A relative path that stays inside the repository."""
+        text = self._str(value, fld, task)
+        if text is None:
+            return None
+        if os.path.isabs(text):
+            self.problem("must be a path relative to the repository, not absolute", task, fld)
+            return None
+        normal = os.path.normpath(text)
+        if normal == ".." or normal.startswith("../"):
+            self.problem(f"{text!r} leaves the repository", task, fld)
+            return None
+        return text
+
+    def _placeholders(self, command: str, task_id: str, fld: str, task: str) -> str:
+        """Fill ``{task}`` as agent commands do; a placeholder only agents have is a problem."""
+        import shlex
+
+        def fill(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in VERIFY_PLACEHOLDERS:
+                return shlex.quote(task_id)
+            self.problem(
+                f"{{{name}}} is only filled in agent commands; verify and check commands "
+                "get {task}",
+                task,
+                fld,
+            )
+            return match.group(0)
+
+        return _PLACEHOLDER.sub(fill, command)
+
     def _select(self, value: object, fld: str, task: str | None = None) -> str | None:
         if value not in SELECT_RULES:
             self.problem(f"expected one of {', '.join(SELECT_RULES)}", task, fld)
@@ -611,6 +715,19 @@ class _Validator:
         return tuple(commands)
 
 
+def task_id_problem(task_id: str) -> str | None:
+    """Why ``task_id`` cannot name a git ref and a folder, or None when it can."""
+    if len(task_id) > MAX_TASK_ID:
+        return f"at most {MAX_TASK_ID} characters (this one has {len(task_id)})"
+    if task_id.startswith((".", "-")):
+        return "must not start with '.' or '-' (git refuses such ref names)"
+    if ".." in task_id:
+        return "must not contain '..' (git refuses such ref names)"
+    if task_id.endswith((".", ".lock")):
+        return "must not end with '.' or '.lock' (git refuses such ref names)"
+    return None
+
+
 def _unknown(key: str, allowed: set[str]) -> str:
     import difflib
 
@@ -634,6 +751,8 @@ def _expect_positive_int(value: object) -> int:
 def _expect_positive_number(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ValueError("expected a positive number")
+    if not math.isfinite(value):  # TOML and YAML can spell inf and nan
+        raise ValueError("expected a finite number")
     return float(value)
 
 
