@@ -65,6 +65,7 @@ CASES = [
         summary="Created hello.txt.",
         retry_after_s=3600,
         stdin=PROMPT,
+        extra_env=frozenset({"CLAUDE_CODE_MAX_RETRIES", "DISABLE_AUTOUPDATER"}),
     ),
     Case(
         kind="codex",

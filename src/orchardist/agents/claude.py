@@ -1,8 +1,16 @@
 """``kind = "claude"``: Claude Code, headless.
 
 ``claude -p --output-format stream-json --verbose`` with the prompt on stdin. The stream ends
-with a ``result`` event carrying ``total_cost_usd``, ``num_turns``, ``session_id``, ``usage`` and
-``is_error``; a ``rate_limit_event`` whose status is ``rejected`` carries ``resetsAt``.
+with a ``result`` event carrying ``total_cost_usd``, ``num_turns``, ``session_id``, ``is_error``,
+``modelUsage`` (per model, the whole session: tokens are read from here, because ``usage`` holds
+only the last turn after a ``--max-budget-usd`` stop), ``errors`` and ``permission_denials`` (tool
+calls Claude Code refused, e.g. edits of files it deems sensitive); a ``rate_limit_event`` whose
+status is ``rejected`` carries ``resetsAt`` (subscriptions only; with an API key a 429 comes as
+``api_error_status``). Recorded real streams: tests/fixtures/agents/claude/.
+
+Variables it reads: ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``,
+``CLAUDE_CODE_OAUTH_TOKEN``), ``ANTHROPIC_BASE_URL``; ``CLAUDE_CODE_MAX_RETRIES`` is set to
+:data:`MAX_RETRIES` unless the caller sets it (its default retries a refused key for minutes).
 
 Permission: ``acceptEdits`` plus an explicit ``allowed_tools`` list (Bash and the file tools),
 because ``bypassPermissions`` refuses to start as root.
@@ -22,6 +30,8 @@ from .limits import epoch_datetime
 
 PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "dontAsk", "plan")
 DEFAULT_TOOLS = ("Bash", "Edit", "MultiEdit", "Write", "Read", "Glob", "Grep", "LS", "TodoWrite")
+MAX_RETRIES = "2"  # Claude Code's own retries of one request (its default, 10, takes minutes)
+DENIALS_SHOWN = 5
 
 
 class ClaudeAgent(CliAgent):
@@ -36,6 +46,8 @@ class ClaudeAgent(CliAgent):
         "ANTHROPIC_BASE_URL",
         "CLAUDE_CODE_OAUTH_TOKEN",
         "CLAUDE_CONFIG_DIR",
+        "CLAUDE_CODE_MAX_RETRIES",
+        "API_TIMEOUT_MS",
     )
     key_vars: ClassVar[tuple[str, ...]] = (
         "ANTHROPIC_API_KEY",
@@ -87,6 +99,13 @@ class ClaudeAgent(CliAgent):
         """Always: ``claude -p`` reads the prompt from stdin."""
         return True
 
+    def extra_env(self, ctx: AgentContext) -> dict[str, str]:
+        """Few retries of a failing request (orchardist retries and pauses itself); no updates."""
+        env = {"DISABLE_AUTOUPDATER": "1"}
+        if "CLAUDE_CODE_MAX_RETRIES" not in ctx.env:
+            env["CLAUDE_CODE_MAX_RETRIES"] = MAX_RETRIES
+        return env
+
     def event(self, seen: Seen, event: dict[str, Any]) -> None:
         """``system``/init gives the session; ``result`` gives cost, turns and tokens."""
         kind = event.get("type")
@@ -109,16 +128,53 @@ class ClaudeAgent(CliAgent):
         seen.add_cost(event.get("total_cost_usd"))
         if isinstance(event.get("num_turns"), int):
             seen.turns = event["num_turns"]
-        usage = event.get("usage") or {}
-        cached = [usage.get(k) for k in ("cache_creation_input_tokens", "cache_read_input_tokens")]
-        seen.add_tokens(
-            sum(v for v in [usage.get("input_tokens"), *cached] if isinstance(v, int)),
-            usage.get("output_tokens"),
-        )
+        _tokens(seen, event)
+        refused = denials(event.get("permission_denials"))
         text = str(event.get("result") or "")
         if event.get("is_error") or str(event.get("subtype", "success")) != "success":
             subtype = str(event.get("subtype", ""))
-            reason = text or subtype.replace("_", " ")
-            seen.error(reason, event.get("api_error_status"))
+            errors = event.get("errors")
+            said = "; ".join(str(e) for e in errors) if isinstance(errors, list) else ""
+            reason = text or said or subtype.replace("_", " ")
+            seen.error(f"{reason}\n{refused}" if refused else reason, event.get("api_error_status"))
         else:
-            seen.summary = text
+            seen.summary = f"{refused}\n{text}" if refused else text
+
+
+def _tokens(seen: Seen, event: dict[str, Any]) -> None:
+    """The session's tokens: ``modelUsage`` summed over models, else the ``usage`` block."""
+    models = event.get("modelUsage")
+    if isinstance(models, dict) and models:
+        counts = [m for m in models.values() if isinstance(m, dict)]
+        keys_in = ("inputTokens", "cacheReadInputTokens", "cacheCreationInputTokens")
+        seen.add_tokens(
+            sum(_count(m, k) for m in counts for k in keys_in),
+            sum(_count(m, "outputTokens") for m in counts),
+        )
+        return
+    usage = event.get("usage") or {}
+    keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    seen.add_tokens(sum(_count(usage, k) for k in keys), usage.get("output_tokens"))
+
+
+def _count(counts: dict[str, Any], key: str) -> int:
+    value = counts.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def denials(raw: Any) -> str:
+    """The tool calls Claude Code refused, as one line each; empty when there were none."""
+    if not isinstance(raw, list) or not raw:
+        return ""
+    lines = []
+    for denial in raw[:DENIALS_SHOWN]:
+        if not isinstance(denial, dict):
+            continue
+        tool = str(denial.get("tool_name") or "a tool")
+        given = denial.get("tool_input")
+        given = given if isinstance(given, dict) else {}
+        target = given.get("file_path") or given.get("command") or given.get("path") or ""
+        lines.append(f"- {tool} {str(target)[:200]}".rstrip())
+    more = f"\n- and {len(raw) - DENIALS_SHOWN} more" if len(raw) > DENIALS_SHOWN else ""
+    head = f"Claude Code refused {len(raw)} tool call(s) (permission_denials):"
+    return "\n".join([head, *lines]) + more

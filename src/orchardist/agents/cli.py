@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import json
+import re
 import shutil
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -35,6 +36,16 @@ MAX_ARG_BYTES = 100_000  # longer prompts go through stdin (one argv string is c
 SUMMARY_CHARS = 2000
 BOTH_PRICES = "give both price_in and price_out (USD per million tokens)"
 _TAIL_LINES = 40
+# CSI (colours, cursor moves), OSC (titles, links) and lone ESC sequences; other C0 controls.
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?"
+    r"|[\x00-\x08\x0b-\x1f\x7f]"
+)
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal escape sequences or control characters (newlines and tabs stay)."""
+    return _ESCAPES.sub("", text)
 
 
 @dataclass(frozen=True)
@@ -256,8 +267,9 @@ class CliAgent(abc.ABC):
             reason = ctx.cancel.reason or "cancelled"
             return AgentResult(proc.exit_code, proc.duration_s, None, reason, usage, True)
         if proc.exit_code == 0 and not seen.errored:
-            return AgentResult(0, proc.duration_s, None, seen.summary[:SUMMARY_CHARS], usage)
+            return AgentResult(0, proc.duration_s, None, plain(seen.summary)[:SUMMARY_CHARS], usage)
         failure, detail = self.verdict(proc, seen)
+        detail = plain(detail)
         retry = None
         if failure is Failure.RATE_LIMITED:
             retry = seen.retry_after_s
