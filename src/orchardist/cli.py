@@ -9,11 +9,12 @@ orchardist; 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -111,6 +112,11 @@ def _parser() -> argparse.ArgumentParser:
     choice.add_argument(
         "--fresh", action="store_true", help="start a new run even if an unfinished one exists"
     )
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the live web dashboard while the run goes on (prints its URL)",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -128,6 +134,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the final status as JSON")
     _fail_fast_arg(p)
     p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the live web dashboard while the run goes on (prints its URL)",
+    )
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser(
@@ -144,6 +155,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the final status as JSON")
     _fail_fast_arg(p)
     p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the live web dashboard while the run goes on (prints its URL)",
+    )
     p.set_defaults(func=cmd_retry)
 
     p = sub.add_parser(
@@ -482,6 +498,21 @@ def _plan_of(ws: Any, run: Any) -> Any:
     return plan
 
 
+def _dashboard(ws: Any, args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:
+    """With ``--serve``, the dashboard of the run's repository while the run goes on."""
+    if not getattr(args, "serve", False):
+        return contextlib.nullcontext()
+    from .web.serve import serving_in_background
+
+    @contextlib.contextmanager
+    def serving() -> Iterator[object]:
+        with serving_in_background(ws.repo.root) as url:
+            print(f"dashboard: {url}", file=sys.stderr, flush=True)
+            yield url
+
+    return serving()
+
+
 def _drive(
     ws: Any,
     plan: Any,
@@ -498,7 +529,7 @@ def _drive(
     relay = _StopRelay()
     restore = _on_signals(relay.request, relay.cancel)  # before anything slow: no signal lost
     try:
-        with run_lock(ws, run.id):
+        with run_lock(ws, run.id), _dashboard(ws, args):
             state = _execute(ws, plan, run, args, resuming, relay, prepare)
     finally:
         restore()

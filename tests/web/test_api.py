@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from orchardist.scheduler import Scheduler
 from support import Finished, write_plan
@@ -203,3 +204,51 @@ def test_a_repository_without_runs_serves_an_empty_list(repo: Path) -> None:
     with serving(repo) as dash, dash.client() as client:
         assert client.get("/api/runs").json() == []
     assert not (repo / ".git" / "orchardist" / "state.db").exists()
+
+
+def test_run_serve_shows_the_run_while_it_goes_on(repo: Path, tmp_path: Path) -> None:
+    # Given: a run whose only task waits for a file, started with --serve
+    gate = tmp_path / "go"
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        verify = "none"
+
+        [agents.gated]
+        kind = "shell"
+        command = "until [ -e {gate} ]; do sleep 0.01; done; echo t > t.txt"
+
+        [[task]]
+        id = "t"
+        agent = "gated"
+        """,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchardist", "run", str(plan), "--serve"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        url = next(line.split()[1] for line in proc.stderr if line.startswith("dashboard: "))
+        base, _, token = url.partition("/?token=")
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=base, headers=headers, timeout=30.0) as client:
+            # Then: the dashboard lists the run while it runs
+            (row,) = client.get("/api/runs").json()
+            assert row["state"] == "running"
+            gate.touch()
+            assert proc.wait(timeout=120) == 0
+            # and it is gone with the run
+            with pytest.raises(httpx.ConnectError):
+                client.get("/api/runs")
+    finally:
+        gate.touch()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()

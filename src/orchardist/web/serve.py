@@ -6,7 +6,11 @@ import ipaddress
 import secrets
 import socket
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ..errors import UsageError
 from ..gitrepo import Repo, find_toplevel
@@ -40,17 +44,7 @@ def settings_for(repo_path: Path, host: str, port: int, token: str) -> Settings:
     )
 
 
-def serve(repo_path: Path, host: str, port: int, token: str | None) -> int:
-    """Serve the dashboard of one repository until Ctrl-C."""
-    try:
-        import uvicorn
-    except ImportError:
-        raise UsageError(
-            "the dashboard needs the web extra: pip install 'orchardist[web]'"
-        ) from None
-    if not _is_loopback(host) and not token:
-        raise UsageError(f"--host {host} is not a loopback address: pass --token to serve it")
-    token = token or secrets.token_urlsafe(24)
+def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -60,16 +54,57 @@ def serve(repo_path: Path, host: str, port: int, token: str | None) -> int:
         sock.close()
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     sock.listen(128)  # from here on connections queue until uvicorn takes them
+    return sock
+
+
+def _server(repo_path: Path, host: str, port: int, token: str | None) -> tuple[Any, Any, str]:
+    """A uvicorn server for the repository's dashboard, its socket and the URL to open."""
+    try:
+        import uvicorn
+    except ImportError:
+        raise UsageError(
+            "the dashboard needs the web extra: pip install 'orchardist[web]'"
+        ) from None
+    if not _is_loopback(host) and not token:
+        raise UsageError(f"--host {host} is not a loopback address: pass --token to serve it")
+    token = token or secrets.token_urlsafe(24)
+    sock = _listen(host, port)
     port = sock.getsockname()[1]
-    settings = settings_for(repo_path, host, port, token)
+    try:
+        settings = settings_for(repo_path, host, port, token)
+    except BaseException:
+        sock.close()
+        raise
     shown = f"[{host}]" if ":" in host else host
-    print(f"orchardist dashboard of {settings.repo_root}", flush=True)
-    print(f"open http://{shown}:{port}/?token={token}", flush=True)
     config = uvicorn.Config(create_app(settings), log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+    return uvicorn.Server(config), sock, f"http://{shown}:{port}/?token={token}"
+
+
+def serve(repo_path: Path, host: str, port: int, token: str | None) -> int:
+    """Serve the dashboard of one repository until Ctrl-C."""
+    server, sock, url = _server(repo_path, host, port, token)
+    print(f"orchardist dashboard of {find_toplevel(repo_path)}", flush=True)
+    print(f"open {url}", flush=True)
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
     print("dashboard stopped", file=sys.stderr)
     return 0
+
+
+@contextmanager
+def serving_in_background(repo_path: Path, host: str = "127.0.0.1") -> Iterator[str]:
+    """The dashboard on a free port in a thread of this process, while the block runs
+    (``orchardist run --serve``); yields the URL to open."""
+    server, sock, url = _server(repo_path, host, 0, None)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="dashboard", daemon=True
+    )
+    thread.start()
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
