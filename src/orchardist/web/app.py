@@ -35,6 +35,7 @@ from ..gitrepo import Repo
 from ..records import Run
 from ..report import status_document
 from ..store import Store
+from ..tail import event_json
 from .metrics import prometheus_text
 from .watch import StoreWatcher
 
@@ -42,6 +43,7 @@ COOKIE = "orchardist_token"
 LOG_TAIL_BYTES = 256 * 1024
 DIFF_MAX_BYTES = 512 * 1024
 KEEPALIVE_S = 15.0
+KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: keeps idle connections (and proxies) open
 
 
 @dataclass(frozen=True)
@@ -322,21 +324,13 @@ async def _event_stream(
     while True:
         events = await asyncio.to_thread(store.events, run_id, after)
         for event in events:
-            payload = {
-                "seq": event.seq,
-                "ts": event.ts,
-                "kind": event.kind,
-                "task": event.task_id,
-                "attempt": event.attempt,
-                "data": dict(event.data),
-            }
-            yield f"id: {event.seq}\nevent: {event.kind}\ndata: {json.dumps(payload)}\n\n"
+            yield f"id: {event.seq}\nevent: {event.kind}\ndata: {event_json(event)}\n\n"
             after = event.seq
         if await disconnected():
             return
         newer = await watcher.wait_newer(seen, KEEPALIVE_S)
         if newer == seen:
-            yield ": keep-alive\n\n"
+            yield KEEPALIVE
         seen = newer
 
 
@@ -350,20 +344,19 @@ async def _log_stream(
         offset = max(0, _size(path) - LOG_TAIL_BYTES)
         seen = watcher.generation
         while True:
+            # Asked before reading: all the attempt wrote before it ended is read below.
+            finished = await asyncio.to_thread(ended)
             chunk, offset = await asyncio.to_thread(_read_from, path, offset)
             if chunk:
                 yield f"data: {json.dumps(chunk)}\n\n"
-            if await asyncio.to_thread(ended):
-                chunk, offset = await asyncio.to_thread(_read_from, path, offset)
-                if chunk:
-                    yield f"data: {json.dumps(chunk)}\n\n"
+            if finished:
                 yield "event: end\ndata: {}\n\n"
                 return
             if await disconnected():
                 return
             newer = await watcher.wait_newer(seen, KEEPALIVE_S)
             if newer == seen:
-                yield ": keep-alive\n\n"
+                yield KEEPALIVE
             seen = newer
     finally:
         watcher.stop()
