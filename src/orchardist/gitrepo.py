@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import threading
 import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import GitError
+from .treehash import Entry, ObjectWriter, escaping_symlinks, read_entry, tree_objects
 
 FALLBACK_NAME = "orchardist"
 FALLBACK_EMAIL = "orchardist@localhost"
@@ -234,17 +234,8 @@ class Repo:
         return header.split(b" ", 1)[0].decode(), body
 
     def _write_object(self, kind: str, body: bytes) -> str:
-        """Store a loose object the way git does (SHA-1 of header and body, zlib, atomic)."""
-        data = f"{kind} {len(body)}\0".encode() + body
-        oid = hashlib.sha1(data).hexdigest()
-        path = self.common_dir / "objects" / oid[:2] / oid[2:]
-        if not path.exists():
-            path.parent.mkdir(exist_ok=True)
-            tmp = path.parent / f"tmp_obj_orchardist_{os.getpid()}_{threading.get_ident()}"
-            tmp.write_bytes(zlib.compress(data))
-            tmp.chmod(0o444)
-            os.replace(tmp, path)
-        return oid
+        """Store a loose object the way git does, replacing a copy whose bytes are not ours."""
+        return ObjectWriter(self.common_dir / "objects").write(kind, body)
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         """Whether ``ancestor`` is reachable from ``descendant``."""
@@ -312,8 +303,9 @@ class Repo:
     def snapshot(self, worktree: Path, base: str, message: str) -> str:
         """Commit everything in ``worktree`` that differs from ``base`` (ignored files excepted).
 
-        Uses a private index, so whatever the agent did to the worktree's own index or HEAD
-        does not matter: the result's tree is exactly the files on disk.
+        git only lists the paths (from a private index of ``base``: whatever the agent did to
+        the worktree's index or HEAD does not matter); orchardist reads and hashes the files
+        and writes the objects itself (see treehash), then has git read every one back.
         """
         index = worktree.parent / f".{worktree.name}.index"
         # The agent could write the worktree's .git file and its admin folder: never let git
@@ -323,14 +315,92 @@ class Repo:
             "GIT_DIR": str(self.common_dir),
             "GIT_WORK_TREE": str(worktree),
         }
-        safe = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
         try:
-            self.git(*safe, "read-tree", base, cwd=worktree, env=env)
-            self.git(*safe, "add", "--all", cwd=worktree, env=env)
-            tree = self.git(*safe, "write-tree", cwd=worktree, env=env)
+            self.git("read-tree", base, cwd=worktree, env=env)
+            staged = self._git_bytes("ls-files", "-z", "--stage", cwd=worktree, env=env)
+            others = self._git_bytes(
+                "ls-files", "-z", "--others", "--exclude-standard", cwd=worktree, env=env
+            )
         finally:
             index.unlink(missing_ok=True)
+        gitlinks: dict[bytes, Entry] = {}
+        paths: list[bytes] = []
+        for record in staged.split(b"\0"):
+            if record:
+                meta, _, path = record.partition(b"\t")
+                mode, oid, _ = meta.decode().split(" ", 2)
+                if mode == "160000":  # a submodule stays as the base has it
+                    gitlinks[path] = Entry(mode, oid)
+                else:
+                    paths.append(path)
+        # A trailing slash is a nested repository, which is not the task's to add.
+        paths += [p for p in others.split(b"\0") if p and not p.endswith(b"/")]
+        writer = ObjectWriter(self.common_dir / "objects")
+        entries = dict(gitlinks)
+        root_fd = os.open(worktree, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for path in paths:
+                entry = read_entry(root_fd, path, writer)
+                if entry is not None:
+                    entries[path] = entry
+        finally:
+            os.close(root_fd)
+        tree, trees = tree_objects(entries, writer)
+        self.check_objects([e.oid for e in entries.values() if e.mode != "160000"] + trees)
         return self.commit_tree(tree, [base], message)
+
+    def check_objects(self, oids: Sequence[str]) -> None:
+        """GitError unless git reads back, for each id, bytes that hash to that id.
+
+        A pack can hold other bytes under an id, and git prefers packs to loose objects.
+        """
+        for oid, (kind, body) in self.read_objects(oids).items():
+            data = f"{kind} {len(body)}\0".encode() + body
+            if hashlib.sha1(data).hexdigest() != oid:
+                raise GitError(
+                    f"object {oid} in the repository does not hold what its id says "
+                    "(a forged object in the object store)"
+                )
+
+    def read_objects(self, oids: Sequence[str]) -> dict[str, tuple[str, bytes]]:
+        """``{id: (type, bytes)}`` as git reads them (``cat-file --batch``); GitError if one
+        is missing."""
+        wanted = list(dict.fromkeys(oids))
+        if not wanted:
+            return {}
+        stdin = "".join(f"{oid}\n" for oid in wanted).encode()
+        out = self._git_bytes("cat-file", "--batch", cwd=self.root, env={}, stdin=stdin)
+        found, pos = {}, 0
+        for oid in wanted:
+            end = out.find(b"\n", pos)
+            header = out[pos:end].decode(errors="replace").split()
+            if end < 0 or len(header) != 3 or header[0] != oid or not header[2].isdigit():
+                raise GitError(f"object {oid} cannot be read from the repository")
+            size = int(header[2])
+            found[oid] = (header[1], out[end + 1 : end + 1 + size])
+            pos = end + 2 + size
+        return found
+
+    def _git_bytes(
+        self, *args: str, cwd: Path, env: Mapping[str, str], stdin: bytes | None = None
+    ) -> bytes:
+        """git's raw stdout (paths are bytes, not always UTF-8); GitError on failure."""
+        try:
+            proc = subprocess.run(
+                [GIT, *args],
+                cwd=cwd,
+                input=stdin,
+                capture_output=True,
+                env={**self._env, **env},
+                stdin=subprocess.DEVNULL if stdin is None else None,
+                check=False,
+            )
+        except OSError as exc:
+            raise GitError(f"cannot run git: {exc}") from exc
+        if proc.returncode != 0:
+            err = proc.stderr.decode(errors="replace").strip()
+            raise GitError(f"git {' '.join(args)} failed ({proc.returncode}): {err}")
+        return proc.stdout
 
     def changed_lines(self, old: str, new: str) -> int:
         """Lines added plus lines removed between two commits (binary files count 1 each)."""
@@ -394,28 +464,39 @@ class Repo:
         return found
 
     def patch_problems(self, base: str, patch: str, max_file_bytes: int | None) -> list[str]:
-        """Reasons a patch must not be merged: symlinks leaving the repository, huge files."""
-        problems = []
+        """Reasons a patch must not be merged: symlinks leading outside the repository (the
+        whole chain resolved inside the patch's tree), huge files."""
+        problems = [
+            f"{path} is a symlink pointing outside the repository"
+            for path in escaping_symlinks(self._symlinks(patch))
+        ]
+        if max_file_bytes is None:
+            return problems
         out = self.git("diff", "--raw", "--no-renames", "-z", "--no-abbrev", base, patch)
         fields = out.split("\0")
         for meta, path in zip(fields[0::2], fields[1::2], strict=False):
             parts = meta.split()
-            if len(parts) < 5 or parts[4].startswith("D"):
+            if len(parts) < 5 or parts[4].startswith("D") or parts[1] in ("120000", "160000"):
                 continue
-            mode, blob = parts[1], parts[3]
-            if mode == "120000":
-                target = self.git("cat-file", "blob", blob)
-                if _escapes(path, target):
-                    problems.append(f"{path} is a symlink pointing outside the repository")
-            elif max_file_bytes is not None and mode != "160000":
-                size = int(self.git("cat-file", "-s", blob))
-                if size > max_file_bytes:
-                    mib = 1024 * 1024
-                    problems.append(
-                        f"{path} is {size / mib:.1f} MiB, over the {max_file_bytes / mib:g} MiB "
-                        "limit (max_patch_mb)"
-                    )
+            size = int(self.git("cat-file", "-s", parts[3]))
+            if size > max_file_bytes:
+                mib = 1024 * 1024
+                problems.append(
+                    f"{path} is {size / mib:.1f} MiB, over the {max_file_bytes / mib:g} MiB "
+                    "limit (max_patch_mb)"
+                )
         return problems
+
+    def _symlinks(self, commit: str) -> dict[str, str]:
+        """Every symlink of a commit's tree: ``path -> target``."""
+        out = self.git("ls-tree", "-r", "-z", "--full-tree", commit)
+        links = {}
+        for record in out.split("\0"):
+            meta, _, path = record.partition("\t")
+            if meta.startswith("120000 "):
+                links[path] = meta.split()[2]
+        blobs = self.read_objects(list(links.values()))
+        return {path: blobs[oid][1].decode(errors="replace") for path, oid in links.items()}
 
     def checkout_fingerprint(
         self, ignore_refs: Sequence[str] = (), watch_reflogs: Sequence[str] = ()
@@ -484,16 +565,6 @@ def identity_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
             out[f"GIT_{role}_NAME"] = FALLBACK_NAME
             out[f"GIT_{role}_EMAIL"] = FALLBACK_EMAIL
     return out
-
-
-def _escapes(path: str, target: str) -> bool:
-    """Whether a symlink at ``path`` (repository-relative) points outside the repository."""
-    import posixpath
-
-    if target.startswith("/"):
-        return True
-    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
-    return resolved == ".." or resolved.startswith("../")
 
 
 _OID = re.compile(r"[0-9a-f]{40}")

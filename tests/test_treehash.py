@@ -1,0 +1,47 @@
+"""The snapshot's own hashing: what it reads, what it refuses to follow, symlink chains."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from orchardist.gitrepo import Repo
+from orchardist.treehash import escaping_symlinks
+from support import git, make_repo
+
+
+def test_a_chain_is_followed_hop_by_hop_not_read_as_text() -> None:
+    links = {"sub/f": "..", "x": "sub/f/../etc/hostname", "ok": "sub/f/README.md"}
+    assert escaping_symlinks(links) == ["x"]
+
+
+def test_absolute_targets_and_endless_chains_count_as_leaving() -> None:
+    assert escaping_symlinks({"a": "/etc/passwd"}) == ["a"]
+    assert sorted(escaping_symlinks({"l1": "l2", "l2": "l1"})) == ["l1", "l2"]
+    assert escaping_symlinks({"d/e": "../d/./e2", "d/e2": "."}) == []
+
+
+def test_a_snapshot_reads_no_fifo_and_looks_through_no_symlinked_folder(tmp_path: Path) -> None:
+    # Given: a worktree where a FIFO waits for a reader and a tracked folder became a symlink
+    # to a folder outside holding a file of the same name
+    root = make_repo(tmp_path / "repo", {"README.md": "hello\n", "lib/code.py": "x = 1\n"})
+    repo = Repo(root)
+    base = repo.rev_parse("HEAD")
+    worktree = tmp_path / "wt"
+    repo.add_worktree(worktree, base)
+    os.mkfifo(worktree / "pipe")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "code.py").write_text("secret = 'outside'\n")
+    (worktree / "lib" / "code.py").unlink()
+    (worktree / "lib").rmdir()
+    (worktree / "lib").symlink_to(outside)
+
+    # When
+    snap = repo.snapshot(worktree, base, "task")
+
+    # Then: the FIFO is left out (and did not block), lib is the link, nothing is read through it
+    tree = git(root, "ls-tree", "-r", snap).splitlines()
+    assert [line.split("\t")[1] for line in tree] == ["README.md", "lib"]
+    assert tree[1].startswith("120000 ")
+    assert git(root, "cat-file", "blob", f"{snap}:lib") == str(outside)
