@@ -4,14 +4,16 @@ It speaks ``POST /v1/messages`` as the real API does: a JSON message, or (``"str
 server-sent events ``message_start → content_block_* → message_delta → message_stop``, with
 ``usage`` counted the way the API counts it. Answers are scripted per conversation turn: the
 n-th request of a conversation (n = assistant messages already in it) gets ``script[n]``, so
-retries and side requests do not shift the script. Requests that offer no tools (titles, quota
-checks) get a short text. ``fail`` answers every request with an API error (401, 429) carrying
-the real error body and headers.
+retries and side requests do not shift the script. ``{cwd}`` in a tool call's input becomes the
+working directory the request names (Claude Code puts it in its prompt). Requests that offer no
+tools (titles, quota checks) get a short text. ``fail`` answers requests with an API error (401,
+429) carrying the real error body and headers: every request, or the first ``failures``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -89,9 +91,15 @@ class Seen:
 class AnthropicServer:
     """``with AnthropicServer(script) as api:`` serves on ``api.url`` until the block ends."""
 
-    def __init__(self, script: Sequence[Step] = (), fail: ApiError | None = None) -> None:
+    def __init__(
+        self,
+        script: Sequence[Step] = (),
+        fail: ApiError | None = None,
+        failures: int | None = None,
+    ) -> None:
         self.script = list(script)
         self.fail = fail
+        self.failures = failures
         self.seen = Seen()
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _handler(self))
@@ -117,13 +125,29 @@ class AnthropicServer:
         if not body.get("tools"):
             return Text("Fix the failing test")
         turn = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
-        return self.script[turn] if turn < len(self.script) else Text("Done.")
+        step = self.script[turn] if turn < len(self.script) else Text("Done.")
+        found = _CWD.search(json.dumps(body))
+        if isinstance(step, ToolUse) and found:
+            given = json.dumps(step.input).replace("{cwd}", found.group(1))
+            step = ToolUse(step.name, json.loads(given), step.text)
+        return step
 
-    def record(self, body: dict[str, Any], headers: dict[str, str]) -> None:
-        """Keep one request for the test to look at."""
+    def record(self, body: dict[str, Any], headers: dict[str, str]) -> ApiError | None:
+        """Keep one request for the test to look at; the error to answer it with, if any."""
         with self._lock:
             self.seen.requests.append(body)
             self.seen.headers.append(headers)
+            if self.fail is None or not body.get("tools"):
+                return None
+            if self.failures is None:
+                return self.fail
+            if self.failures > 0:
+                self.failures -= 1
+                return self.fail
+            return None
+
+
+_CWD = re.compile(r"[Pp]rimary working directory: ([^\s\\\"]+)")
 
 
 def message(step: Step, model: str) -> dict[str, Any]:
@@ -212,9 +236,8 @@ def _handler(api: AnthropicServer) -> type[BaseHTTPRequestHandler]:
             if path != "/v1/messages":
                 self._json(404, _error("not_found_error", f"{path} not found"))
                 return
-            api.record(body, {k.lower(): v for k, v in self.headers.items()})
-            if api.fail is not None:
-                fail = api.fail
+            fail = api.record(body, {k.lower(): v for k, v in self.headers.items()})
+            if fail is not None:
                 self._json(fail.status, _error(fail.type, fail.message), fail.headers)
                 return
             reply = message(api.answer(body), str(body.get("model", "claude-sonnet-4-5")))

@@ -23,8 +23,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from ..procs import ProcessResult
 from ..records import Failure
-from . import AgentContext
+from . import AgentContext, AgentResult
 from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, str_list_problem
 from .limits import epoch_datetime
 
@@ -106,6 +107,14 @@ class ClaudeAgent(CliAgent):
             env["CLAUDE_CODE_MAX_RETRIES"] = MAX_RETRIES
         return env
 
+    def result(self, proc: ProcessResult, seen: Seen, ctx: AgentContext) -> AgentResult:
+        """The base verdict; refused tool calls are also noted in the attempt's log."""
+        refused = seen.state.get("refused")
+        if refused:
+            with ctx.log.open("a", encoding="utf-8") as log:
+                log.write(f"orchardist: {refused}\n")
+        return super().result(proc, seen, ctx)
+
     def event(self, seen: Seen, event: dict[str, Any]) -> None:
         """``system``/init gives the session; ``result`` gives cost, turns and tokens."""
         kind = event.get("type")
@@ -129,7 +138,7 @@ class ClaudeAgent(CliAgent):
         if isinstance(event.get("num_turns"), int):
             seen.turns = event["num_turns"]
         _tokens(seen, event)
-        refused = denials(event.get("permission_denials"))
+        refused = seen.state["refused"] = denials(event.get("permission_denials"))
         text = str(event.get("result") or "")
         if event.get("is_error") or str(event.get("subtype", "success")) != "success":
             subtype = str(event.get("subtype", ""))
