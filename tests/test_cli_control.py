@@ -213,6 +213,7 @@ def test_retry_refuses_runs_that_did_not_end_or_ended_done(repo: Path) -> None:
         orchardist(repo, "retry", "--help").stdout + orchardist(repo, "resume", "--help").stdout
     )
     assert "`resume` continues a run that did not end" in " ".join(help_text.split())
+    assert "`retry` re-runs the failed tasks of a run that ended" in " ".join(help_text.split())
 
 
 # -- cancel ----------------------------------------------------------------------------------

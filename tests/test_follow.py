@@ -7,7 +7,9 @@ far, then what happens next, and end by itself when the run ends.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from orchardist import Workspace
+from orchardist.control import holder
 from orchardist.procs import kill_by_env
 from run_support import ORCHARDIST, only_run, orchardist, spawn, wait_until
 from support import toml_str, write_plan
@@ -161,3 +164,24 @@ def test_following_a_run_nobody_drives_ends_at_once(repo: Path) -> None:
 
     assert done.returncode == 0
     assert json.loads(done.stdout.splitlines()[-1])["kind"] == "run"
+
+
+def test_a_follower_ends_when_the_orchestrator_dies(
+    tmp_path: Path, launch: Launch, live_run: tuple[str, Path]
+) -> None:
+    # Given: a follower of a live run
+    run_id, _ = live_run
+    follower = launch("events", run_id, "--follow")
+    wait_until("the running attempt's event", lambda: '"running"' in output(tmp_path, 1))
+
+    # When: the orchestrator is killed outright (it writes nothing more)
+    ws = Workspace.open(tmp_path / "repo")
+    try:
+        pid = holder(ws.state_dir, run_id)
+    finally:
+        ws.store.close()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+
+    # Then: the follower notices through its pidfd and ends
+    assert follower.wait(timeout=60) == 0

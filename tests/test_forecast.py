@@ -137,3 +137,17 @@ def test_candidates_take_slots_and_pool_caps_hold_tasks_back(repo: Path) -> None
 
     assert fc.makespan == 6  # one slot for the pool: a, b, then c's two candidates in turn
     assert [s.task for s in fc.schedule] == ["a", "b", "c", "c"]
+
+
+def test_only_and_skip_shape_the_forecast_as_they_shape_the_run(repo: Path) -> None:
+    write_plan(repo, FAN)
+
+    only = json.loads(
+        orchardist(repo, "run", "plan.toml", "--dry-run", "--json", "--only", "case").stdout
+    )
+    skip = json.loads(orchardist(repo, "graph", "plan.toml", "--json", "--skip", "tokens").stdout)
+    unknown = orchardist(repo, "graph", "plan.toml", "--only", "ghost")
+
+    assert only["launch_order"] == ["tokens", "case"]
+    assert skip["launch_order"] == ["wrap"]
+    assert unknown.returncode == 2 and "no task 'ghost'" in unknown.stderr

@@ -122,8 +122,10 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "resume",
         help="continue an interrupted or stopped run",
-        description="Continue a run killed in any way (kill -9 included): "
-        "leftover processes and worktrees are cleaned up, merged work is kept.",
+        description="Continue a run that did not end: crashed (kill -9 included), "
+        "interrupted or stopped by a deadline or budget. Leftover processes and worktrees are "
+        "cleaned up, merged work is kept. (`retry` re-runs the failed tasks of a run that "
+        "ended.)",
     )
     p.add_argument("run", nargs="?", help="run id or a unique prefix (default: newest)")
     p.add_argument("--max-parallel", type=_positive, metavar="N")
@@ -294,6 +296,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("plan", type=Path, help="plan file (.toml, .yaml or .yml)")
     p.add_argument("--max-parallel", type=_positive, metavar="N", help="slots to simulate")
+    p.add_argument("--only", nargs="+", metavar="TASK", default=[], help="as `run --only`")
+    p.add_argument("--skip", nargs="+", metavar="TASK", default=[], help="as `run --skip`")
     p.add_argument(
         "--format", choices=("text", "dot", "mermaid"), default="text", help="(default: text)"
     )
@@ -870,7 +874,9 @@ def cmd_graph(args: argparse.Namespace) -> int:
 def _print_forecast(plan: Any, args: argparse.Namespace) -> int:
     from .forecast import forecast, render
 
-    fc = forecast(plan, args.max_parallel)
+    only, skip = getattr(args, "only", []), getattr(args, "skip", [])
+    _check_tasks(plan, [*only, *skip])
+    fc = forecast(plan, args.max_parallel, only, skip)
     if args.json:
         print(json.dumps(fc.to_json(), indent=2))
     else:

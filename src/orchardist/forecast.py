@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .graph import Graph
@@ -66,9 +66,13 @@ class Forecast:
         }
 
 
-def forecast(plan: Plan, max_parallel: int | None = None, only: Collection[str] = ()) -> Forecast:
-    """Simulate ``plan`` (restricted to the tasks in ``only`` when given)."""
-    tasks = [t for t in plan.tasks if not only or t.id in only]
+def forecast(
+    plan: Plan, max_parallel: int | None = None, only: Sequence[str] = (), skip: Sequence[str] = ()
+) -> Forecast:
+    """Simulate ``plan``, without the tasks ``--only``/``--skip`` would leave out."""
+    whole = Graph([t.id for t in plan.tasks], {t.id: t.depends_on for t in plan.tasks})
+    out = whole.left_out(only, skip)
+    tasks = [t for t in plan.tasks if t.id not in out]
     ids = {t.id for t in tasks}
     graph = Graph(
         [t.id for t in tasks],

@@ -167,6 +167,21 @@ class Graph:
         """Every task that transitively depends on ``task``, in topological order."""
         return self._reach(task, self.children)
 
+    def left_out(self, only: Sequence[str] = (), skip: Sequence[str] = ()) -> dict[str, str]:
+        """Tasks ``--only``/``--skip`` leave out, each with why: everything outside ``only``
+        and what it depends on, and every task of ``skip`` with what depends on it."""
+        keep = set(self.ids)
+        if only:
+            keep = set(only)
+            for task in only:
+                keep.update(self.ancestors(task))
+        why = {t: "not asked for by --only" for t in self.ids if t not in keep}
+        for task in skip:
+            why.setdefault(task, "--skip")
+            for child in self.descendants(task):
+                why.setdefault(child, f"depends on skipped {task}")
+        return why
+
     def _reach(self, task: str, edges: Mapping[str, Sequence[str]]) -> list[str]:
         seen: set[str] = set()
         stack = list(edges[task])

@@ -273,18 +273,8 @@ def select_tasks(
 
     Done tasks stay done: a task that merged is reused, never skipped after the fact.
     """
-    graph = _graph_of(plan)
     check_known(plan, [*only, *skip])
-    keep = set(graph.ids)
-    if only:
-        keep = set(only)
-        for task in only:
-            keep.update(graph.ancestors(task))
-    why: dict[str, str] = {t: "not asked for by --only" for t in graph.ids if t not in keep}
-    for task in skip:
-        why.setdefault(task, "--skip")
-        for child in graph.descendants(task):
-            why.setdefault(child, f"depends on skipped {task}")
+    why = _graph_of(plan).left_out(only, skip)
     skipped = []
     now = clock()
     with ws.store.transaction() as tx:
