@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shlex
 import statistics
 import subprocess
@@ -94,13 +95,20 @@ def make_repo(root: Path, files: int, max_parallel: int) -> Path:
     return repo
 
 
-def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
-    start = time.perf_counter()
+def cpu_s() -> float:
+    """CPU seconds (user + system) used by finished children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (the command and all it started) and stdout of a command."""
+    start, cpu = time.perf_counter(), cpu_s()
     out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=env, check=False)
-    elapsed = time.perf_counter() - start
+    elapsed, used = time.perf_counter() - start, cpu_s() - cpu
     if out.returncode not in (0, 1):
         raise SystemExit(f"{argv} failed ({out.returncode}): {out.stderr[-2000:]}")
-    return elapsed, out.stdout
+    return elapsed, used, out.stdout
 
 
 def main() -> None:
@@ -126,33 +134,41 @@ def main() -> None:
             ".",
         ]
         direct, cold, warm = [], [], []
+        cpu: dict[str, list[float]] = {"direct": [], "cold": [], "warm": []}
         expected = found_cold = found_warm = 0
         for attempt in range(args.repeat):
-            seconds, out = timed(direct_argv, repo, env)
+            seconds, used, out = timed(direct_argv, repo, env)
             direct.append(seconds)
+            cpu["direct"].append(used)
             expected = len(json.loads(out)["runs"][0]["results"])
-            seconds, out = timed([*scan, "--no-cache"], repo, env)
+            seconds, used, out = timed([*scan, "--no-cache"], repo, env)
             cold.append(seconds)
+            cpu["cold"].append(used)
             found_cold = json.loads(out)["findings"]
             timed(scan, repo, env)  # fill the cache
             changed = repo / "pkg" / "sub0" / "mod0.py"
             changed.write_text(changed.read_text() + f"\n\nVALUE_{attempt} = {attempt}\n")
             git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qam", "edit")
-            seconds, out = timed(scan, repo, env)
+            seconds, used, out = timed(scan, repo, env)
             warm.append(seconds)
+            cpu["warm"].append(used)
             summary = json.loads(out)
             found_warm = summary["findings"]
             assert summary["scanners"][0]["misses"] == 1, summary["scanners"]
         d, c, w = (statistics.median(x) for x in (direct, cold, warm))
+        dc, cc, wc = (statistics.median(cpu[k]) for k in ("direct", "cold", "warm"))
+        load = os.getloadavg()[0]
         print(
-            f"machine: {platform.machine()}, {os.cpu_count()} cpus; python {platform.python_version()}"
+            f"machine: {platform.machine()}, {os.cpu_count()} cpus, load {load:.1f}; "
+            f"python {platform.python_version()}"
         )
         print(f"files: {args.files}, max_parallel: {args.max_parallel}, repeat: {args.repeat}")
-        print(f"direct ruff, once over all files:   {d:7.3f} s  ({expected} findings)")
-        print(f"orchardist scan, cold (--no-cache): {c:7.3f} s  ({found_cold} findings)")
-        print(f"orchardist scan, warm, 1 changed:   {w:7.3f} s  ({found_warm} findings)")
-        print(f"ratio cold / direct: {c / d:.2f}")
-        print(f"ratio warm / direct: {w / d:.2f}")
+        print("                                     wall s   cpu s")
+        print(f"direct ruff, once over all files:   {d:7.3f} {dc:7.3f}  ({expected} findings)")
+        print(f"orchardist scan, cold (--no-cache): {c:7.3f} {cc:7.3f}  ({found_cold} findings)")
+        print(f"orchardist scan, warm, 1 changed:   {w:7.3f} {wc:7.3f}  ({found_warm} findings)")
+        print(f"ratio cold / direct: wall {c / d:.2f}, cpu {cc / dc:.2f}")
+        print(f"ratio warm / direct: wall {w / d:.2f}, cpu {wc / dc:.2f}")
         print(f"same findings as ruff: {found_cold == expected == found_warm}")
 
 

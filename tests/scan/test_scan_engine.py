@@ -353,3 +353,49 @@ def test_every_problem_of_a_scanner_profile_is_reported_with_its_place(tmp_path:
         assert where in result.stderr, result.stderr
     validated = orchardist(repo, "validate", str(plan))
     assert validated.returncode == 2 and "scanners.b.agent" in validated.stderr
+
+
+SEEING_SCANNER = """\
+import json, os, sys
+seen = sorted(os.path.relpath(os.path.join(d, f)) for d, _, fs in os.walk(".") for f in fs)
+print(json.dumps([{"rule": "seen", "message": ",".join(seen), "path": p, "start_line": 1}
+                  for p in sys.argv[1:]]))
+"""
+
+
+def test_a_file_scoped_scanner_sees_only_its_files_and_config_files(
+    todo_repo: Path, tmp_path: Path
+) -> None:
+    # Only what its cache keys cover is there to read, so no other file can make them stale.
+    script = tmp_path / "seeing.py"
+    script.write_text(SEEING_SCANNER)
+    plan = write_plan(
+        todo_repo,
+        f"""
+        [scanners.seeing]
+        command = "{PYTHON} {script} {{files}}"
+        format = "json"
+        include = ["src/m1.py", "src/m2.py"]
+        config = ["docs/*.md"]
+        [scanners.whole]
+        command = "{PYTHON} {script} src/m1.py"
+        format = "json"
+        scope = "tree"
+        """,
+        name="scan.toml",
+    )
+    seeing, whole = scan(plan).reports
+    assert {f.message for f in seeing.findings} == {"docs/notes.md,src/m1.py,src/m2.py"}
+    assert len(whole.findings[0].message.split(",")) == 8  # a tree scanner sees everything
+
+
+def test_each_scan_is_in_the_event_log(todo_repo: Path, tmp_path: Path) -> None:
+    plan, _ = todo_plan(todo_repo, tmp_path)
+    result = scan(plan)
+    events = Workspace.open(todo_repo).store.events(result.scan_id)
+    assert [(e.kind, e.task_id, e.data["state"]) for e in events] == [
+        ("scan", None, "started"),
+        ("scanner", "todo", "done"),
+        ("scan", None, "finished"),
+    ]
+    assert events[1].data["misses"] == 6 and events[2].data["findings"] == 6

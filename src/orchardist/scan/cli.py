@@ -171,6 +171,7 @@ def summary(result: Any, code: int, output: Path | None) -> dict[str, Any]:
     for m in result.merged:
         levels[m.finding.level] += 1
     return {
+        "scan": result.scan_id,
         "base": result.base_commit,
         "exit_code": code,
         "output": None if output is None else str(output),

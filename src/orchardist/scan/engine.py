@@ -31,6 +31,7 @@ from ..errors import UsageError
 from ..gitrepo import Repo
 from ..plan import AgentProfile
 from ..procs import CancelToken, run_process
+from ..records import Event
 from ..store import Store
 from .findings import (
     Finding,
@@ -58,6 +59,7 @@ class ScanResult:
     base_commit: str
     reports: tuple[ScannerReport, ...]
     merged: tuple[MergedFinding, ...]
+    scan_id: str = ""  # its events are logged under this id
 
     @property
     def failed(self) -> list[ScannerReport]:
@@ -119,6 +121,7 @@ class Scanner:
         self.environ = dict(os.environ if environ is None else environ)
         self.cancel = CancelToken()
         self.workdir = "."
+        self._entries: Mapping[str, str] = {}
 
     def scan(self, profiles: Sequence[ScannerProfile], base: str, workdir: str = ".") -> ScanResult:
         """Scan ``base`` with ``profiles``; findings deduplicated across scanners.
@@ -136,9 +139,13 @@ class Scanner:
             for path, blob in _ls_tree(self.repo, commit).items()
             if path.startswith(prefix)
         }
+        self._entries = entries
         tree = self.repo.tree_of(commit)
-        work = scan_root(self.repo) / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        scan_id = f"scan-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        work = scan_root(self.repo) / scan_id
         work.mkdir(parents=True)
+        names = [p.name for p in profiles]
+        self._emit(scan_id, "scan", state="started", base=commit, scanners=names)
         try:
             tallies = {p.name: _Tally() for p in profiles}
             jobs: list[_Job] = []
@@ -148,7 +155,26 @@ class Scanner:
         finally:
             _remove(work)
         reports = tuple(self._report(p, tallies[p.name], prefix) for p in profiles)
-        return ScanResult(commit, reports, tuple(merge(reports)))
+        for r in reports:
+            self._emit(
+                scan_id,
+                "scanner",
+                r.name,
+                state="failed" if r.error else "done",
+                hits=r.hits,
+                misses=r.misses,
+                invocations=r.invocations,
+                reported=len(r.findings),
+                error=r.error,
+            )
+        merged = tuple(merge(reports))
+        self._emit(scan_id, "scan", state="finished", findings=len(merged))
+        return ScanResult(commit, reports, merged, scan_id)
+
+    def _emit(self, scan_id: str, kind: str, scanner: str | None = None, **data: Any) -> None:
+        """One line of the event log, under the scan's id (``scan-…``) instead of a run's."""
+        with self.store.transaction() as tx:
+            tx.emit(Event(scan_id, kind, self.clock(), task_id=scanner, data=data))
 
     # -- cache lookups -------------------------------------------------------------------
 
@@ -231,8 +257,11 @@ class Scanner:
         if not jobs:
             return
         exports = {j.profile.name: work / j.profile.name for j in jobs}
-        for folder in exports.values():
-            _export(self.repo, commit, folder)
+        exported = self._export_sets(jobs)
+        for name, folder in exports.items():
+            (folder / "tree" / self.workdir).mkdir(parents=True)  # before it is made read-only
+            paths = exported[name]
+            _export(self.repo, commit, folder, None if paths is None else sorted(paths))
         # tree scans first: they usually take longest
         ordered = sorted(jobs, key=lambda j: j.profile.scope is not Scope.TREE)
         pool = ThreadPoolExecutor(max_workers=self.max_parallel, thread_name_prefix="scan")
@@ -251,7 +280,7 @@ class Scanner:
         finally:
             pool.shutdown(wait=True)
         for name, folder in exports.items():
-            changed = _changed_files(self.repo, folder)
+            changed = _changed_files(self.repo, folder, exported[name])
             if changed:
                 tally = tallies[name]
                 shown = ", ".join(changed[:5]) + (" …" if len(changed) > 5 else "")
@@ -265,6 +294,22 @@ class Scanner:
         ]
         if rows and self.use_cache:
             self.store.scan_cache_put(rows, self.clock(), MAX_CACHE_ENTRIES)
+
+    def _export_sets(self, jobs: Sequence[_Job]) -> dict[str, set[str] | None]:
+        """What each scanner's export holds (repository paths): for a file-scoped scanner its
+        files and its ``config`` files, all that its cache keys cover; else (None) everything."""
+        prefix = "" if self.workdir == "." else self.workdir + "/"
+        sets: dict[str, set[str] | None] = {}
+        for job in jobs:
+            profile = job.profile
+            if profile.scope is not Scope.FILE:
+                sets[profile.name] = None
+                continue
+            paths = sets.setdefault(profile.name, set())
+            assert paths is not None
+            paths.update(prefix + f for f in job.files)
+            paths.update(prefix + f for f in select_files(self._entries, profile.config, ()))
+        return sets
 
     def _collect(
         self,
@@ -451,13 +496,17 @@ def _ls_tree(repo: Repo, commit: str) -> dict[str, str]:
     return entries
 
 
-def _export(repo: Repo, commit: str, folder: Path) -> None:
-    """Write ``commit``'s tree to ``folder/tree`` (its index beside it), then make it read-only."""
+def _export(repo: Repo, commit: str, folder: Path, paths: Sequence[str] | None = None) -> None:
+    """Write ``commit``'s tree (or only ``paths`` of it) to ``folder/tree``, its index beside
+    it, then make it read-only."""
     tree = folder / "tree"
-    tree.mkdir(parents=True)
+    tree.mkdir(parents=True, exist_ok=True)
     env = _index_env(repo, folder)
     repo.git("read-tree", commit, env=env)
-    repo.git("checkout-index", "-a", "-f", env=env, cwd=tree)
+    if paths is None:
+        repo.git("checkout-index", "-a", "-f", env=env, cwd=tree)
+    elif paths:
+        repo.git("checkout-index", "-f", "-z", "--stdin", input="\0".join(paths), env=env, cwd=tree)
     for root, _dirs, files in os.walk(tree):
         for name in files:
             path = os.path.join(root, name)
@@ -467,8 +516,9 @@ def _export(repo: Repo, commit: str, folder: Path) -> None:
         os.chmod(root, 0o555)
 
 
-def _changed_files(repo: Repo, folder: Path) -> list[str]:
-    """Paths of the export in ``folder`` that differ from its index: changed, removed, added.
+def _changed_files(repo: Repo, folder: Path, exported: set[str] | None) -> list[str]:
+    """Paths of the export in ``folder`` that differ from the base: changed, removed, added
+    (``exported``: the paths a partial export holds; the others are absent by design).
 
     Content is compared by hashing, and nothing is written to the object store.
     """
@@ -477,7 +527,10 @@ def _changed_files(repo: Repo, folder: Path) -> list[str]:
     repo.git("update-index", "-q", "--refresh", env=env, cwd=tree, ok=(0, 1))
     changed = repo.git("diff-files", "--name-only", "-z", env=env, cwd=tree)
     added = repo.git("ls-files", "--others", "-z", env=env, cwd=tree)
-    return sorted({p for p in (changed + "\0" + added).split("\0") if p})
+    differ = [p for p in changed.split("\0") if p]
+    if exported is not None:  # an unexported file is "deleted"; one that appeared was added
+        differ = [p for p in differ if p in exported or os.path.lexists(tree / p)]
+    return sorted({*differ, *(p for p in added.split("\0") if p)})
 
 
 def _index_env(repo: Repo, folder: Path) -> dict[str, str]:

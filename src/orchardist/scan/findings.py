@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -82,12 +82,15 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         """A plain mapping (cache entries, --format json)."""
-        return asdict(self)
+        return {name: getattr(self, name) for name in _FINDING_FIELDS}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Finding:
         """The inverse of :meth:`to_json`."""
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+_FINDING_FIELDS = tuple(Finding.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
