@@ -279,3 +279,16 @@ def test_fix_grouped_by_rule_serializes_tasks_that_share_a_file(tmp_path: Path) 
     windows = attempt_windows(ws, outcome["run"])
     (fixme,), (todo,) = windows["fix-fixme"], windows["fix-todo"]
     assert fixme[1] < todo[0]
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["a/b.py", "x" * 200 + ".py", "weird..name.lock", ".hidden/file.", "-dash", "ünï cödé.py"],
+)
+def test_fix_task_ids_are_valid_task_ids_whatever_the_path(path: str) -> None:
+    from orchardist.plan import task_id_problem
+    from orchardist.scan.fix import _task_id
+
+    task_id = _task_id("file", path, set())
+    assert task_id.startswith("fix-") and task_id_problem(task_id) is None
+    assert _task_id("file", path, {task_id}) != task_id

@@ -13,6 +13,7 @@ agent reviewer reported are left open, and said so.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -77,7 +78,14 @@ def group_findings(
 
 
 def _task_id(by: str, key: str, taken: set[str]) -> str:
-    base = "fix-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", key).strip("-") or by)
+    """``fix-<key>`` as a valid task id (a git ref name of 64 characters at most), unique."""
+    from ..plan import MAX_TASK_ID, task_id_problem
+
+    slug = re.sub(r"\.\.+", ".", re.sub(r"[^A-Za-z0-9_.-]+", "-", key)).strip("-.")
+    base = "fix-" + (slug or by)
+    if len(base) > MAX_TASK_ID - 4 or task_id_problem(base) is not None:
+        digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+        base = f"{base[: MAX_TASK_ID - 13].rstrip('-.')}-{digest}"
     task_id, n = base, 2
     while task_id in taken:
         task_id, n = f"{base}-{n}", n + 1

@@ -26,7 +26,7 @@ def fix_findings(
     before: ScanResult,
 ) -> int:
     """Run fix tasks for ``before``'s findings; report fixed and open; the exit code."""
-    from ..cli import _drive
+    from ..cli import _drive, _parser
     from ..runs import create_run
     from .cli import render
 
@@ -60,7 +60,9 @@ def fix_findings(
             f"run {run.id}, plan {plan_path}",
             file=out,
         )
-        driven = argparse.Namespace(json=args.json, max_parallel=args.max_parallel)
+        # the options `orchardist run` would have, with its defaults for all but these
+        driven = _parser().parse_args(["run", str(plan_path)])
+        driven.json, driven.max_parallel = args.json, args.max_parallel
         with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
             _drive(ws, fix_plan, run, driven)
         run = ws.resolve_run(run.id)
