@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from .safeio import read_capped
+
 __all__ = [
     "CHECK_DOES_NOT_REPRODUCE",
     "CommandOutcome",
@@ -41,6 +43,7 @@ ADDOPTS_VAR = "PYTEST_ADDOPTS"
 CHECK_DOES_NOT_REPRODUCE = "check_does_not_reproduce"
 BASELINE_KEY_VERSION = "1"  # bump when the way baselines are run changes, to retire old entries
 MAX_NAMES_IN_REASON = 5
+MAX_JUNIT_BYTES = 64 * 1024 * 1024  # a larger report is not read: per-command verdicts apply
 _PYTEST_PROGRAMS = frozenset({"pytest", "py.test", "pytest-3"})
 
 
@@ -124,9 +127,12 @@ def parse_junit(path: Path) -> TestReport | None:
     Accepts a ``<testsuites>`` or ``<testsuite>`` root and any number of suites. A test reported
     more than once counts as failed if any entry failed, else skipped if any was skipped.
     """
+    raw = read_capped(path, MAX_JUNIT_BYTES)
+    if raw is None:
+        return None
     try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
+        root = ET.fromstring(raw)
+    except ET.ParseError:
         return None
     if root.tag not in ("testsuites", "testsuite"):
         return None

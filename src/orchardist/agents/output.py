@@ -9,18 +9,23 @@ from typing import Any
 
 from ..procs import ProcessResult, run_process
 from ..records import Failure, Usage
+from ..safeio import read_capped
 from . import AgentContext, AgentResult
+
+MAX_OUTPUT_BYTES = 1024 * 1024  # a larger file is ignored (it is a summary and a few numbers)
 
 
 def read_output(path: Path) -> tuple[Usage, str]:
-    """Usage and summary from the agent's output file; empty when absent or malformed.
+    """Usage and summary from the agent's output file; empty when absent or malformed, or when
+    it is not a regular file under ``MAX_OUTPUT_BYTES`` (see safeio).
 
     Recognised keys: ``cost_usd``, ``input_tokens``, ``output_tokens``, ``turns``,
     ``session_id`` and ``summary``. Anything else is ignored.
     """
+    raw = read_capped(path, MAX_OUTPUT_BYTES)
     try:
-        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError):
+        data = json.loads(raw.decode("utf-8", errors="replace")) if raw is not None else None
+    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         return Usage(), ""
     if not isinstance(data, dict):
         return Usage(), ""

@@ -1,0 +1,42 @@
+"""Reading files an agent (or the code it wrote) could have put in orchardist's way.
+
+Such a path may hold a FIFO (an ordinary open would block for good), a symlink to
+``/dev/zero`` or to a file the agent should not see, or a file of hundreds of megabytes. So a
+file is opened without following a final symlink and without blocking, read only if it is a
+regular file, and read only up to a cap.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+__all__ = ["read_capped"]
+
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def read_capped(path: Path, max_bytes: int) -> bytes | None:
+    """The bytes of the regular file at ``path``; None when it is missing, a symlink, not a
+    regular file, or larger than ``max_bytes``."""
+    try:
+        fd = os.open(path, _FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+            return None
+        chunks, total = [], 0
+        while total <= max_bytes:  # it may still grow while we read
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return None if total > max_bytes else b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
