@@ -133,6 +133,22 @@ def test_a_cli_whose_version_check_fails_is_missing(
     assert report.missing == ("`claude --version` failed (exit 3): error: cannot find module",)
 
 
+def test_the_version_is_read_from_stdout_not_from_warnings_on_stderr(
+    repo: Path, bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a codex that warns on stderr before printing its version (as codex 0.171 does)
+    write_plan(repo, PLAN)
+    tool(
+        bin_dir,
+        "codex",
+        'echo "WARNING: could not update PATH" >&2; echo "codex-cli 0.171.0"',
+    )
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-secret")
+    # When doctor checks it, then the version is codex's, not the warning
+    report = {r.name: r for r in check_plan(load_plan(repo / "plan.toml"))}["cheap"]
+    assert report.version == "codex-cli 0.171.0"
+
+
 def test_the_command_override_is_what_is_looked_for(
     repo: Path, bin_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

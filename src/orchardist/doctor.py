@@ -7,8 +7,11 @@ are the variables the profile lists in ``env`` set. Values are never printed, on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
+import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -18,7 +21,6 @@ from typing import Any
 from .agents import agent_class, scrubbed_env
 from .agents.cli import Needs, home_path
 from .plan import AgentProfile, Plan
-from .procs import run_process
 
 VERSION_TIMEOUT_S = 15.0
 
@@ -95,21 +97,41 @@ def check_profile(profile: AgentProfile, environ: Mapping[str, str] | None = Non
 def _version(
     path: str, args: tuple[str, ...], environ: Mapping[str, str]
 ) -> tuple[str | None, str | None]:
-    """First line of ``path --version``, or a problem."""
+    """First line of ``path --version`` on stdout (stderr carries warnings), or a problem."""
     env = scrubbed_env((), environ)
-    with tempfile.TemporaryDirectory(prefix="orchardist-doctor-") as tmp:
-        log = Path(tmp) / "version.log"
-        proc = run_process(
-            [path, *args], cwd=Path(tmp), env=env, log=log, timeout_s=VERSION_TIMEOUT_S
-        )
-        text = log.read_text(encoding="utf-8", errors="replace")
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")[:200]
     shown = " ".join([Path(path).name, *args])
-    if proc.timed_out:
-        return None, f"`{shown}` did not answer within {VERSION_TIMEOUT_S:g}s"
-    if proc.exit_code != 0:
-        return None, f"`{shown}` failed (exit {proc.exit_code})" + (f": {first}" if first else "")
-    return first or None, None
+    with tempfile.TemporaryDirectory(prefix="orchardist-doctor-") as tmp:
+        proc = subprocess.Popen(
+            [path, *args],
+            cwd=tmp,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=VERSION_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            proc.communicate()
+            return None, f"`{shown}` did not answer within {VERSION_TIMEOUT_S:g}s"
+        finally:
+            _kill_group(proc.pid)  # anything it left behind in its session
+    if proc.returncode != 0:
+        first = _first_line(err) or _first_line(out)
+        return None, f"`{shown}` failed (exit {proc.returncode})" + (f": {first}" if first else "")
+    return _first_line(out) or None, None
+
+
+def _first_line(data: bytes) -> str:
+    text = data.decode("utf-8", errors="replace")
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")[:200]
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def _login_file(templates: tuple[str, ...], environ: Mapping[str, str]) -> str | None:

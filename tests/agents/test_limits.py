@@ -55,6 +55,8 @@ def test_no_reset_time_is_invented(text: str) -> None:
         ("", 429, Failure.RATE_LIMITED),
         ("", 401, Failure.AUTH_ERROR),
         ("You've hit your usage limit. Try again Aug 18.", None, Failure.RATE_LIMITED),
+        ("You\u2019ve hit your limit, try again later", None, Failure.RATE_LIMITED),  # codex
+        ("exceeded retry limit, last status: 429 Too Many Requests", None, Failure.RATE_LIMITED),
         ("429 Too Many Requests", None, Failure.RATE_LIMITED),
         ("RESOURCE_EXHAUSTED: Quota exceeded for quota metric", None, Failure.RATE_LIMITED),
         ("Invalid API key · Please run /login", None, Failure.AUTH_ERROR),

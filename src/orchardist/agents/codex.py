@@ -5,18 +5,31 @@
 ``error``. The prompt is the last argument and stdin is closed, or codex would wait for input.
 Codex reports no cost; set ``price_in``/``price_out`` to have orchardist price the tokens.
 
-Permission: ``--sandbox workspace-write`` (edits and commands inside the worktree, no network)
-with approvals off (``-c approval_policy="never"``).
+Permission (``--sandbox``): ``auto`` (the default) is ``danger-full-access`` when orchardist
+confines the attempt itself (codex's own bwrap cannot set up its uid map inside orchardist's
+sandbox, so every write would fail) and ``workspace-write`` when it does not. Approvals are off
+(``-c approval_policy="never"``).
+
+Variables: codex reads its key from ``CODEX_API_KEY`` (with only ``OPENAI_API_KEY`` it sends no
+key), so orchardist copies ``OPENAI_API_KEY`` there; it ignores ``OPENAI_BASE_URL``, so when that
+is set orchardist declares a provider entry with that base URL (Responses API over HTTPS, no
+WebSocket). A patch codex could not write (``file_change`` items that failed, a patch its
+sandbox rejected) is reported; when no write succeeded the attempt fails.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
 
-from . import AgentContext
-from .cli import CliAgent, Seen, check_choice
+from ..procs import ProcessResult
+from ..records import Failure
+from . import AgentContext, AgentResult
+from .cli import SUMMARY_CHARS, CliAgent, Seen, check_choice
 
-SANDBOX_MODES = ("read-only", "workspace-write", "danger-full-access")
+SANDBOX_MODES = ("auto", "read-only", "workspace-write", "danger-full-access")
+PROVIDER = "orchardist"  # the provider entry declared for OPENAI_BASE_URL
+REJECTED = "patch rejected:"  # codex's stderr line for a patch its sandbox refused
 
 
 class CodexAgent(CliAgent):
@@ -33,7 +46,7 @@ class CodexAgent(CliAgent):
     key_vars: ClassVar[tuple[str, ...]] = ("OPENAI_API_KEY", "CODEX_API_KEY")
     login_files: ClassVar[tuple[str, ...]] = ("$CODEX_HOME/auth.json", "~/.codex/auth.json")
     login_hint: ClassVar[str] = "run `codex login`"
-    default_permission: ClassVar[Any] = "workspace-write"
+    default_permission: ClassVar[Any] = "auto"
     unsupported: ClassVar[dict[str, str]] = {
         "max_turns": "codex exec has no turn limit; bound it with the profile's timeout",
     }
@@ -43,13 +56,44 @@ class CodexAgent(CliAgent):
         """A codex sandbox mode."""
         return check_choice(value, SANDBOX_MODES)
 
+    def sandbox(self, ctx: AgentContext) -> str:
+        """The ``--sandbox`` mode: ``auto`` leaves containment to orchardist when it confines."""
+        if self.permission != "auto":
+            return str(self.permission)
+        return "workspace-write" if ctx.writable is None else "danger-full-access"
+
     def argv(self, ctx: AgentContext, prompt: str | None) -> list[str]:
         """``codex exec --json ... -- PROMPT`` (``-`` reads a long prompt from stdin)."""
-        argv = [self.command, "exec", "--json", "--sandbox", str(self.permission)]
+        argv = [self.command, "exec", "--json", "--sandbox", self.sandbox(ctx)]
         argv += ["-c", 'approval_policy="never"', "--skip-git-repo-check", "-C", str(ctx.cwd)]
+        base_url = ctx.env.get("OPENAI_BASE_URL")
+        if base_url:
+            entry = {
+                "name": PROVIDER,
+                "base_url": base_url,
+                "env_key": "CODEX_API_KEY",
+                "wire_api": "responses",
+                "supports_websockets": False,
+            }
+            fields = ",".join(f"{k}={json.dumps(v)}" for k, v in entry.items())
+            argv += ["-c", f"model_provider={json.dumps(PROVIDER)}"]
+            argv += ["-c", f"model_providers.{PROVIDER}={{{fields}}}"]
         if self.model:
             argv += ["-m", self.model]
         return [*argv, *self.args, "--", "-" if prompt is None else prompt]
+
+    def extra_env(self, ctx: AgentContext) -> dict[str, str]:
+        """``CODEX_API_KEY`` from ``OPENAI_API_KEY`` when only that one is set."""
+        key = ctx.env.get("OPENAI_API_KEY")
+        if key and not ctx.env.get("CODEX_API_KEY"):
+            return {"CODEX_API_KEY": key}
+        return {}
+
+    def text(self, seen: Seen, line: str) -> None:
+        """Non-JSON lines; a patch the sandbox rejected counts as a failed write."""
+        if REJECTED in line:
+            _writes(seen)["failed"].append(line.split(REJECTED, 1)[1].strip())
+        super().text(seen, line)
 
     def event(self, seen: Seen, event: dict[str, Any]) -> None:
         """Session, per-turn usage, the last agent message, and errors."""
@@ -64,9 +108,38 @@ class CodexAgent(CliAgent):
             item = event.get("item") or {}
             if item.get("type") == "agent_message" and item.get("text"):
                 seen.summary = str(item["text"])
+            elif item.get("type") == "file_change":
+                paths = [
+                    str(c.get("path")) for c in item.get("changes") or () if isinstance(c, dict)
+                ]
+                done = item.get("status") == "completed"
+                _writes(seen)["done" if done else "failed"].append(", ".join(paths) or "a patch")
         elif kind == "turn.failed":
-            seen.error((event.get("error") or {}).get("message", "turn failed"))
+            # the final error goes first: the recovered ones before it only explain it
+            seen.errors.insert(0, str((event.get("error") or {}).get("message") or "turn failed"))
+            seen.errored = True
         elif kind == "error":
             # codex also reports errors it recovers from (reconnects); only the exit code or a
             # failed turn makes them final.
             seen.error(event.get("message"), fatal=False)
+
+    def result(self, proc: ProcessResult, seen: Seen, ctx: AgentContext) -> AgentResult:
+        """As for every CLI, but a run whose every write failed has failed (codex exits 0)."""
+        result = super().result(proc, seen, ctx)
+        writes = _writes(seen)
+        if result.failure is not None or result.cancelled or not writes["failed"]:
+            return result
+        failed = "; ".join(writes["failed"])
+        if writes["done"]:
+            detail = f"{result.detail} (some writes failed: {failed})"
+            return AgentResult(0, result.duration_s, None, detail[:SUMMARY_CHARS], result.usage)
+        detail = f"codex could not write any file (its sandbox refused): {failed}"
+        return AgentResult(
+            1, result.duration_s, Failure.AGENT_ERROR, detail[:SUMMARY_CHARS], result.usage
+        )
+
+
+def _writes(seen: Seen) -> dict[str, list[str]]:
+    """The file changes codex reported, completed and failed."""
+    writes: dict[str, list[str]] = seen.state.setdefault("writes", {"done": [], "failed": []})
+    return writes

@@ -22,7 +22,7 @@ _AUTH = re.compile(
 )
 _RATE = re.compile(
     r"\b429\b|rate[ _-]?limit|usage limit|too many requests|quota exceeded|exceeded your current"
-    r" quota|resource[ _]?exhausted|exhausted your capacity|you've hit your (?:\w+ )?limit"
+    r" quota|resource[ _]?exhausted|exhausted your capacity|you['\u2019]ve hit your (?:\w+ )?limit"
     r"|\b(?:5-hour|five.hour|weekly|daily|session) limit",
     re.IGNORECASE,
 )

@@ -1,0 +1,153 @@
+"""The real Codex CLI (``@openai/codex``, installed by ``.ci/tools.sh``) against a fake OpenAI API.
+
+Each test drives ``orchardist run`` with a ``codex`` profile whose model API is
+:class:`modelapi.openai.OpenAiServer` on 127.0.0.1, speaking the Responses API as codex does,
+with scripted tool calls. Skipped when codex is not installed, failed instead when CI is set.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, Call, OpenAiServer, Text, rate_limited
+from modelapi.openai import unauthorized as refused_key
+from realtools import require_tool
+from run_support import ORCHARDIST, only_run, status
+from support import make_repo, write_plan
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+PATCH = (
+    "*** Begin Patch\n*** Update File: calc.py\n@@\n-    return a - b\n+    return a + b\n"
+    "*** End Patch\n"
+)
+# codex turns a shell call of apply_patch into a patch of its own (a ``file_change`` item)
+FIX = Call("exec_command", {"cmd": f"apply_patch <<'EOF'\n{PATCH}EOF\n"})
+PRICE_IN, PRICE_OUT = 1.25, 10.0  # per million tokens; codex reports tokens, not cost
+
+
+@pytest.fixture
+def codex() -> Path:
+    return require_tool("codex")
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo", {"calc.py": BUGGY, ".gitignore": "__pycache__/\n"})
+
+
+def run_codex(
+    project: Path, codex: Path, api: OpenAiServer, tmp_path: Path, permission: str = "auto"
+) -> dict[str, Any]:
+    """``orchardist run`` of one codex task against ``api``; the finished task's status."""
+    write_plan(
+        project,
+        f"""
+        [agents.codex]
+        kind = "codex"
+        command = "{codex}"
+        model = "gpt-fake-1"
+        price_in = {PRICE_IN}
+        price_out = {PRICE_OUT}
+        timeout = "120s"
+        permission = "{permission}"
+
+        [[task]]
+        id = "fix"
+        agent = "codex"
+        prompt = "add() in calc.py subtracts; make it add."
+        verify = "python3 -c 'import calc; assert calc.add(2, 3) == 5'"
+        """,
+    )
+    home = tmp_path / "home"
+    # the sandbox admits no new top-level entry in $HOME: codex's state folder must exist
+    (home / ".codex").mkdir(parents=True, exist_ok=True)
+    env = {
+        "OPENAI_BASE_URL": f"{api.url}/v1",
+        "OPENAI_API_KEY": "sk-fake-key",
+        "HOME": str(home),
+        "PATH": os.environ["PATH"],
+    }
+    proc = subprocess.run(
+        [*ORCHARDIST, "run", "plan.toml"],
+        cwd=project,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    doc = status(project, only_run(project))
+    (task,) = doc["tasks"]
+    task["stdout"] = proc.stdout + proc.stderr
+    return task
+
+
+@pytest.fixture
+def api() -> Iterator[OpenAiServer]:
+    with OpenAiServer([FIX, Text("Fixed add().")]) as server:
+        yield server
+
+
+def test_codex_fixes_the_bug_and_the_fix_merges_with_its_reported_usage(
+    project: Path, codex: Path, api: OpenAiServer, tmp_path: Path
+) -> None:
+    # Given a fake OpenAI API that answers with a patch fixing add(), then a final message
+    # When orchardist runs codex on the task
+    task = run_codex(project, codex, api, tmp_path)
+    # Then the fix is merged, with the tokens codex reported and their price
+    (attempt,) = task["attempts"]
+    assert (task["state"], attempt["state"]) == ("done", "merged"), task
+    calls = len(api.model_calls)
+    assert calls == 2, [r.path for r in api.requests]
+    assert (attempt["input_tokens"], attempt["output_tokens"]) == (
+        INPUT_TOKENS * calls,
+        OUTPUT_TOKENS * calls,
+    )
+    expected = (INPUT_TOKENS * calls * PRICE_IN + OUTPUT_TOKENS * calls * PRICE_OUT) / 1e6
+    assert attempt["cost_usd"] == pytest.approx(expected)
+    # and codex used the base URL and key orchardist passed, over HTTPS (no WebSocket)
+    assert {r.header("authorization") for r in api.requests} == {"Bearer sk-fake-key"}
+    assert all(r.method == "POST" for r in api.requests)
+
+
+def test_a_patch_codex_could_not_write_fails_the_attempt(
+    project: Path, codex: Path, api: OpenAiServer, tmp_path: Path
+) -> None:
+    # Given codex in its read-only sandbox, where the scripted patch is rejected (codex exits 0)
+    task = run_codex(project, codex, api, tmp_path, permission="read-only")
+    # Then the attempt failed, saying what could not be written, and nothing was merged
+    (attempt,) = task["attempts"]
+    assert (task["state"], attempt["failure"]) == ("failed", "agent_error"), task
+    assert "could not write" in attempt["detail"], attempt["detail"]
+    assert task["commit"] is None
+    assert (project / "calc.py").read_text() == BUGGY
+
+
+def test_a_refused_key_is_an_auth_error(codex: Path, project: Path, tmp_path: Path) -> None:
+    # Given an API that refuses the key (401), as OpenAI does
+    with OpenAiServer(fail=refused_key()) as api:
+        task = run_codex(project, codex, api, tmp_path)
+    # Then the attempt failed with auth_error and the final error in its detail
+    (attempt,) = task["attempts"]
+    assert (task["state"], attempt["failure"]) == ("failed", "auth_error"), task
+    assert "401" in attempt["detail"] and "Reconnecting" not in attempt["detail"], attempt
+
+
+def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
+    codex: Path, project: Path, tmp_path: Path
+) -> None:
+    # Given an API that answers 429 (with reset headers) to codex's first session, and a task
+    # with no retries
+    with OpenAiServer([FIX, Text("Fixed add().")], rate_limited(1), fail_conversations=1) as api:
+        task = run_codex(project, codex, api, tmp_path)
+    # Then the first attempt was rate limited, the second merged the fix
+    first, second = task["attempts"]
+    assert first["failure"] == "rate_limited", first
+    assert (task["state"], second["state"]) == ("done", "merged"), task
