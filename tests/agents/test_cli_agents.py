@@ -122,10 +122,11 @@ CASES = [
         argv=lambda ctx: [
             "--output-format",
             "stream-json",
+            "--skip-trust",
             "--approval-mode",
             "auto_edit",
-            "--allowed-tools",
-            "run_shell_command",
+            "--policy",
+            str(ctx.output_file.parent / "gemini-home" / ".gemini" / "orchardist-policy.toml"),
             "-m",
             "gemini-2.5-pro",
             "-p",
@@ -134,6 +135,7 @@ CASES = [
         usage=Usage(None, 3000, 300, 2, "c3b1e0f2-gemini"),
         summary="Done: created hello.txt.",
         retry_after_s=35.5,
+        extra_env=frozenset({"GEMINI_CLI_HOME", "GEMINI_CLI_TRUST_WORKSPACE"}),
     ),
     Case(
         kind="opencode",

@@ -6,19 +6,31 @@ model), ``message``, ``tool_use``, ``tool_result``, ``error`` and a final ``resu
 42 input error, 44 sandbox, 52 configuration, 53 turn limit. Gemini reports no cost; set
 ``price_in``/``price_out`` to have orchardist price the tokens.
 
-Permission: ``--approval-mode auto_edit`` (file edits approved) plus ``--allowed-tools
-run_shell_command`` (headless runs drop tools that would need a confirmation).
+Permission: ``--approval-mode auto_edit`` (file edits approved) plus a policy file allowing
+``allowed_tools`` (``run_shell_command`` by default; headless runs drop tools that would need a
+confirmation). ``--allowed-tools`` is deprecated in favour of the policy engine.
+
+Its home: ``GEMINI_CLI_HOME`` points at a folder of the attempt's own, where orchardist writes
+``.gemini/settings.json`` (``security.auth.selectedType`` from the credentials given: headless
+runs need it; ``general.maxAttempts`` so a refused request is not retried ten times) and the
+policy file, and copies the user's Google login files if there are any. ``--skip-trust``: the
+worktree is a folder Gemini has never seen, and untrusted folders exit 55.
+Variables it reads: ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``, Vertex's), ``GOOGLE_GEMINI_BASE_URL``
+(``GOOGLE_VERTEX_BASE_URL`` for Vertex).
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from ..procs import ProcessResult
 from ..records import Failure
-from . import AgentContext
-from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, str_list_problem
+from . import AgentContext, AgentResult
+from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, home_path, str_list_problem
 
 APPROVAL_MODES = ("auto_edit", "yolo", "default")
 DEFAULT_TOOLS = ("run_shell_command",)
@@ -30,6 +42,8 @@ EXIT_CODES = {
     53: (Failure.AGENT_ERROR, "turn limit exceeded"),
 }
 STDIN_PROMPT = "Carry out the task given above."
+MAX_ATTEMPTS = 3  # its own tries of one request (default 10, with long waits on a 429)
+LOGIN_FILES = ("oauth_creds.json", "google_accounts.json")  # copied from the user's ~/.gemini
 
 
 class GeminiAgent(CliAgent):
@@ -45,6 +59,8 @@ class GeminiAgent(CliAgent):
         "GOOGLE_CLOUD_PROJECT",
         "GOOGLE_CLOUD_LOCATION",
         "GOOGLE_APPLICATION_CREDENTIALS",
+        "GOOGLE_GEMINI_BASE_URL",
+        "GOOGLE_VERTEX_BASE_URL",
     )
     key_vars: ClassVar[tuple[str, ...]] = (
         "GEMINI_API_KEY",
@@ -73,13 +89,52 @@ class GeminiAgent(CliAgent):
     def argv(self, ctx: AgentContext, prompt: str | None) -> list[str]:
         """``gemini --output-format stream-json -p PROMPT`` (a long prompt comes on stdin)."""
         tools = self.options.get("allowed_tools", DEFAULT_TOOLS)
-        argv = [self.command, "--output-format", "stream-json"]
+        argv = [self.command, "--output-format", "stream-json", "--skip-trust"]
         argv += ["--approval-mode", str(self.permission)]
         if tools:
-            argv += ["--allowed-tools", ",".join(tools)]
+            argv += ["--policy", str(_home(ctx) / ".gemini" / "orchardist-policy.toml")]
         if self.model:
             argv += ["-m", self.model]
         return [*argv, *self.args, "-p", STDIN_PROMPT if prompt is None else prompt]
+
+    def run(self, ctx: AgentContext) -> AgentResult:
+        """Write its private home, then run it."""
+        self._write_home(ctx)
+        return super().run(ctx)
+
+    def extra_env(self, ctx: AgentContext) -> dict[str, str]:
+        """Its private home, and the workspace trusted."""
+        return {"GEMINI_CLI_HOME": str(_home(ctx)), "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+
+    def _write_home(self, ctx: AgentContext) -> None:
+        """settings.json, the policy allowing ``allowed_tools``, and the user's login files."""
+        folder = _home(ctx) / ".gemini"
+        folder.mkdir(parents=True, exist_ok=True)
+        settings = {
+            "security": {"auth": {"selectedType": self._auth_type(ctx.env)}},
+            "general": {"maxAttempts": MAX_ATTEMPTS},
+        }
+        (folder / "settings.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
+        tools = self.options.get("allowed_tools", DEFAULT_TOOLS)
+        rules = [
+            f'[[rule]]\ntoolName = {json.dumps(str(t))}\ndecision = "allow"\npriority = 100\n'
+            for t in tools
+        ]
+        (folder / "orchardist-policy.toml").write_text("\n".join(rules), encoding="utf-8")
+        user = home_path("~/.gemini", ctx.env)
+        for name in LOGIN_FILES:
+            if (user / name).is_file() and not (user / name).is_symlink():
+                shutil.copyfile(user / name, folder / name)
+
+    def _auth_type(self, env: Mapping[str, str]) -> str:
+        """Gemini's ``selectedType`` for the credentials the profile passes."""
+        allowed = {*self.env_keys, *self.profile.env}
+        given = {k for k, v in env.items() if v and k in allowed}
+        if "GOOGLE_GENAI_USE_VERTEXAI" in given:
+            return "vertex-ai"
+        if given & {"GEMINI_API_KEY", "GOOGLE_API_KEY"}:
+            return "gemini-api-key"
+        return "oauth-personal"
 
     def event(self, seen: Seen, event: dict[str, Any]) -> None:
         """Session, turns, the final answer, stats and errors."""
@@ -117,3 +172,8 @@ class GeminiAgent(CliAgent):
                 f": {said}" if said else ""
             )
         return super().verdict(proc, seen)
+
+
+def _home(ctx: AgentContext) -> Path:
+    """The attempt's private Gemini home (``GEMINI_CLI_HOME``), in its own writable folder."""
+    return ctx.output_file.parent / "gemini-home"
