@@ -1,7 +1,8 @@
-"""The claude adapter reads the streams the real Claude Code 2.1.332 printed.
+"""The adapters read the streams the real tools printed: Claude Code 2.1.332, Gemini CLI 0.61.0.
 
-The fixtures under tests/fixtures/agents/claude/ were recorded from the real tool driven against
-tests/modelapi/anthropic.py (each request 1200 input and 80 output tokens).
+The fixtures under tests/fixtures/agents/KIND/ were recorded from the real tools driven against
+tests/modelapi/anthropic.py (each request 1200 input and 80 output tokens) and
+tests/modelapi/gemini.py (1500 and 60).
 """
 
 from __future__ import annotations
@@ -11,21 +12,22 @@ from pathlib import Path
 import pytest
 
 from orchardist.agents import AgentContext, AgentResult, make_agent
-from orchardist.agents.claude import ClaudeAgent
-from orchardist.agents.cli import Seen, plain
+from orchardist.agents.cli import CliAgent, Seen, plain
 from orchardist.plan import AgentProfile
 from orchardist.procs import CancelToken, ProcessResult
 from orchardist.records import Failure
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "agents" / "claude"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "agents"
 
 
-def replay(name: str, exit_code: int, tmp_path: Path) -> tuple[Seen, AgentResult]:
+def replay(
+    name: str, exit_code: int, tmp_path: Path, kind: str = "claude"
+) -> tuple[Seen, AgentResult]:
     """Feed a recorded stream to the adapter; the Seen and the AgentResult."""
-    agent = make_agent(AgentProfile("claude", "claude", options={}))
-    assert isinstance(agent, ClaudeAgent)
+    agent = make_agent(AgentProfile(kind, kind, options={}))
+    assert isinstance(agent, CliAgent)
     seen = Seen()
-    for line in (FIXTURES / name).read_bytes().splitlines():
+    for line in (FIXTURES / kind / name).read_bytes().splitlines():
         agent.feed(seen, line)
     ctx = AgentContext(
         run_id="r",
@@ -92,3 +94,29 @@ def test_api_errors_are_classified_by_status(
 def test_details_lose_terminal_escapes() -> None:
     coloured = "\x1b[31mError:\x1b[0m no\x1b]0;title\x07 trust\x07\tok\n"
     assert plain(coloured) == "Error: no trust\tok\n"
+
+
+def test_gemini_edit_reads_tokens_turns_and_the_answer(tmp_path: Path) -> None:
+    seen, result = replay("edit.jsonl", 0, tmp_path, "gemini")
+    assert (seen.input_tokens, seen.output_tokens) == (4500, 180)  # its router's request too
+    assert seen.session_id == "042c5c33-60c2-48c1-b1d0-d5a93714d366"
+    assert seen.turns == 2
+    assert result.failure is None
+    assert result.detail == "Fixed add."
+
+
+@pytest.mark.parametrize(
+    ("name", "exit_code", "failure", "said"),
+    [
+        ("auth_400.jsonl", 144, Failure.AUTH_ERROR, "API key not valid"),
+        ("rate_429.jsonl", 173, Failure.RATE_LIMITED, "exceeded your current quota"),
+    ],
+)
+def test_gemini_api_errors_are_classified_from_its_messages(
+    name: str, exit_code: int, failure: Failure, said: str, tmp_path: Path
+) -> None:
+    _, result = replay(name, exit_code, tmp_path, "gemini")
+    assert result.failure is failure
+    assert said in result.detail
+    if failure is Failure.RATE_LIMITED:
+        assert result.retry_after_s == 1.0  # "Suggested retry after 1s."
