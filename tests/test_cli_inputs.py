@@ -231,3 +231,135 @@ def test_a_bad_yaml_plan_is_refused_with_its_reason(repo: Path, text: str, says:
 def test_a_plan_in_another_encoding_is_refused(repo: Path, data: bytes, says: str) -> None:
     (repo / "plan.toml").write_bytes(data)
     assert_refused_cleanly(repo, orchardist(repo, "validate", "plan.toml"), says)
+
+
+# -- checks against the repository: the same in validate and run --------------------------------
+
+GOOD = AGENT + '[[task]]\nid = "t"\nverify = "true"\n'
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize(
+    ("run_table", "says"),
+    [
+        ('base = "nope"', "run.base: 'nope' does not name a commit"),
+        ('branch = "a..b"', "run.branch: 'a..b' is not a valid branch name"),
+        ('branch = "x/{run}.lock"', "is not a valid branch name"),
+        ('branch = "main"', "run.branch: branch 'main' already exists"),
+    ],
+    ids=["base names no commit", "branch a..b", "branch ending .lock", "branch exists"],
+)
+def test_a_plan_this_repository_cannot_run_is_refused_by_validate_and_run_alike(
+    repo: Path, command: str, run_table: str, says: str
+) -> None:
+    (repo / "plan.toml").write_text(f"[run]\n{run_table}\n" + GOOD)
+    assert_refused_cleanly(repo, orchardist(repo, command, "plan.toml"), says)
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_repository_without_commits_is_refused(tmp_path: Path, command: str) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    git(empty, "init", "-q")
+    (empty / "plan.toml").write_text(GOOD)
+    out = orchardist(empty, command, "plan.toml")
+    assert out.returncode == 2
+    assert "run.base:" in out.stderr and "has no commits yet" in out.stderr
+    assert not (empty / ".git" / "orchardist").exists()
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_missing_agent_cli_is_refused_before_any_run_exists(
+    repo: Path, command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (repo / "plan.toml").write_text('[agents.ai]\nkind = "claude"\n[[task]]\nid = "t"\n')
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    out = orchardist(repo, command, "plan.toml")
+    if "`claude` not found on PATH" not in out.stderr:
+        pytest.skip("a claude CLI is installed in /usr/bin or /bin")
+    assert_refused_cleanly(repo, out, "agents.ai: `claude` not found on PATH")
+
+
+def test_validate_warns_of_a_dirty_checkout_and_of_a_plan_without_verify(repo: Path) -> None:
+    (repo / "README.md").write_text("edited\n")
+    (repo / "plan.toml").write_text(AGENT + '[[task]]\nid = "t"\n')
+    out = orchardist(repo, "validate", "plan.toml")
+    assert out.returncode == 0, out.stderr
+    assert "warning: your checkout has 1 uncommitted change(s)" in out.stderr
+    assert "warning: no task has a verify command or a check" in out.stderr
+
+
+# -- commands that only read create nothing ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"),
+    [
+        (["status"], 2, "no runs yet in this repository"),
+        (["status", "nope"], 2, "no runs yet in this repository"),
+        (["runs"], 0, "no runs yet"),
+        (["gc", "--dry-run"], 0, "would remove 0.0 MB"),
+        (["gc"], 0, "removed 0.0 MB"),
+        (["logs", "nope", "t"], 2, "no runs yet in this repository"),
+        (["show", "nope", "t"], 2, "no runs yet in this repository"),
+        (["events", "nope"], 2, "no runs yet in this repository"),
+        (["resume"], 2, "no runs yet in this repository"),
+        (["retry", "nope"], 2, "no runs yet in this repository"),
+        (["cancel", "nope"], 2, "no runs yet in this repository"),
+        (["gc", "--older-than", "10y"], 2, "--older-than: bad duration '10y'"),
+        (["validate", "missing.toml"], 2, "cannot read plan"),
+        (["run", "missing.toml"], 2, "cannot read plan"),
+        (["run", "plan.toml", "--max-parallel", "0"], 2, "must be at least 1"),
+        (["resume", "--max-cost-usd", "nan"], 2, "must be a positive number"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_a_command_that_only_reads_creates_no_state(
+    repo: Path, argv: list[str], code: int, says: str
+) -> None:
+    out = orchardist(repo, *argv)
+    assert out.returncode == code, out.stderr
+    assert says in out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (repo / ".git" / "orchardist").exists()
+
+
+# -- runs nobody drives --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def abandoned(repo: Path) -> str:
+    """A run created and then left, as after ``kill -9`` of its orchardist."""
+    from orchardist import Workspace, create_run, load_plan
+
+    (repo / "plan.toml").write_text(GOOD)
+    ws = Workspace.open(repo)
+    return create_run(ws, load_plan(repo / "plan.toml")).id
+
+
+def test_a_run_nobody_drives_is_shown_dead_not_running(repo: Path, abandoned: str) -> None:
+    status = orchardist(repo, "status", abandoned)
+    assert f"run {abandoned}: dead" in status.stdout
+    assert f"`orchardist resume {abandoned}` continues it" in status.stdout
+    listed = orchardist(repo, "runs").stdout.splitlines()
+    assert listed[0].split()[:4] == ["RUN", "STATE", "DONE", "STARTED"]
+    assert listed[1].split()[:3] == [abandoned, "dead", "0/1"]
+
+
+def test_resume_with_a_deadline_already_passed_launches_nothing(repo: Path, abandoned: str) -> None:
+    out = orchardist(repo, "resume", abandoned, "--deadline", "1ms")
+    assert out.returncode == 2
+    assert "--deadline 1ms has already passed" in out.stderr
+    assert not list((repo / ".git" / "orchardist").glob("**/*.log"))
+    assert '"attempts": []' in orchardist(repo, "status", abandoned, "--json").stdout
+
+
+def test_ctrl_d_at_the_resume_prompt_is_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from orchardist import cli
+    from orchardist.errors import UsageError
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # input() meets end of file
+    with pytest.raises(UsageError, match=r"no answer: pass --resume .* or --fresh"):
+        cli._confirm("resume it?")

@@ -214,8 +214,9 @@ def test_a_signal_while_the_run_starts_up_still_stops_it(
     launch: Launch,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Given: an orchestrator held inside its start-up (its first `git status` of the user's
-    # checkout, through a `git` first on its PATH, waits until the test lets it go)
+    # Given: an orchestrator held inside its start-up, after its run exists (its first
+    # `git status` once the run branch is there, through a `git` first on its PATH, waits
+    # until the test lets it go; the preflight's `git status` before that passes)
     sync, scripts = dirs
     bin_dir = scripts / "bin"
     bin_dir.mkdir()
@@ -223,7 +224,8 @@ def test_a_signal_while_the_run_starts_up_still_stops_it(
     (bin_dir / "git").write_text(
         f"""\
 #!/bin/sh
-if [ "$1" = status ] && [ ! -e {sync}/in-startup ]; then
+if [ "$1" = status ] && [ ! -e {sync}/in-startup ] \
+    && [ -n "$({real_git} for-each-ref refs/heads/orchardist/)" ]; then
   touch {sync}/in-startup
   until [ -e {sync}/go ]; do sleep 0.01; done
 fi
@@ -271,6 +273,8 @@ def test_a_second_orchestrator_is_refused_while_the_first_drives_the_run(
         assert refused.returncode == 2, refused.stdout + refused.stderr
         assert f"run {run_id} is being driven by another orchardist process" in refused.stderr
         assert f"(pid {first.pid})" in refused.stderr
+    # and `run` says what does work on a live run
+    assert f"`orchardist cancel {run_id}`" in run_again.stderr
     # and the refused resumes did not reconcile: the first run's agents still run
     assert leftovers(repo, run_id) != []
     assert attempt_states(status(repo, run_id), "a") == ["running"]

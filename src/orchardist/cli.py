@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
@@ -412,11 +413,35 @@ def cmd_validate(args: argparse.Namespace) -> int:
         problems = [p.__dict__ for p in exc.problems]
         print(json.dumps({"valid": False, "problems": problems}, indent=2))
         return EXIT_USAGE
+    checked = _preflight(plan, quiet=args.json)
+    if checked.problems and args.json:
+        problems = [p.__dict__ for p in checked.problems]
+        print(json.dumps({"valid": False, "problems": problems}, indent=2))
+        return EXIT_USAGE
+    if checked.problems:
+        raise PlanError(list(checked.problems))
     if args.json:
-        print(json.dumps({"valid": True, "tasks": len(plan.tasks), "repo": str(plan.repo)}))
+        doc = {"valid": True, "tasks": len(plan.tasks), "repo": str(plan.repo)}
+        print(json.dumps({**doc, "warnings": list(checked.warnings)}))
     else:
         print(f"{args.plan}: ok ({len(plan.tasks)} tasks, {len(plan.agents)} agent profiles)")
     return EXIT_OK
+
+
+def _preflight(plan: Any, quiet: bool = False, resumable: Sequence[Any] = ()) -> Any:
+    """The checks ``validate`` and ``run`` share; warnings go to stderr (unless ``quiet``).
+
+    A branch that exists because it is a resumable run's own is no problem.
+    """
+    from .preflight import Preflight, preflight
+
+    checked = preflight(plan)
+    own = {f"branch {r.branch!r} already exists" for r in resumable}
+    problems = tuple(p for p in checked.problems if p.message not in own)
+    if not quiet:
+        for warning in checked.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+    return Preflight(problems, checked.warnings)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -426,10 +451,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     if args.dry_run:
         return _print_forecast(plan, args)
-    ws = Workspace.open(plan.repo)
-    unfinished = [] if args.fresh else unfinished_runs(ws, plan)
+    _check_tasks(plan, [*args.only, *args.skip])
+    # Read-only until every check passed: a refused run leaves nothing behind.
+    existing = Workspace.open(plan.repo) if _has_runs(plan.repo) else None
+    unfinished = [] if args.fresh or existing is None else unfinished_runs(existing, plan)
+    checked = _preflight(plan, quiet=args.quiet, resumable=unfinished)
+    if checked.problems:
+        raise PlanError(list(checked.problems))
+    ws = existing or Workspace.open(plan.repo)
     if unfinished:
         old = unfinished[0]
+        _refuse_if_driven(ws, old)
         question = f"run {old.id} of this plan is {old.state.value}; resume it?"
         if args.resume:
             return _drive(ws, plan, old, args, resuming=True, prepare=_select(ws, plan, args))
@@ -442,8 +474,20 @@ def cmd_run(args: argparse.Namespace) -> int:
             return _drive(ws, plan, old, args, resuming=True, prepare=_select(ws, plan, args))
     elif args.resume:
         raise UsageError(f"no unfinished run of {args.plan} to resume")
-    _check_tasks(plan, [*args.only, *args.skip])
     return _drive(ws, plan, create_run(ws, plan), args, prepare=_select(ws, plan, args))
+
+
+def _refuse_if_driven(ws: Any, run: Any) -> None:
+    """A run another orchardist drives can be watched or cancelled, not resumed."""
+    from .control import holder
+
+    pid = holder(ws.state_dir, run.id)
+    if pid is not None:
+        raise UsageError(
+            f"run {run.id} is being driven by another orchardist process (pid {pid}): "
+            f"watch it with `orchardist status {run.id} --watch`, stop it with "
+            f"`orchardist cancel {run.id}`, or start another run with --fresh"
+        )
 
 
 def _check_tasks(plan: Any, tasks: Sequence[str]) -> None:
@@ -472,7 +516,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from .records import UNFINISHED
     from .runs import Workspace
 
-    ws = Workspace.open(args.repo)
+    ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
     if run.state not in UNFINISHED:
         raise UsageError(f"run {run.id} already ended ({run.state.value}); nothing to resume")
@@ -483,6 +527,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
             changes["deadline_s"] = parse_duration(args.deadline)
         except ValueError as exc:
             raise UsageError(f"--deadline: {exc}") from None
+        if run.created_at + changes["deadline_s"] <= time.time():
+            raise UsageError(
+                f"--deadline {args.deadline} has already passed: deadlines count from the "
+                f"run's start, {_took(time.time() - run.created_at)} ago; give a longer one"
+            )
     if args.max_cost_usd is not None:
         changes["max_cost_usd"] = args.max_cost_usd
     if changes:
@@ -627,7 +676,11 @@ def _interactive() -> bool:
 
 def _confirm(question: str) -> bool:
     """Ask on the terminal; Enter means yes."""
-    answer = input(f"{question} [Y/n] ").strip().lower()
+    try:
+        answer = input(f"{question} [Y/n] ").strip().lower()
+    except EOFError:  # Ctrl-D: no answer is not a yes, nor a licence to start afresh
+        print(file=sys.stderr)
+        raise UsageError("no answer: pass --resume to continue that run or --fresh") from None
     return answer in ("", "y", "yes")
 
 
@@ -635,7 +688,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
     """``orchardist retry [RUN] [TASK...]``."""
     from .runs import Workspace, check_known, prepare_retry
 
-    ws = Workspace.open(args.repo)
+    ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
     if run.state not in (RunState.FAILED, RunState.CANCELLED):
         hint = "`orchardist resume`" if run.state.value != "done" else "nothing"
@@ -656,7 +709,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from .records import UNFINISHED
     from .runs import Workspace, cancel_abandoned, run_lock
 
-    ws = Workspace.open(args.repo)
+    ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
     if run.state not in UNFINISHED:
         raise UsageError(f"run {run.id} already ended ({run.state.value}); nothing to cancel")
@@ -682,7 +735,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     """``orchardist show RUN TASK [--candidate K]``."""
     from .runs import Workspace
 
-    ws = Workspace.open(args.repo)
+    ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
     attempts = ws.store.attempts(run.id, args.task)
     if not attempts:
@@ -730,8 +783,12 @@ def cmd_gc(args: argparse.Namespace) -> int:
         age_s = parse_duration(args.older_than)
     except ValueError as exc:
         raise UsageError(f"--older-than: {exc}") from None
-    ws = Workspace.open(args.repo)
-    report = collect(ws, age_s, branches=args.branches, dry_run=args.dry_run)
+    if _has_runs(args.repo):
+        ws = Workspace.open(args.repo)
+        report = collect(ws, age_s, branches=args.branches, dry_run=args.dry_run)
+    else:  # nothing was ever run here: nothing to remove, and nothing to create
+        report = {"runs": [], "bytes": 0, "refs": 0, "branches": 0, "baselines": 0}
+        report["scan_results"] = 0
     if args.json:
         print(json.dumps(report, indent=2))
         return EXIT_OK
@@ -752,7 +809,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from .report import status_document
     from .runs import Workspace
 
-    ws = Workspace.open(args.repo)
+    ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
     if args.watch:
         from .tail import watch_status
@@ -760,6 +817,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         watch_status(ws, run, lambda r: _status_text(ws, r, args.json))
         return EXIT_OK
     doc = status_document(ws.store, run)
+    doc["state"] = _shown_state(ws, run)
     doc["disk_bytes"] = run_disk_bytes(ws, run.id)
     if args.json:
         print(json.dumps(doc, indent=2))
@@ -776,6 +834,7 @@ def _status_text(ws: Any, run: Any, as_json: bool) -> str:
     from .report import status_document
 
     doc = status_document(ws.store, run)
+    doc["state"] = _shown_state(ws, run)
     if as_json:
         return json.dumps(doc)
     buffer = io.StringIO()
@@ -789,7 +848,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     from .runs import Workspace
     from .tail import print_events
 
-    ws = Workspace.open(args.repo)
+    ws = Workspace.open(args.repo, create=False)
     print_events(ws, ws.resolve_run(args.run), args.follow, args.after)
     return EXIT_OK
 
@@ -798,20 +857,21 @@ def cmd_runs(args: argparse.Namespace) -> int:
     """``orchardist runs``."""
     from .runs import Workspace
 
-    ws = Workspace.open(args.repo)
+    ws = Workspace.open(args.repo, create=False) if _has_runs(args.repo) else None
     rows = []
-    for run in ws.store.runs():
-        tasks = ws.store.tasks(run.id)
+    for run in ws.store.runs() if ws is not None else []:
+        tasks = ws.store.tasks(run.id)  # type: ignore[union-attr]
         done = sum(t.state.value == "done" for t in tasks)
         rows.append(
             {
                 "run": run.id,
-                "state": run.state.value,
+                "state": _shown_state(ws, run),
                 "branch": run.branch,
                 "tasks": len(tasks),
                 "done": done,
                 "plan": run.plan_path,
                 "created_at": run.created_at,
+                "finished_at": run.finished_at,
             }
         )
     if args.json:
@@ -819,19 +879,58 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not rows:
         print("no runs yet")
+        return EXIT_OK
+    print(f"{'RUN':<20}  {'STATE':<11} {'DONE':>7}  {'STARTED':<16}  {'TOOK':>8}  BRANCH  PLAN")
     for row in rows:
+        took = "" if row["finished_at"] is None else _took(row["finished_at"] - row["created_at"])
         print(
-            f"{row['run']}  {row['state']:<11} {row['done']}/{row['tasks']} done  "
-            f"{row['branch']}  {row['plan']}"
+            f"{row['run']:<20}  {row['state']:<11} {row['done']:>3}/{row['tasks']:<3}  "
+            f"{_when(row['created_at'])}  {took:>8}  {row['branch']}  {row['plan']}"
         )
     return EXIT_OK
+
+
+def _has_runs(path: Path) -> bool:
+    """Whether the repository at ``path`` has a store (reading never creates one)."""
+    from .gitrepo import Repo, find_toplevel
+
+    root = find_toplevel(Path(path))
+    if root is None:
+        raise UsageError(f"{path} is not inside a git repository")
+    return (Repo(root).common_dir / "orchardist" / "state.db").exists()
+
+
+def _shown_state(ws: Any, run: Any) -> str:
+    """The run's state, ``dead`` for a running run no live orchardist holds (killed by -9)."""
+    from .control import holder
+
+    if run.state is RunState.RUNNING and holder(ws.state_dir, run.id) is None:
+        return "dead"
+    return str(run.state.value)
+
+
+def _when(timestamp: float) -> str:
+    """Local date and minute, as ``2026-12-02 01:05``."""
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
+
+
+def _took(seconds: float) -> str:
+    """``45s``, ``12m05s``, ``3h07m``."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
     """``orchardist logs RUN TASK``."""
     from .runs import Workspace
 
-    ws = Workspace.open(args.repo)
+    ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
     attempts = ws.store.attempts(run.id, args.task)
     if not any(t.task_id == args.task for t in ws.store.tasks(run.id)):
@@ -974,6 +1073,11 @@ def _spent(usage: dict[str, Any]) -> str:
 
 def _print_summary(doc: dict[str, Any], attempts: bool = False, quiet: bool = False) -> None:
     print(f"run {doc['run']}: {doc['state']}  branch {doc['branch']}")
+    if doc["state"] == "dead":
+        print(
+            f"  no orchardist drives it any more (killed?): `orchardist resume {doc['run']}` "
+            "continues it"
+        )
     for task in doc["tasks"]:
         if quiet and task["state"] in ("done", "skipped"):
             continue
@@ -1024,7 +1128,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(f"--since: {exc}") from None
     plan = str(args.plan.resolve()) if args.plan is not None else None
-    ws = Workspace.open(args.repo)
+    ws = Workspace.open(args.repo, create=False)
     stats = compute(ws.store, time.time(), since_s, plan)
     if args.json:
         print(json.dumps(dataclasses.asdict(stats), indent=2))

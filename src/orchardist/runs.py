@@ -37,13 +37,20 @@ class Workspace:
     state_dir: Path
 
     @classmethod
-    def open(cls, path: Path) -> Workspace:
-        """The workspace of the repository containing ``path``."""
+    def open(cls, path: Path, create: bool = True) -> Workspace:
+        """The workspace of the repository containing ``path``.
+
+        With ``create=False`` (commands that only read) nothing is written: a repository
+        without a store has no runs yet, a UsageError.
+        """
         root = find_toplevel(Path(path))
         if root is None:
             raise UsageError(f"{path} is not inside a git repository")
         repo = Repo(root)
-        return cls(repo, Store.for_repo(repo.common_dir), repo.common_dir / "orchardist")
+        state_dir = repo.common_dir / "orchardist"
+        if not create and not (state_dir / "state.db").exists():
+            raise UsageError("no runs yet in this repository")
+        return cls(repo, Store.for_repo(repo.common_dir), state_dir)
 
     def resolve_run(self, run_id: str | None) -> Run:
         """A run by id (or unique prefix), or the newest run when None."""
