@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 
 from orchardist import Workspace, create_run, execute, load_plan, status_document
+from orchardist.procs import kill_by_env
+from run_support import spawn
 from support import Finished, make_repo
 
 
@@ -103,3 +106,34 @@ def shell_scripts(tmp_path: Path, sync: Path) -> Callable[..., str]:
         return f"sh {shlex.quote(str(folder))}/{{task}}.sh"
 
     return write
+
+
+# -- orchestrators as separate processes -----------------------------------------------------
+
+
+@pytest.fixture
+def launch(repo: Path, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start ``orchardist ARGS`` in the repository, in its own session, output to
+    ``orchestrator-N.log``.
+
+    Whatever a failing test leaves is ended afterwards: orchestrators get SIGTERM, and the
+    processes of every run in the repository are killed.
+    """
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str) -> subprocess.Popen[bytes]:
+        proc = spawn(repo, *args, log=tmp_path / f"orchestrator-{len(started)}.log")
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
+    ws = Workspace.open(repo)
+    try:
+        for run in ws.store.runs():
+            kill_by_env("ORCHARDIST_RUN", run.id, grace_s=0.5)
+    finally:
+        ws.store.close()

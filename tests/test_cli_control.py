@@ -7,20 +7,15 @@ import os
 import shlex
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from orchardist import Workspace
-from orchardist.procs import kill_by_env
 from run_support import (
     attempt_states,
     leftovers,
     only_run,
     orchardist,
-    spawn,
     status,
     task_trailers,
     wait_until,
@@ -217,29 +212,6 @@ def test_retry_refuses_runs_that_did_not_end_or_ended_done(repo: Path) -> None:
 
 
 # -- cancel ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def launch(repo: Path, tmp_path: Path) -> Iterator[Launch]:
-    """Start ``orchardist ARGS`` in its own session; whatever a failing test leaves is ended."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(*args: str) -> subprocess.Popen[bytes]:
-        proc = spawn(repo, *args, log=tmp_path / f"orchestrator-{len(started)}.log")
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=30)
-    ws = Workspace.open(repo)
-    try:
-        for run in ws.store.runs():
-            kill_by_env("ORCHARDIST_RUN", run.id, grace_s=0.5)
-    finally:
-        ws.store.close()
 
 
 def hanging_plan(repo: Path, sync: Path) -> None:

@@ -11,41 +11,17 @@ import os
 import shlex
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from orchardist import Workspace
 from orchardist.control import holder
-from orchardist.procs import kill_by_env
-from run_support import ORCHARDIST, only_run, orchardist, spawn, wait_until
+from run_support import ORCHARDIST, only_run, orchardist, wait_until
 from support import toml_str, write_plan
 
 Launch = Callable[..., subprocess.Popen[bytes]]
-
-
-@pytest.fixture
-def launch(repo: Path, tmp_path: Path) -> Iterator[Launch]:
-    """Start ``orchardist ARGS`` in the repository, output to ``out-N.log``; ended afterwards."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(*args: str) -> subprocess.Popen[bytes]:
-        proc = spawn(repo, *args, log=tmp_path / f"out-{len(started)}.log")
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=30)
-    ws = Workspace.open(repo)
-    try:
-        for run in ws.store.runs():
-            kill_by_env("ORCHARDIST_RUN", run.id, grace_s=0.5)
-    finally:
-        ws.store.close()
 
 
 @pytest.fixture
@@ -78,7 +54,7 @@ def live_run(repo: Path, tmp_path: Path, launch: Launch) -> tuple[str, Path]:
 
 def output(tmp_path: Path, n: int) -> str:
     """What the n-th launched process printed so far."""
-    return (tmp_path / f"out-{n}.log").read_text(errors="replace")
+    return (tmp_path / f"orchestrator-{n}.log").read_text(errors="replace")
 
 
 def test_events_follow_streams_json_lines_until_the_run_ends(

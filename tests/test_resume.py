@@ -15,14 +15,13 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from orchardist import RunLockedError, RunState, Workspace
-from orchardist.procs import kill_by_env
 from orchardist.records import AttemptState, TaskState
 from orchardist.runs import run_lock
 from run_support import (
@@ -30,7 +29,6 @@ from run_support import (
     leftovers,
     only_run,
     orchardist,
-    spawn,
     status,
     task_trailers,
     wait_until,
@@ -78,33 +76,6 @@ def test_a_run_killed_at_random_instants_and_resumed_ends_as_an_uninterrupted_ru
 
 
 # -- graceful stops --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def launch(repo: Path, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """Start ``orchardist ARGS`` in the repository, in its own session, output to a log.
-
-    Whatever a failing test leaves is ended afterwards: orchestrators get SIGTERM, and the
-    processes of every run in the repository are killed.
-    """
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(*args: str) -> subprocess.Popen[bytes]:
-        proc = spawn(repo, *args, log=tmp_path / f"orchestrator-{len(started)}.log")
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=30)
-    ws = Workspace.open(repo)
-    try:
-        for run in ws.store.runs():
-            kill_by_env("ORCHARDIST_RUN", run.id, grace_s=0.5)
-    finally:
-        ws.store.close()
 
 
 def printed(tmp_path: Path) -> str:

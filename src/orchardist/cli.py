@@ -129,19 +129,11 @@ def _parser() -> argparse.ArgumentParser:
         "ended.)",
     )
     p.add_argument("run", nargs="?", help="run id or a unique prefix (default: newest)")
-    p.add_argument("--max-parallel", type=_positive, metavar="N")
     p.add_argument("--deadline", metavar="DURATION", help="a new [run] deadline, e.g. 3h")
     p.add_argument(
         "--max-cost-usd", type=_positive_float, metavar="USD", help="a new run cost budget"
     )
-    p.add_argument("--json", action="store_true", help="print the final status as JSON")
-    _fail_fast_arg(p)
-    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
-    p.add_argument(
-        "--serve",
-        action="store_true",
-        help="serve the live web dashboard while the run goes on (prints its URL)",
-    )
+    _driving_args(p)
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser(
@@ -154,15 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("run", nargs="?", help="run id or a unique prefix (default: newest)")
     p.add_argument("tasks", nargs="*", metavar="TASK", help="only these tasks (default: all)")
-    p.add_argument("--max-parallel", type=_positive, metavar="N")
-    p.add_argument("--json", action="store_true", help="print the final status as JSON")
-    _fail_fast_arg(p)
-    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
-    p.add_argument(
-        "--serve",
-        action="store_true",
-        help="serve the live web dashboard while the run goes on (prints its URL)",
-    )
+    _driving_args(p)
     p.set_defaults(func=cmd_retry)
 
     p = sub.add_parser(
@@ -369,6 +353,19 @@ def _selection_args(p: argparse.ArgumentParser) -> None:
         help="leave these tasks out, and the tasks that depend on them (state skipped)",
     )
     _fail_fast_arg(p)
+
+
+def _driving_args(p: argparse.ArgumentParser) -> None:
+    """Options of the commands that drive an existing run (resume, retry)."""
+    p.add_argument("--max-parallel", type=_positive, metavar="N")
+    p.add_argument("--json", action="store_true", help="print the final status as JSON")
+    _fail_fast_arg(p)
+    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the live web dashboard while the run goes on (prints its URL)",
+    )
 
 
 def _fail_fast_arg(p: argparse.ArgumentParser) -> None:
