@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -75,6 +76,23 @@ class Usage:
     output_tokens: int | None = None
     turns: int | None = None
     session_id: str | None = None
+
+
+def checked_usage(usage: Usage) -> tuple[Usage, tuple[str, ...]]:
+    """``usage`` without the figures that are not finite non-negative numbers (an agent could
+    report NaN or -1e9 and switch budgets off), and the names of those dropped."""
+    dropped = tuple(
+        name
+        for name in ("cost_usd", "input_tokens", "output_tokens", "turns")
+        if (value := getattr(usage, name)) is not None
+        and (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value < 0
+        )
+    )
+    return replace(usage, **dict.fromkeys(dropped)), dropped
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from .records import (
     RunState,
     TaskRecord,
     TaskState,
+    checked_usage,
 )
 from .regression import Bisect
 from .store import Store, Transaction
@@ -424,13 +425,17 @@ class Scheduler:
         if self.active.pop(job.id, None) is None or job.profile is None:
             return
         self.pool_load[job.profile.name] -= 1
-        self.cost[job.task_id] += outcome.usage.cost_usd or 0.0
+        usage, dropped = checked_usage(outcome.usage)
+        outcome = replace(outcome, usage=usage)
+        self.cost[job.task_id] += usage.cost_usd or 0.0
         self._feed_policies(job.profile.name, job.task_id, outcome)
         state = outcome.state
         if state is AttemptState.CANCELLED and self.stopping is not None:
             state = AttemptState.INTERRUPTED
         round_ = self.rounds.get(job.task_id)
         with self._tx() as tx:
+            if dropped:  # ignored, and said so: an agent must not switch a budget off
+                self._event(tx, "usage_ignored", job.task_id, job.attempt, fields=list(dropped))
             self._record_attempt(tx, outcome, state)
             if round_ is None or round_.decided or job.attempt <= round_.after:
                 # A loser still running when the winner was picked, or work a rewind dropped.
@@ -1055,7 +1060,7 @@ class Scheduler:
         passed: dict[str, AttemptRecord] = {}
         for attempt in self.store.attempts(self.run_id):
             self.attempts[attempt.task_id] = max(self.attempts[attempt.task_id], attempt.n)
-            self.cost[attempt.task_id] += attempt.usage.cost_usd or 0.0
+            self.cost[attempt.task_id] += checked_usage(attempt.usage)[0].cost_usd or 0.0
             winner = attempt.selection.startswith("won")
             if attempt.state is AttemptState.PASSED and attempt.patch_commit and winner:
                 passed[attempt.task_id] = attempt  # the round's winner, never a loser

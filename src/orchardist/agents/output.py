@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,8 @@ def read_output(path: Path) -> tuple[Usage, str]:
 
 
 def _number(value: Any, kind: type[int] | type[float]) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None  # NaN and infinities too (json reads them), and int() would raise on them
     return kind(value)
 
 
