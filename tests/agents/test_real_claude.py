@@ -13,19 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_cli import real_cli
 
 from e2e_support import log_of, python_on_path
 from modelapi.anthropic import AnthropicServer, ApiError, Step, Text, ToolUse, unauthorized
 from modelapi.anthropic import rate_limited as too_many
 from orchardist import Workspace
+from realtools import require_tool
 from run_support import only_run, orchardist, status
 from support import git, make_repo, write_plan
 
 pytestmark = pytest.mark.slow
 # Claude Code refuses every edit under .git, where attempt worktrees lived before AttemptPaths.
 OUTSIDE_GIT = importlib.util.find_spec("orchardist.worktree") is not None
-INSTALL = "npm install --prefix .ci/tools @anthropic-ai/claude-code@2.1.332"
 RUN_TIMEOUT_S = 300.0  # the whole `orchardist run`; each finishes in seconds when all is well
 BUGGY = "def add(a, b):\n    return a - b\n"
 VERIFY = "python -c 'import calc; assert calc.add(2, 3) == 5'"
@@ -39,7 +38,7 @@ FIX = [
 @pytest.fixture
 def claude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """The real claude (HOME is a fresh one: conftest), and this interpreter as ``python``."""
-    exe = real_cli("claude", INSTALL)
+    exe = require_tool("claude")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
     monkeypatch.delenv("CLAUDE_CODE_MAX_RETRIES", raising=False)
     python_on_path(monkeypatch)
@@ -132,7 +131,7 @@ def test_claude_fixes_a_failing_test_and_its_fix_is_merged(
     assert attempt["cost_usd"] == pytest.approx(result["total_cost_usd"])
     assert (attempt["input_tokens"], attempt["output_tokens"]) == tokens_reported(result)
     assert attempt["turns"] == result["num_turns"] == 3
-    assert len(api.seen.turns()) == 3
+    assert len(api.turns()) == 3
 
 
 def test_an_edit_claude_refuses_fails_the_attempt_and_says_why(
@@ -162,7 +161,7 @@ def test_a_refused_key_is_an_auth_error_that_opens_the_breaker(
     assert "Invalid API key" in attempt["detail"]
     assert task["state"] == "failed"
     # Claude Code's own retries are capped (3 requests, not 11)
-    assert len(api.seen.turns()) == 3
+    assert len(api.turns()) == 3
     assert [e["state"] for e in events(doc, "breaker")] == ["open"]
 
 
@@ -194,7 +193,7 @@ def test_a_budget_stop_keeps_the_usage_claude_reported(
     assert attempt["cost_usd"] == pytest.approx(result["total_cost_usd"])
     assert (attempt["input_tokens"], attempt["output_tokens"]) == tokens_reported(result)
     assert attempt["input_tokens"] > result["usage"]["input_tokens"]
-    assert len(api.seen.turns()) < len(script)
+    assert len(api.turns()) < len(script)
 
 
 def events(doc: dict[str, Any], kind: str) -> list[dict[str, Any]]:

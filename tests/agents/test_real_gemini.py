@@ -11,18 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_cli import real_cli
 
 from e2e_support import log_of, python_on_path
 from modelapi.anthropic import ApiError, Text, ToolUse
 from modelapi.gemini import GeminiServer, Step, rate_limited, unauthorized
 from orchardist import Workspace
 from orchardist.agents.gemini import MAX_ATTEMPTS
+from realtools import require_tool
 from run_support import only_run, orchardist, status
 from support import git, make_repo, write_plan
 
 pytestmark = pytest.mark.slow
-INSTALL = "npm install --prefix .ci/tools @google/gemini-cli@0.61.0"
 RUN_TIMEOUT_S = 300.0  # the whole `orchardist run`; each finishes in seconds when all is well
 BUGGY = "def add(a, b):\n    return a - b\n"
 VERIFY = "python -c 'import calc; assert calc.add(2, 3) == 5'"
@@ -44,7 +43,7 @@ FIX: list[Step] = [
 @pytest.fixture
 def gemini(monkeypatch: pytest.MonkeyPatch) -> Path:
     """The real gemini (HOME is a fresh one: conftest), and this interpreter as ``python``."""
-    exe = real_cli("gemini", INSTALL)
+    exe = require_tool("gemini")
     monkeypatch.setenv("GEMINI_API_KEY", "test-gemini-key")
     python_on_path(monkeypatch)
     return exe
@@ -130,7 +129,7 @@ def test_gemini_fixes_a_failing_test_and_its_fix_is_merged(
         stats["input_tokens"],
         stats["output_tokens"],
     )
-    assert len(api.seen.turns()) == 3
+    assert len(api.turns()) == 3
 
 
 def test_an_edit_gemini_refuses_fails_the_attempt(

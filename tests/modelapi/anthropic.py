@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from modelapi.server import ModelServer, Reply, Request
 
 INPUT_TOKENS = 1200  # per request, so totals are predictable
 OUTPUT_TOKENS = 80
@@ -76,20 +76,8 @@ def rate_limited(reset_in_s: int) -> ApiError:
 Step = ToolUse | Text
 
 
-@dataclass
-class Seen:
-    """What the server was asked."""
-
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    headers: list[dict[str, str]] = field(default_factory=list)
-
-    def turns(self) -> list[dict[str, Any]]:
-        """The requests that offered tools (the agent's own turns)."""
-        return [r for r in self.requests if r.get("tools")]
-
-
-class AnthropicServer:
-    """``with AnthropicServer(script) as api:`` serves on ``api.url`` until the block ends."""
+class ScriptedServer(ModelServer):
+    """A model API answering from a script, failing all or the first ``failures`` turns."""
 
     def __init__(
         self,
@@ -97,30 +85,48 @@ class AnthropicServer:
         fail: ApiError | None = None,
         failures: int | None = None,
     ) -> None:
+        super().__init__()
         self.script = list(script)
         self.fail = fail
         self.failures = failures
-        self.seen = Seen()
-        self._lock = threading.Lock()
-        self._server = _Server(("127.0.0.1", 0), _handler(self))
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    @property
-    def url(self) -> str:
-        """The base URL, for ``ANTHROPIC_BASE_URL``."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+    def turns(self) -> list[dict[str, Any]]:
+        """The bodies of the requests that offered tools (the agent's own turns)."""
+        with self.lock:
+            bodies = [r.body for r in self.requests if isinstance(r.body, dict)]
+        return [b for b in bodies if b.get("tools")]
 
-    def __enter__(self) -> AnthropicServer:
-        self._thread.start()
-        return self
+    def failing(self, body: Mapping[str, Any]) -> ApiError | None:
+        """The error to answer an agent's turn with, if any."""
+        with self.lock:
+            if self.fail is None or not body.get("tools"):
+                return None
+            if self.failures is None:
+                return self.fail
+            if self.failures > 0:
+                self.failures -= 1
+                return self.fail
+            return None
 
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=30)
 
-    def answer(self, body: Mapping[str, Any]) -> Step:
+class AnthropicServer(ScriptedServer):
+    """``with AnthropicServer(script) as api:`` serves on ``api.url`` until the block ends."""
+
+    def answer(self, request: Request) -> Reply:
+        """A scripted message (streamed when asked), or the scripted error."""
+        path = request.path.split("?", 1)[0]
+        body = request.body if isinstance(request.body, dict) else {}
+        if path == "/v1/messages/count_tokens":
+            return Reply.json({"input_tokens": INPUT_TOKENS})
+        if request.method != "POST" or path != "/v1/messages":
+            return _error(ApiError(404, "not_found_error", f"{path} not found"))
+        fail = self.failing(body)
+        if fail is not None:
+            return _error(fail)
+        reply = message(self.step(body), str(body.get("model", "claude-sonnet-4-5")))
+        return Reply.sse(events(reply)) if body.get("stream") else Reply.json(reply)
+
+    def step(self, body: Mapping[str, Any]) -> Step:
         """The scripted turn for this request."""
         if not body.get("tools"):
             return Text("Fix the failing test")
@@ -131,20 +137,6 @@ class AnthropicServer:
             given = json.dumps(step.input).replace("{cwd}", found.group(1))
             step = ToolUse(step.name, json.loads(given), step.text)
         return step
-
-    def record(self, body: dict[str, Any], headers: dict[str, str]) -> ApiError | None:
-        """Keep one request for the test to look at; the error to answer it with, if any."""
-        with self._lock:
-            self.seen.requests.append(body)
-            self.seen.headers.append(headers)
-            if self.fail is None or not body.get("tools"):
-                return None
-            if self.failures is None:
-                return self.fail
-            if self.failures > 0:
-                self.failures -= 1
-                return self.fail
-            return None
 
 
 _CWD = re.compile(r"[Pp]rimary working directory: ([^\s\\\"]+)")
@@ -202,81 +194,11 @@ def _cb(block: dict[str, Any]) -> dict[str, Any]:
     return {"content_block": block}
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Clients hang up mid-stream when they stop; that is not the server's problem."""
-
-
-def _handler(api: AnthropicServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet: pytest treats stray output as noise."""
-
-        def do_HEAD(self) -> None:
-            self._json(200, {})
-
-        def do_GET(self) -> None:
-            self._json(404, _error("not_found_error", f"{self.path} not found"))
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            try:
-                body = json.loads(self.rfile.read(length) or b"{}")
-            except ValueError:
-                self._json(400, _error("invalid_request_error", "body is not JSON"))
-                return
-            path = self.path.split("?", 1)[0]
-            if path == "/v1/messages/count_tokens":
-                self._json(200, {"input_tokens": INPUT_TOKENS})
-                return
-            if path != "/v1/messages":
-                self._json(404, _error("not_found_error", f"{path} not found"))
-                return
-            fail = api.record(body, {k.lower(): v for k, v in self.headers.items()})
-            if fail is not None:
-                self._json(fail.status, _error(fail.type, fail.message), fail.headers)
-                return
-            reply = message(api.answer(body), str(body.get("model", "claude-sonnet-4-5")))
-            if body.get("stream"):
-                self._stream(reply)
-            else:
-                self._json(200, reply)
-
-        def _json(
-            self, status: int, body: Mapping[str, Any], headers: Mapping[str, str] = {}
-        ) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.send_header("request-id", f"req_{time.monotonic_ns()}")
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _stream(self, reply: dict[str, Any]) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("cache-control", "no-cache")
-            self.send_header("request-id", f"req_{time.monotonic_ns()}")
-            self.send_header("connection", "close")
-            self.end_headers()
-            for name, data in events(reply):
-                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-                self.wfile.flush()
-            self.close_connection = True
-
-    return Handler
-
-
-def _error(kind: str, text: str) -> dict[str, Any]:
-    return {
+def _error(fail: ApiError) -> Reply:
+    """An API error with the real body and headers."""
+    body = {
         "type": "error",
-        "error": {"type": kind, "message": text},
+        "error": {"type": fail.type, "message": fail.message},
         "request_id": f"req_{time.monotonic_ns()}",
     }
+    return Reply.json(body, status=fail.status, headers={**fail.headers, "request-id": "req_1"})

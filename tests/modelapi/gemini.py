@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
+from collections.abc import Mapping
 from typing import Any
 
-from modelapi.anthropic import ApiError, Text, ToolUse, _Server
+from modelapi.anthropic import ApiError, ScriptedServer, Text, ToolUse
+from modelapi.server import Reply, Request
 
 PROMPT_TOKENS = 1500
 OUTPUT_TOKENS = 60
@@ -41,66 +39,27 @@ def rate_limited(reset_in_s: int) -> ApiError:
     )
 
 
-@dataclass
-class Seen:
-    """What the server was asked."""
-
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
-
-    def turns(self) -> list[dict[str, Any]]:
-        """The requests that offered tools (the agent's own turns)."""
-        return [r for r in self.requests if r.get("tools")]
-
-
-class GeminiServer:
+class GeminiServer(ScriptedServer):
     """``with GeminiServer(script) as api:`` serves on ``api.url`` until the block ends."""
 
-    def __init__(
-        self,
-        script: Sequence[Step] = (),
-        fail: ApiError | None = None,
-        failures: int | None = None,
-    ) -> None:
-        self.script = list(script)
-        self.fail = fail
-        self.failures = failures
-        self.seen = Seen()
-        self._lock = threading.Lock()
-        self._server = _Server(("127.0.0.1", 0), _handler(self))
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+    def answer(self, request: Request) -> Reply:
+        """A scripted response (streamed for ``streamGenerateContent``), or the scripted error."""
+        path = request.path.split("?", 1)[0]
+        body = request.body if isinstance(request.body, dict) else {}
+        if path.endswith(":countTokens"):
+            return Reply.json({"totalTokens": PROMPT_TOKENS})
+        if request.method != "POST" or ":" not in path.rsplit("/", 1)[-1]:
+            return _error(ApiError(404, "NOT_FOUND", f"{path} not found"))
+        fail = self.failing(body)
+        if fail is not None:
+            return _error(fail)
+        reply = self.respond(body)
+        if path.endswith(":streamGenerateContent"):
+            return Reply.sse([(None, reply)])
+        return Reply.json(reply)
 
-    @property
-    def url(self) -> str:
-        """The base URL, for ``GOOGLE_GEMINI_BASE_URL``."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def __enter__(self) -> GeminiServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=30)
-
-    def record(self, path: str, body: dict[str, Any]) -> ApiError | None:
-        """Keep one request; the error to answer it with, if any."""
-        with self._lock:
-            self.seen.requests.append(body)
-            self.seen.paths.append(path)
-            if self.fail is None or not body.get("tools"):
-                return None
-            if self.failures is None:
-                return self.fail
-            if self.failures > 0:
-                self.failures -= 1
-                return self.fail
-            return None
-
-    def answer(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """The response for this request."""
+    def respond(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The GenerateContentResponse for this request."""
         if not body.get("tools"):
             routing = "Complexity Score" in json.dumps(body.get("systemInstruction"))
             return response([{"text": json.dumps(ROUTED if routing else {})}])
@@ -136,71 +95,11 @@ def response(parts: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _error(fail: ApiError) -> dict[str, Any]:
+def _error(fail: ApiError) -> Reply:
+    """An API error in Google's format (with a RetryInfo delay for a 429)."""
     details: list[dict[str, Any]] = []
     if "retry-delay" in fail.headers:
-        details.append(
-            {
-                "@type": "type.googleapis.com/google.rpc.RetryInfo",
-                "retryDelay": fail.headers["retry-delay"],
-            }
-        )
-    return {
-        "error": {
-            "code": fail.status,
-            "message": fail.message,
-            "status": fail.type,
-            "details": details,
-        }
-    }
-
-
-def _handler(api: GeminiServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet: pytest treats stray output as noise."""
-
-        def do_GET(self) -> None:
-            self._json(404, {"error": {"code": 404, "message": "not found", "status": "NOT_FOUND"}})
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            try:
-                body = json.loads(self.rfile.read(length) or b"{}")
-            except ValueError:
-                self._json(400, {"error": {"code": 400, "message": "bad JSON"}})
-                return
-            path = self.path.split("?", 1)[0]
-            if path.endswith(":countTokens"):
-                self._json(200, {"totalTokens": PROMPT_TOKENS})
-                return
-            fail = api.record(path, body)
-            if fail is not None:
-                self._json(fail.status, _error(fail))
-                return
-            reply = api.answer(body)
-            if path.endswith(":streamGenerateContent"):
-                self._stream(reply)
-            else:
-                self._json(200, reply)
-
-        def _json(self, status: int, body: Mapping[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json; charset=UTF-8")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _stream(self, reply: dict[str, Any]) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("connection", "close")
-            self.end_headers()
-            self.wfile.write(f"data: {json.dumps(reply)}\r\n\r\n".encode())
-            self.wfile.flush()
-            self.close_connection = True
-
-    return Handler
+        retry = {"@type": "type.googleapis.com/google.rpc.RetryInfo"}
+        details.append({**retry, "retryDelay": fail.headers["retry-delay"]})
+    body = {"code": fail.status, "message": fail.message, "status": fail.type, "details": details}
+    return Reply.json({"error": body}, status=fail.status)
