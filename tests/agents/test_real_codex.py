@@ -7,21 +7,17 @@ with scripted tool calls. Skipped when codex is not installed, failed instead wh
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from real_support import BUGGY, buggy_project, run_task
 
 from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, Call, OpenAiServer, Text, rate_limited
 from modelapi.openai import unauthorized as refused_key
 from realtools import require_tool
-from run_support import ORCHARDIST, only_run, status
-from support import make_repo, write_plan
 
-BUGGY = "def add(a, b):\n    return a - b\n"
 PATCH = (
     "*** Begin Patch\n*** Update File: calc.py\n@@\n-    return a - b\n+    return a + b\n"
     "*** End Patch\n"
@@ -38,61 +34,29 @@ def codex() -> Path:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    return make_repo(tmp_path / "repo", {"calc.py": BUGGY, ".gitignore": "__pycache__/\n"})
-
-
-def run_codex(
-    project: Path, codex: Path, api: OpenAiServer, tmp_path: Path, permission: str = "auto"
-) -> dict[str, Any]:
-    """``orchardist run`` of one codex task against ``api``; the finished task's status."""
-    write_plan(
-        project,
-        f"""
-        [agents.codex]
-        kind = "codex"
-        command = "{codex}"
-        model = "gpt-fake-1"
-        price_in = {PRICE_IN}
-        price_out = {PRICE_OUT}
-        timeout = "120s"
-        permission = "{permission}"
-
-        [[task]]
-        id = "fix"
-        agent = "codex"
-        prompt = "add() in calc.py subtracts; make it add."
-        verify = "python3 -c 'import calc; assert calc.add(2, 3) == 5'"
-        """,
-    )
-    home = tmp_path / "home"
-    # the sandbox admits no new top-level entry in $HOME: codex's state folder must exist
-    (home / ".codex").mkdir(parents=True, exist_ok=True)
-    env = {
-        "OPENAI_BASE_URL": f"{api.url}/v1",
-        "OPENAI_API_KEY": "sk-fake-key",
-        "HOME": str(home),
-        "PATH": os.environ["PATH"],
-    }
-    proc = subprocess.run(
-        [*ORCHARDIST, "run", "plan.toml"],
-        cwd=project,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    doc = status(project, only_run(project))
-    (task,) = doc["tasks"]
-    task["stdout"] = proc.stdout + proc.stderr
-    return task
+    return buggy_project(tmp_path)
 
 
 @pytest.fixture
 def api() -> Iterator[OpenAiServer]:
     with OpenAiServer([FIX, Text("Fixed add().")]) as server:
         yield server
+
+
+def run_codex(
+    project: Path, codex: Path, api: OpenAiServer, tmp_path: Path, permission: str = "auto"
+) -> dict[str, Any]:
+    """``orchardist run`` of the fix task with codex against ``api``; the task's status."""
+    profile = {
+        "kind": "codex",
+        "command": str(codex),
+        "model": "gpt-fake-1",
+        "price_in": PRICE_IN,
+        "price_out": PRICE_OUT,
+        "permission": permission,
+    }
+    env = {"OPENAI_BASE_URL": f"{api.url}/v1", "OPENAI_API_KEY": "sk-fake-key"}
+    return run_task(project, profile, env, tmp_path)
 
 
 def test_codex_fixes_the_bug_and_the_fix_merges_with_its_reported_usage(

@@ -12,7 +12,8 @@ Answers are scripted per conversation turn: the n-th model call of a conversatio
 number of tool results already in it, gets ``script[n]`` (the last entry repeats), so client
 retries and side requests do not shift the script. ``fail`` answers model calls with an API
 error (401, 429 with reset headers) carrying the real error body: all of them, or only those of
-the first ``fail_conversations`` conversations (told apart by codex's ``prompt_cache_key``), so
+the first ``fail_conversations`` conversations (told apart by codex's ``prompt_cache_key``, by
+opencode's ``x-session-id``), so
 a tool's own retries are refused and the next attempt goes through.
 """
 
@@ -116,7 +117,8 @@ class OpenAiServer(ModelServer):
         if request.method != "POST" or not _is_model_call(path):
             return Reply.json({"error": {"message": f"Not found: {path}"}}, status=404)
         body = request.body if isinstance(request.body, dict) else {}
-        if self.fail is not None and self._failing(str(body.get("prompt_cache_key", ""))):
+        conversation = str(body.get("prompt_cache_key") or request.header("x-session-id"))
+        if self.fail is not None and self._failing(conversation):
             return self.fail.reply()
         if path.endswith("/responses"):
             turn = self._turn(_responses_tool_results(body), bool(body.get("tools")))

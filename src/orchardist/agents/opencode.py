@@ -35,6 +35,8 @@ class OpenCodeAgent(CliAgent):
         "GEMINI_API_KEY",
         "GOOGLE_GENERATIVE_AI_API_KEY",
         "OPENCODE_CONFIG",
+        "OPENCODE_CONFIG_CONTENT",  # a whole config as JSON (providers, base URLs, prices)
+        "OPENCODE_DISABLE_MODELS_FETCH",  # no fetch of models.dev (offline machines)
         "XDG_CONFIG_HOME",
         "XDG_DATA_HOME",
     )

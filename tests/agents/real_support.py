@@ -1,0 +1,64 @@
+"""Driving a real agent CLI through ``orchardist run`` on a one-bug repository."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from run_support import ORCHARDIST, only_run, status
+from support import make_repo, toml_str, write_plan
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+PROMPT = "add() in calc.py subtracts; make it add."
+VERIFY = "python3 -c 'import calc; assert calc.add(2, 3) == 5'"
+# what a fresh private home lacks until orchardist makes the tools' state folders itself
+HOME_STATE = (
+    ".codex",
+    ".cache",
+    ".config/opencode",
+    ".local/share",
+    ".local/state",
+    ".npm",
+    ".bun",
+)
+
+
+def buggy_project(tmp_path: Path) -> Path:
+    """A repository whose calc.add subtracts."""
+    return make_repo(tmp_path / "repo", {"calc.py": BUGGY, ".gitignore": "__pycache__/\n"})
+
+
+def run_task(
+    project: Path, profile: dict[str, Any], env: dict[str, str], tmp_path: Path
+) -> dict[str, Any]:
+    """``orchardist run`` of the one fix task with an agent profile (its keys and values).
+
+    ``env`` adds to a minimal environment (PATH and a fresh HOME). Returns the task's status
+    document, with the run's output under ``"output"``.
+    """
+    table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in profile.items())
+    plan = (
+        f'[agents.tool]\ntimeout = "120s"\n{table}\n\n'
+        f'[[task]]\nid = "fix"\nagent = "tool"\nprompt = {toml_str(PROMPT)}\n'
+        f"verify = {toml_str(VERIFY)}\n"
+    )
+    write_plan(project, plan)
+    home = tmp_path / "home"
+    for name in HOME_STATE:
+        (home / name).mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [*ORCHARDIST, "run", "plan.toml"],
+        cwd=project,
+        env={"PATH": os.environ["PATH"], "HOME": str(home), **env},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    (task,) = status(project, only_run(project))["tasks"]
+    task["output"] = proc.stdout + proc.stderr
+    return task
