@@ -306,7 +306,6 @@ def checkout(repo: Path) -> str:
 # -- writing outside the worktree: detected after the fact (no sandbox) ----------------------
 
 CHECKOUT_EDITS = {
-    "readme": 'echo hacked >> "$REPO/README.md"',
     "tag": "git tag sneaky",
     "branch": "git branch sneaky",
 }
@@ -364,7 +363,7 @@ def test_without_the_sandbox_the_attempt_that_edits_the_checkout_is_caught_not_a
 case "$ORCHARDIST_TASK" in
 meddle)
   until [ -e {sync}/innocent-started ]; do sleep 0.01; done
-  echo hacked >> {shlex.quote(str(repo))}/README.md
+  git -C {shlex.quote(str(repo))} tag sneaky
   touch {sync}/meddled
   until [ ! -d "$ORCHARDIST_WORKTREE/../innocent.1" ]; do sleep 0.01; done
   echo meddle > meddle.txt ;;
@@ -655,3 +654,103 @@ def test_worktrees_added_and_removed_in_parallel_never_fail(repo: Path) -> None:
     # Then: every worktree could be made (an attempt failing here is an infra_error)
     assert errors == []
     assert git(repo, "worktree", "list").count("\n") == 0
+
+
+# -- the user's own checkout during a run: theirs to edit ------------------------------------
+
+
+@pytest.mark.parametrize("confined", [True, False], ids=["sandbox on", "sandbox off"])
+def test_editing_a_file_and_checking_out_the_run_branch_during_a_run_fails_no_attempt(
+    repo: Path, sync: Path, run_plan: RunPlan, confined: bool
+) -> None:
+    if confined and not sandbox.available():
+        pytest.skip("this kernel has no Landlock")
+    # Given: an agent that works until the user has done their edits
+    command = (
+        f"touch {sync}/started-$ORCHARDIST_TASK\n"
+        f"until [ -e {sync}/user-done ]; do sleep 0.01; done\n"
+        "echo mine > $ORCHARDIST_TASK.txt\n"
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = {str(confined).lower()}
+        max_parallel = 2
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "one"
+        timeout = "60s"
+        verify = "test -f one.txt"
+
+        [[task]]
+        id = "two"
+        timeout = "60s"
+        verify = "test -f two.txt"
+        """,
+        commit=True,
+    )
+
+    def user() -> None:
+        deadline = time.monotonic() + 30
+        while not all((sync / f"started-{t}").exists() for t in ("one", "two")):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        # When: the user edits a file of their checkout and checks out the run branch
+        (repo / "README.md").write_text("my own edit\n")
+        branch = git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/orchardist/")
+        git(repo, "checkout", "-q", branch)
+        (sync / "user-done").touch()
+
+    helper = threading.Thread(target=user)
+    helper.start()
+    try:
+        run = run_plan(plan)
+    finally:
+        (sync / "user-done").touch()
+        helper.join(timeout=60)
+
+    # Then: no attempt failed, both tasks merged, and the user's edit is still theirs
+    assert run.state is RunState.DONE, run.doc
+    assert [attempt(run, t)["state"] for t in ("one", "two")] == ["merged", "merged"]
+    assert {"one.txt", "two.txt"} <= run.tree()
+    assert (repo / "README.md").read_text() == "my own edit\n"
+    if not confined:  # the log says what it could not tell apart
+        log = Path(attempt(run, "one")["log"]).read_text()
+        assert "the user's checkout changed while this agent ran" in log
+
+
+def test_without_the_sandbox_an_agent_editing_the_checkout_is_noted_not_failed(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    # Given: no sandbox, and an agent that also edits a file of the user's checkout
+    # (what is not guaranteed: without a sandbox nothing tells this from the user's own edit)
+    command = f"echo hacked >> {shlex.quote(str(repo))}/README.md\necho mine > mine.txt\n"
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = false
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "meddle"
+        verify = "test -f mine.txt"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    # Then: only its own worktree's work reaches the run branch, and its log says what happened
+    assert run.state is RunState.DONE, run.doc
+    assert git(repo, "show", f"{run.run.branch}:README.md") == "hello"
+    log = Path(attempt(run, "meddle")["log"]).read_text()
+    assert "the user's checkout changed while this agent ran (files or index)" in log

@@ -1056,6 +1056,17 @@ def _on_signals(stop: Callable[[], object], cancel: Callable[[], object]) -> Cal
     return restore
 
 
+def _exit_label(attempt: dict[str, Any]) -> str:
+    """``agent exit 3 `` or ``verify exit 1 ``: whose exit code it is; nothing while unknown."""
+    code = attempt["exit_code"]
+    if code is None or (code == 0 and not attempt["failure"]):
+        return ""
+    by_verify = attempt["failure"] == "verify_failed" or str(attempt["detail"]).startswith(
+        ("verify", "check")
+    )
+    return f"{'verify' if by_verify else 'agent'} exit {code} "
+
+
 def _spent(usage: dict[str, Any]) -> str:
     """`` $0.0123 1200 in / 300 out tokens`` from whatever is known."""
     text = ""
@@ -1092,7 +1103,7 @@ def _print_summary(doc: dict[str, Any], attempts: bool = False, quiet: bool = Fa
                 failure = f" {a['failure']}" if a["failure"] else ""
                 print(
                     f"      #{a['n']} c{a['candidate']} {a['agent']:<12} {a['state']:<11} "
-                    f"exit={a['exit_code']} {took}{failure}{_spent(a)} {a['detail']}"
+                    f"{_exit_label(a)}{took}{failure}{_spent(a)} {a['detail']}"
                 )
                 if a["selection"]:
                     print(f"         {a['selection']}")
@@ -1100,7 +1111,7 @@ def _print_summary(doc: dict[str, Any], attempts: bool = False, quiet: bool = Fa
     if any(v is not None for v in totals.values()):
         print(f"  spent:{_spent(totals)}")
     if doc.get("unverified"):
-        print(f'  unverified (verify = "none"): {", ".join(doc["unverified"])}')
+        print(f"  merged without verify commands: {', '.join(doc['unverified'])}")
     if "disk_bytes" in doc:
         print(f"  disk: {doc['disk_bytes'] / 1e6:.1f} MB of logs and worktrees")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -13,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import sandbox
-from ..agents import Agent, AgentContext, agent_class, make_agent, scrubbed_env
+from .. import sandbox as _sandbox  # the module, where a parameter shadows its name
+from ..agents import Agent, AgentContext, AgentResult, agent_class, make_agent, scrubbed_env
 from ..discover import auto_commands, discover_tests
 from ..errors import GitError, OrchardistError
 from ..gitrepo import Repo
@@ -53,7 +55,9 @@ class LocalExecutor:
         baselines = None if store is None else LocalBaselines(self, store)
         self.verifier = Verifier(baselines)
         self.store = store
-        self._guard = guard_checkout
+        # Confined agents cannot write to the user's checkout or git directory: whatever
+        # changes there is the user's own doing, so the guard has nothing to look for.
+        self._guard = guard_checkout and not (sandbox and _sandbox.available())
         self._theirs: list[Path] | None = None
         self.sandbox = sandbox
         # The checkout guard's own lock: its look at the checkout reads the store, so it must not
@@ -148,6 +152,7 @@ class LocalExecutor:
                     self._in_agent.add(job.id)  # until its own look at the checkout
                 result = self._agent(job.profile).run(ctx)
                 usage = result.usage
+                result = _note_ending(job, result, log, token.reason)
                 if result.cancelled or token.cancelled:
                     return end(
                         AttemptState.CANCELLED,
@@ -244,6 +249,11 @@ class LocalExecutor:
                 changed = sorted(
                     k for k in {*now, *self._checkout} if now.get(k) != self._checkout.get(k)
                 )
+                theirs = [part for part in changed if part in USERS_OWN]
+                if theirs:  # the user's own ground: edited files, a checked-out branch
+                    self._checkout = {**self._checkout, **{p: now[p] for p in theirs}}
+                    _note_checkout(self.log_path(job.run_id, job.id), theirs)
+                changed = [part for part in changed if part not in USERS_OWN]
                 if changed:
                     self._checkout = now
                     self._changed = ", ".join(changed)
@@ -517,3 +527,40 @@ _BASELINE = Job(
     message="",
     marker="",
 )
+
+
+# Parts of the checkout fingerprint a person changes in normal use during a run (editing files,
+# checking out a branch, the run branch included): without a sandbox orchardist cannot tell who
+# changed them, and does not fail attempts for it (see README, "What the checkout guard does").
+USERS_OWN = frozenset({"files or index", "HEAD"})
+
+
+def _note_checkout(log: Path, parts: list[str]) -> None:
+    """Say in the attempt's log that the user's checkout changed while its agent ran."""
+    line = (
+        f"orchardist: the user's checkout changed while this agent ran ({', '.join(parts)}); "
+        "without the sandbox nobody can tell whose edit it was, so the attempt is kept"
+    )
+    with contextlib.suppress(OSError), log.open("a", encoding="utf-8") as fh:
+        fh.write(f"{line}\n")
+
+
+def _note_ending(job: Job, result: AgentResult, log: Path, reason: str | None) -> AgentResult:
+    """End the log of a killed agent with a line saying so, why, and after how long.
+
+    A timeout is told in the configured value (``timed out after 5s``), not in what was left
+    of the attempt's time when the agent started.
+    """
+    took = f"{result.duration_s:.1f}s"
+    if result.failure is Failure.TIMEOUT:
+        profile_s = job.profile.timeout_s if job.profile is not None else None
+        limit = min(job.timeout_s, profile_s) if profile_s else job.timeout_s
+        result = replace(result, detail=f"agent timed out after {limit:g}s")
+        line = f"orchardist: killed the agent after {took}: it timed out (limit {limit:g}s)"
+    elif result.cancelled:
+        line = f"orchardist: stopped the agent after {took}: {reason or 'cancelled'}"
+    else:
+        return result
+    with contextlib.suppress(OSError), log.open("a", encoding="utf-8") as fh:
+        fh.write(f"\n{line}\n")
+    return result

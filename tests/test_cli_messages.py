@@ -1,0 +1,45 @@
+"""What a run prints about its failures, through the real command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_cli_inputs import orchardist
+
+
+def test_a_timeout_and_a_failed_verify_are_told_apart_with_the_configured_values(
+    repo: Path,
+) -> None:
+    # Given a task whose agent hangs past its 1 s timeout and one whose verify exits 3
+    (repo / "plan.toml").write_text(
+        """
+[agents.sh]
+kind = "shell"
+command = "if [ {task} = hang ]; then sleep 60; else echo x > {task}.txt; fi"
+
+[[task]]
+id = "hang"
+timeout = "1s"
+verify = "true"
+
+[[task]]
+id = "bad"
+verify = "exit 3"
+"""
+    )
+
+    # When it runs
+    run = orchardist(repo, "run", "plan.toml", "--json")
+    assert run.returncode == 1, run.stderr
+    run_id = json.loads(run.stdout)["run"]
+    status = orchardist(repo, "status", run_id).stdout
+
+    # Then the timeout is the configured one, and each exit code says whose it is
+    assert "agent timed out after 1s" in status
+    assert "verify exit 3" in status
+    assert "exit=" not in status
+    # and the hung agent's log ends saying it was killed, why and after how long
+    log = orchardist(repo, "logs", run_id, "hang").stdout.rstrip().splitlines()
+    assert log[-1].startswith("orchardist: killed the agent after ")
+    assert log[-1].endswith("it timed out (limit 1s)")
