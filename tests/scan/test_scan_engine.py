@@ -399,3 +399,54 @@ def test_each_scan_is_in_the_event_log(todo_repo: Path, tmp_path: Path) -> None:
         ("scan", None, "finished"),
     ]
     assert events[1].data["misses"] == 6 and events[2].data["findings"] == 6
+
+
+def test_ctrl_c_ends_a_scan_and_every_scanner_process_it_started(
+    todo_repo: Path, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    # Given: a scan whose scanner records its pid and hangs
+    pid_file = tmp_path / "scanner.pid"
+    plan = write_plan(
+        todo_repo,
+        f"""
+        [run]
+        sandbox = false
+        [scanners.hang]
+        command = "echo $$ > {pid_file}; exec sleep 600"
+        scope = "tree"
+        """,
+        name="scan.toml",
+    )
+    cache = tmp_path / "cache"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchardist", "scan", str(plan)],
+        cwd=todo_repo,
+        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60  # normally a second or two
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        scanner_pid = int(pid_file.read_text())
+
+        # When: interrupted
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+    # Then: exit 130, the scanner is gone, and so is the scan's export
+    assert code == 130
+    assert not Path(f"/proc/{scanner_pid}").exists()
+    scans = list(cache.glob("orchardist/*/scans/*"))
+    assert scans == []
