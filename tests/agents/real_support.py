@@ -23,6 +23,7 @@ HOME_STATE = (
     ".local/state",
     ".npm",
     ".bun",
+    ".aider",
 )
 
 

@@ -104,9 +104,9 @@ CASES = [
             "--no-gitignore",
             "--no-check-update",
             "--chat-history-file",
-            str(ctx.log.with_suffix(".aider.chat.md")),
+            str(ctx.output_file.parent / "aider.chat.md"),
             "--input-history-file",
-            str(ctx.log.with_suffix(".aider.input.history")),
+            str(ctx.output_file.parent / "aider.input.history"),
             "--model",
             "gpt-4o",
             "--test-cmd",
@@ -115,6 +115,9 @@ CASES = [
         usage=Usage(0.03, 2100 + 12000, 345 + 56, 2, None),
         summary="",
         retry_after_s=20,
+        extra_env=frozenset(
+            {"GIT_CONFIG_COUNT", *(f"GIT_CONFIG_{w}_{n}" for w in ("KEY", "VALUE") for n in (0, 1))}
+        ),
     ),
     Case(
         kind="gemini",

@@ -96,11 +96,13 @@ class OpenAiServer(ModelServer):
         script: Sequence[Turn] = (),
         fail: ApiError | None = None,
         fail_conversations: int | None = None,
+        side_requests: bool = True,
     ) -> None:
         super().__init__()
         self.script = list(script) or [Text("Done.")]
         self.fail = fail
         self.fail_conversations = fail_conversations
+        self.side_requests = side_requests  # False: requests without tools get the script too
         self._conversations: list[str] = []
         self._ids = itertools.count(1)
 
@@ -135,7 +137,7 @@ class OpenAiServer(ModelServer):
             return self._conversations.index(conversation) < self.fail_conversations
 
     def _turn(self, done: int, tools_offered: bool) -> Turn:
-        if not tools_offered:  # side requests (titles, summaries) get a short text
+        if not tools_offered and self.side_requests:  # titles, summaries: a short text
             return Text("Fix failing test")
         return self.script[min(done, len(self.script) - 1)]
 

@@ -8,6 +8,11 @@ exits 0 even when every API call failed, so an error it did not recover from (no
 
 Install aider in its own environment (``pipx install aider-chat``): it pins hundreds of exact
 dependencies and is never a dependency of orchardist.
+
+Files: its chat and input histories go to the attempt's private folder (beside the output file;
+the logs folder is read-only to the agent). aider insists on a git identity and, finding none,
+writes one into the repository's config; orchardist gives it one through the environment
+(``GIT_CONFIG_*``), so it writes nothing there.
 """
 
 from __future__ import annotations
@@ -74,11 +79,20 @@ class AiderAgent(CliAgent):
         argv = [self.command, "--message-file", str(ctx.prompt_file)]
         argv += ["--yes-always", "--no-auto-commits", "--no-stream", "--no-pretty"]
         argv += ["--no-gitignore", "--no-check-update"]
-        argv += ["--chat-history-file", str(ctx.log.with_suffix(".aider.chat.md"))]
-        argv += ["--input-history-file", str(ctx.log.with_suffix(".aider.input.history"))]
+        private = ctx.output_file.parent
+        argv += ["--chat-history-file", str(private / "aider.chat.md")]
+        argv += ["--input-history-file", str(private / "aider.input.history")]
         if self.model:
             argv += ["--model", self.model]
         return argv + self.args
+
+    def extra_env(self, ctx: AgentContext) -> dict[str, str]:
+        """A git identity for aider's check (it never commits: ``--no-auto-commits``)."""
+        identity = {"user.name": "orchardist agent", "user.email": "agent@orchardist.invalid"}
+        env = {"GIT_CONFIG_COUNT": str(len(identity))}
+        for n, (key, value) in enumerate(identity.items()):
+            env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"] = key, value
+        return env
 
     def prompt_on_stdin(self, ctx: AgentContext) -> bool:
         """Never: aider reads the prompt file itself."""
