@@ -46,6 +46,7 @@ from pathlib import Path
 
 from orchardist.procs import processes_with_env
 from orchardist.records import RunState, TaskState
+from orchardist.worktree import recorded_run_folder
 from orchardist.runs import Workspace
 
 ORCHARDIST = [sys.executable, "-m", "orchardist"]
@@ -370,9 +371,9 @@ def invariant_violations(
     ]
     if worktrees != [f"worktree {root}"]:
         problems.append(f"worktrees left: {worktrees[1:]}")
-    folder = state_dir / "worktrees" / run_id
-    if folder.exists() and any(folder.iterdir()):
-        problems.append(f"worktree folders left in {folder}: {sorted(os.listdir(folder))}")
+    folder = recorded_run_folder(state_dir, run_id)
+    if folder is not None and folder.exists() and any(folder.iterdir()):
+        problems.append(f"attempt folders left in {folder}: {sorted(os.listdir(folder))}")
     if checkout_state(root) != checkout_before:
         problems.append("the user's checkout changed")
     return problems

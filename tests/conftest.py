@@ -14,6 +14,7 @@ import pytest
 
 from orchardist import Workspace, create_run, execute, load_plan, status_document
 from orchardist.procs import kill_by_env
+from orchardist.worktree import ROOT_VAR
 from run_support import spawn
 from support import Finished, make_repo
 
@@ -32,6 +33,16 @@ def _isolated_git(
     (home / ".gitconfig").write_text(
         "[user]\n\tname = Test User\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n"
     )
+
+
+@pytest.fixture(autouse=True)
+def _private_workdirs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Attempt folders go to a temporary root, never to the real ~/.cache."""
+    root = tmp_path_factory.mktemp("workdirs")
+    monkeypatch.setenv(ROOT_VAR, str(root))
+    return root
 
 
 @pytest.fixture
@@ -57,8 +68,10 @@ wait_for() {{  # wait_for CMD...: until CMD succeeds; give up after about 10 s
     sleep 0.025
   done
 }}
-on_branch() {{  # on_branch PATH: the run branch's tip has PATH
-  git cat-file -e "orchardist/$ORCHARDIST_RUN:$1" 2>/dev/null
+on_branch() {{  # on_branch PATH: the run branch's tip has PATH (read from the user's repository,
+  # found through the alternates of the attempt's private git directory)
+  user_git=$(dirname "$(cat "$(git rev-parse --absolute-git-dir)/objects/info/alternates")")
+  git --git-dir="$user_git" cat-file -e "orchardist/$ORCHARDIST_RUN:$1" 2>/dev/null
 }}
 """
 

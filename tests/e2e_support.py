@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from orchardist.worktree import repo_key, workdir_root
 from run_support import leftovers
 from support import Finished, git
 
@@ -43,5 +44,6 @@ def log_of(attempt: dict[str, Any]) -> str:
 def assert_nothing_left(run: Finished) -> None:
     """No process or worktree (baselines' too) is left, and the user's checkout is untouched."""
     assert leftovers(run.root, run.run.id) == []
-    assert [p for p in (run.ws.state_dir / "worktrees").rglob("*") if not p.is_dir()] == []
+    folder = workdir_root() / repo_key(run.ws.repo.common_dir)
+    assert [p for p in folder.rglob("*") if not p.is_dir()] == []
     assert git(run.root, "status", "--porcelain") == "?? plan.toml"

@@ -15,6 +15,7 @@ from typing import Any
 
 from orchardist import Workspace, status_document
 from orchardist.procs import processes_with_env
+from orchardist.worktree import repo_key, workdir_root
 from support import git
 
 ORCHARDIST = [sys.executable, "-m", "orchardist"]
@@ -89,11 +90,16 @@ def leftovers(root: Path, run_id: str) -> list[str]:
     ]
     if worktrees != [str(root)]:
         found.append(f"worktrees {worktrees[1:]}")
-    common = Path(git(root, "rev-parse", "--path-format=absolute", "--git-common-dir"))
-    folder = common / "orchardist" / "worktrees" / run_id
+    folder = run_folder(root, run_id)
     if folder.exists() and any(folder.iterdir()):
-        found.append(f"worktree folders {sorted(p.name for p in folder.iterdir())}")
+        found.append(f"attempt folders {sorted(p.name for p in folder.iterdir())}")
     return found
+
+
+def run_folder(root: Path, run_id: str) -> Path:
+    """Where a run's attempt folders are (under the tests' ORCHARDIST_WORKDIR_ROOT)."""
+    common = Path(git(root, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    return workdir_root() / repo_key(common) / "runs" / run_id
 
 
 def task_trailers(root: Path, base: str, branch: str) -> list[str]:

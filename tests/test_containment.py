@@ -22,7 +22,7 @@ import pytest
 from orchardist import GitError, RunState, sandbox
 from orchardist.gitrepo import Repo
 from orchardist.procs import marked_processes
-from run_support import leftovers, orchardist, task_trailers
+from run_support import leftovers, orchardist, run_folder, task_trailers
 from support import Finished, alive, git, make_repo, toml_str, write_plan
 
 GiB = 1024**3
@@ -207,10 +207,15 @@ def sealed(tmp_path: Path) -> Iterator[Path]:
 ESCAPES = {
     "checkout": 'echo hacked >> "$REPO/README.md"',
     "new_file_in_checkout": 'echo hacked > "$REPO/dropped.txt"',
-    "worktrees_folder": 'echo planted > "$ORCHARDIST_WORKTREE/../planted.txt"',
+    "attempt_folder": 'echo planted > "$ORCHARDIST_WORKTREE/../planted.txt"',
+    "user_objects": 'echo planted > "$REPO/.git/objects/planted"',
+    "user_config": 'echo "[core] sneaky = true" >> "$REPO/.git/config"',
+}
+# git commands that change a repository: they work, on the attempt's private git directory only.
+PRIVATE_GIT = {
     "tag": "git tag sneaky",
     "branch": "git branch sneaky",
-    "run_branch": 'git update-ref "refs/heads/orchardist/$ORCHARDIST_RUN" HEAD~0 HEAD',
+    "commit": "git commit -q --allow-empty -m sneaky",
     "git_config": "git config --local core.sneaky true",
 }
 
@@ -223,13 +228,13 @@ def test_with_the_sandbox_writes_outside_the_worktree_are_refused_and_nothing_es
     repo = make_repo(sealed / "repo", {"README.md": "hello\n"})
     before = checkout(repo)
     lines = [f"REPO={shlex.quote(str(repo))}", 'case "$ORCHARDIST_TASK" in']
-    for task_id, action in ESCAPES.items():
+    for task_id, action in {**ESCAPES, **PRIVATE_GIT}.items():
         lines.append(
             f"{task_id}) if {action} 2>/dev/null; then r=escaped; else r=refused; fi;"
             f' echo "$r" > {task_id}.txt ;;'
         )
     lines.append("esac")
-    tasks = "\n".join(f'[[task]]\nid = "{t}"\n' for t in ESCAPES)
+    tasks = "\n".join(f'[[task]]\nid = "{t}"\n' for t in {**ESCAPES, **PRIVATE_GIT})
     plan = write_plan(
         repo,
         f"""
@@ -248,13 +253,18 @@ command = {toml_str(chr(10).join(lines))}
 
     run = run_plan(plan)
 
-    # Then: every write was refused; the checkout, its refs and the run branch are untouched
+    # Then: every write outside was refused, git's own writes stayed in the attempt's private
+    # git directory; the checkout, its refs, config and objects are untouched
     assert run.state is RunState.DONE, run.doc
     outcomes = {t: git(repo, "show", f"{run.run.branch}:{t}.txt") for t in ESCAPES}
     assert outcomes == dict.fromkeys(ESCAPES, "refused")
+    in_git = {t: git(repo, "show", f"{run.run.branch}:{t}.txt") for t in PRIVATE_GIT}
+    assert in_git == dict.fromkeys(PRIVATE_GIT, "escaped")
     assert checkout(repo) == before
-    assert not (run.ws.state_dir / "worktrees" / run.run.id / "planted.txt").exists()
-    assert sorted(task_trailers(repo, run.run.base_commit, run.run.branch)) == sorted(ESCAPES)
+    assert not (repo / ".git" / "objects" / "planted").exists()
+    assert not (run_folder(repo, run.run.id) / "attempt_folder.1" / "planted.txt").exists()
+    trailers = task_trailers(repo, run.run.base_commit, run.run.branch)
+    assert sorted(trailers) == sorted({**ESCAPES, **PRIVATE_GIT})
     nothing_left(run)
 
 
@@ -306,8 +316,8 @@ def checkout(repo: Path) -> str:
 # -- writing outside the worktree: detected after the fact (no sandbox) ----------------------
 
 CHECKOUT_EDITS = {
-    "tag": "git tag sneaky",
-    "branch": "git branch sneaky",
+    "tag": 'git -C "$REPO" tag sneaky',
+    "branch": 'git -C "$REPO" branch sneaky',
 }
 
 
@@ -365,7 +375,7 @@ meddle)
   until [ -e {sync}/innocent-started ]; do sleep 0.01; done
   git -C {shlex.quote(str(repo))} tag sneaky
   touch {sync}/meddled
-  until [ ! -d "$ORCHARDIST_WORKTREE/../innocent.1" ]; do sleep 0.01; done
+  until [ ! -d "$ORCHARDIST_WORKTREE/../../innocent.1" ]; do sleep 0.01; done
   echo meddle > meddle.txt ;;
 innocent)
   touch {sync}/innocent-started
@@ -406,13 +416,18 @@ esac
     assert run.states()["innocent"] == "done" or "user's checkout" in innocent["detail"]
 
 
-SNEAK = """\
+# The attempt's own git directory is private; its alternates file names the user's objects,
+# and so the user's git directory, which nothing stops an agent from using without the sandbox.
+USER_GIT = '"$(dirname "$(cat "$(git rev-parse --absolute-git-dir)/objects/info/alternates")")"'
+SNEAK = f"""\
 set -eu
+base=$(git rev-parse HEAD)
+export GIT_DIR={USER_GIT}
 export GIT_INDEX_FILE="$ORCHARDIST_WORKTREE/.sneak-index"
-git read-tree HEAD
+git read-tree "$base"
 blob=$(echo sneaked | git hash-object -w --stdin)
 git update-index --add --cacheinfo "100644,$blob,sneaked.txt"
-commit=$(git commit-tree "$(git write-tree)" -p HEAD -m sneaked)
+commit=$(git commit-tree "$(git write-tree)" -p "$base" -m sneaked)
 rm -f "$GIT_INDEX_FILE"
 git update-ref "refs/heads/orchardist/$ORCHARDIST_RUN" "$commit"
 echo mine > mine.txt
@@ -474,7 +489,7 @@ def test_without_the_sandbox_an_agent_that_writes_into_another_worktree_is_caugh
 case "$ORCHARDIST_TASK" in
 planter)
   until [ -e {sync}/victim-started ]; do sleep 0.01; done
-  echo planted > "$ORCHARDIST_WORKTREE/../victim.1/planted.txt"
+  echo planted > "$ORCHARDIST_WORKTREE/../../victim.1/tree/planted.txt"
   touch {sync}/planted
   echo planter > planter.txt ;;
 victim)
@@ -512,8 +527,8 @@ esac
 
 
 GIT_DIR_EDITS = {
-    "config": "git config --local core.hooksPath /tmp/evil-hooks",
-    "hook": 'echo "echo owned" > "$(git rev-parse --git-common-dir)/hooks/post-checkout"',
+    "config": f"git --git-dir={USER_GIT} config --local core.hooksPath /tmp/evil-hooks",
+    "hook": f'echo "echo owned" > {USER_GIT}/hooks/post-checkout',
 }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from .records import RunState
 from .runs import Workspace
+from .worktree import forget_run, recorded_run_folder
 
 FINISHED = (RunState.DONE, RunState.FAILED, RunState.CANCELLED)
 
@@ -28,8 +29,10 @@ def disk_bytes(path: Path) -> int:
 
 
 def run_disk_bytes(ws: Workspace, run_id: str) -> int:
-    """Disk used by a run's logs and worktrees."""
-    return sum(disk_bytes(ws.state_dir / kind / run_id) for kind in ("logs", "worktrees"))
+    """Disk used by a run's logs and attempt folders."""
+    folders = [ws.state_dir / kind / run_id for kind in ("logs", "worktrees")]
+    folders += [f for f in [recorded_run_folder(ws.state_dir, run_id)] if f is not None]
+    return sum(disk_bytes(folder) for folder in folders)
 
 
 def collect(
@@ -64,6 +67,7 @@ def collect(
             continue
         for kind in ("logs", "worktrees"):
             shutil.rmtree(ws.state_dir / kind / run.id, ignore_errors=True)
+        forget_run(ws.state_dir, run.id)
         for name in names:
             ws.repo.delete_ref(name)
         if branches and has_branch:

@@ -50,6 +50,7 @@ RUN_KEYS = {
     "sandbox",
     "isolation",
     "network",
+    "workspace",
 }
 PROFILE_KEYS = {
     "kind",
@@ -151,6 +152,7 @@ class RunConfig:
     sandbox: bool = True  # false: the same as isolation = "off"
     isolation: Policy = Policy.AUTO  # namespaces, Landlock or nothing (see isolation.py)
     network: bool = False  # verify commands, checks and baselines may use the network
+    workspace: Path | None = None  # root of the attempt folders (None: see worktree.workdir_root)
 
 
 @dataclass(frozen=True)
@@ -378,6 +380,8 @@ class _Validator:
             values["regression_every"] = every
         if "max_patch_mb" in raw:
             values["max_patch_mb"] = self._money(raw["max_patch_mb"], "run.max_patch_mb")
+        if "workspace" in raw:
+            values["workspace"] = self._workspace(raw["workspace"], repo)
         if "isolation" in raw:
             values["isolation"] = self._isolation(raw["isolation"])
         elif raw.get("sandbox") is False:
@@ -399,6 +403,23 @@ class _Validator:
         names = ", ".join(f'"{p.value}"' for p in Policy)
         self.problem(f"expected one of {names}", fld="run.isolation")
         return None
+
+    def _workspace(self, raw: Any, repo: Path | None) -> Path | None:
+        """``[run] workspace``: relative to the plan's folder; never inside the repository,
+        where the user's git (and the checkout guard) would see every attempt's files."""
+        text = self._str(raw, "run.workspace")
+        if text is None:
+            return None
+        if not text.strip():
+            self.problem("must not be empty", fld="run.workspace")
+            return None
+        path = (self.path.parent / Path(text).expanduser()).resolve()
+        if repo is not None and path.is_relative_to(repo):
+            self.problem(
+                f"{path} is inside the repository; choose a folder outside it", fld="run.workspace"
+            )
+            return None
+        return path
 
     def _agents(self) -> dict[str, AgentProfile]:
         from .agents import KINDS, agent_class

@@ -26,6 +26,7 @@ from .procs import kill_by_env
 from .records import UNFINISHED, AttemptState, Event, Run, RunState, TaskRecord, TaskState
 from .scheduler import Scheduler
 from .store import Store
+from .worktree import remove_run_folder
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,9 @@ def reconcile(ws: Workspace, run: Run, clock: Callable[[], float] = time.time) -
 
 
 def _remove_worktrees(ws: Workspace, run_id: str) -> int:
+    removed = remove_run_folder(ws.state_dir, run_id)
+    # Runs begun by an orchardist that kept its worktrees under the git directory.
     root = ws.state_dir / "worktrees" / run_id
-    removed = 0
     for path in ws.repo.worktrees():
         if path.resolve().is_relative_to(root.resolve()):
             ws.repo.remove_worktree(path)
@@ -242,6 +244,7 @@ def execute(
         store=ws.store,
         guard_checkout=plan.run.guard_checkout,
         sandbox=plan.run.sandbox,
+        workspace=plan.run.workspace,
     )
     scheduler = Scheduler(
         plan,

@@ -18,6 +18,7 @@ from ..errors import AgentError
 from ..plan import AgentProfile
 from ..procs import CancelToken
 from ..records import Failure, Usage
+from ..worktree import AttemptPaths
 
 KINDS: dict[str, str] = {
     "shell": "orchardist.agents.shell:ShellAgent",
@@ -70,6 +71,7 @@ class AgentContext:
     cancel: CancelToken
     marker: str  # shared by every process of the attempt
     writable: tuple[Path, ...] | None = None  # where its processes may write (None: anywhere)
+    paths: AttemptPaths | None = None  # the attempt's folders (None: a bare worktree, in tests)
 
 
 @dataclass(frozen=True)

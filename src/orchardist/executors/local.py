@@ -1,10 +1,10 @@
-"""Run jobs as local processes, one thread and one git worktree per job."""
+"""Run jobs as local processes, one thread and one attempt folder (see worktree.py) per job."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
+import secrets
 import tempfile
 import threading
 import time
@@ -25,13 +25,15 @@ from ..procs import CancelToken
 from ..records import UNFINISHED, AttemptState, Failure, Usage
 from ..store import Store
 from ..verify import Verifier, run_one, tail_of
+from ..worktree import AttemptPaths, Layout, workdir_root
 from . import Job, Notify, Outcome, Phase
 
 MAX_ENV_PROMPT_BYTES = 64 * 1024  # larger prompts are only in the prompt file (exec limits)
 
 
 class LocalExecutor:
-    """Each job gets a detached worktree at its base commit, removed when the job ends."""
+    """Each job gets its own tree and private git directory at its base commit, outside the
+    user's git directory, removed when the job ends."""
 
     def __init__(
         self,
@@ -42,9 +44,10 @@ class LocalExecutor:
         store: Store | None = None,
         guard_checkout: bool = True,
         sandbox: bool = True,
+        workspace: Path | None = None,
     ) -> None:
         self.repo = repo
-        self.worktree_root = Path(state_dir) / "worktrees"
+        self.layout = Layout(repo, workdir_root(workspace), Path(state_dir))
         self.log_root = Path(state_dir) / "logs"
         self.clock = clock
         self.environ = environ
@@ -92,6 +95,7 @@ class LocalExecutor:
             threads = list(self._threads.values())
         for thread in threads:
             thread.join()
+        self.layout.tidy()
 
     def log_path(self, run_id: str, job_id: str) -> Path:
         """Where a job's output goes."""
@@ -125,7 +129,8 @@ class LocalExecutor:
         self, job: Job, notify: Notify, token: CancelToken, started: float, log: Path
     ) -> Outcome:
         deadline = time.monotonic() + job.timeout_s
-        worktree = self.worktree_root / job.run_id / job.id
+        paths = self.layout.attempt(job.run_id, job.id)
+        worktree = paths.tree
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_bytes(b"")
 
@@ -133,8 +138,8 @@ class LocalExecutor:
             return Outcome(job, state, started, self.clock(), failure, log_path=str(log), **kw)
 
         try:
-            self.repo.add_worktree(worktree, job.base_commit)
-        except OrchardistError as exc:
+            self.layout.create(paths, job.base_commit, job.run_id)
+        except (OrchardistError, OSError) as exc:
             return end(AttemptState.FAILED, Failure.INFRA_ERROR, detail=str(exc))
         try:
             cwd = worktree / job.workdir
@@ -142,12 +147,12 @@ class LocalExecutor:
                 detail = f"workdir {job.workdir!r} does not exist at {job.base_commit[:10]}"
                 return end(AttemptState.FAILED, Failure.INFRA_ERROR, detail=detail)
             # Decided before the agent runs: it could rewrite its .git file to point anywhere.
-            writable = self._writable(job, worktree)
+            writable = self._writable(paths)
             gitfile = (worktree / ".git").read_text(errors="replace")
-            env = self._env(job, worktree)
+            env = self._env(job, paths)
             patch, changed, usage, summary = job.base_commit, 0, Usage(), ""
             if job.profile is not None:
-                ctx = self._context(job, worktree, cwd, env, log, deadline, token, writable)
+                ctx = self._context(job, paths, cwd, env, log, deadline, token, writable)
                 with self._guard_lock:
                     self._in_agent.add(job.id)  # until its own look at the checkout
                 result = self._agent(job.profile).run(ctx)
@@ -189,9 +194,9 @@ class LocalExecutor:
                 baseline=job.baseline,
                 workdir=job.workdir,
                 cwd=cwd,
-                env={**self._verify_env(job, worktree), "ORCHARDIST_PHASE": "verify"},
+                env={**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"},
                 log=log,
-                scratch=self._private(job) / "junit",
+                scratch=paths.junit_dir,
                 deadline=deadline,
                 timeout_s=job.timeout_s,
                 cancel=token,
@@ -230,8 +235,7 @@ class LocalExecutor:
             with self._guard_lock:
                 self._in_agent.discard(job.id)
                 self._suspects.discard(job.id)
-            self.repo.remove_worktree(worktree)
-            shutil.rmtree(self._private(job) / "tmp", ignore_errors=True)
+            self.layout.remove(paths)
 
     def _take_patch(self, job: Job, worktree: Path, gitfile: str) -> str:
         """Snapshot the agent's work, refusing what it must not do or produce."""
@@ -297,9 +301,9 @@ class LocalExecutor:
         ]
         return auto_commands(tests, job.verify)
 
-    def _verify_env(self, job: Job, worktree: Path) -> dict[str, str]:
+    def _verify_env(self, job: Job, paths: AttemptPaths) -> dict[str, str]:
         """Verify commands run the agent's code: they get no agent credentials at all."""
-        return self._env(replace(job, profile=None), worktree)
+        return self._env(replace(job, profile=None), paths)
 
     def _agent(self, profile: AgentProfile) -> Agent:
         with self._lock:
@@ -307,7 +311,7 @@ class LocalExecutor:
                 self._agents[profile.name] = make_agent(profile)
             return self._agents[profile.name]
 
-    def _env(self, job: Job, worktree: Path) -> dict[str, str]:
+    def _env(self, job: Job, paths: AttemptPaths) -> dict[str, str]:
         allow: tuple[str, ...] = ()
         if job.profile is not None:
             allow = (*job.profile.env, *agent_class(job.profile.kind).env_keys)
@@ -317,23 +321,17 @@ class LocalExecutor:
             ORCHARDIST_TASK=job.task_id,
             ORCHARDIST_ATTEMPT=str(job.attempt),
             ORCHARDIST_CANDIDATE=str(job.candidate),
-            ORCHARDIST_WORKTREE=str(worktree),
+            ORCHARDIST_WORKTREE=str(paths.tree),
         )
         if self.sandbox and sandbox.available():
             # /tmp may be off limits (when the repository lives there): a private TMPDIR.
-            env["TMPDIR"] = str(self._private(job) / "tmp")
+            env["TMPDIR"] = str(paths.tmp)
         return env
-
-    def _private(self, job: Job) -> Path:
-        """The job's own writable folder: its output file, JUnit reports and TMPDIR."""
-        folder = self.log_root / job.run_id / f"{job.id}.io"
-        (folder / "tmp").mkdir(parents=True, exist_ok=True)
-        return folder
 
     def _context(
         self,
         job: Job,
-        worktree: Path,
+        paths: AttemptPaths,
         cwd: Path,
         env: dict[str, str],
         log: Path,
@@ -343,7 +341,7 @@ class LocalExecutor:
     ) -> AgentContext:
         assert job.profile is not None
         prompt_file = log.with_suffix(".prompt.md")
-        output_file = self._private(job) / "output.json"
+        output_file = paths.output_file
         prompt_file.write_text(job.prompt, encoding="utf-8")
         output_file.unlink(missing_ok=True)
         agent_env = {
@@ -361,7 +359,7 @@ class LocalExecutor:
             candidate=job.candidate,
             title=job.title,
             prompt=job.prompt,
-            worktree=worktree,
+            worktree=paths.tree,
             cwd=cwd,
             prompt_file=prompt_file,
             output_file=output_file,
@@ -371,36 +369,34 @@ class LocalExecutor:
             cancel=token,
             marker=job.marker,
             writable=writable,
+            paths=paths,
         )
 
-    def _writable(self, job: Job, worktree: Path) -> tuple[Path, ...] | None:
+    def _writable(self, paths: AttemptPaths) -> tuple[Path, ...] | None:
         """Where a job's processes may write, or None where the sandbox is off or unavailable.
 
-        The worktree and its git administration folder, git's object store (so agents may
-        commit inside their worktree), the job's private folder, /dev, and the temporary
-        folders and the caller's home except what must stay read-only: the repository, its
-        git directory, the user's other worktrees, and the files that would run code in the
-        user's shell or git (shell profiles, ~/.gitconfig, ~/.ssh, ~/.local/bin, ...).
+        The attempt's own folders (tree, private git directory, home, tmp, io), /dev, and the
+        temporary folders and the caller's home except what must stay read-only: the
+        repository, its git directory, the user's other worktrees, every other attempt's
+        folders, and the files that would run code in the user's shell or git (shell profiles,
+        ~/.gitconfig, ~/.ssh, ~/.local/bin, ...).
         """
         if not self.sandbox or not sandbox.available():
             return None
-        admin = self.repo.worktree_admin(worktree)
-        paths = [worktree, self.repo.common_dir / "objects", self._private(job), Path("/dev")]
-        paths += [admin] if admin is not None else []
+        writable = [*paths.writable, Path("/dev")]
         home = Path((self.environ or os.environ).get("HOME", "/nonexistent"))
-        protected = [self.repo.root, self.repo.common_dir, *self._user_worktrees()]
-        protected += [home / name for name in _HOME_PROTECTED]
+        protected = [self.repo.root, self.repo.common_dir, self.layout.folder]
+        protected += [*self._user_worktrees(), *(home / name for name in _HOME_PROTECTED)]
         for top in {Path(tempfile.gettempdir()), Path("/tmp"), Path("/var/tmp"), home}:
             if top.is_dir():
-                paths += sandbox.beside(top, protected)
-        return tuple(dict.fromkeys(paths))
+                writable += sandbox.beside(top, protected)
+        return tuple(dict.fromkeys(writable))
 
     def _user_worktrees(self) -> list[Path]:
-        """The repository's worktrees that are not orchardist's own (looked up once)."""
+        """The repository's worktrees (looked up once); orchardist's attempts are not among
+        them, they have git directories of their own."""
         if self._theirs is None:
-            ours = self.worktree_root.resolve()
-            worktrees = self.repo.worktrees()
-            self._theirs = [p for p in worktrees if not p.resolve().is_relative_to(ours)]
+            self._theirs = self.repo.worktrees()
         return self._theirs
 
 
@@ -482,51 +478,30 @@ class LocalBaselines:
     ) -> tuple[CommandOutcome, bool]:
         ex = self.executor
         name = f"baseline-{key[:16]}"
-        worktree = ex.worktree_root / "baselines" / name
+        paths = ex.layout.baseline(f"{name}.{secrets.token_hex(3)}")  # other orchestrators' differ
         log = ex.log_root / "baselines" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        ex.repo.add_worktree(worktree, commit)
+        ex.layout.create(paths, commit)
         try:
-            job = replace(_BASELINE, id=name)
-            private = ex._private(job)
             env = scrubbed_env((), ex.environ)
             env.update(ORCHARDIST_PHASE="baseline", ORCHARDIST_RUN=run_id)
-            writable = ex._writable(job, worktree)
+            writable = ex._writable(paths)
             if writable is not None:
-                env["TMPDIR"] = str(private / "tmp")
+                env["TMPDIR"] = str(paths.tmp)
             result, report, _ = run_one(
                 command,
-                cwd=worktree / workdir,
+                cwd=paths.tree / workdir,
                 env=env,
                 log=log,
                 deadline=time.monotonic() + timeout_s,
-                junit=private / "junit.xml",
+                junit=paths.io / "junit.xml",
                 writable=writable,
                 cancel=cancel,
             )
         finally:
-            ex.repo.remove_worktree(worktree)
+            ex.layout.remove(paths)
         outcome = CommandOutcome(command, result.exit_code, result.timed_out, report)
         return outcome, result.cancelled
-
-
-# What a baseline run is confined like: a job of its own, with no agent.
-_BASELINE = Job(
-    id="baseline",
-    run_id="baselines",
-    task_id="",
-    attempt=0,
-    candidate=0,
-    base_commit="",
-    title="",
-    prompt="",
-    profile=None,
-    verify=(),
-    workdir=".",
-    timeout_s=0.0,
-    message="",
-    marker="",
-)
 
 
 # Parts of the checkout fingerprint a person changes in normal use during a run (editing files,

@@ -1,0 +1,222 @@
+"""Where attempts run: a folder of orchardist's own per repository, outside any git directory.
+
+Agents' own safety rules treat everything under ``.git`` as sensitive (Claude Code refuses to
+edit there), so an attempt's files never live inside the user's git directory::
+
+    <root>/<repo-key>/runs/<run>/<job>/
+        tree/  the files the agent works on; its .git file points at git/
+        git/   a private git directory: its own HEAD, index, refs and config; objects are read
+               from the user's repository through objects/info/alternates and written here
+        home/  the attempt's HOME
+        tmp/   its TMPDIR
+        io/    what orchardist and the agent exchange: output.json, JUnit reports
+    <root>/<repo-key>/baselines/<name>/...   the same, for a baseline run
+
+``<root>`` is ``[run] workspace``, else ``$ORCHARDIST_WORKDIR_ROOT``, else
+``${XDG_CACHE_HOME:-~/.cache}/orchardist``. Nothing an agent does in its git directory reaches
+the user's repository: orchardist reads the result by hashing the tree itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .gitrepo import Repo
+
+ROOT_VAR = "ORCHARDIST_WORKDIR_ROOT"
+
+
+def workdir_root(configured: Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """The root of orchardist's attempt folders (see the module docstring for the order)."""
+    env = os.environ if environ is None else environ
+    if configured is not None:
+        return Path(configured).expanduser().resolve()
+    if env.get(ROOT_VAR):
+        return Path(env[ROOT_VAR]).expanduser().resolve()
+    cache = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
+    return (Path(cache).expanduser() / "orchardist").resolve()
+
+
+def repo_key(common_dir: Path) -> str:
+    """A folder name for a repository: its name and a short hash of its git directory's path."""
+    real = Path(common_dir).resolve()
+    name = real.parent.name if real.name == ".git" else real.name.removesuffix(".git")
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip(".-") or "repo"
+    return f"{slug[:40]}-{hashlib.sha256(str(real).encode()).hexdigest()[:10]}"
+
+
+@dataclass(frozen=True)
+class AttemptPaths:
+    """The folders of one attempt (or baseline run); all inside ``root``."""
+
+    root: Path
+    tree: Path  # the working tree: agents edit here, verify runs here
+    git: Path  # its private git directory
+    home: Path  # HOME of the attempt's processes
+    tmp: Path  # TMPDIR of the attempt's processes
+    io: Path  # orchardist's exchange folder (output file, JUnit reports)
+
+    @classmethod
+    def under(cls, root: Path) -> AttemptPaths:
+        """The standard layout beneath ``root``."""
+        return cls(root, root / "tree", root / "git", root / "home", root / "tmp", root / "io")
+
+    @property
+    def output_file(self) -> Path:
+        """Where the agent may write its JSON result."""
+        return self.io / "output.json"
+
+    @property
+    def junit_dir(self) -> Path:
+        """Where verify commands' JUnit reports go."""
+        return self.io / "junit"
+
+    @property
+    def writable(self) -> tuple[Path, ...]:
+        """The folders the attempt's processes may write."""
+        return (self.tree, self.git, self.home, self.tmp, self.io)
+
+
+class Layout:
+    """The attempt folders of one repository, and how to make and remove them."""
+
+    def __init__(self, repo: Repo, root: Path, state_dir: Path) -> None:
+        self.repo = repo
+        self.folder = Path(root) / repo_key(repo.common_dir)  # everything of this repository
+        self.state_dir = Path(state_dir)
+        self._config: str | None = None
+        self._recorded: set[str] = set()
+
+    def attempt(self, run_id: str, job_id: str) -> AttemptPaths:
+        """The folders of a run's job (not created)."""
+        return AttemptPaths.under(self.run_folder(run_id) / job_id)
+
+    def baseline(self, name: str) -> AttemptPaths:
+        """The folders of a baseline run (not created)."""
+        return AttemptPaths.under(self.folder / "baselines" / name)
+
+    def run_folder(self, run_id: str) -> Path:
+        """Where a run's attempts live."""
+        return self.folder / "runs" / run_id
+
+    def create(self, paths: AttemptPaths, commit: str, run_id: str | None = None) -> None:
+        """Fresh folders for ``paths`` with the tree checked out at ``commit``.
+
+        The git directory is written by hand (it is a handful of small files) and filled by
+        one ``git read-tree``: cheaper than ``git init`` and a checkout.
+        """
+        if run_id is not None:
+            self._record(run_id)
+        remove_tree(paths.root)
+        for folder in (paths.tree, paths.home, paths.tmp, paths.io):
+            folder.mkdir(parents=True)
+        git = paths.git
+        for sub in ("objects/info", "refs/heads", "refs/tags", "info"):
+            (git / sub).mkdir(parents=True)
+        objects = (self.repo.common_dir / "objects").resolve()
+        (git / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+        (git / "HEAD").write_text(f"{commit}\n")
+        (git / "config").write_text(self._git_config())
+        with contextlib.suppress(OSError):  # the user's excludes: the agent's status matches
+            shutil.copyfile(self.repo.common_dir / "info" / "exclude", git / "info" / "exclude")
+        (paths.tree / ".git").write_text(f"gitdir: {git.resolve()}\n")
+        self.repo.git(
+            f"--git-dir={git}", f"--work-tree={paths.tree}", "read-tree", "--reset", "-u", commit
+        )
+
+    def remove(self, paths: AttemptPaths) -> None:
+        """Remove an attempt's folders, whatever the agent did to them."""
+        remove_tree(paths.root)
+
+    def tidy(self) -> None:
+        """Remove the run folders this layout made, and its parents, where they are empty."""
+        for run_id in self._recorded:
+            for folder in (self.run_folder(run_id), self.folder / "runs", self.folder):
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+
+    def _git_config(self) -> str:
+        if self._config is None:
+            fmt = self.repo.run_git("rev-parse", "--show-object-format").stdout.strip() or "sha1"
+            lines = ["[core]", f"\trepositoryformatversion = {0 if fmt == 'sha1' else 1}"]
+            lines += ["\tfilemode = true", "\tbare = false", "\tlogallrefupdates = true"]
+            if fmt != "sha1":
+                lines += ["[extensions]", f"\tobjectformat = {fmt}"]
+            lines += ["[gc]", "\tauto = 0"]  # the alternates are the user's: never repack here
+            name, email = self._identity()
+            lines += ["[user]", f"\tname = {_quoted(name)}", f"\temail = {_quoted(email)}"]
+            self._config = "\n".join(lines) + "\n"
+        return self._config
+
+    def _identity(self) -> tuple[str, str]:
+        """The user's git identity (or orchardist's fallback), for commits inside the tree:
+        the attempt's private HOME has no git config of its own."""
+        ident = self.repo.git("var", "GIT_AUTHOR_IDENT").rsplit(" ", 2)[0]
+        name, _, email = ident.partition(" <")
+        return name.strip(), email.rstrip(">").strip()
+
+    def _record(self, run_id: str) -> None:
+        """Note where a run's folders are, for resume and gc (which do not read the plan)."""
+        if run_id in self._recorded:
+            return
+        pointer = self.state_dir / "workdirs" / run_id
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        pointer.write_text(f"{self.run_folder(run_id)}\n")
+        self._recorded.add(run_id)
+
+
+def recorded_run_folder(state_dir: Path, run_id: str) -> Path | None:
+    """The folder a run's attempts were made in, as the executor recorded it."""
+    try:
+        text = (Path(state_dir) / "workdirs" / run_id).read_text().strip()
+    except OSError:
+        return None
+    folder = Path(text)
+    # Only ever a run folder of our layout: a damaged pointer must not name anything else.
+    if not folder.is_absolute() or folder.name != run_id or folder.parent.name != "runs":
+        return None
+    return folder
+
+
+def remove_run_folder(state_dir: Path, run_id: str) -> int:
+    """Remove a run's attempt folders; returns how many attempts had one."""
+    folder = recorded_run_folder(state_dir, run_id)
+    if folder is None or not folder.is_dir():
+        return 0
+    count = sum(1 for _ in folder.iterdir())
+    remove_tree(folder)
+    return count
+
+
+def forget_run(state_dir: Path, run_id: str) -> None:
+    """Remove a run's attempt folders and the note of where they were."""
+    remove_run_folder(state_dir, run_id)
+    (Path(state_dir) / "workdirs" / run_id).unlink(missing_ok=True)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete ``path`` and everything in it, even folders an agent made read-only."""
+    if not os.path.lexists(path):
+        return
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        for folder, _, _ in os.walk(path):
+            with contextlib.suppress(OSError):
+                os.chmod(folder, 0o700)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

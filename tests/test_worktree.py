@@ -1,0 +1,249 @@
+"""Attempt folders outside the git directory: where they go, what is in them, who removes them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from orchardist import Workspace, load_plan
+from orchardist.errors import PlanError
+from orchardist.gc import collect
+from orchardist.gitrepo import Repo
+from orchardist.records import RunState
+from orchardist.worktree import (
+    ROOT_VAR,
+    AttemptPaths,
+    Layout,
+    recorded_run_folder,
+    remove_tree,
+    repo_key,
+    workdir_root,
+)
+from run_support import leftovers, run_folder
+from support import Finished, git, make_repo, toml_str, write_plan
+
+RunPlan = Callable[..., Finished]
+
+
+# -- where the root is ------------------------------------------------------------------------
+
+
+def test_the_root_is_the_plan_key_then_the_variable_then_the_xdg_cache(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    assert workdir_root(None, {"HOME": env["HOME"]}) == tmp_path / "home" / ".cache" / "orchardist"
+    assert workdir_root(None, env) == tmp_path / "xdg" / "orchardist"
+    assert workdir_root(None, {**env, ROOT_VAR: str(tmp_path / "var")}) == tmp_path / "var"
+    configured = tmp_path / "plan"
+    assert workdir_root(configured, {**env, ROOT_VAR: str(tmp_path / "var")}) == configured
+
+
+def test_a_repository_key_names_the_repository_and_differs_between_two_of_the_same_name(
+    tmp_path: Path,
+) -> None:
+    one = make_repo(tmp_path / "a" / "proj")
+    two = make_repo(tmp_path / "b" / "proj")
+
+    key_one, key_two = repo_key(one / ".git"), repo_key(two / ".git")
+
+    assert key_one.startswith("proj-") and key_two.startswith("proj-")
+    assert key_one != key_two
+    assert repo_key(one / ".git") == key_one  # stable
+
+
+# -- what an attempt folder holds -------------------------------------------------------------
+
+
+@pytest.fixture
+def layout(repo: Path, tmp_path: Path) -> Layout:
+    return Layout(Repo(repo), tmp_path / "root", tmp_path / "state")
+
+
+def test_an_attempt_tree_is_checked_out_outside_the_git_directory_with_git_working_in_it(
+    repo: Path, layout: Layout
+) -> None:
+    # Given: a fresh attempt folder at the repository's HEAD
+    head = git(repo, "rev-parse", "HEAD")
+    paths = layout.attempt("run1", "task.1")
+    layout.create(paths, head, "run1")
+
+    # Then: its files are the commit's, nowhere under the repository's git directory
+    assert paths == AttemptPaths.under(layout.folder / "runs" / "run1" / "task.1")
+    assert (paths.tree / "README.md").read_text() == "hello\n"
+    assert not paths.root.resolve().is_relative_to((repo / ".git").resolve())
+    assert all(p.is_dir() for p in paths.writable)
+    # and git works inside it: clean status, HEAD at the base, a diff of an edit
+    assert git(paths.tree, "status", "--porcelain") == ""
+    assert git(paths.tree, "rev-parse", "HEAD") == head
+    (paths.tree / "README.md").write_text("changed\n")
+    assert "+changed" in git(paths.tree, "diff")
+
+
+def test_commits_refs_and_config_written_inside_an_attempt_never_reach_the_users_repository(
+    repo: Path, layout: Layout
+) -> None:
+    # Given: the user's objects, refs and config before
+    def user_state() -> tuple[list[str], str, str]:
+        objects = sorted(str(p) for p in (repo / ".git" / "objects").rglob("*") if p.is_file())
+        refs = git(repo, "for-each-ref", "--format=%(refname) %(objectname)")
+        return objects, refs, (repo / ".git" / "config").read_text()
+
+    before = user_state()
+    paths = layout.attempt("run1", "task.1")
+    layout.create(paths, git(repo, "rev-parse", "HEAD"), "run1")
+
+    # When: the agent commits, tags, branches and configures inside its tree
+    (paths.tree / "new.txt").write_text("new\n")
+    git(paths.tree, "add", "new.txt")
+    git(paths.tree, "commit", "-q", "-m", "agent commit")
+    git(paths.tree, "tag", "sneaky")
+    git(paths.tree, "branch", "sneaky")
+    git(paths.tree, "config", "core.sneaky", "true")
+
+    # Then: all of it is in the attempt's private git directory, nothing in the user's
+    assert git(paths.tree, "log", "-1", "--format=%s") == "agent commit"
+    assert user_state() == before
+    assert (paths.git / "refs" / "tags" / "sneaky").exists()
+
+
+def test_removing_an_attempt_removes_folders_the_agent_made_read_only(
+    repo: Path, layout: Layout
+) -> None:
+    paths = layout.attempt("run1", "task.1")
+    layout.create(paths, git(repo, "rev-parse", "HEAD"), "run1")
+    locked = paths.tree / "locked"
+    locked.mkdir()
+    (locked / "f").write_text("x")
+    locked.chmod(0o500)
+    paths.tree.chmod(0o500)
+
+    layout.remove(paths)
+
+    assert not paths.root.exists()
+    remove_tree(paths.root)  # removing what is gone is fine
+
+
+def test_a_run_folder_is_recorded_for_resume_and_gc_and_a_forged_record_is_ignored(
+    repo: Path, layout: Layout, tmp_path: Path
+) -> None:
+    layout.create(layout.attempt("run1", "t.1"), git(repo, "rev-parse", "HEAD"), "run1")
+
+    assert recorded_run_folder(layout.state_dir, "run1") == layout.run_folder("run1")
+    (layout.state_dir / "workdirs" / "run2").write_text(f"{tmp_path}\n")
+    assert recorded_run_folder(layout.state_dir, "run2") is None
+
+
+# -- through a run ------------------------------------------------------------------------------
+
+RECORD = 'echo "$ORCHARDIST_WORKTREE" > where.txt; git status --porcelain > status.txt'
+
+
+def test_attempts_run_under_the_plans_workspace_and_leave_no_folder_behind(
+    repo: Path, tmp_path: Path, run_plan: RunPlan
+) -> None:
+    # Given: a plan that puts its attempts in a folder beside the repository
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        workspace = "../attempts"
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(RECORD)}
+
+        [[task]]
+        id = "t"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    # Then: the agent worked in a tree there, git saw its new files, and the folders are gone
+    assert run.state is RunState.DONE, run.doc
+    root = (tmp_path / "attempts").resolve()
+    where = Path(git(repo, "show", f"{run.run.branch}:where.txt"))
+    assert where == root / repo_key(repo / ".git") / "runs" / run.run.id / "t.1" / "tree"
+    assert "?? where.txt" in git(repo, "show", f"{run.run.branch}:status.txt")
+    assert list(root.rglob("*")) == []
+    assert leftovers(repo, run.run.id) == []
+
+
+def test_by_default_attempts_run_under_the_users_cache(
+    repo: Path, tmp_path: Path, run_plan: RunPlan, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: neither the plan key nor the variable; HOME is a temporary folder (conftest)
+    monkeypatch.delenv(ROOT_VAR)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    plan = write_plan(
+        repo,
+        f"""
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(RECORD)}
+
+        [[task]]
+        id = "t"
+        """,
+    )
+
+    run = run_plan(plan)
+
+    assert run.state is RunState.DONE, run.doc
+    cache = Path(os.environ["HOME"]) / ".cache" / "orchardist"
+    where = Path(git(repo, "show", f"{run.run.branch}:where.txt"))
+    assert where.is_relative_to(cache.resolve())
+    assert not (cache / repo_key(repo / ".git") / "runs" / run.run.id).exists()
+
+
+def test_gc_removes_what_a_killed_run_left_in_its_attempt_folders(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    # Given: a finished run whose attempt folder was left behind (as by kill -9)
+    plan = write_plan(
+        repo,
+        """
+        [agents.sh]
+        kind = "shell"
+        command = "echo x > x.txt"
+
+        [[task]]
+        id = "t"
+        """,
+    )
+    run = run_plan(plan)
+    stray = run_folder(repo, run.run.id) / "t.1" / "tree"
+    stray.mkdir(parents=True)
+    (stray / "left.txt").write_text("left\n")
+
+    # When: gc collects runs of any age
+    ws = Workspace.open(repo)
+    try:
+        report = collect(ws, older_than_s=0)
+    finally:
+        ws.store.close()
+
+    # Then: the folder is gone, and counted
+    assert run.run.id in report["runs"]
+    assert not run_folder(repo, run.run.id).exists()
+
+
+# -- the plan key ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("1", "expected"), ('""', "must not be empty"), ('"sub"', "inside the repository")],
+)
+def test_a_workspace_that_is_not_a_folder_outside_the_repository_is_a_plan_error(
+    repo: Path, value: str, message: str
+) -> None:
+    plan = write_plan(repo, f'[run]\nworkspace = {value}\n\n[[task]]\nid = "t"\nverify = "true"\n')
+
+    with pytest.raises(PlanError) as caught:
+        load_plan(plan)
+
+    assert message in str(caught.value)
+    assert "run.workspace" in str(caught.value)
