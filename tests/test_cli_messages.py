@@ -43,3 +43,34 @@ verify = "exit 3"
     log = orchardist(repo, "logs", run_id, "hang").stdout.rstrip().splitlines()
     assert log[-1].startswith("orchardist: killed the agent after ")
     assert log[-1].endswith("it timed out (limit 1s)")
+
+
+def test_every_subcommand_and_argument_has_help_text(repo: Path) -> None:
+    import argparse
+
+    from orchardist.cli import _parser
+
+    (sub,) = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, command in sub.choices.items():
+        assert command.description, name
+        for action in command._actions:
+            assert action.help, (name, action.dest)
+    # and through the real command line
+    shown = orchardist(repo, "runs", "--help")
+    assert shown.returncode == 0
+    assert "List runs in this repository" in shown.stdout
+
+
+def test_without_a_terminal_each_change_is_printed_once_and_a_failure_names_its_command_once(
+    repo: Path,
+) -> None:
+    (repo / "plan.toml").write_text(
+        '[agents.sh]\nkind = "shell"\ncommand = "echo x > {task}.txt"\n'
+        '[[task]]\nid = "a"\nverify = "exit 3"\n'
+    )
+    out = orchardist(repo, "run", "plan.toml").stdout
+    changes = [line.split(" ", 1)[1] for line in out.splitlines() if line[:2].isdigit()]
+    assert "  a attempt 1: running" in changes
+    assert "a: running" not in changes
+    failed = next(line for line in changes if line.startswith("  a attempt 1: failed"))
+    assert failed.endswith("verify command failed (3): exit 3")

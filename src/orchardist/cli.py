@@ -315,7 +315,27 @@ def _parser() -> argparse.ArgumentParser:
 
     for command in sub.choices.values():  # the output options work after the command too
         _output_args(command, argparse.SUPPRESS)
+    _fill_help(sub)
     return parser
+
+
+_ARG_HELP = {
+    "plan": "plan file (.toml, .yaml or .yml)",
+    "max_parallel": "attempts running at once (overrides [run] max_parallel)",
+    "shell": "the shell to complete for",
+}
+
+
+def _fill_help(sub: Any) -> None:
+    """Every subcommand's ``--help`` says what it does, and what each argument is."""
+    summaries = {action.dest: action.help for action in sub._choices_actions}
+    for name, command in sub.choices.items():
+        if command.description is None and summaries.get(name):
+            summary = str(summaries[name])
+            command.description = summary[0].upper() + summary[1:] + "."
+        for action in command._actions:
+            if action.help is None and action.dest in _ARG_HELP:
+                action.help = _ARG_HELP[action.dest]
 
 
 def _output_args(p: argparse.ArgumentParser, default: Any) -> None:

@@ -33,6 +33,11 @@ _STYLE = {
 _TERMINAL = {state.value for state in TaskState if state.terminal}
 
 
+# A task turns running or verifying when one of its attempts does, and that attempt's own line
+# says so (with its number): printing the task's too would tell every change twice.
+ECHOED_TASK_STATES = frozenset({"running", "verifying"})
+
+
 class PlainLines(Hook):
     """One line per event, with the time: for pipes, CI logs and ``--json`` runs (on stderr)."""
 
@@ -41,7 +46,9 @@ class PlainLines(Hook):
         self.verbose = verbose  # each event's data too
 
     def on_event(self, event: Event) -> None:
-        """Print the event."""
+        """Print the event, unless it only repeats the attempt line just printed."""
+        if event.kind == "task" and event.data.get("state") in ECHOED_TASK_STATES:
+            return
         stamp = time.strftime("%H:%M:%S", time.localtime(event.ts))
         line = f"{stamp} {describe(event)}"
         if self.verbose and event.data:

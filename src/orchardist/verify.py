@@ -227,10 +227,13 @@ class Verifier:
                 notes.append(f"{command}: {judgement.reason}")
                 continue
             what = "timed out" if result.timed_out else f"failed ({result.exit_code})"
+            # The judgement names the command and the exit code too: say each once.
+            why = judgement.reason.removesuffix(f": {command}")
+            why = "" if why in (f"exit {result.exit_code}", "timed out") else f": {why}"
             return Verdict(
                 False,
                 "failed",
-                f"verify command {what}: {command}: {judgement.reason}",
+                f"verify command {what}: {command}{why}",
                 tail,
                 result.exit_code,
                 result.timed_out,
