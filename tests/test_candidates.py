@@ -75,7 +75,7 @@ def test_the_smallest_passing_candidate_is_merged_and_every_result_is_kept(
 
         [agents.fake]
         kind = "scripted"
-        timeout = "2s"
+        timeout = "10s"
         [agents.fake.script]
         "feature/0" = {{ print = "candidate 0 at work", append = {{ "calc.py" = {MUL_SMALL} }} }}
         "feature/1" = {{ write = {{ "calc.py" = {ADD_BROKEN} }} }}
@@ -128,8 +128,8 @@ def test_the_smallest_passing_candidate_is_merged_and_every_result_is_kept(
     assert broken["selection"] == "failed"
 
     assert (hung["state"], hung["failure"], hung["selection"]) == ("failed", "timeout", "failed")
-    assert "timed out after 2s" in hung["detail"]
-    assert 2.0 <= hung["duration_s"] < 10.0  # killed at its timeout (plus the kill grace)
+    assert "timed out after 10s" in hung["detail"]
+    assert 10.0 <= hung["duration_s"] < 30.0  # killed at its timeout (plus the kill grace)
 
     assert (crashed["state"], crashed["failure"], crashed["exit_code"]) == (
         "failed",
@@ -137,7 +137,7 @@ def test_the_smallest_passing_candidate_is_merged_and_every_result_is_kept(
         3,
     )
     assert crashed["selection"] == "failed"
-    assert elapsed < 20.0
+    assert elapsed < 60.0
     assert_nothing_left(run)
 
     # And: `orchardist status --json` carries the same record

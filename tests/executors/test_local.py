@@ -410,7 +410,7 @@ def test_processes_an_agent_leaves_behind_are_ended(
 
         [[task]]
         id = "hangs"
-        timeout = "1s"
+        timeout = "10s"  # time enough, however loaded the machine, to start its children
         """,
     )
 
