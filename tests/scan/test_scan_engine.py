@@ -311,6 +311,9 @@ def test_scan_command_rejects_bad_input_with_exit_2(todo_repo: Path, tmp_path: P
     assert unknown.returncode == 2 and "unknown scanner 'nope' (known: todo)" in unknown.stderr
     bad_base = orchardist(todo_repo, "scan", str(plan), "--base", "no-such-ref")
     assert bad_base.returncode == 2 and "no-such-ref" in bad_base.stderr
+    no_agent = orchardist(todo_repo, "scan", str(plan), "--fix", "--agent", "nobody")
+    assert no_agent.returncode == 2 and "--fix needs --agent" in no_agent.stderr
+    assert not (todo_repo / ".git" / "orchardist").exists()  # exit 2 created nothing
     empty = write_plan(todo_repo, "[run]\nbase = 'HEAD'\n", name="empty.toml")
     none = orchardist(todo_repo, "scan", str(empty))
     assert none.returncode == 2 and "no [scanners.NAME]" in none.stderr

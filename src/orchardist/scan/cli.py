@@ -91,6 +91,7 @@ def add_parser(sub: Any, positive: Any) -> None:
 
 def cmd_scan(args: argparse.Namespace) -> int:
     """``orchardist scan``."""
+    from ..gitrepo import Repo
     from ..plan import load_plan
     from ..runs import Workspace
     from .engine import Scanner
@@ -104,6 +105,14 @@ def cmd_scan(args: argparse.Namespace) -> int:
         if unknown:
             raise UsageError(f"unknown scanner {unknown[0]!r} (known: {', '.join(plan.scanners)})")
         profiles = [p for p in profiles if p.name in args.scanner]
+    if args.fix and args.agent not in plan.agents:
+        known = ", ".join(sorted(plan.agents)) or "none defined"
+        raise UsageError(f"--fix needs --agent PROFILE (known: {known})")
+    if not args.fix and args.agent is not None:
+        raise UsageError("--agent is for --fix")
+    base = args.base or plan.run.base
+    if Repo(plan.repo).try_rev_parse(base) is None:  # before the store exists: exit 2 makes nothing
+        raise UsageError(f"--base {base!r} names no commit")
     ws = Workspace.open(plan.repo)
     scanner = Scanner(
         ws.repo,
@@ -113,12 +122,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         use_cache=not args.no_cache,
         sandbox=plan.run.sandbox,
     )
-    if args.fix and args.agent not in plan.agents:
-        known = ", ".join(sorted(plan.agents)) or "none defined"
-        raise UsageError(f"--fix needs --agent PROFILE (known: {known})")
-    if not args.fix and args.agent is not None:
-        raise UsageError("--agent is for --fix")
-    result = scanner.scan(profiles, args.base or plan.run.base, plan.run.workdir)
+    result = scanner.scan(profiles, base, plan.run.workdir)
     if args.fix:
         from .fix_run import fix_findings
 
