@@ -74,3 +74,24 @@ def test_without_a_terminal_each_change_is_printed_once_and_a_failure_names_its_
     assert "a: running" not in changes
     failed = next(line for line in changes if line.startswith("  a attempt 1: failed"))
     assert failed.endswith("verify command failed (3): exit 3")
+
+
+def test_the_live_table_starts_a_resumed_runs_tasks_where_they_were_and_ticks_by_itself() -> None:
+    import io
+
+    from rich.console import Console
+
+    from orchardist.display import LiveTable
+    from orchardist.plan import AgentProfile, Plan, RunConfig, TaskSpec
+
+    tasks = tuple(TaskSpec(i, i, "", "bot", n) for n, i in enumerate(("old", "new")))
+    plan = Plan(Path("p"), Path("."), RunConfig(), {"bot": AgentProfile("bot", "shell")}, tasks, "")
+    out = io.StringIO()
+    table = LiveTable(plan, Console(file=out, width=100), "run", {"old": "done"})
+    try:
+        assert table.rows["old"]["state"] == "done"
+        assert table.rows["new"]["state"] == "pending"
+        # redrawn from the rows at each refresh, not only when an event arrives
+        assert table.live._get_renderable == table._render
+    finally:
+        table.close()

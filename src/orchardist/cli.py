@@ -657,9 +657,9 @@ def _execute(
 ) -> RunState:
     from .runs import execute, reconcile
 
-    hooks = _progress_hooks(
-        plan, args, f"run {run.id} → branch {run.branch}  ({_sandbox_note(plan)})"
-    )
+    header = f"run {run.id} → branch {run.branch}  ({_sandbox_note(plan)})"
+    states = {t.task_id: t.state.value for t in ws.store.tasks(run.id)}
+    hooks = _progress_hooks(plan, args, header, states)
     try:
         if resuming:
             summary = reconcile(ws, run)
@@ -1016,7 +1016,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _progress_hooks(plan: Any, args: argparse.Namespace, header: str) -> Hooks:
+def _progress_hooks(
+    plan: Any, args: argparse.Namespace, header: str, states: dict[str, str] | None = None
+) -> Hooks:
     from .display import LiveTable, PlainLines
 
     hooks: list[Hook]
@@ -1027,7 +1029,7 @@ def _progress_hooks(plan: Any, args: argparse.Namespace, header: str) -> Hooks:
 
         # NO_COLOR in the environment is honoured by rich itself; --no-color is passed here and
         # never put into the environment, which agents inherit.
-        hooks = [LiveTable(plan, Console(no_color=args.no_color or None), header)]
+        hooks = [LiveTable(plan, Console(no_color=args.no_color or None), header, states)]
     else:
         stream = sys.stderr if args.json else sys.stdout
         print(header, file=stream, flush=True)

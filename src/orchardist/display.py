@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import IO, Any
 
 from rich.console import Console, Group
@@ -59,10 +60,17 @@ class PlainLines(Hook):
 class LiveTable(Hook):
     """A table of tasks, states, attempts and elapsed time, redrawn as events arrive."""
 
-    def __init__(self, plan: Plan, console: Console, header: str = "") -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        console: Console,
+        header: str = "",
+        states: Mapping[str, str] | None = None,
+    ) -> None:
+        states = states or {}  # a resumed run's tasks start where they were (done stays done)
         self.rows: dict[str, dict[str, Any]] = {
             t.id: {
-                "state": "pending",
+                "state": states.get(t.id, "pending"),
                 "attempt": 0,
                 "since": None,
                 "until": None,
@@ -73,7 +81,10 @@ class LiveTable(Hook):
         }
         self.header = header
         self.started = time.time()
-        self.live = Live(self._render(), console=console, refresh_per_second=4, transient=False)
+        # Rendered afresh at every refresh, so elapsed times move between events too.
+        self.live = Live(
+            console=console, refresh_per_second=4, transient=False, get_renderable=self._render
+        )
         self.live.start()
 
     def on_event(self, event: Event) -> None:
@@ -91,7 +102,7 @@ class LiveTable(Hook):
                     row["note"] = str(data.get("commit", ""))[:12]
             elif event.kind == "attempt" and event.attempt:
                 row["attempt"] = event.attempt
-        self.live.update(self._render())
+        self.live.refresh()
 
     def _render(self) -> Group:
         table = Table(expand=False, show_edge=False, pad_edge=False)
