@@ -11,20 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from real_runs import events, only_task, reported, run_fix
 
 from e2e_support import log_of, python_on_path
 from modelapi.anthropic import ApiError, Text, ToolUse
 from modelapi.gemini import GeminiServer, Step, rate_limited, unauthorized
-from orchardist import Workspace
 from orchardist.agents.gemini import MAX_ATTEMPTS
 from realtools import require_tool
-from run_support import only_run, orchardist, status
-from support import git, make_repo, write_plan
+from support import git
 
 pytestmark = pytest.mark.slow
-RUN_TIMEOUT_S = 300.0  # the whole `orchardist run`; each finishes in seconds when all is well
-BUGGY = "def add(a, b):\n    return a - b\n"
-VERIFY = "python -c 'import calc; assert calc.add(2, 3) == 5'"
 FIX: list[Step] = [
     ToolUse("read_file", {"file_path": "{cwd}/calc.py"}),
     ToolUse(
@@ -49,75 +45,28 @@ def gemini(monkeypatch: pytest.MonkeyPatch) -> Path:
     return exe
 
 
-def run_gemini(
+def _run(
     tmp_path: Path,
     exe: Path,
     monkeypatch: pytest.MonkeyPatch,
     script: list[Step],
     fail: ApiError | None = None,
     failures: int | None = None,
+    profile: str = "",
 ) -> tuple[dict[str, Any], GeminiServer]:
-    """``orchardist run`` of one task (fix add()) with the real gemini; its status document."""
-    repo = make_repo(tmp_path / "repo", {"calc.py": BUGGY})
-    write_plan(
-        repo,
-        f"""
-        [agents.gemini]
-        kind = "gemini"
-        command = {json.dumps(str(exe))}
-        model = "gemini-2.5-pro"
-        timeout = "4m"
-        circuit_breaker = 1
-
-        [[task]]
-        id = "fix"
-        title = "Fix add"
-        prompt = "add() in calc.py subtracts; make it add."
-        agent = "gemini"
-        verify = {json.dumps(VERIFY)}
-        retries = 0
-        """,
+    """Fix add() with the real gemini against a scripted fake API."""
+    api = GeminiServer(script, fail=fail, failures=failures)
+    settings = (
+        f'kind = "gemini"\ncommand = {json.dumps(str(exe))}\nmodel = "gemini-2.5-pro"\n{profile}'
     )
-    with GeminiServer(script, fail=fail, failures=failures) as api:
-        monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", api.url)
-        done = orchardist(repo, "run", "plan.toml", timeout_s=RUN_TIMEOUT_S)
-    assert done.returncode in (0, 1), done.stderr
-    doc = status(repo, only_run(repo))
-    doc["_repo"] = str(repo)
-    return doc, api
-
-
-def reported(attempt: dict[str, Any]) -> dict[str, Any]:
-    """The ``result`` event Gemini CLI printed in the attempt's log."""
-    results = [
-        json.loads(line)
-        for line in log_of(attempt).splitlines()
-        if line.startswith('{"') and '"type":"result"' in line
-    ]
-    assert len(results) == 1, log_of(attempt)[-3000:]
-    result: dict[str, Any] = results[0]
-    return result
-
-
-def the_task(doc: dict[str, Any]) -> dict[str, Any]:
-    (task,) = doc["tasks"]
-    return task  # type: ignore[no-any-return]
-
-
-def events(doc: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    """The data of the run's events of one kind, from the store."""
-    ws = Workspace.open(Path(doc["_repo"]))
-    try:
-        return [dict(e.data) for e in ws.store.events(doc["run"]) if e.kind == kind]
-    finally:
-        ws.store.close()
+    return run_fix(tmp_path, monkeypatch, api, "GOOGLE_GEMINI_BASE_URL", settings), api
 
 
 def test_gemini_fixes_a_failing_test_and_its_fix_is_merged(
     tmp_path: Path, gemini: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    doc, api = run_gemini(tmp_path, gemini, monkeypatch, FIX)
-    task = the_task(doc)
+    doc, api = _run(tmp_path, gemini, monkeypatch, FIX)
+    task = only_task(doc)
     assert task["state"] == "done", task
     (attempt,) = task["attempts"]
     assert attempt["state"] == "merged"
@@ -140,8 +89,8 @@ def test_an_edit_gemini_refuses_fails_the_attempt(
         ToolUse("write_file", {"file_path": "{cwd}/../calc.py", "content": "x = 1\n"}),
         Text("I could not write the file."),
     ]
-    doc, _ = run_gemini(tmp_path, gemini, monkeypatch, script)
-    task = the_task(doc)
+    doc, _ = _run(tmp_path, gemini, monkeypatch, script)
+    task = only_task(doc)
     (attempt,) = task["attempts"]
     assert task["state"] == "failed", task
     assert attempt["failure"] in ("no_changes", "verify_failed"), attempt
@@ -152,8 +101,8 @@ def test_an_edit_gemini_refuses_fails_the_attempt(
 def test_a_refused_key_is_an_auth_error_that_opens_the_breaker(
     tmp_path: Path, gemini: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    doc, _ = run_gemini(tmp_path, gemini, monkeypatch, FIX, fail=unauthorized())
-    task = the_task(doc)
+    doc, _ = _run(tmp_path, gemini, monkeypatch, FIX, fail=unauthorized())
+    task = only_task(doc)
     (attempt,) = task["attempts"]
     assert attempt["failure"] == "auth_error", attempt
     assert "API key not valid" in attempt["detail"]
@@ -166,10 +115,8 @@ def test_a_rate_limit_pauses_and_relaunches_without_counting_a_retry(
     tmp_path: Path, gemini: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a backend that answers 429 as often as Gemini CLI tries by itself, and no retries
-    doc, _ = run_gemini(
-        tmp_path, gemini, monkeypatch, FIX, fail=rate_limited(1), failures=MAX_ATTEMPTS
-    )
-    task = the_task(doc)
+    doc, _ = _run(tmp_path, gemini, monkeypatch, FIX, fail=rate_limited(1), failures=MAX_ATTEMPTS)
+    task = only_task(doc)
     assert task["attempts"][0]["failure"] == "rate_limited", task
     assert task["state"] == "done", task
     assert "requeued" in [e.get("state") for e in events(doc, "attempt")]
