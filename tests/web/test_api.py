@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from orchardist.scheduler import Scheduler
-from support import Finished, write_plan
+from support import Finished, git, write_plan
 from web.dashboard import serving
 
 RunPlan = Callable[..., Finished]
@@ -252,3 +252,79 @@ def test_run_serve_shows_the_run_while_it_goes_on(repo: Path, tmp_path: Path) ->
         proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+def wait_for_run_state(client: httpx.Client, run_id: str, states: set[str]) -> str:
+    """Follow the run's event stream until the run is in one of ``states``."""
+    state = client.get(f"/api/runs/{run_id}").json()["state"]
+    if state in states:
+        return str(state)
+    with client.stream("GET", f"/api/runs/{run_id}/events") as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                event = json.loads(line[6:])
+                if event["kind"] == "run" and event["data"].get("state") in states:
+                    return str(event["data"]["state"])
+    raise AssertionError("the stream ended")
+
+
+def test_cancel_and_retry_from_the_dashboard(repo: Path, tmp_path: Path) -> None:
+    # Given: a live run whose task waits for a file, and the dashboard
+    gate = tmp_path / "go"
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        verify = "none"
+
+        [agents.gated]
+        kind = "shell"
+        command = "until [ -e {gate} ]; do sleep 0.01; done; echo t > t.txt"
+
+        [[task]]
+        id = "t"
+        agent = "gated"
+        """,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchardist", "run", str(plan), "--serve"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        url = next(line.split()[1] for line in proc.stderr if line.startswith("dashboard: "))
+        base, _, token = url.partition("/?token=")
+        with httpx.Client(base_url=base, timeout=60.0) as client:
+            client.get(f"/?token={token}")  # the cookie, as a browser would have it
+            (row,) = client.get("/api/runs").json()
+            run_id = row["run"]
+            # When: a POST without our header (a cross-site form could send one) is refused,
+            # and so is one whose Origin is another site
+            assert client.post(f"/api/runs/{run_id}/cancel").status_code == 403
+            evil = {"X-Orchardist-Action": "1", "Origin": "http://evil.example"}
+            assert client.post(f"/api/runs/{run_id}/cancel", headers=evil).status_code == 403
+            # then the real one
+            ours = {"X-Orchardist-Action": "1", "Origin": base}
+            assert client.post(f"/api/runs/{run_id}/cancel", headers=ours).status_code == 202
+            assert proc.wait(timeout=120) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+    # Then: cancelled; and a retry from the dashboard (with the gate open) finishes the task
+    gate.touch()
+    with serving(repo) as dash, dash.client() as client:
+        assert client.get(f"/api/runs/{run_id}").json()["state"] == "cancelled"
+        headers = {"X-Orchardist-Action": "1"}
+        bad = client.post(f"/api/runs/{run_id}/retry", json={"tasks": ["nope"]}, headers=headers)
+        assert bad.status_code == 400
+        started = client.post(f"/api/runs/{run_id}/retry", json={"tasks": ["t"]}, headers=headers)
+        assert started.status_code == 202
+        assert wait_for_run_state(client, run_id, {"done", "failed"}) == "done"
+    assert git(repo, "show", f"orchardist/{run_id}:t.txt").strip() == "t"

@@ -12,6 +12,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import os
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -32,7 +36,7 @@ from starlette.routing import Route
 
 from ..errors import OrchardistError
 from ..gitrepo import Repo
-from ..records import Run
+from ..records import Run, RunState
 from ..report import status_document
 from ..store import Store
 from ..tail import event_json
@@ -40,6 +44,7 @@ from .metrics import prometheus_text
 from .watch import StoreWatcher
 
 COOKIE = "orchardist_token"
+ACTION_HEADER = "x-orchardist-action"  # required on POSTs: see _same_site
 LOG_TAIL_BYTES = 256 * 1024
 DIFF_MAX_BYTES = 512 * 1024
 KEEPALIVE_S = 15.0
@@ -73,6 +78,10 @@ class _Data:
         if self._store is None:  # a repository without runs yet has no store: open it late
             self._store = Store(self.settings.store_path, read_only=True)
         return self._store
+
+    def log_folder(self) -> Path:
+        """Where commands the dashboard starts write their output."""
+        return self.settings.store_path.parent / "web"
 
     def has_store(self) -> bool:
         return self._store is not None or self.settings.store_path.exists()
@@ -177,6 +186,49 @@ def _tail(path: str) -> dict[str, Any]:
     return {"text": data.decode("utf-8", "replace"), "cut": size > LOG_TAIL_BYTES, "size": size}
 
 
+def _same_site(request: Request, settings: Settings) -> bool:
+    """A request that changes something must carry our header (which a cross-site form or
+    simple request cannot send without a preflight we never allow) and, if the browser names
+    its origin, come from the dashboard's own."""
+    if request.headers.get(ACTION_HEADER) != "1":
+        return False
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    scheme, _, host = origin.partition("://")
+    return scheme in ("http", "https") and host in settings.allowed_hosts
+
+
+def _orchardist(repo_root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """An orchardist command on the repository, to its end (the CLI is the one implementation
+    of what the dashboard's buttons do)."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchardist", *args, "-C", str(repo_root)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        check=False,
+    )
+
+
+def _orchardist_detached(repo_root: Path, logs: Path, *args: str) -> int:
+    """An orchardist command started in its own session, outliving the request (and the
+    dashboard); its output goes to a file in the state folder's ``web`` logs. Its pid."""
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{args[0]}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchardist", *args, "-C", str(repo_root)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    threading.Thread(target=proc.wait, name="reaper", daemon=True).start()  # no zombie
+    return proc.pid
+
+
 def _authorized(request: Request, token: str) -> bool:
     given = request.cookies.get(COOKIE) or ""
     header = request.headers.get("authorization", "")
@@ -248,6 +300,39 @@ def create_app(settings: Settings) -> Starlette:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    async def cancel(request: Request) -> Response:
+        run = await asyncio.to_thread(data.run, request.path_params["run"])
+        if run is None:
+            return JSONResponse({"error": "no such run"}, status_code=404)
+        out = await asyncio.to_thread(
+            _orchardist, settings.repo_root, "cancel", run.id, "--no-wait"
+        )
+        status = 202 if out.returncode == 0 else 409
+        return JSONResponse(
+            {"exit_code": out.returncode, "output": out.stdout + out.stderr}, status
+        )
+
+    async def retry(request: Request) -> Response:
+        run = await asyncio.to_thread(data.run, request.path_params["run"])
+        if run is None:
+            return JSONResponse({"error": "no such run"}, status_code=404)
+        try:
+            body = await request.json()
+        except ValueError:
+            body = {}
+        tasks = body.get("tasks", []) if isinstance(body, dict) else []
+        if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+            return JSONResponse({"error": "tasks: a list of task ids"}, status_code=400)
+        known = {t.task_id for t in await asyncio.to_thread(data.store.tasks, run.id)}
+        if unknown := [t for t in tasks if t not in known]:
+            return JSONResponse({"error": f"unknown tasks: {', '.join(unknown)}"}, 400)
+        if run.state not in (RunState.FAILED, RunState.CANCELLED):
+            return JSONResponse({"error": f"run {run.id} is {run.state.value}"}, status_code=409)
+        pid = await asyncio.to_thread(
+            _orchardist_detached, settings.repo_root, data.log_folder(), "retry", run.id, *tasks
+        )
+        return JSONResponse({"started": pid}, status_code=202)
+
     async def metrics(request: Request) -> Response:
         text = await asyncio.to_thread(prometheus_text, data.store if data.has_store() else None)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
@@ -269,6 +354,8 @@ def create_app(settings: Settings) -> Starlette:
             return response
         if not _authorized(request, settings.token):
             return PlainTextResponse("token required: open the URL orchardist serve printed", 401)
+        if request.method != "GET" and not _same_site(request, settings):
+            return PlainTextResponse("cross-site request refused", status_code=403)
         return await call_next(request)
 
     routes = [
@@ -281,6 +368,8 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/runs/{run}/tasks/{task}", api_task),
         Route("/api/runs/{run}/events", api_events),
         Route("/api/runs/{run}/tasks/{task}/attempts/{n:int}/log", api_log),
+        Route("/api/runs/{run}/cancel", cancel, methods=["POST"]),
+        Route("/api/runs/{run}/retry", retry, methods=["POST"]),
         Route("/metrics", metrics),
     ]
 

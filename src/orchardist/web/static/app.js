@@ -26,6 +26,25 @@ async function getJSON(url) {
   return response.json();
 }
 
+// Buttons that change something POST with our header (the server refuses cross-site requests).
+async function act(url, body) {
+  const response = await fetch(url, {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "X-Orchardist-Action": "1", "Content-Type": "application/json" },
+    body: JSON.stringify(body || {}),
+  });
+  const answer = await response.json().catch(() => ({}));
+  const note = document.getElementById("action-note");
+  if (note) note.textContent = response.ok ? "requested" : `refused: ${answer.error || answer.output || response.status}`;
+}
+
+function actionButton(label, id, url, body) {
+  const button = el("button", { id, type: "button" }, label);
+  button.addEventListener("click", () => { button.disabled = true; act(url, body); });
+  return button;
+}
+
 function fmtTime(ts) { return ts ? new Date(ts * 1000).toLocaleString() : "-"; }
 function fmtDur(s) {
   if (s === null || s === undefined) return "-";
@@ -202,6 +221,10 @@ async function showRun(runId) {
     main.replaceChildren(
       el("h2", {}, "Run ", el("span", { id: "run-id" }, doc.run), " ", el("span", { id: "run-state" }, stateSpan(doc.state))),
       el("p", { class: "kv" }, `branch ${doc.branch} · started ${fmtTime(doc.created_at)} · cost ${fmtCost(totals.cost_usd)} · ${doc.reason || ""}`),
+      el("p", {},
+        ...(doc.state === "running" ? [actionButton("cancel run", "cancel", `/api/runs/${encodeURIComponent(doc.run)}/cancel`)] : []),
+        ...(["failed", "cancelled"].includes(doc.state) ? [actionButton("retry failed tasks", "retry", `/api/runs/${encodeURIComponent(doc.run)}/retry`)] : []),
+        " ", el("span", { id: "action-note", class: "muted" })),
       el("h2", {}, "Graph", el("span", { class: "muted" }, doc.graph.from_plan ? "  (thick border: critical path)" : "  (the plan file is gone: no edges)")),
       drawGraph(doc),
       el("h2", {}, "Timeline"),
@@ -247,6 +270,10 @@ async function showTask(runId, taskId) {
     main.replaceChildren(
       el("h2", {}, "Task ", el("span", { id: "task-id" }, task.id), " ", el("span", { id: "task-state" }, stateSpan(task.state))),
       el("p", { class: "kv" }, task.reason || ""),
+      el("p", {},
+        ...(["failed", "blocked", "cancelled"].includes(task.state) && ["failed", "cancelled"].includes(task.run_state)
+          ? [actionButton("retry this task", "retry", `/api/runs/${encodeURIComponent(runId)}/retry`, { tasks: [taskId] })] : []),
+        " ", el("span", { id: "action-note", class: "muted" })),
       ...sections,
     );
     // Running attempts: their log grows between events; stream what is appended.
