@@ -92,6 +92,7 @@ def test_skip_leaves_out_the_task_and_its_dependents(repo: Path) -> None:
     assert doc["state"] == "done"
     assert states(doc) == {"a": "skipped", "b": "skipped", "c": "done"}
     assert [t["reason"] for t in doc["tasks"]][:2] == ["--skip", "depends on skipped a"]
+    assert "b: skipped — depends on skipped a" in done.stderr  # the progress lines tell too
     assert task_trailers(repo, doc["base"], doc["branch"]) == ["c"]
 
 
@@ -172,6 +173,7 @@ def test_retry_reruns_failed_and_blocked_tasks_keeping_what_merged(repo: Path) -
     doc = final(done)
     assert done.returncode == 0, done.stderr
     assert doc["run"] == first["run"]
+    assert "bad: pending — retry" in done.stderr
     assert doc["state"] == "done"
     assert attempt_states(doc, "bad") == ["failed", "merged"]
     assert {t["id"]: t["commit"] for t in doc["tasks"] if t["id"] in merged} == merged

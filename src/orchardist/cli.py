@@ -514,13 +514,14 @@ def _check_tasks(plan: Any, tasks: Sequence[str]) -> None:
     check_known(plan, tasks)
 
 
-def _select(ws: Any, plan: Any, args: argparse.Namespace) -> Callable[[Any], None]:
+def _select(ws: Any, plan: Any, args: argparse.Namespace) -> Callable[[Any], list[Any]]:
     """Apply --only/--skip to a run (under its lock, before it executes)."""
     from .runs import select_tasks
 
-    def prepare(run: Any) -> None:
+    def prepare(run: Any) -> list[Any]:
         if args.only or args.skip:
-            select_tasks(ws, plan, run, args.only, args.skip)
+            return select_tasks(ws, plan, run, args.only, args.skip)
+        return []
 
     return prepare
 
@@ -589,7 +590,7 @@ def _drive(
     run: Any,
     args: argparse.Namespace,
     resuming: bool = False,
-    prepare: Callable[[Any], object] | None = None,
+    prepare: Callable[[Any], list[Any]] | None = None,
 ) -> int:
     """Hold the run's lock, reconcile if resuming, ``prepare`` the run, and execute it with
     progress and signals (SIGINT/SIGTERM interrupt it, SIGUSR1 from ``cancel`` cancels it)."""
@@ -653,7 +654,7 @@ def _execute(
     args: argparse.Namespace,
     resuming: bool,
     relay: _StopRelay,
-    prepare: Callable[[Any], object] | None,
+    prepare: Callable[[Any], list[Any]] | None,
 ) -> RunState:
     from .runs import execute, reconcile
 
@@ -672,7 +673,7 @@ def _execute(
             for line in summary["fixed"]:
                 print(f"  {line}", file=out)
         if prepare is not None:
-            prepare(run)
+            hooks.emit(prepare(run))  # the progress display hears of skipped or reset tasks
         return execute(
             ws,
             plan,

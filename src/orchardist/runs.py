@@ -277,15 +277,14 @@ def select_tasks(
     only: Sequence[str] = (),
     skip: Sequence[str] = (),
     clock: Callable[[], float] = time.time,
-) -> list[str]:
+) -> list[Event]:
     """Mark ``skipped`` the unfinished tasks outside ``only`` (with its dependencies) and the
-    tasks in ``skip`` (with their dependents); return the ids newly skipped, in plan order.
+    tasks in ``skip`` (with their dependents); return the committed events, for hooks.
 
     Done tasks stay done: a task that merged is reused, never skipped after the fact.
     """
     check_known(plan, [*only, *skip])
     why = _graph_of(plan).left_out(only, skip)
-    skipped = []
     now = clock()
     with ws.store.transaction() as tx:
         for record in ws.store.tasks(run.id):
@@ -298,8 +297,7 @@ def select_tasks(
                     run.id, "task", now, record.task_id, data={"state": "skipped", "reason": reason}
                 )
             )
-            skipped.append(record.task_id)
-    return skipped
+    return tx.events
 
 
 RETRYABLE = (TaskState.FAILED, TaskState.BLOCKED, TaskState.CANCELLED)
@@ -311,7 +309,7 @@ def prepare_retry(
     run: Run,
     tasks: Sequence[str] = (),
     clock: Callable[[], float] = time.time,
-) -> list[str]:
+) -> list[Event]:
     """Make the failed, blocked and cancelled tasks of an ended run pending again, with their
     failure counts reset; with ``tasks``, only those and their unfinished dependencies.
 
@@ -336,8 +334,9 @@ def prepare_retry(
     with ws.store.transaction() as tx:
         for task in chosen:
             tx.set_task(run.id, task, state=TaskState.PENDING, reason="retry", failures=0, reruns=0)
+            tx.emit(Event(run.id, "task", now, task, data={"state": "pending", "reason": "retry"}))
         tx.emit(Event(run.id, "run", now, data={"state": "retry", "tasks": chosen}))
-    return chosen
+    return tx.events
 
 
 def cancel_abandoned(ws: Workspace, run: Run, clock: Callable[[], float] = time.time) -> None:
