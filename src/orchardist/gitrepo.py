@@ -435,33 +435,9 @@ class Repo:
             return MergeResult(None, tuple(line for line in lines[1:] if line))
         raise GitError(f"git merge-tree failed ({proc.returncode}): {proc.stderr.strip()}")
 
-    def log_trailers(
-        self, since: str, until: str, keys: Sequence[str]
-    ) -> list[tuple[str, dict[str, str]]]:
-        """``(commit, {key: value})`` along first parents of ``since..until``, oldest first.
-
-        Keys are trailer names without the ``Orchardist-`` prefix; commits without any of
-        them are left out.
-        """
-        fields = "".join(
-            f"%(trailers:key={TRAILER_PREFIX}{k},valueonly,separator=%x2C)%x1f" for k in keys
-        )
-        out = self.git(
-            "log",
-            "--first-parent",
-            "--reverse",
-            f"--format=%H%x1f{fields}%x1e",
-            f"{since}..{until}",
-        )
-        found = []
-        for record in out.split("\x1e"):
-            parts = record.strip("\n").split("\x1f")
-            if len(parts) < len(keys) + 1 or not parts[0]:
-                continue
-            values = {k: v.strip() for k, v in zip(keys, parts[1:], strict=False) if v.strip()}
-            if values:
-                found.append((parts[0].strip(), values))
-        return found
+    def first_parents(self, since: str, until: str) -> list[str]:
+        """Commits in ``since..until`` along first parents, oldest first."""
+        return self.git("rev-list", "--reverse", "--first-parent", f"{since}..{until}").split()
 
     def patch_problems(self, base: str, patch: str, max_file_bytes: int | None) -> list[str]:
         """Reasons a patch must not be merged: symlinks leading outside the repository (the

@@ -49,8 +49,7 @@ class Integrator:
 
     def first_parent_commits(self, since: str, until: str) -> list[str]:
         """Commits in ``since..until`` along first parents, oldest first."""
-        out = self.repo.git("rev-list", "--reverse", "--first-parent", f"{since}..{until}")
-        return out.split()
+        return self.repo.first_parents(since, until)
 
     def parent(self, commit: str) -> str:
         """The first parent of a commit."""

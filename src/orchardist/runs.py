@@ -96,6 +96,20 @@ def unfinished_runs(ws: Workspace, plan: Plan) -> list[Run]:
     return [r for r in ws.store.runs() if r.plan_path == str(plan.path) and r.state in UNFINISHED]
 
 
+def _trusted_tip(ws: Workspace, run: Run, ref: str, tip: str) -> str:
+    """The run branch's newest commit that orchardist put there; commits anyone else put on
+    top (forged trailers included) are taken off the branch."""
+    recorded = set(ws.store.branch_commits(run.id))
+    recorded |= {t.commit for t in ws.store.tasks(run.id) if t.commit}
+    for commit in [tip, *reversed(ws.repo.first_parents(run.base_commit, tip))]:
+        if commit in recorded or commit == run.base_commit:
+            if commit != tip:
+                ws.repo.update_ref(ref, commit, tip)
+            return commit
+    ws.repo.update_ref(ref, run.base_commit, tip)
+    return run.base_commit
+
+
 def reconcile(ws: Workspace, run: Run, clock: Callable[[], float] = time.time) -> dict[str, Any]:
     """Make a run's state match the world after a crash; call with the run's lock held.
 
@@ -112,10 +126,13 @@ def reconcile(ws: Workspace, run: Run, clock: Callable[[], float] = time.time) -
     if tip is None:
         ws.repo.update_ref(ref, run.base_commit, None)
         tip = run.base_commit
+    tip = _trusted_tip(ws, run, ref, tip)
+    recorded = ws.store.branch_commits(run.id)
+    recorded.update({t.commit: (t.task_id, 0) for t in ws.store.tasks(run.id) if t.commit})
     merged = {
-        values["Task"]: (commit, int(values.get("Attempt", "0") or 0))
-        for commit, values in ws.repo.log_trailers(run.base_commit, tip, ["Task", "Attempt", "Run"])
-        if values.get("Run") == run.id and "Task" in values
+        recorded[commit][0]: (commit, recorded[commit][1])
+        for commit in ws.repo.first_parents(run.base_commit, tip)
+        if commit in recorded
     }
     now = clock()
     fixed: list[str] = []

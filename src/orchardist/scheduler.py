@@ -753,6 +753,9 @@ class Scheduler:
 
     def _advance(self, outcome: Outcome, prepared: Prepared) -> None:
         job = outcome.job
+        assert prepared.commit is not None
+        with self._tx() as tx:  # before the ref moves: resume trusts only recorded commits
+            tx.intend_commit(self.run_id, prepared.commit, job.task_id, job.attempt)
         if not self.integrator.advance(prepared):
             moved = self.integrator.tip()
             if moved == prepared.tip:  # git could not move it (a stale lock, a full disk)
@@ -784,7 +787,6 @@ class Scheduler:
                 self.tip = self.integrator.tip()
             self.merge_queue.appendleft(outcome)
             return
-        assert prepared.commit is not None
         self._done(job.task_id, job.attempt, prepared.commit, outcome)
 
     def _done(

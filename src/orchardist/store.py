@@ -108,6 +108,15 @@ create table if not exists scan_cache (
     used_at real not null
 );
 create index if not exists scan_cache_used on scan_cache(used_at);
+-- Commits orchardist is about to put on a run branch, written before the ref moves: resume
+-- trusts a task's commit on the branch only if it is here (a trailer anyone can write).
+create table if not exists branch_commits (
+    run_id text not null,
+    commit_sha text not null,
+    task_id text not null,
+    attempt integer not null,
+    primary key (run_id, commit_sha)
+);
 """
 
 _USAGE_FIELDS = [f.name for f in fields(Usage)]
@@ -194,6 +203,13 @@ class Transaction:
         self._conn.execute(
             "insert or replace into baselines values (?,?,?,?,?,?,?)",
             (key, commit, outcome.command, outcome.exit_code, int(outcome.timed_out), report, now),
+        )
+
+    def intend_commit(self, run_id: str, commit: str, task_id: str, attempt: int) -> None:
+        """Record that orchardist is about to put ``commit`` (a task's merge) on the run branch."""
+        self._conn.execute(
+            "insert or replace into branch_commits values (?,?,?,?)",
+            (run_id, commit, task_id, attempt),
         )
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
@@ -334,6 +350,11 @@ class Store:
             sql += " and task_id = ?"
             args.append(task_id)
         return [_attempt(r) for r in self._rows(sql + " order by started_at, n", args)]
+
+    def branch_commits(self, run_id: str) -> dict[str, tuple[str, int]]:
+        """``{commit: (task, attempt)}`` orchardist recorded before putting them on the branch."""
+        rows = self._rows("select * from branch_commits where run_id = ?", (run_id,))
+        return {r["commit_sha"]: (r["task_id"], r["attempt"]) for r in rows}
 
     def baseline(self, key: str) -> CommandOutcome | None:
         """A cached baseline outcome, or None."""
