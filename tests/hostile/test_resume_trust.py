@@ -20,11 +20,17 @@ Scripts = Callable[..., str]
 FORGER = """\
 echo a > a.txt
 if [ ! -e "$SYNC/forged" ]; then
+  # the user's repository: where this git's objects come from (alternates), else its own
+  GIT_DIR=$(git rev-parse --path-format=absolute --git-common-dir)
+  alternates=$GIT_DIR/objects/info/alternates
+  [ ! -s "$alternates" ] || GIT_DIR=$(dirname "$(head -n 1 "$alternates")")
+  export GIT_DIR
   branch=refs/heads/orchardist/$ORCHARDIST_RUN
   tip=$(git rev-parse "$branch")
   forged=$(printf 'b\\n\\nOrchardist-Task: b\\nOrchardist-Attempt: 1\\nOrchardist-Run: %s\\n' \
     "$ORCHARDIST_RUN" | git commit-tree "$tip^{tree}" -p "$tip")
   git update-ref "$branch" "$forged"
+  unset GIT_DIR
   echo "$forged" > "$SYNC/forged.tmp" && mv "$SYNC/forged.tmp" "$SYNC/forged"
   sleep 60
 fi
