@@ -492,7 +492,7 @@ class _Validator:
         for index, raw in enumerate(raw_tasks):
             label = f"#{index + 1}"
             if isinstance(raw, dict) and isinstance(raw.get("id"), str):
-                label = raw["id"]
+                label = raw["id"] if len(raw["id"]) <= 70 else raw["id"][:40] + "…"
             raw = self._table(raw, "task", label)
             task = self._task(raw, index, label, run, agents)
             if task is None:
