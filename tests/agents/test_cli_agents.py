@@ -6,6 +6,7 @@ environment and stdin, and can be told to hit a rate limit, fail auth, hang or c
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -370,6 +371,28 @@ def test_gemini_exit_codes_are_named(
     result = agent_for(BY_KIND["gemini"]).run(make_ctx(repo, "gemini"))
     assert result.failure is Failure.AGENT_ERROR
     assert words in result.detail
+
+
+def test_gemini_gets_a_private_home_with_its_auth_type_policy_and_login(
+    repo: Path, fake_bin: Path
+) -> None:
+    # Given a user with a Google login and an API key
+    user = Path.home()  # a fresh one (conftest)
+    (user / ".gemini").mkdir(parents=True)
+    (user / ".gemini" / "oauth_creds.json").write_text('{"token": "t"}')
+    env = {"PATH": os.environ["PATH"], "HOME": str(user), "GEMINI_API_KEY": "k"}
+    ctx = make_ctx(repo, "gemini", env=env)
+    # When gemini runs
+    agent_for(BY_KIND["gemini"], allowed_tools=["run_shell_command", "web_fetch"]).run(ctx)
+    # Then its home is the attempt's own, with API-key auth, the policy and the login copied
+    home = Path(fake_call("gemini")["env"]["GEMINI_CLI_HOME"])
+    assert home.is_relative_to(ctx.output_file.parent)
+    settings = json.loads((home / ".gemini" / "settings.json").read_text())
+    assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"
+    policy = (home / ".gemini" / "orchardist-policy.toml").read_text()
+    assert policy.count('decision = "allow"') == 2 and '"web_fetch"' in policy
+    assert (home / ".gemini" / "oauth_creds.json").read_text() == '{"token": "t"}'
+    assert not (user / ".gemini" / "settings.json").exists()  # the user's own is untouched
 
 
 def test_opencode_gets_its_permission_table(repo: Path, fake_bin: Path) -> None:
