@@ -17,7 +17,7 @@ VERIFY = "python3 -c 'import calc; assert calc.add(2, 3) == 5'"
 # what a fresh private home lacks until orchardist makes the tools' state folders itself
 HOME_STATE = (
     ".codex",
-    ".cache",
+    ".cache/opencode",
     ".config/opencode",
     ".local/share",
     ".local/state",
@@ -53,7 +53,7 @@ def run_task(
     proc = subprocess.run(
         [*ORCHARDIST, "run", "plan.toml"],
         cwd=project,
-        env={"PATH": os.environ["PATH"], "HOME": str(home), **env},
+        env={"PATH": os.environ["PATH"], "HOME": str(home), **workdir_root(), **env},
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -63,3 +63,9 @@ def run_task(
     (task,) = status(project, only_run(project))["tasks"]
     task["output"] = proc.stdout + proc.stderr
     return task
+
+
+def workdir_root() -> dict[str, str]:
+    """The test session's folder for orchardist's attempt folders (conftest sets it)."""
+    root = os.environ.get("ORCHARDIST_WORKDIR_ROOT")
+    return {"ORCHARDIST_WORKDIR_ROOT": root} if root else {}
