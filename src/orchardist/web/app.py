@@ -10,6 +10,7 @@ rebinding. Agents' output is hostile input: the pages only ever put it in as tex
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import os
@@ -34,7 +35,7 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from ..errors import OrchardistError
+from ..errors import OrchardistError, StoreError
 from ..gitrepo import Repo
 from ..records import Run, RunState
 from ..report import status_document
@@ -84,7 +85,11 @@ class _Data:
         return self.settings.store_path.parent / "web"
 
     def has_store(self) -> bool:
-        return self._store is not None or self.settings.store_path.exists()
+        """Whether there is a store to read (a first run may be creating it right now)."""
+        if self._store is None and self.settings.store_path.exists():
+            with contextlib.suppress(StoreError):
+                self._store = Store(self.settings.store_path, read_only=True)
+        return self._store is not None
 
     def run(self, run_id: str) -> Run | None:
         return self.store.run(run_id) if self.has_store() else None
