@@ -26,6 +26,7 @@ from .errors import OrchardistError, PlanError, RunLockedError, UsageError
 from .hooks import Hook, Hooks
 from .plan import load_plan
 from .records import RunState
+from .terminal import plain
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -167,6 +168,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("task", help="task id")
     p.add_argument("--candidate", type=int, metavar="K", help="candidate index (default: winner)")
     p.add_argument("--attempt", type=_positive, metavar="N", help="attempt number")
+    p.add_argument(
+        "--raw", action="store_true", help="print the agent's escape sequences as they are"
+    )
     p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
     p.set_defaults(func=cmd_show)
 
@@ -267,6 +271,9 @@ def _parser() -> argparse.ArgumentParser:
         "--follow",
         action="store_true",
         help="keep printing what the attempts write, new attempts too, until the run ends",
+    )
+    p.add_argument(
+        "--raw", action="store_true", help="print the agent's escape sequences as they are"
     )
     p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
     p.set_defaults(func=cmd_logs)
@@ -766,28 +773,30 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise UsageError("no attempt matches --attempt/--candidate")
     merged = [a for a in attempts if a.state.value == "merged"]
     attempt = merged[-1] if merged and args.candidate is None else attempts[-1]
+    shown = (lambda text: text) if args.raw else plain  # what agents wrote: detail, diff, log
     print(
         f"==> {args.task} attempt {attempt.n} candidate {attempt.candidate} "
         f"({attempt.agent}): {attempt.state.value} {attempt.verdict} {attempt.selection}"
     )
-    print(f"    {attempt.detail}")
+    print(f"    {shown(attempt.detail)}")
     if attempt.patch_commit:
         diff = ws.repo.git("diff", "--stat", "--patch", attempt.base_commit, attempt.patch_commit)
-        print(diff)
+        print(shown(diff))
     else:
         print("(no patch: the attempt ended before its changes were taken)")
     print(f"==> log {attempt.log_path}")
-    _print_log(attempt.log_path)
+    _print_log(attempt.log_path, args.raw)
     return EXIT_OK
 
 
-def _print_log(path: str) -> None:
-    """An attempt's log on stdout, decoded leniently."""
+def _print_log(path: str, raw: bool = False) -> None:
+    """An attempt's log on stdout, decoded leniently; escape sequences stripped unless ``raw``."""
     try:
         data = Path(path).read_bytes() if path else b""
     except OSError:
         data = b"(log not available)\n"
-    sys.stdout.write(data.decode("utf-8", errors="replace"))
+    text = data.decode("utf-8", errors="replace")
+    sys.stdout.write(text if raw else plain(text))
     sys.stdout.flush()
 
 
@@ -956,7 +965,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.follow:
         from .tail import follow_logs
 
-        follow_logs(ws, run, args.task, args.attempt)
+        follow_logs(ws, run, args.task, args.attempt, raw=args.raw)
         return EXIT_OK
     if args.attempt is not None:
         attempts = [a for a in attempts if a.n == args.attempt]
@@ -971,7 +980,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             f"==> {args.task} attempt {attempt.n} ({attempt.state.value}) {attempt.log_path}\n"
         )
         out.flush()
-        _print_log(attempt.log_path)
+        _print_log(attempt.log_path, args.raw)
     return EXIT_OK
 
 

@@ -16,6 +16,7 @@ from typing import IO, Any
 
 from .follow import follow
 from .records import Event, Run
+from .terminal import plain
 
 
 def event_json(event: Event) -> str:
@@ -45,10 +46,15 @@ def print_events(
 
 
 def follow_logs(
-    ws: Any, run: Run, task: str, attempt: int | None, out: IO[str] = sys.stdout
+    ws: Any,
+    run: Run,
+    task: str,
+    attempt: int | None,
+    out: IO[str] = sys.stdout,
+    raw: bool = False,
 ) -> None:
     """Print the task's attempt logs and keep printing what is appended, new attempts
-    included, until the run's orchestrator exits."""
+    included, until the run's orchestrator exits (escape sequences stripped unless ``raw``)."""
     logs = ws.state_dir / "logs" / run.id
     offsets: dict[int, int] = {}
     decoders: dict[int, codecs.IncrementalDecoder] = {}
@@ -61,11 +67,13 @@ def follow_logs(
                 out.write(f"==> {task} attempt {record.n} ({record.state.value}) {path}\n")
                 offsets[record.n] = 0
                 decoders[record.n] = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            offsets[record.n] = _copy_from(path, offsets[record.n], decoders[record.n], out)
+            offsets[record.n] = _copy_from(path, offsets[record.n], decoders[record.n], out, raw)
         out.flush()
 
 
-def _copy_from(path: Path, offset: int, decoder: codecs.IncrementalDecoder, out: IO[str]) -> int:
+def _copy_from(
+    path: Path, offset: int, decoder: codecs.IncrementalDecoder, out: IO[str], raw: bool
+) -> int:
     """Write the bytes of ``path`` from ``offset`` on (leniently decoded); the new offset."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -73,7 +81,8 @@ def _copy_from(path: Path, offset: int, decoder: codecs.IncrementalDecoder, out:
         return offset  # not created yet
     try:
         while chunk := os.pread(fd, 1 << 16, offset):
-            out.write(decoder.decode(chunk))
+            text = decoder.decode(chunk)
+            out.write(text if raw else plain(text))
             offset += len(chunk)
     finally:
         os.close(fd)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import abc
 import json
-import re
 import shutil
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -26,6 +25,7 @@ from typing import Any, ClassVar
 from ..plan import AgentProfile
 from ..procs import ProcessResult, run_process
 from ..records import Failure, Usage
+from ..terminal import plain
 from . import BASE_ENV, AgentContext, AgentResult
 from .limits import classify, retry_after_s
 
@@ -36,16 +36,6 @@ MAX_ARG_BYTES = 100_000  # longer prompts go through stdin (one argv string is c
 SUMMARY_CHARS = 2000
 BOTH_PRICES = "give both price_in and price_out (USD per million tokens)"
 _TAIL_LINES = 40
-# CSI (colours, cursor moves), OSC (titles, links) and lone ESC sequences; other C0 controls.
-_ESCAPES = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?"
-    r"|[\x00-\x08\x0b-\x1f\x7f]"
-)
-
-
-def plain(text: str) -> str:
-    """``text`` without terminal escape sequences or control characters (newlines and tabs stay)."""
-    return _ESCAPES.sub("", text)
 
 
 @dataclass(frozen=True)
