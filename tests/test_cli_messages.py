@@ -74,6 +74,18 @@ def test_without_a_terminal_each_change_is_printed_once_and_a_failure_names_its_
     assert "a: running" not in changes
     failed = next(line for line in changes if line.startswith("  a attempt 1: failed"))
     assert failed.endswith("verify command failed (3): exit 3")
+    # and `logs --attempt` and `show --attempt` show the same attempt's log alike
+    run_id = json.loads(orchardist(repo, "runs", "--json").stdout)[0]["run"]
+    logs = orchardist(repo, "logs", run_id, "a", "--attempt", "1").stdout
+    shown = orchardist(repo, "show", run_id, "a", "--attempt", "1").stdout
+    assert logs.startswith("==> a attempt 1 (failed) ")
+    assert shown.endswith(logs)
+    for command in ("logs", "show"):
+        missing = orchardist(repo, command, run_id, "a", "--attempt", "9")
+        assert (missing.returncode, missing.stderr) == (
+            2,
+            "error: task 'a' has no attempts numbered 9\n",
+        )
 
 
 def test_the_live_table_starts_a_resumed_runs_tasks_where_they_were_and_ticks_by_itself() -> None:

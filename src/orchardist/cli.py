@@ -762,15 +762,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
-    attempts = ws.store.attempts(run.id, args.task)
-    if not attempts:
-        raise UsageError(f"run {run.id} has no attempts of task {args.task!r}")
-    if args.attempt is not None:
-        attempts = [a for a in attempts if a.n == args.attempt]
+    attempts = _attempts_of(ws, run, args.task, args.attempt)
     if args.candidate is not None:
         attempts = [a for a in attempts if a.candidate == args.candidate]
     if not attempts:
-        raise UsageError("no attempt matches --attempt/--candidate")
+        raise UsageError(f"task {args.task!r} has no attempt of candidate {args.candidate}")
     merged = [a for a in attempts if a.state.value == "merged"]
     attempt = merged[-1] if merged and args.candidate is None else attempts[-1]
     shown = (lambda text: text) if args.raw else plain  # what agents wrote: detail, diff, log
@@ -784,9 +780,25 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(shown(diff))
     else:
         print("(no patch: the attempt ended before its changes were taken)")
-    print(f"==> log {attempt.log_path}")
-    _print_log(attempt.log_path, args.raw)
+    _print_attempt_log(args.task, attempt, args.raw)
     return EXIT_OK
+
+
+def _attempts_of(ws: Any, run: Any, task: str, n: int | None) -> list[Any]:
+    """The task's attempts (only number ``n`` if given): ``logs`` and ``show`` pick alike."""
+    if not any(t.task_id == task for t in ws.store.tasks(run.id)):
+        raise UsageError(f"run {run.id} has no task {task!r}")
+    attempts = [a for a in ws.store.attempts(run.id, task) if n is None or a.n == n]
+    if not attempts:
+        raise UsageError(f"task {task!r} has no attempts" + (f" numbered {n}" if n else ""))
+    return attempts
+
+
+def _print_attempt_log(task: str, attempt: Any, raw: bool = False) -> None:
+    """One attempt's log under the same header in ``logs`` and ``show``."""
+    sys.stdout.write(f"==> {task} attempt {attempt.n} ({attempt.state.value}) {attempt.log_path}\n")
+    sys.stdout.flush()
+    _print_log(attempt.log_path, raw)
 
 
 def _print_log(path: str, raw: bool = False) -> None:
@@ -959,7 +971,6 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
-    attempts = ws.store.attempts(run.id, args.task)
     if not any(t.task_id == args.task for t in ws.store.tasks(run.id)):
         raise UsageError(f"run {run.id} has no task {args.task!r}")
     if args.follow:
@@ -967,20 +978,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
         follow_logs(ws, run, args.task, args.attempt, raw=args.raw)
         return EXIT_OK
-    if args.attempt is not None:
-        attempts = [a for a in attempts if a.n == args.attempt]
-    if not attempts:
-        raise UsageError(
-            f"task {args.task!r} has no attempts"
-            + (f" numbered {args.attempt}" if args.attempt else "")
-        )
-    out = sys.stdout
-    for attempt in attempts:
-        out.write(
-            f"==> {args.task} attempt {attempt.n} ({attempt.state.value}) {attempt.log_path}\n"
-        )
-        out.flush()
-        _print_log(attempt.log_path, args.raw)
+    for attempt in _attempts_of(ws, run, args.task, args.attempt):
+        _print_attempt_log(args.task, attempt, args.raw)
     return EXIT_OK
 
 
