@@ -363,3 +363,18 @@ def test_ctrl_d_at_the_resume_prompt_is_no_answer(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # input() meets end of file
     with pytest.raises(UsageError, match=r"no answer: pass --resume .* or --fresh"):
         cli._confirm("resume it?")
+
+
+def test_a_run_whose_lock_is_held_is_running_and_dead_once_it_is_released(
+    repo: Path, abandoned: str
+) -> None:
+    from orchardist import Workspace
+    from orchardist.runs import run_lock
+
+    ws = Workspace.open(repo)
+    with run_lock(ws, abandoned):
+        # Given a live orchestrator (this process holds the run's lock)
+        assert f"run {abandoned}: running" in orchardist(repo, "status", abandoned).stdout
+        assert orchardist(repo, "runs").stdout.splitlines()[1].split()[1] == "running"
+    # When nobody holds it any more, it is dead
+    assert f"run {abandoned}: dead" in orchardist(repo, "status", abandoned).stdout

@@ -941,11 +941,37 @@ def _has_runs(path: Path) -> bool:
 
 def _shown_state(ws: Any, run: Any) -> str:
     """The run's state, ``dead`` for a running run no live orchardist holds (killed by -9)."""
-    from .control import holder
+    from .control import lock_path
 
-    if run.state is RunState.RUNNING and holder(ws.state_dir, run.id) is None:
+    if run.state is RunState.RUNNING and not _lock_held(lock_path(ws.state_dir, run.id)):
         return "dead"
     return str(run.state.value)
+
+
+def _lock_held(path: Path) -> bool:
+    """Whether some process holds a flock on ``path``, seen in /proc/locks.
+
+    Looking must not take the lock, even shared for an instant: an orchestrator taking it at
+    that moment would be refused its own run.
+    """
+    from .control import holder
+
+    try:
+        st = path.stat()
+        table = Path("/proc/locks").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: the probe that briefly takes the lock is all there is
+        return holder(path.parent.parent, path.stem) is not None
+    for line in table.splitlines():
+        fields = line.split()
+        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        major, minor, inode = fields[5].split(":")
+        same_device = (int(major, 16), int(minor, 16)) == (os.major(st.st_dev), os.minor(st.st_dev))
+        if same_device and int(inode) == st.st_ino:
+            return True
+    return False
 
 
 def _when(timestamp: float) -> str:
