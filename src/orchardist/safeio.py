@@ -8,11 +8,14 @@ regular file, and read only up to a cap.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["read_capped"]
+__all__ = ["flocked", "read_capped"]
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -38,5 +41,18 @@ def read_capped(path: Path, max_bytes: int) -> bytes | None:
         return None if total > max_bytes else b"".join(chunks)
     except OSError:
         return None
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def flocked(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if need be): it excludes other threads
+    (each opens its own file description) and other processes alike."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
     finally:
         os.close(fd)

@@ -23,6 +23,7 @@ from ..oracle import CommandOutcome, baseline_key
 from ..plan import AgentProfile
 from ..procs import CancelToken
 from ..records import UNFINISHED, AttemptState, Failure, Usage
+from ..safeio import flocked
 from ..store import Store
 from ..verify import Verifier, run_one, tail_of
 from ..worktree import AttemptPaths, Layout, workdir_root
@@ -456,7 +457,8 @@ class LocalBaselines:
         key = baseline_key(commit, f"[{workdir}] {command}")
         with self._lock:
             key_lock = self._key_locks.setdefault(key, threading.Lock())
-        with key_lock:
+        # Across processes too: two orchestrators on one repository run a baseline once.
+        with key_lock, flocked(self.executor.log_root.parent / "locks" / f"baseline-{key}.lock"):
             cached = self.store.baseline(key)
             if cached is not None:
                 return cached
