@@ -503,10 +503,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _refuse_if_driven(ws: Any, run: Any) -> None:
     """A run another orchardist drives can be watched or cancelled, not resumed."""
-    from .control import holder
+    from .control import lock_path
 
-    pid = holder(ws.state_dir, run.id)
-    if pid is not None:
+    path = lock_path(ws.state_dir, run.id)
+    if _lock_held(path):
+        pid = path.read_text(errors="replace").strip() or "?"
         raise UsageError(
             f"run {run.id} is being driven by another orchardist process (pid {pid}): "
             f"watch it with `orchardist status {run.id} --watch`, stop it with "
