@@ -427,7 +427,7 @@ export GIT_INDEX_FILE="$ORCHARDIST_WORKTREE/.sneak-index"
 git read-tree "$base"
 blob=$(echo sneaked | git hash-object -w --stdin)
 git update-index --add --cacheinfo "100644,$blob,sneaked.txt"
-commit=$(git commit-tree "$(git write-tree)" -p "$base" -m sneaked)
+commit=$(git -c user.name=x -c user.email=x@y commit-tree "$(git write-tree)" -p "$base" -m sneaked)
 rm -f "$GIT_INDEX_FILE"
 git update-ref "refs/heads/orchardist/$ORCHARDIST_RUN" "$commit"
 echo mine > mine.txt

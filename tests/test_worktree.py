@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchardist import Workspace, load_plan
+from orchardist.agents import KINDS, agent_class
 from orchardist.errors import PlanError
 from orchardist.gc import collect
 from orchardist.gitrepo import Repo
@@ -17,9 +18,12 @@ from orchardist.worktree import (
     ROOT_VAR,
     AttemptPaths,
     Layout,
+    empty_home,
+    fill_home,
     recorded_run_folder,
     remove_tree,
     repo_key,
+    tool_homes,
     workdir_root,
 )
 from run_support import leftovers, run_folder
@@ -247,3 +251,74 @@ def test_a_workspace_that_is_not_a_folder_outside_the_repository_is_a_plan_error
 
     assert message in str(caught.value)
     assert "run.workspace" in str(caught.value)
+
+
+# -- the attempt's private HOME -----------------------------------------------------------------
+
+
+def test_an_agent_kind_gets_its_state_folders_and_copies_of_its_files_from_the_real_home(
+    repo: Path, layout: Layout, tmp_path: Path
+) -> None:
+    # Given: a real home with a credentials file, and an attempt
+    real = tmp_path / "real-home"
+    (real / ".tool").mkdir(parents=True)
+    (real / ".tool" / "creds.json").write_text("secret")
+    paths = layout.attempt("run1", "t.1")
+    layout.create(paths, git(repo, "rev-parse", "HEAD"), "run1")
+
+    # When: the home is filled for a kind that reads one present and one absent file
+    copied = fill_home(paths, real, (".tool/creds.json", ".absent"), (".tool", ".local/share/x"))
+
+    # Then: the present file is copied, the state folders exist, the real file is never written
+    assert copied == [".tool/creds.json"]
+    assert (paths.home / ".tool" / "creds.json").read_text() == "secret"
+    assert (paths.home / ".local" / "share" / "x").is_dir()
+    (paths.home / ".tool" / "creds.json").write_text("refreshed by the agent")
+    assert (real / ".tool" / "creds.json").read_text() == "secret"
+    empty_home(paths)
+    assert list(paths.home.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_agent_kind_declares_home_paths_inside_the_home(kind: str) -> None:
+    cls = agent_class(kind)
+    for name in (*cls.home_files, *cls.home_state):
+        assert not name.startswith(("/", "~")) and ".." not in Path(name).parts, name
+        assert Path(name).as_posix() == name
+
+
+def test_toolchains_in_the_real_home_are_still_found_by_their_variables(tmp_path: Path) -> None:
+    (tmp_path / ".rustup").mkdir()
+    found = tool_homes({"PYENV_ROOT": "/opt/pyenv"}, tmp_path)
+    assert found == {"RUSTUP_HOME": str(tmp_path / ".rustup"), "PYENV_ROOT": "/opt/pyenv"}
+
+
+def test_an_agent_writes_its_home_and_tmp_in_the_attempt_and_verify_sees_neither(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    # Given: an agent that writes state into HOME and TMPDIR; verify checks they are gone
+    real_home = Path(os.environ["HOME"])
+    agent = (
+        'echo state > "$HOME/.agent-state"; echo t > "$TMPDIR/t"; echo "$HOME|$TMPDIR" > where.txt'
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(agent)}
+
+        [[task]]
+        id = "t"
+        verify = 'test ! -e "$HOME/.agent-state" && test -d "$HOME" && test -d "$TMPDIR"'
+        """,
+    )
+
+    run = run_plan(plan)
+
+    # Then: HOME and TMPDIR were the attempt's; the real home got nothing
+    assert run.state is RunState.DONE, run.doc
+    home, tmp = git(repo, "show", f"{run.run.branch}:where.txt").split("|")
+    attempt = run_folder(repo, run.run.id) / "t.1"
+    assert (Path(home), Path(tmp)) == (attempt / "home", attempt / "tmp")
+    assert not (real_home / ".agent-state").exists()

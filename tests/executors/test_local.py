@@ -211,7 +211,7 @@ def test_the_agent_gets_a_scrubbed_environment_with_the_orchardist_variables(
         env = json.loads((sync / f"env-{task_id}.json").read_text())
         assert "SECRET_TOKEN" not in env
         assert "GIT_CONFIG_NOSYSTEM" not in env  # set by the test harness, not allowlisted
-        assert env["HOME"] == os.environ["HOME"]
+        assert env["HOME"].endswith(f"/runs/{run.run.id}/{task_id}.1/home")  # its own HOME
         assert env["PATH"] == os.environ["PATH"]
         assert env["ORCHARDIST_TASK"] == task_id
         assert env["ORCHARDIST_ATTEMPT"] == "1"

@@ -93,6 +93,8 @@ class Agent(Protocol):
     kind: ClassVar[str]
     profile_keys: ClassVar[frozenset[str]]  # kind-specific keys a profile may set
     env_keys: ClassVar[tuple[str, ...]]  # caller's variables this kind needs (API keys)
+    home_files: ClassVar[tuple[str, ...]]  # files it reads from the real home (copied, ~-relative)
+    home_state: ClassVar[tuple[str, ...]]  # folders in its private home it writes (~-relative)
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:

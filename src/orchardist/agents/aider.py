@@ -45,6 +45,12 @@ class AiderAgent(CliAgent):
 
     kind: ClassVar[str] = "aider"
     executable: ClassVar[str] = "aider"
+    home_files: ClassVar[tuple[str, ...]] = (
+        ".aider.conf.yml",
+        ".aider.model.settings.yml",
+        ".aider.model.metadata.json",
+    )
+    home_state: ClassVar[tuple[str, ...]] = (".aider", ".cache")
     env_keys: ClassVar[tuple[str, ...]] = (
         "OPENAI_API_KEY",
         "OPENAI_API_BASE",

@@ -40,6 +40,12 @@ class ClaudeAgent(CliAgent):
 
     kind: ClassVar[str] = "claude"
     executable: ClassVar[str] = "claude"
+    home_files: ClassVar[tuple[str, ...]] = (
+        ".claude/.credentials.json",
+        ".claude.json",
+        ".claude/settings.json",
+    )
+    home_state: ClassVar[tuple[str, ...]] = (".claude",)
     profile_keys: ClassVar[frozenset[str]] = COMMON_KEYS | {"allowed_tools", "max_cost_usd"}
     env_keys: ClassVar[tuple[str, ...]] = (
         "ANTHROPIC_API_KEY",

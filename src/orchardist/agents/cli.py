@@ -107,6 +107,8 @@ class CliAgent(abc.ABC):
     executable: ClassVar[str]  # the default ``command``
     profile_keys: ClassVar[frozenset[str]] = COMMON_KEYS
     env_keys: ClassVar[tuple[str, ...]] = ()
+    home_files: ClassVar[tuple[str, ...]] = ()  # copied from the real home into the private one
+    home_state: ClassVar[tuple[str, ...]] = ()  # folders made in the private home for its state
     key_vars: ClassVar[tuple[str, ...]] = ()  # the credentials among env_keys (any one will do)
     login_files: ClassVar[tuple[str, ...]] = ()
     login_hint: ClassVar[str] = ""

@@ -37,6 +37,8 @@ class CodexAgent(CliAgent):
 
     kind: ClassVar[str] = "codex"
     executable: ClassVar[str] = "codex"
+    home_files: ClassVar[tuple[str, ...]] = (".codex/auth.json", ".codex/config.toml")
+    home_state: ClassVar[tuple[str, ...]] = (".codex",)
     env_keys: ClassVar[tuple[str, ...]] = (
         "OPENAI_API_KEY",
         "CODEX_API_KEY",

@@ -51,6 +51,12 @@ class GeminiAgent(CliAgent):
 
     kind: ClassVar[str] = "gemini"
     executable: ClassVar[str] = "gemini"
+    home_files: ClassVar[tuple[str, ...]] = (
+        ".gemini/oauth_creds.json",
+        ".gemini/google_accounts.json",
+        ".gemini/settings.json",
+    )
+    home_state: ClassVar[tuple[str, ...]] = (".gemini",)
     profile_keys: ClassVar[frozenset[str]] = COMMON_KEYS | {"allowed_tools"}
     env_keys: ClassVar[tuple[str, ...]] = (
         "GEMINI_API_KEY",

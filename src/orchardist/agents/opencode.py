@@ -28,6 +28,16 @@ class OpenCodeAgent(CliAgent):
 
     kind: ClassVar[str] = "opencode"
     executable: ClassVar[str] = "opencode"
+    home_files: ClassVar[tuple[str, ...]] = (
+        ".local/share/opencode/auth.json",
+        ".config/opencode/opencode.json",
+    )
+    home_state: ClassVar[tuple[str, ...]] = (
+        ".local/share/opencode",
+        ".local/state/opencode",
+        ".config/opencode",
+        ".cache/opencode",
+    )
     env_keys: ClassVar[tuple[str, ...]] = (
         "ANTHROPIC_API_KEY",
         "OPENAI_API_KEY",

@@ -50,6 +50,8 @@ class ScriptedAgent:
     kind: ClassVar[str] = "scripted"
     profile_keys: ClassVar[frozenset[str]] = frozenset({"script"})
     env_keys: ClassVar[tuple[str, ...]] = ()
+    home_files: ClassVar[tuple[str, ...]] = ()
+    home_state: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, profile: AgentProfile) -> None:
         self.profile = profile

@@ -46,6 +46,8 @@ class ShellAgent:
     kind: ClassVar[str] = "shell"
     profile_keys: ClassVar[frozenset[str]] = frozenset({"command"})
     env_keys: ClassVar[tuple[str, ...]] = ()
+    home_files: ClassVar[tuple[str, ...]] = ()
+    home_state: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, profile: AgentProfile) -> None:
         self.profile = profile

@@ -26,7 +26,7 @@ from ..records import UNFINISHED, AttemptState, Failure, Usage
 from ..safeio import flocked
 from ..store import Store
 from ..verify import Verifier, run_one, tail_of
-from ..worktree import AttemptPaths, Layout, workdir_root
+from ..worktree import AttemptPaths, Layout, empty_home, fill_home, tool_homes, workdir_root
 from . import Job, Notify, Outcome, Phase
 
 MAX_ENV_PROMPT_BYTES = 64 * 1024  # larger prompts are only in the prompt file (exec limits)
@@ -153,6 +153,8 @@ class LocalExecutor:
             env = self._env(job, paths)
             patch, changed, usage, summary = job.base_commit, 0, Usage(), ""
             if job.profile is not None:
+                kind = agent_class(job.profile.kind)
+                fill_home(paths, self._real_home(), kind.home_files, kind.home_state)
                 ctx = self._context(job, paths, cwd, env, log, deadline, token, writable)
                 with self._guard_lock:
                     self._in_agent.add(job.id)  # until its own look at the checkout
@@ -184,6 +186,7 @@ class LocalExecutor:
                         AttemptState.FAILED, Failure.AGENT_ERROR, usage=usage, detail=str(exc)
                     )
                 changed = self.repo.changed_lines(job.base_commit, patch)
+            empty_home(paths)  # verify runs the agent's code: no credentials copied for it
             notify(Phase(job, "verifying"))
             commands, note = self._commands(job, worktree, patch)
             if note:
@@ -324,10 +327,20 @@ class LocalExecutor:
             ORCHARDIST_CANDIDATE=str(job.candidate),
             ORCHARDIST_WORKTREE=str(paths.tree),
         )
-        if self.sandbox and sandbox.available():
-            # /tmp may be off limits (when the repository lives there): a private TMPDIR.
-            env["TMPDIR"] = str(paths.tmp)
-        return env
+        return {**env, **self._private_env(paths)}
+
+    def _private_env(self, paths: AttemptPaths) -> dict[str, str]:
+        """HOME and TMPDIR of the attempt's own: what its tools write stays in the attempt
+        (and /tmp may be off limits, when the repository lives there). Toolchains installed in
+        the real home are named by their variables, so they are still found."""
+        home = {"HOME": str(paths.home), "TMPDIR": str(paths.tmp)}
+        return {**tool_homes(self._source_env(), self._real_home()), **home}
+
+    def _source_env(self) -> Mapping[str, str]:
+        return os.environ if self.environ is None else self.environ
+
+    def _real_home(self) -> Path:
+        return Path(self._source_env().get("HOME") or Path.home())
 
     def _context(
         self,
@@ -487,9 +500,8 @@ class LocalBaselines:
         try:
             env = scrubbed_env((), ex.environ)
             env.update(ORCHARDIST_PHASE="baseline", ORCHARDIST_RUN=run_id)
+            env.update(ex._private_env(paths))
             writable = ex._writable(paths)
-            if writable is not None:
-                env["TMPDIR"] = str(paths.tmp)
             result, report, _ = run_one(
                 command,
                 cwd=paths.tree / workdir,
