@@ -160,12 +160,12 @@ class Layout:
             if fmt != "sha1":
                 lines += ["[extensions]", f"\tobjectformat = {fmt}"]
             lines += ["[gc]", "\tauto = 0"]  # the alternates are the user's: never repack here
-            name, email = self._identity()
+            name, email = self.identity()
             lines += ["[user]", f"\tname = {_quoted(name)}", f"\temail = {_quoted(email)}"]
             self._config = "\n".join(lines) + "\n"
         return self._config
 
-    def _identity(self) -> tuple[str, str]:
+    def identity(self) -> tuple[str, str]:
         """The user's git identity (or orchardist's fallback), for commits inside the tree:
         the attempt's private HOME has no git config of its own."""
         ident = self.repo.git("var", "GIT_AUTHOR_IDENT").rsplit(" ", 2)[0]

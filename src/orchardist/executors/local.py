@@ -49,6 +49,13 @@ class LocalExecutor:
     ) -> None:
         self.repo = repo
         self.layout = Layout(repo, workdir_root(workspace), Path(state_dir))
+        # The user's git identity (their ~/.gitconfig is out of sight in the private HOME).
+        name, email = self.layout.identity()
+        self._identity = {
+            f"GIT_{role}_{key}": value
+            for role in ("AUTHOR", "COMMITTER")
+            for key, value in (("NAME", name), ("EMAIL", email))
+        }
         self.log_root = Path(state_dir) / "logs"
         self.clock = clock
         self.environ = environ
@@ -334,7 +341,7 @@ class LocalExecutor:
         (and /tmp may be off limits, when the repository lives there). Toolchains installed in
         the real home are named by their variables, so they are still found."""
         home = {"HOME": str(paths.home), "TMPDIR": str(paths.tmp)}
-        return {**tool_homes(self._source_env(), self._real_home()), **home}
+        return {**tool_homes(self._source_env(), self._real_home()), **self._identity, **home}
 
     def _source_env(self) -> Mapping[str, str]:
         return os.environ if self.environ is None else self.environ
