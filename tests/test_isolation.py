@@ -35,6 +35,9 @@ def spec_in(tmp_path: Path, **kw: object) -> Spec:
         "writable": (tmp_path / "w",),
         "home": tmp_path / "home",
         "tmp": tmp_path / "tmp",
+        # the interpreter the tests run (a checkout under /tmp would be hidden by the private
+        # /tmp, as the executor's specs re-expose it)
+        "readonly": tuple(dict.fromkeys(Path(p).resolve() for p in (sys.prefix, sys.base_prefix))),
     }
     fields.update(kw)
     return Spec(**fields)  # type: ignore[arg-type]
