@@ -447,6 +447,7 @@ def test_ctrl_c_ends_a_scan_and_every_scanner_process_it_started(
     finally:
         if proc.poll() is None:
             proc.kill()
+        proc.wait()
 
     # Then: exit 130, the scanner is gone, and so is the scan's export
     assert code == 130

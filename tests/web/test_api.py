@@ -6,7 +6,8 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -206,10 +207,9 @@ def test_a_repository_without_runs_serves_an_empty_list(repo: Path) -> None:
     assert not (repo / ".git" / "orchardist" / "state.db").exists()
 
 
-def test_run_serve_shows_the_run_while_it_goes_on(repo: Path, tmp_path: Path) -> None:
-    # Given: a run whose only task waits for a file, started with --serve
-    gate = tmp_path / "go"
-    plan = write_plan(
+def gated_plan(repo: Path, gate: Path) -> Path:
+    """A plan whose only task, ``t``, waits for ``gate`` to exist."""
+    return write_plan(
         repo,
         f"""
         [run]
@@ -224,6 +224,12 @@ def test_run_serve_shows_the_run_while_it_goes_on(repo: Path, tmp_path: Path) ->
         agent = "gated"
         """,
     )
+
+
+@contextmanager
+def run_served(plan: Path) -> Iterator[tuple[subprocess.Popen[str], str, str]]:
+    """``orchardist run PLAN --serve`` in a child: the process, the dashboard's base URL and
+    its token."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchardist", "run", str(plan), "--serve"],
         stdout=subprocess.DEVNULL,
@@ -235,23 +241,32 @@ def test_run_serve_shows_the_run_while_it_goes_on(repo: Path, tmp_path: Path) ->
         assert proc.stderr is not None
         url = next(line.split()[1] for line in proc.stderr if line.startswith("dashboard: "))
         base, _, token = url.partition("/?token=")
-        headers = {"Authorization": f"Bearer {token}"}
-        with httpx.Client(base_url=base, headers=headers, timeout=30.0) as client:
-            # Then: the dashboard lists the run while it runs
-            (row,) = client.get("/api/runs").json()
-            assert row["state"] == "running"
-            gate.touch()
-            assert proc.wait(timeout=120) == 0
-            # and it is gone with the run
-            with pytest.raises(httpx.ConnectError):
-                client.get("/api/runs")
+        yield proc, base, token
     finally:
-        gate.touch()
         if proc.poll() is None:
             proc.kill()
         proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+def test_run_serve_shows_the_run_while_it_goes_on(repo: Path, tmp_path: Path) -> None:
+    # Given: a run whose only task waits for a file, started with --serve
+    gate = tmp_path / "go"
+    try:
+        with run_served(gated_plan(repo, gate)) as (proc, base, token):
+            headers = {"Authorization": f"Bearer {token}"}
+            with httpx.Client(base_url=base, headers=headers, timeout=30.0) as client:
+                # Then: the dashboard lists the run while it runs
+                (row,) = client.get("/api/runs").json()
+                assert row["state"] == "running"
+                gate.touch()
+                assert proc.wait(timeout=120) == 0
+                # and it is gone with the run
+                with pytest.raises(httpx.ConnectError):
+                    client.get("/api/runs")
+    finally:
+        gate.touch()
 
 
 def wait_for_run_state(client: httpx.Client, run_id: str, states: set[str]) -> str:
@@ -271,51 +286,22 @@ def wait_for_run_state(client: httpx.Client, run_id: str, states: set[str]) -> s
 def test_cancel_and_retry_from_the_dashboard(repo: Path, tmp_path: Path) -> None:
     # Given: a live run whose task waits for a file, and the dashboard
     gate = tmp_path / "go"
-    plan = write_plan(
-        repo,
-        f"""
-        [run]
-        verify = "none"
-
-        [agents.gated]
-        kind = "shell"
-        command = "until [ -e {gate} ]; do sleep 0.01; done; echo t > t.txt"
-
-        [[task]]
-        id = "t"
-        agent = "gated"
-        """,
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orchardist", "run", str(plan), "--serve"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        url = next(line.split()[1] for line in proc.stderr if line.startswith("dashboard: "))
-        base, _, token = url.partition("/?token=")
-        with httpx.Client(base_url=base, timeout=60.0) as client:
-            client.get(f"/?token={token}")  # the cookie, as a browser would have it
-            (row,) = client.get("/api/runs").json()
-            run_id = row["run"]
-            # When: a POST without our header (a cross-site form could send one) is refused,
-            # and so is one whose Origin is another site
-            assert client.post(f"/api/runs/{run_id}/cancel").status_code == 403
-            evil = {"X-Orchardist-Action": "1", "Origin": "http://evil.example"}
-            assert client.post(f"/api/runs/{run_id}/cancel", headers=evil).status_code == 403
-            # then the real one
-            ours = {"X-Orchardist-Action": "1", "Origin": base}
-            assert client.post(f"/api/runs/{run_id}/cancel", headers=ours).status_code == 202
-            assert proc.wait(timeout=120) != 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+    with (
+        run_served(gated_plan(repo, gate)) as (proc, base, token),
+        httpx.Client(base_url=base, timeout=60.0) as client,
+    ):
+        client.get(f"/?token={token}")  # the cookie, as a browser would have it
+        (row,) = client.get("/api/runs").json()
+        run_id = row["run"]
+        # When: a POST without our header (a cross-site form could send one) is refused,
+        # and so is one whose Origin is another site
+        assert client.post(f"/api/runs/{run_id}/cancel").status_code == 403
+        evil = {"X-Orchardist-Action": "1", "Origin": "http://evil.example"}
+        assert client.post(f"/api/runs/{run_id}/cancel", headers=evil).status_code == 403
+        # then the real one
+        ours = {"X-Orchardist-Action": "1", "Origin": base}
+        assert client.post(f"/api/runs/{run_id}/cancel", headers=ours).status_code == 202
+        assert proc.wait(timeout=120) != 0
 
     # Then: cancelled; and a retry from the dashboard (with the gate open) finishes the task
     gate.touch()
