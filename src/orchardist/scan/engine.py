@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import UsageError
 from ..gitrepo import Repo
@@ -323,7 +323,7 @@ class Scanner:
         tally.invocations += 1
         tally.misses += len(job.keys)
         try:
-            found, tool = future.result()
+            found, tool = _result(future)
         except ScanJobError as exc:
             tally.errors.append(str(exc))
             return
@@ -627,3 +627,18 @@ def _glob_regex(pattern: str) -> str:
 
 
 __all__ = ["ScanJobError", "ScanResult", "Scanner", "compile_globs", "scan_root", "select_files"]
+
+
+SIGNAL_TICK_S = 0.5
+_T = TypeVar("_T")
+
+
+def _result(future: Future[_T]) -> _T:
+    """``future.result()``, in slices: a Ctrl-C that the kernel delivers to a worker thread is
+    handled (as KeyboardInterrupt) only when the main thread runs Python again, which a bare
+    ``result()`` blocked on a hanging scanner would never do."""
+    while True:
+        try:
+            return future.result(timeout=SIGNAL_TICK_S)
+        except TimeoutError:
+            continue
