@@ -64,6 +64,7 @@ PROFILE_KEYS = {
 }
 SELECT_RULES = ("smallest", "first")
 TASK_KEYS = {
+    "allow_empty",
     "candidates",
     "select",
     "check",
@@ -124,6 +125,7 @@ class TaskSpec:
     check: str | None = None  # a reproduction: must fail on the base, pass on the candidate
     auto_verify: bool = False  # verify = "auto": tests discovered from the changed files
     max_cost_usd: float | None = None
+    allow_empty: bool = False  # an attempt that changes nothing may pass (else: no_changes)
     network: bool = False  # its verify commands and check may use the network
 
     def agent_for(self, candidate: int) -> str:
@@ -585,6 +587,10 @@ class _Validator:
         if not isinstance(network, bool):
             self.problem("expected true or false", label, "network")
             network = run.network
+        allow_empty = raw.get("allow_empty", False)
+        if not isinstance(allow_empty, bool):
+            self.problem("expected true or false", label, "allow_empty")
+            allow_empty = False
         if not ok or not isinstance(agent, str) or not isinstance(task_id, str):
             return None
         title = raw.get("title", task_id)
@@ -611,6 +617,7 @@ class _Validator:
             auto_verify=auto_verify,
             max_cost_usd=max_cost,
             network=network,
+            allow_empty=allow_empty,
         )
 
     def _agent_list(

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from .records import Failure
 
 # Failures that count against a task's ``retries``; the others have their own budgets.
-COUNTED = {Failure.AGENT_ERROR, Failure.TIMEOUT, Failure.VERIFY_FAILED, Failure.AUTH_ERROR}
+COUNTED = {
+    Failure.AGENT_ERROR,
+    Failure.TIMEOUT,
+    Failure.VERIFY_FAILED,
+    Failure.NO_CHANGES,
+    Failure.AUTH_ERROR,
+}
 INFRA_RETRIES = 2  # infra errors (git, disk, executor) a task may have before it fails
 
 

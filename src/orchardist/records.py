@@ -61,6 +61,7 @@ class Failure(enum.StrEnum):
     AGENT_ERROR = "agent_error"  # the agent exited non-zero or crashed
     TIMEOUT = "timeout"  # the attempt ran past its timeout
     VERIFY_FAILED = "verify_failed"  # a verify command failed
+    NO_CHANGES = "no_changes"  # the agent changed no file (and the task does not allow that)
     CONFLICT = "conflict"  # the patch does not apply to the moved run branch
     RATE_LIMITED = "rate_limited"  # the agent's backend refused for rate limits
     AUTH_ERROR = "auth_error"  # the agent's backend refused the credentials

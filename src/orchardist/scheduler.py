@@ -360,6 +360,7 @@ class Scheduler:
             auto_verify=spec.auto_verify,
             max_patch_bytes=int(self.plan.run.max_patch_mb * 1024 * 1024),
             network=spec.network,
+            allow_empty=spec.allow_empty,
         )
         record = AttemptRecord(
             run_id=self.run_id,

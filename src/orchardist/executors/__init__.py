@@ -46,6 +46,7 @@ class Job:
     max_patch_bytes: int | None = None  # a patch with a larger file fails
     purpose: str = "attempt"  # attempt | merge | regression (for logs and events)
     network: bool = False  # verify commands and checks may use the network (agents always may)
+    allow_empty: bool = False  # an agent that changes nothing may still pass verification
 
 
 @dataclass(frozen=True)

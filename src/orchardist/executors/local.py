@@ -29,6 +29,12 @@ from ..verify import Verifier, run_one, tail_of
 from ..worktree import AttemptPaths, Layout, empty_home, fill_home, tool_homes, workdir_root
 from . import Job, Notify, Outcome, Phase
 
+NO_CHANGES = "the agent changed no file"
+NO_CHANGES_FEEDBACK = (
+    "The previous attempt ended without changing any file in the working tree, so there was "
+    "nothing to verify. Make the change in the files themselves; edits that were refused, "
+    "only described, or written outside the working tree do not count."
+)
 MAX_ENV_PROMPT_BYTES = 64 * 1024  # larger prompts are only in the prompt file (exec limits)
 
 
@@ -193,6 +199,18 @@ class LocalExecutor:
                         AttemptState.FAILED, Failure.AGENT_ERROR, usage=usage, detail=str(exc)
                     )
                 changed = self.repo.changed_lines(job.base_commit, patch)
+                if not job.allow_empty and self._unchanged(job, patch):
+                    # Verify would judge the base itself: "already failing on the base" would
+                    # merge an empty commit as verified.
+                    return end(
+                        AttemptState.FAILED,
+                        Failure.NO_CHANGES,
+                        detail=NO_CHANGES + (f"; it said: {summary}" if summary else ""),
+                        exit_code=result.exit_code,
+                        usage=usage,
+                        summary=summary,
+                        feedback=NO_CHANGES_FEEDBACK,
+                    )
             empty_home(paths)  # verify runs the agent's code: no credentials copied for it
             notify(Phase(job, "verifying"))
             commands, note = self._commands(job, worktree, patch)
@@ -291,6 +309,10 @@ class LocalExecutor:
             raise _Contained("patch refused: " + "; ".join(problems))
         self.repo.set_ref(f"refs/orchardist/runs/{job.run_id}/{job.id}", patch)
         return patch
+
+    def _unchanged(self, job: Job, patch: str) -> bool:
+        """Whether the patch's tree is the base's own."""
+        return self.repo.tree_of(patch) == self.repo.tree_of(job.base_commit)
 
     def _fingerprint(self) -> dict[str, str]:
         ignore = ["refs/heads/orchardist/"]
