@@ -398,8 +398,12 @@ def test_logs_can_show_one_attempt(in_repo: Path, capsys: pytest.CaptureFixture[
 
         [agents.fake]
         kind = "scripted"
-        [agents.fake.script]
-        flaky = [{ print = "first try", exit = 1 }, { print = "second try" }]
+        [[agents.fake.script.flaky]]
+        print = "first try"
+        exit = 1
+        [[agents.fake.script.flaky]]
+        print = "second try"
+        write = { "f.txt" = "f" }
 
         [[task]]
         id = "flaky"

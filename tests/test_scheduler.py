@@ -645,7 +645,7 @@ def test_ready_tasks_start_longest_path_first_then_by_priority_then_plan_order(
 
         [agents.quick]
         kind = "shell"
-        command = "true"
+        command = 'echo "$ORCHARDIST_TASK" > "$ORCHARDIST_TASK.txt"'
 
         [[task]]
         id = "w"
@@ -736,9 +736,12 @@ def test_usage_an_agent_reports_reaches_the_status(repo: Path, run_plan: RunPlan
         """
         [agents.fake]
         kind = "scripted"
-        [agents.fake.script]
-        one = { output = { cost_usd = 0.25, input_tokens = 100, output_tokens = 7 } }
-        two = { output = { cost_usd = 0.5 } }
+        [agents.fake.script.one]
+        output = { cost_usd = 0.25, input_tokens = 100, output_tokens = 7 }
+        write = { "one.txt" = "1" }
+        [agents.fake.script.two]
+        output = { cost_usd = 0.5 }
+        write = { "two.txt" = "2" }
 
         [[task]]
         id = "one"
