@@ -363,7 +363,7 @@ depends_on = ["gate"]
 def breaker_plan(repo: Path, opened: Path, run: str = "") -> Path:
     """bad1 and bad2 fail on "flaky" (opening it for an hour); probe and after, also on
     "flaky", become ready only once ``opened`` exists (the test makes it when it opens)."""
-    gate = f"until [ -e {shlex.quote(str(opened))} ]; do sleep 0.01; done"
+    gate = f"until [ -e {shlex.quote(str(opened))} ]; do sleep 0.01; done; echo g > gate.txt"
     return write_plan(repo, BREAKER_PLAN.format(run=run, gate=toml_str(gate)))
 
 
@@ -532,12 +532,15 @@ def test_a_profile_launch_interval_spaces_its_attempts(repo: Path, run_plan: Run
 
         [[task]]
         id = "a"
+        allow_empty = true
 
         [[task]]
         id = "b"
+        allow_empty = true
 
         [[task]]
         id = "c"
+        allow_empty = true
         """,
     )
 
@@ -552,7 +555,9 @@ def test_a_profile_launch_interval_spaces_its_attempts(repo: Path, run_plan: Run
 
 
 def costly_plan(repo: Path, run_table: str, tasks: int = 5) -> Path:
-    task_tables = "\n".join(f'[[task]]\nid = "t{i}"\n' for i in range(1, tasks + 1))
+    task_tables = "\n".join(
+        f'[[task]]\nid = "t{i}"\nallow_empty = true\n' for i in range(1, tasks + 1)
+    )
     return write_plan(
         repo,
         f"""

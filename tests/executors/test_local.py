@@ -196,11 +196,13 @@ def test_the_agent_gets_a_scrubbed_environment_with_the_orchardist_variables(
         id = "plain"
         agent = "plain"
         prompt = "Do the plain thing."
+        allow_empty = true
 
         [[task]]
         id = "trusted"
         agent = "trusted"
         prompt = "Do the trusted thing."
+        allow_empty = true
         """,
     )
 
@@ -257,6 +259,7 @@ def test_the_agent_runs_detached_at_the_tip_with_stdin_closed_in_its_own_session
         [[task]]
         id = "look"
         verify = "echo from-verify"
+        allow_empty = true
         """,
     )
 
@@ -407,6 +410,7 @@ def test_processes_an_agent_leaves_behind_are_ended(
 
         [[task]]
         id = "exits"
+        allow_empty = true
 
         [[task]]
         id = "hangs"
