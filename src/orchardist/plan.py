@@ -82,7 +82,12 @@ TASK_KEYS = {
     "estimate",
     "workdir",
     "network",
+    "pipeline",
+    "stages",
 }
+PIPELINES = ("debug", "fix")  # pipeline = "debug" | "fix": a task run as stages (pipeline.py)
+STAGE_NAMES = ("reproduce", "audit", "localize", "fix")  # stages.NAME tables, in run order
+STAGE_KEYS = {"agent", "timeout", "retries", "candidates"}
 DEFAULT_TASK_TIMEOUT_S = 3600.0
 DEFAULT_BRANCH = "orchardist/{run}"
 
@@ -101,6 +106,17 @@ class AgentProfile:
     options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific keys
     breaker_threshold: int = 3  # consecutive failures that open the circuit breaker; 0: off
     breaker_cooldown_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """``stages.NAME`` of a pipeline task: what overrides the task's own routing for a stage."""
+
+    name: str  # one of STAGE_NAMES
+    agents: tuple[str, ...] = ()  # one profile per candidate; empty: the task's agent(s)
+    timeout_s: float | None = None  # None: the task's timeout
+    retries: int | None = None  # None: the task's retries
+    candidates: int | None = None  # None: 1 (the fix stage: the task's candidates)
 
 
 @dataclass(frozen=True)
@@ -127,6 +143,9 @@ class TaskSpec:
     max_cost_usd: float | None = None
     allow_empty: bool = False  # an attempt that changes nothing may pass (else: no_changes)
     network: bool = False  # its verify commands and check may use the network
+    pipeline: str | None = None  # "debug" or "fix": run as stages (see pipeline.py)
+    stages: Mapping[str, StageSpec] = field(default_factory=dict)  # stages.NAME overrides
+    audit: bool = True  # stages.audit = false: the debug pipeline skips its audit stage
 
     def agent_for(self, candidate: int) -> str:
         """The profile that runs candidate ``candidate``."""
@@ -591,6 +610,16 @@ class _Validator:
         if not isinstance(allow_empty, bool):
             self.problem("expected true or false", label, "allow_empty")
             allow_empty = False
+        pipeline = None
+        if "pipeline" in raw:
+            pipeline = raw["pipeline"]
+            if pipeline not in PIPELINES:
+                names = ", ".join(f'"{p}"' for p in PIPELINES)
+                self.problem(f"expected one of {names}", label, "pipeline")
+                pipeline = None
+        stages, audit = self._stages(raw, label, agents)
+        if "stages" in raw and "pipeline" not in raw:
+            self.problem('stages need pipeline = "debug" or "fix"', label, "stages")
         if not ok or not isinstance(agent, str) or not isinstance(task_id, str):
             return None
         title = raw.get("title", task_id)
@@ -618,22 +647,65 @@ class _Validator:
             max_cost_usd=max_cost,
             network=network,
             allow_empty=allow_empty,
+            pipeline=pipeline,
+            stages=stages,
+            audit=audit,
         )
 
+    def _stages(
+        self, raw: dict[str, Any], label: str, agents: Mapping[str, AgentProfile]
+    ) -> tuple[dict[str, StageSpec], bool]:
+        """``stages.NAME.{agent,timeout,retries,candidates}`` and ``stages.audit = false``."""
+        table = self._table(raw.get("stages", {}), "stages", label)
+        stages: dict[str, StageSpec] = {}
+        audit = True
+        for name, value in table.items():
+            where = f"stages.{name}"
+            if name not in STAGE_NAMES:
+                self.problem(
+                    _unknown(name, set(STAGE_NAMES)).replace("key", "stage", 1), label, where
+                )
+                continue
+            if name == "audit" and isinstance(value, bool):
+                audit = value
+                continue
+            if not isinstance(value, dict):
+                hint = " (or false)" if name == "audit" else ""
+                self.problem(f"expected a table{hint}", label, where)
+                continue
+            for key in sorted(set(value) - STAGE_KEYS):
+                self.problem(_unknown(key, STAGE_KEYS), label, f"{where}.{key}")
+            names: list[str] = []
+            if "agent" in value:
+                names = self._agent_list(value["agent"], agents, label, f"{where}.agent")
+            timeout = None
+            if "timeout" in value:
+                timeout = self._duration(value["timeout"], f"{where}.timeout", label)
+            retries = None
+            if "retries" in value:
+                retries = self._count(value["retries"], f"{where}.retries", label)
+            candidates = None
+            if "candidates" in value:
+                candidates = self._positive_int(value["candidates"], f"{where}.candidates", label)
+            elif len(names) > 1:
+                candidates = len(names)
+            stages[name] = StageSpec(name, tuple(names), timeout, retries, candidates)
+        return stages, audit
+
     def _agent_list(
-        self, value: object, agents: Mapping[str, AgentProfile], label: str
+        self, value: object, agents: Mapping[str, AgentProfile], label: str, fld: str = "agent"
     ) -> list[str]:
         """The task's profile names (one, or one per candidate); problems for unknown ones."""
         if value is None and len(agents) == 1:
             value = next(iter(agents))
         names = value if isinstance(value, list) else [value]
         if value is None or not names or not all(isinstance(n, str) for n in names):
-            self.problem("required: a profile name or a list of them", label, "agent")
+            self.problem("required: a profile name or a list of them", label, fld)
             return []
         known = ", ".join(sorted(agents)) or "none defined"
         for name in names:
             if name not in agents:
-                self.problem(f"unknown agent {name!r} (known: {known})", label, "agent")
+                self.problem(f"unknown agent {name!r} (known: {known})", label, fld)
         return [str(n) for n in names]
 
     def _prompt(self, raw: dict[str, Any], label: str) -> str:
