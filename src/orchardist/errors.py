@@ -17,6 +17,8 @@ prints them without a traceback.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -72,3 +74,10 @@ class AgentError(OrchardistError):
 
 class RunLockedError(OrchardistError):
     """Another live orchestrator holds the run's lock."""
+
+
+def unknown_key(key: str, allowed: Iterable[str]) -> str:
+    """The message for a key a table does not take, with a "did you mean" when one is close."""
+    close = difflib.get_close_matches(key, sorted(allowed), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown key {key!r}{hint}"

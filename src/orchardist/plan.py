@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import PlanError, Problem
+from .errors import PlanError, Problem, unknown_key
 from .graph import find_cycles
 from .isolation import Policy
+from .records import AgentProfile as AgentProfile  # its home; kept importable from here
 from .scan.profiles import ScannerProfile, validate_scanners
 
 TASK_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -90,22 +91,6 @@ STAGE_NAMES = ("reproduce", "audit", "localize", "fix")  # stages.NAME tables, i
 STAGE_KEYS = {"agent", "timeout", "retries", "candidates"}
 DEFAULT_TASK_TIMEOUT_S = 3600.0
 DEFAULT_BRANCH = "orchardist/{run}"
-
-
-@dataclass(frozen=True)
-class AgentProfile:
-    """A named agent profile: which kind of agent, and how to run it."""
-
-    name: str
-    kind: str
-    timeout_s: float | None = None
-    max_parallel: int | None = None
-    env: tuple[str, ...] = ()
-    launch_interval_s: float = 0.0
-    fallback: str | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific keys
-    breaker_threshold: int = 3  # consecutive failures that open the circuit breaker; 0: off
-    breaker_cooldown_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -311,7 +296,7 @@ class _Validator:
 
     def plan(self) -> Plan:
         for key in sorted(set(self.data) - {"run", "agents", "task", "tasks", "scanners"}):
-            self.problem(_unknown(key, {"run", "agents", "task", "scanners"}), fld=key)
+            self.problem(unknown_key(key, {"run", "agents", "task", "scanners"}), fld=key)
         if "task" in self.data and "tasks" in self.data:
             self.problem("give [[task]] tables or tasks = [...], not both", fld="tasks")
         for where in _nul_fields(self.data):
@@ -663,7 +648,7 @@ class _Validator:
             where = f"stages.{name}"
             if name not in STAGE_NAMES:
                 self.problem(
-                    _unknown(name, set(STAGE_NAMES)).replace("key", "stage", 1), label, where
+                    unknown_key(name, set(STAGE_NAMES)).replace("key", "stage", 1), label, where
                 )
                 continue
             if name == "audit" and isinstance(value, bool):
@@ -674,7 +659,7 @@ class _Validator:
                 self.problem(f"expected a table{hint}", label, where)
                 continue
             for key in sorted(set(value) - STAGE_KEYS):
-                self.problem(_unknown(key, STAGE_KEYS), label, f"{where}.{key}")
+                self.problem(unknown_key(key, STAGE_KEYS), label, f"{where}.{key}")
             names: list[str] = []
             if "agent" in value:
                 names = self._agent_list(value["agent"], agents, label, f"{where}.agent")
@@ -733,7 +718,7 @@ class _Validator:
     ) -> None:
         for key in sorted(set(raw) - allowed):
             fld = key if task is not None else f"{where}.{key}"
-            self.problem(_unknown(key, allowed), task, fld)
+            self.problem(unknown_key(key, allowed), task, fld)
 
     def _checked(
         self, value: object, fld: str, task: str | None, check: Callable[[object], Any]
@@ -826,14 +811,6 @@ def task_id_problem(task_id: str) -> str | None:
     if task_id.endswith((".", ".lock")):
         return "must not end with '.' or '.lock' (git refuses such ref names)"
     return None
-
-
-def _unknown(key: str, allowed: set[str]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(key, sorted(allowed), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown key {key!r}{hint}"
 
 
 def _expect_str(value: object) -> str:

@@ -97,6 +97,22 @@ def checked_usage(usage: Usage) -> tuple[Usage, tuple[str, ...]]:
 
 
 @dataclass(frozen=True)
+class AgentProfile:
+    """A named agent profile: which kind of agent, and how to run it."""
+
+    name: str
+    kind: str
+    timeout_s: float | None = None
+    max_parallel: int | None = None
+    env: tuple[str, ...] = ()
+    launch_interval_s: float = 0.0
+    fallback: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific keys
+    breaker_threshold: int = 3  # consecutive failures that open the circuit breaker; 0: off
+    breaker_cooldown_s: float = 60.0
+
+
+@dataclass(frozen=True)
 class Run:
     id: str
     plan_path: str

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from ..errors import AgentError
-from ..plan import AgentProfile
 from ..procs import CancelToken
-from ..records import Failure, Usage
+from ..records import AgentProfile, Failure, Usage
 from ..worktree import AttemptPaths
 
 KINDS: dict[str, str] = {

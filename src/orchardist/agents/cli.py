@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..plan import AgentProfile
 from ..procs import ProcessResult, run_process
-from ..records import Failure, Usage
+from ..records import AgentProfile, Failure, Usage
 from ..terminal import plain
 from . import BASE_ENV, AgentContext, AgentResult
 from .limits import classify, retry_after_s

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..plan import AgentProfile
+from ..records import AgentProfile
 from . import AgentContext, AgentResult
 from .output import run_agent_process
 

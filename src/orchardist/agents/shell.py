@@ -7,7 +7,7 @@ import string
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ..plan import AgentProfile
+from ..records import AgentProfile
 from . import AgentContext, AgentResult
 from .output import run_agent_process
 

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..errors import UsageError
-from ..plan import AgentProfile
-from ..records import AttemptState, Failure, Usage
+from ..records import AgentProfile, AttemptState, Failure, Usage
 
 EXECUTORS: dict[str, str] = {
     "local": "orchardist.executors.local:LocalExecutor",

@@ -20,9 +20,8 @@ from ..discover import auto_commands, discover_tests
 from ..errors import GitError, OrchardistError
 from ..gitrepo import Repo
 from ..oracle import CommandOutcome, baseline_key
-from ..plan import AgentProfile
 from ..procs import CancelToken
-from ..records import UNFINISHED, AttemptState, Failure, Usage
+from ..records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
 from ..safeio import flocked
 from ..store import Store
 from ..verify import Verifier, run_one, tail_of

@@ -29,9 +29,8 @@ from typing import Any, TypeVar
 
 from ..errors import UsageError
 from ..gitrepo import Repo
-from ..plan import AgentProfile
 from ..procs import CancelToken, run_process
-from ..records import Event
+from ..records import AgentProfile, Event
 from ..store import Store
 from .findings import (
     Finding,

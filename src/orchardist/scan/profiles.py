@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import Problem
+from ..errors import Problem, unknown_key
 
 SCANNER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 DEFAULT_SCAN_TIMEOUT_S = 600.0
@@ -138,10 +138,8 @@ class _Profile:
         self._problem(message, f"scanners.{self.name}.{key}")
 
     def build(self) -> ScannerProfile | None:
-        from ..plan import _unknown
-
         for key in sorted(set(self.raw) - SCANNER_KEYS):
-            self.problem(_unknown(key, SCANNER_KEYS), key)
+            self.problem(unknown_key(key, SCANNER_KEYS), key)
         fmt = self._choice("format", Format, Format.SARIF)
         scope = self._choice("scope", Scope, Scope.TREE if fmt is Format.AGENT else Scope.FILE)
         command = self._string("command") or ""
