@@ -1216,9 +1216,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """``orchardist plan SPEC --agent P``."""
     import time
 
+    from .config import load_config
     from .forecast import forecast, render
     from .gitrepo import Repo, find_toplevel
-    from .planner import config_files, load_profiles, make_plan
+    from .planner import make_plan
 
     root = find_toplevel(args.repo)
     if root is None:
@@ -1227,11 +1228,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError("--rounds must be at least 1")
     if args.run and not args.yes and not sys.stdin.isatty():
         raise UsageError("--run without a terminal needs --yes")
-    profiles, profiles_toml = load_profiles(root)
-    if args.agent not in profiles:
-        where = ", ".join(str(p) for p in config_files(root)) or f"{root / '.orchardist.toml'}"
-        known = ", ".join(sorted(profiles)) or "none"
-        raise UsageError(f"no agent profile {args.agent!r} in {where} (profiles: {known})")
+    config = load_config(root)
+    if args.agent not in config.profiles:
+        known = ", ".join(sorted(config.profiles)) or "none"
+        raise UsageError(
+            f"no agent profile {args.agent!r} in {config.where(root)} (profiles: {known})"
+        )
     log_dir = Repo(root).common_dir / "orchardist" / "plans" / time.strftime("%Y%m%d-%H%M%S")
 
     def shown(r: Any) -> None:
@@ -1241,7 +1243,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"  {problem}", file=sys.stderr)
 
     planned = make_plan(
-        root, args.spec, profiles[args.agent], args.out, profiles_toml, log_dir, args.rounds, shown
+        root,
+        args.spec,
+        config.profiles[args.agent],
+        args.out,
+        config.text,
+        log_dir,
+        args.rounds,
+        shown,
     )
     if planned.plan is None:
         print(

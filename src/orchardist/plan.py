@@ -223,6 +223,21 @@ def load_plan(path: str | os.PathLike[str], require_tasks: bool = True) -> Plan:
     return _Validator(shown, plan_path, data, digest, require_tasks).plan()
 
 
+def read_profiles_file(path: Path) -> tuple[dict[str, AgentProfile], list[Problem]]:
+    """The ``[agents.NAME]`` tables of a config file (nothing else is allowed in one), checked
+    as a plan's are, and the problems found, each naming the file (the profiles that could
+    be read are returned even then, so a plan using them is not told they are unknown)."""
+    try:
+        raw_bytes = path.read_bytes()
+    except OSError as exc:
+        return {}, [Problem(str(path), f"cannot read: {exc.strerror or exc}")]
+    try:
+        data = _parse(str(path), path, raw_bytes)
+    except PlanError as exc:
+        return {}, exc.problems
+    return _Validator(str(path), path, data, "").profiles_file()
+
+
 def _parse(shown: str, plan_path: Path, raw: bytes) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
@@ -290,6 +305,7 @@ class _Validator:
         self.shown, self.path, self.data, self.digest = shown, path, data, digest
         self.require_tasks = require_tasks
         self.problems: list[Problem] = []
+        self.own_agents: dict[str, AgentProfile] = {}
 
     def problem(self, message: str, task: str | None = None, fld: str | None = None) -> None:
         self.problems.append(Problem(self.shown, message, task, fld))
@@ -304,7 +320,8 @@ class _Validator:
         run_raw = self._table(self.data.get("run", {}), "run")
         repo = self._repo(run_raw)
         run = self._run(run_raw, repo)
-        agents = self._agents()
+        self.own_agents = self._agents()
+        agents = self._with_config(self.own_agents, repo)
         tasks = self._tasks(run, agents)
         scanners = validate_scanners(
             self.data.get("scanners", {}),
@@ -316,6 +333,39 @@ class _Validator:
             raise PlanError(self.problems)
         assert repo is not None
         return Plan(self.path, repo, run, agents, tasks, self.digest, scanners)
+
+    def profiles_file(self) -> tuple[dict[str, AgentProfile], list[Problem]]:
+        """A config file: ``[agents.NAME]`` tables only."""
+        for key in sorted(set(self.data) - {"agents"}):
+            self.problem(_unknown(key, {"agents"}) + " (a config file holds profiles)", fld=key)
+        for where in _nul_fields(self.data):
+            self.problem("contains a NUL byte", fld=where.replace("\0", "\\0") or None)
+        return self._agents(), self.problems
+
+    def _with_config(
+        self, own: dict[str, AgentProfile], repo: Path | None
+    ) -> dict[str, AgentProfile]:
+        """The config files' profiles under the plan's own (which win); every fallback known."""
+        from .config import read_config
+
+        origins: Mapping[str, Path] = {}
+        agents = dict(own)
+        if repo is not None:
+            config, problems = read_config(repo)
+            self.problems += problems
+            agents = {**config.profiles, **own}
+            origins = config.origins
+        for name, profile in agents.items():
+            if profile.fallback is not None and profile.fallback not in agents:
+                where = str(origins[name]) if name not in own else self.shown
+                self.problems.append(
+                    Problem(
+                        where,
+                        f"unknown agent profile {profile.fallback!r}",
+                        field=f"agents.{name}.fallback",
+                    )
+                )
+        return agents
 
     # -- tables --------------------------------------------------------------------------
 
@@ -479,11 +529,6 @@ class _Validator:
                 threshold,
                 cooldown,
             )
-        for name, profile in agents.items():
-            if profile.fallback is not None and profile.fallback not in agents:
-                self.problem(
-                    f"unknown agent profile {profile.fallback!r}", fld=f"agents.{name}.fallback"
-                )
         return agents
 
     def _tasks(self, run: RunConfig, agents: Mapping[str, AgentProfile]) -> tuple[TaskSpec, ...]:
@@ -681,8 +726,9 @@ class _Validator:
         self, value: object, agents: Mapping[str, AgentProfile], label: str, fld: str = "agent"
     ) -> list[str]:
         """The task's profile names (one, or one per candidate); problems for unknown ones."""
-        if value is None and len(agents) == 1:
-            value = next(iter(agents))
+        pool = self.own_agents or agents  # the plan's own profile first, if it has one
+        if value is None and len(pool) == 1:
+            value = next(iter(pool))
         names = value if isinstance(value, list) else [value]
         if value is None or not names or not all(isinstance(n, str) for n in names):
             self.problem("required: a profile name or a list of them", label, fld)

@@ -4,8 +4,8 @@ The planner works in a private export of the repository's ``HEAD`` (never the us
 reads the spec and the code, and writes a plan to ``$ORCHARDIST_PLAN_FILE``. orchardist
 validates it with the full validator, exactly as ``orchardist validate`` would at the plan's
 final path; while there are problems (at most ``max_rounds`` rounds) it sends them back, with
-the previous plan, in the next round's prompt. Agent profiles come from ``.orchardist.toml`` at
-the repository's root, then ``~/.config/orchardist/config.toml`` (the repository's win).
+the previous plan, in the next round's prompt. Agent profiles come from the config files
+(:mod:`orchardist.config`).
 """
 
 from __future__ import annotations
@@ -25,28 +25,6 @@ from .plan import AgentProfile, Plan, load_plan
 from .procs import CancelToken, new_marker
 
 MAX_PLAN_BYTES = 1024 * 1024
-CONFIG_NAME = ".orchardist.toml"
-
-
-def config_files(repo_root: Path, environ: dict[str, str] | None = None) -> list[Path]:
-    """The config files that exist, the one that wins first."""
-    env = os.environ if environ is None else environ
-    user_dir = Path(env.get("XDG_CONFIG_HOME") or Path(env.get("HOME", "/")) / ".config")
-    found = [repo_root / CONFIG_NAME, user_dir / "orchardist" / "config.toml"]
-    return [p for p in found if p.is_file()]
-
-
-def load_profiles(
-    repo_root: Path, environ: dict[str, str] | None = None
-) -> tuple[dict[str, AgentProfile], str]:
-    """Agent profiles from the config files (``[agents.NAME]`` tables, exactly as in plans),
-    and the files' text (what a planner copies the tables from)."""
-    profiles: dict[str, AgentProfile] = {}
-    texts = []
-    for path in reversed(config_files(repo_root, environ)):  # the winner last
-        profiles.update(load_plan(path, require_tasks=False).agents)
-        texts.append(f"# from {path}\n" + path.read_text(encoding="utf-8"))
-    return profiles, "\n".join(texts)
 
 
 @dataclass(frozen=True)
