@@ -337,7 +337,7 @@ class _Validator:
     def profiles_file(self) -> tuple[dict[str, AgentProfile], list[Problem]]:
         """A config file: ``[agents.NAME]`` tables only."""
         for key in sorted(set(self.data) - {"agents"}):
-            self.problem(_unknown(key, {"agents"}) + " (a config file holds profiles)", fld=key)
+            self.problem(unknown_key(key, {"agents"}) + " (a config file holds profiles)", fld=key)
         for where in _nul_fields(self.data):
             self.problem("contains a NUL byte", fld=where.replace("\0", "\\0") or None)
         return self._agents(), self.problems
