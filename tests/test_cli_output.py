@@ -207,3 +207,48 @@ def test_fish_completion_loads_and_completes(repo: Path, tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     words = [line.split("\t")[0] for line in done.stdout.splitlines()]
     assert words == ["retry", "dot", "mermaid", "text"]
+
+
+def _doc(states: list[str]) -> dict[str, object]:
+    tasks = [
+        {"id": f"t{i:05d}", "state": s, "commit": None, "attempts": [], "reason": None}
+        for i, s in enumerate(states)
+    ]
+    return {
+        "run": "r1",
+        "state": "failed",
+        "branch": "orchardist/r1",
+        "tasks": tasks,
+        "unverified": [t["id"] for t in tasks if t["state"] == "done"],
+    }
+
+
+def test_a_large_runs_summary_gives_counts_and_the_first_few_tasks_not_every_id(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from orchardist.cli import SUMMARY_ROWS, _print_summary
+
+    # Given a run of 10,000 tasks, two of which failed late in the plan
+    states = ["done"] * 10_000
+    states[7000] = states[9000] = "failed"
+    # When its final summary is printed
+    _print_summary(_doc(states), limit=SUMMARY_ROWS)
+    out = capsys.readouterr().out
+    # Then it is short, counts by state, and shows the failures first
+    lines = out.splitlines()
+    assert len(lines) <= SUMMARY_ROWS + 5, out
+    assert "  tasks: 9998 done, 2 failed" in lines
+    assert lines[2].split()[:2] == ["t07000", "failed"] and lines[3].split()[0] == "t09000"
+    assert "... and 9980 more" in out
+    assert "t00000, t00001, t00002, t00003, t00004 and 9993 more (9998 in all)" in out
+    assert "t09999" not in out
+
+
+def test_a_small_runs_summary_lists_every_task(capsys: pytest.CaptureFixture[str]) -> None:
+    from orchardist.cli import SUMMARY_ROWS, _print_summary
+
+    _print_summary(_doc(["done", "failed", "done"]), limit=SUMMARY_ROWS)
+    out = capsys.readouterr().out
+    assert "tasks:" not in out and "more" not in out
+    assert [line.split()[0] for line in out.splitlines()[1:4]] == ["t00000", "t00001", "t00002"]
+    assert "merged without verify commands: t00000, t00002" in out

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
@@ -29,6 +30,9 @@ from .records import RunState
 from .terminal import plain
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# A run's final summary lists at most this many tasks (counts by state say the rest), and of a
+# longer list of ids the first few: a 10,000-task run must not print 10,000 lines.
+SUMMARY_ROWS, SUMMARY_FEW = 20, 5
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -616,7 +620,7 @@ def _drive(
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
-        _print_summary(doc, quiet=args.quiet)
+        _print_summary(doc, quiet=args.quiet, limit=SUMMARY_ROWS)
         if not args.quiet:
             _print_next(doc)
     codes = {RunState.DONE: EXIT_OK, RunState.INTERRUPTED: EXIT_INTERRUPTED}
@@ -1137,16 +1141,24 @@ def _spent(usage: dict[str, Any]) -> str:
     return text
 
 
-def _print_summary(doc: dict[str, Any], attempts: bool = False, quiet: bool = False) -> None:
+def _print_summary(
+    doc: dict[str, Any], attempts: bool = False, quiet: bool = False, limit: int | None = None
+) -> None:
+    """A run's tasks, one line each; with ``limit``, a large run shows its counts by state and
+    at most ``limit`` tasks, those that did not end done first."""
     print(f"run {doc['run']}: {doc['state']}  branch {doc['branch']}")
     if doc["state"] == "dead":
         print(
             f"  no orchardist drives it any more (killed?): `orchardist resume {doc['run']}` "
             "continues it"
         )
-    for task in doc["tasks"]:
-        if quiet and task["state"] in ("done", "skipped"):
-            continue
+    tasks = [t for t in doc["tasks"] if not (quiet and t["state"] in ("done", "skipped"))]
+    if limit is not None and len(doc["tasks"]) > limit:
+        counts = Counter(t["state"] for t in doc["tasks"])
+        print("  tasks: " + ", ".join(f"{n} {state}" for state, n in counts.most_common()))
+        tasks.sort(key=lambda t: t["state"] in ("done", "skipped"))  # stable: plan order kept
+    hidden = tasks[limit:] if limit is not None else []
+    for task in tasks[: len(tasks) - len(hidden)]:
         line = f"  {task['id']:<20} {task['state']:<10}"
         if task["commit"]:
             line += f" {task['commit'][:12]}"
@@ -1165,13 +1177,22 @@ def _print_summary(doc: dict[str, Any], attempts: bool = False, quiet: bool = Fa
                 )
                 if a["selection"]:
                     print(f"         {a['selection']}")
+    if hidden:
+        print(f"  ... and {len(hidden)} more (`orchardist status {doc['run']}` lists them all)")
     totals = doc.get("totals", {})
     if any(v is not None for v in totals.values()):
         print(f"  spent:{_spent(totals)}")
     if doc.get("unverified"):
-        print(f"  merged without verify commands: {', '.join(doc['unverified'])}")
+        print(f"  merged without verify commands: {_first_few(doc['unverified'], limit)}")
     if "disk_bytes" in doc:
         print(f"  disk: {doc['disk_bytes'] / 1e6:.1f} MB of logs and worktrees")
+
+
+def _first_few(ids: Sequence[str], limit: int | None) -> str:
+    """``a, b, c``; past ``limit``, the first few and how many more."""
+    if limit is None or len(ids) <= limit:
+        return ", ".join(ids)
+    return f"{', '.join(ids[:SUMMARY_FEW])} and {len(ids) - SUMMARY_FEW} more ({len(ids)} in all)"
 
 
 if __name__ == "__main__":
