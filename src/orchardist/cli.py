@@ -310,9 +310,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_doctor)
 
+    from .oneshot import add_parsers as add_oneshot_parsers
     from .scan.cli import add_parser as add_scan_parser
 
     add_scan_parser(sub, _positive)
+    add_oneshot_parsers(sub)
 
     p = sub.add_parser(
         "completion",

@@ -1,0 +1,199 @@
+"""``orchardist fix`` and ``orchardist debug``: one pipeline task from the command line and the
+config files' profiles, run like any plan."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchardist import load_plan
+from orchardist.config import user_config
+from support import git
+
+FIXER = """
+[agents.fixer]
+kind = "shell"
+command = "echo fixed > fixed.txt"
+"""
+SECOND = """
+[agents.second]
+kind = "shell"
+command = "echo second > fixed.txt"
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_xdg(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+
+
+def orchardist(
+    repo: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchardist", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+        env=os.environ,
+        timeout=300,
+    )
+
+
+def configure(repo: Path, text: str) -> None:
+    (repo / ".orchardist.toml").write_text(text)
+
+
+def oneshot_plans(repo: Path) -> list[Path]:
+    folder = repo / ".git" / "orchardist" / "oneshot"
+    return sorted(folder.iterdir()) if folder.is_dir() else []
+
+
+def test_fix_runs_the_report_with_the_configured_profile_and_lands_it(repo: Path) -> None:
+    # Given: one profile in the repository's config file
+    configure(repo, FIXER)
+
+    # When
+    out = orchardist(repo, "fix", "fixed.txt is missing", "--verify", "test -f fixed.txt")
+
+    # Then: a run like `run`'s, its id printed, the fix on the run branch
+    assert out.returncode == 0, out.stderr
+    [plan] = oneshot_plans(repo)
+    run_id = git(repo, "branch", "--list", "orchardist/*").split()[-1].removeprefix("orchardist/")
+    assert f"run {run_id}: done" in out.stdout
+    assert git(repo, "show", f"orchardist/{run_id}:fixed.txt") == "fixed"
+    assert f"plan: {plan}" in out.stderr
+    # the plan kept is a real plan: the report is its prompt, the pipeline is fix
+    [task] = load_plan(plan).tasks
+    assert (task.pipeline, task.prompt, task.agent) == ("fix", "fixed.txt is missing", "fixer")
+    assert task.verify == ("test -f fixed.txt",)
+    # and status finds the run
+    status = orchardist(repo, "status", run_id, "--json")
+    assert json.loads(status.stdout)["plan"] == str(plan)
+
+
+def test_fix_json_prints_the_final_status_document(repo: Path) -> None:
+    user = user_config()
+    user.parent.mkdir(parents=True)
+    user.write_text(FIXER)  # the user's config this time
+
+    out = orchardist(repo, "fix", "broken", "--verify", "test -f fixed.txt", "--json")
+
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["state"] == "done" and doc["run"] in doc["branch"]
+    plan = Path(doc["plan"])
+    assert plan.parent == repo / ".git" / "orchardist" / "oneshot" and "-fix-" in plan.name
+
+
+def test_a_report_can_come_from_stdin(repo: Path) -> None:
+    configure(repo, FIXER)
+    report = 'line one\nline two with "quotes", a tab\t, a backslash \\ and é\n'
+
+    out = orchardist(repo, "debug", "-", "--dry-run", stdin=report)
+
+    assert out.returncode == 0, out.stderr
+    plan = repo / "shown.toml"
+    plan.write_text(out.stdout)
+    [task] = load_plan(plan).tasks
+    assert task.prompt == report and task.title == "line one"
+    assert oneshot_plans(repo) == []  # a dry run writes nothing
+
+
+def test_the_plan_carries_agents_candidates_check_stages_and_audit(repo: Path) -> None:
+    configure(repo, FIXER + SECOND)
+
+    out = orchardist(
+        repo,
+        "debug",
+        "parse_date accepts Feb 30",
+        "--agent",
+        "fixer",
+        "--agent",
+        "second",
+        "--candidates",
+        "3",
+        "--check",
+        "python -m pytest -q tests/test_dates.py",
+        "--stage",
+        "localize=second",
+        "--stage",
+        "reproduce=fixer,second",
+        "--no-audit",
+        "--retries",
+        "2",
+        "--timeout",
+        "20m",
+        "--dry-run",
+    )
+
+    assert out.returncode == 0, out.stderr
+    (repo / "shown.toml").write_text(out.stdout)
+    [task] = load_plan(repo / "shown.toml").tasks
+    assert task.pipeline == "debug" and task.agents == ("fixer", "second")
+    assert task.candidates == 3 and task.retries == 2 and task.timeout_s == 1200
+    assert task.check == "python -m pytest -q tests/test_dates.py"
+    assert task.auto_verify  # no --verify: the tests of the changed files
+    assert not task.audit
+    assert task.stages["localize"].agents == ("second",)
+    assert task.stages["reproduce"].agents == ("fixer", "second")
+
+
+def test_verify_none_opts_out(repo: Path) -> None:
+    configure(repo, FIXER)
+    out = orchardist(repo, "fix", "x", "--verify", "none", "--dry-run")
+    (repo / "shown.toml").write_text(out.stdout)
+    [task] = load_plan(repo / "shown.toml").tasks
+    assert task.verify == () and not task.auto_verify
+
+
+@pytest.mark.parametrize(
+    ("config", "args", "says"),
+    [
+        ("", ["fix", "x"], "no agent profile is configured"),
+        (FIXER, ["fix", "x", "--agent", "ghost"], "unknown agent profile 'ghost'"),
+        (FIXER + SECOND, ["debug", "x"], "choose with --agent"),
+        (FIXER, ["fix", "   "], "the bug report is empty"),
+        (FIXER, ["fix", "x", "--candidates", "0"], "--candidates must be at least 1"),
+        (FIXER, ["fix", "x", "--stage", "polish=fixer"], "unknown stage"),
+        (FIXER, ["fix", "x", "--stage", "localize"], "expected NAME=PROFILE"),
+        (FIXER, ["fix", "x", "--stage", "fix=ghost"], "unknown agent profile 'ghost'"),
+        (FIXER, ["fix", "x", "--stage", "audit=fixer", "--no-audit"], "contradict"),
+        (FIXER, ["fix", "x", "--timeout", "soon"], "--timeout"),
+        (FIXER, ["fix", "x", "--verify", "none", "--verify", "true"], "--verify none"),
+        (FIXER, ["fix", "x", "--check", " "], "--check needs a command"),
+        ('[agents.bad]\nkind = "telepathy"\n', ["fix", "x"], ".orchardist.toml: agents.bad.kind"),
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(
+    repo: Path, config: str, args: list[str], says: str
+) -> None:
+    configure(repo, config)
+
+    out = orchardist(repo, *args)
+
+    assert out.returncode == 2, out.stderr
+    assert says in out.stderr
+    assert "Traceback" not in out.stderr
+    assert oneshot_plans(repo) == []
+    assert git(repo, "branch", "--list", "orchardist/*") == ""
+
+
+def test_outside_a_repository_is_a_usage_error(tmp_path: Path) -> None:
+    out = orchardist(tmp_path, "fix", "x")
+    assert out.returncode == 2 and "not inside a git repository" in out.stderr
+
+
+def test_help_names_the_options_and_the_config_files(repo: Path) -> None:
+    for command in ("fix", "debug"):
+        out = orchardist(repo, command, "--help")
+        assert out.returncode == 0
+        for word in ("--check", "--agent", "--candidates", "--verify", ".orchardist.toml"):
+            assert word in out.stdout
