@@ -29,6 +29,18 @@ TRAILER_PREFIX = "Orchardist-"
 # Resolved once: a `git` an agent drops earlier on PATH later is never the one we run.
 GIT = shutil.which("git") or "git"
 REFLOG_MESSAGE = "orchardist"
+# Outranking the repository's own config too: no command git would run on its own.
+FIXED_CONFIG = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.attributesFile", "/dev/null"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+)
+# Data, not commands, kept from the user's global configuration: which files they ignore
+# everywhere (a snapshot must not commit them), and repositories they trust though another
+# user owns them.
+CARRIED_CONFIG = r"^(core\.excludesfile|safe\.directory)$"
 
 
 def find_toplevel(path: Path) -> Path | None:
@@ -65,17 +77,22 @@ class Repo:
         self._native = self._native_identities()
 
     def _git_env(self) -> dict[str, str]:
+        """orchardist's own git: a fixed configuration in which nothing configured runs.
+
+        No system or global configuration (an agent that could write ``~/.gitconfig.local``,
+        pulled in by an ``[include]``, would otherwise plant an fsmonitor, a filter driver or
+        a ``gpg.program`` that runs in the orchestrator, with its environment), no global
+        attributes, no hooks, no fsmonitor. What orchardist needs from the user's own
+        configuration is data, read once here: the identity and a few settings (FIXED_CONFIG,
+        CARRIED_CONFIG). The repository's own config is still read: only the user writes it.
+        """
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
         env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
-        # orchardist's own git commands run no configured commands: no fsmonitor, no hooks.
-        env.update(
-            GIT_CONFIG_COUNT="2",
-            GIT_CONFIG_KEY_0="core.fsmonitor",
-            GIT_CONFIG_VALUE_0="false",
-            GIT_CONFIG_KEY_1="core.hooksPath",
-            GIT_CONFIG_VALUE_1="/dev/null",
-        )
-        env.update(identity_env(self.root, env))
+        carried = carried_config(self.root, env)
+        identity = identity_env(self.root, env)
+        env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null", GIT_ATTR_NOSYSTEM="1")
+        env.update(config_env([*FIXED_CONFIG, *carried]))
+        env.update(identity)
         return env
 
     # -- plumbing ------------------------------------------------------------------------
@@ -526,7 +543,8 @@ def commit_message(title: str, trailers: Mapping[str, str | int]) -> str:
 
 
 def identity_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
-    """Author/committer variables for commits; an orchardist identity where git has none."""
+    """Author and committer variables for commits: the identity the user's git has (read with
+    the user's own configuration), or orchardist's where git has none."""
     out: dict[str, str] = {}
     for role in ("AUTHOR", "COMMITTER"):
         proc = subprocess.run(
@@ -537,10 +555,44 @@ def identity_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
             env={**env, "GIT_TERMINAL_PROMPT": "0"},
             check=False,
         )
-        if proc.returncode != 0 or "@" not in proc.stdout or "(none)" in proc.stdout:
-            out[f"GIT_{role}_NAME"] = FALLBACK_NAME
-            out[f"GIT_{role}_EMAIL"] = FALLBACK_EMAIL
+        name, _, email = proc.stdout.rsplit(" ", 2)[0].partition(" <")
+        email = email.removesuffix(">")
+        if proc.returncode != 0 or "@" not in email or "(none)" in email or not name.strip():
+            name, email = FALLBACK_NAME, FALLBACK_EMAIL
+        out[f"GIT_{role}_NAME"] = name.strip()
+        out[f"GIT_{role}_EMAIL"] = email.strip()
     return out
+
+
+def carried_config(root: Path, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The settings of CARRIED_CONFIG as the user's git has them (system, global, includes)."""
+    proc = subprocess.run(
+        [GIT, "config", "-z", "--includes", "--get-regexp", CARRIED_CONFIG],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        env={**env, "GIT_TERMINAL_PROMPT": "0"},
+        check=False,
+    )
+    carried = []
+    for record in proc.stdout.split("\0"):
+        key, _, value = record.partition("\n")
+        if key:
+            if key == "core.excludesfile":
+                value = os.path.expanduser(value)
+            carried.append((key, value))
+    return carried
+
+
+def config_env(settings: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """``GIT_CONFIG_COUNT``/``KEY``/``VALUE`` variables: command-line configuration, which
+    outranks every configuration file."""
+    env = {"GIT_CONFIG_COUNT": str(len(settings))}
+    for n, (key, value) in enumerate(settings):
+        env[f"GIT_CONFIG_KEY_{n}"] = key
+        env[f"GIT_CONFIG_VALUE_{n}"] = value
+    return env
 
 
 _OID = re.compile(r"[0-9a-f]{40}")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchardist import RunState
-from support import Finished, toml_str, write_plan
+from support import Finished, git, toml_str, write_plan
 
 RunPlan = Callable[..., Finished]
 Scripts = Callable[..., str]
@@ -49,3 +49,77 @@ def test_filters_fsmonitor_and_hooks_an_agent_configures_never_run_in_orchardist
     assert run.state is RunState.DONE
     assert {"code.txt", ".gitattributes"} <= run.tree()
     assert sorted(p.name for p in sync.iterdir()) == []
+
+
+def test_commands_in_the_users_global_git_config_never_run_in_orchardist_s_git(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: the user's ~/.gitconfig includes ~/.gitconfig.local, where a hostile agent of an
+    # earlier run planted commands: an fsmonitor, hooks, filter, textconv and merge drivers for
+    # every file (through a global attributes file) and commit signing by a program of its own
+    home = Path.home()
+    hooks = sync.parent / "evil-hooks"
+    hooks.mkdir()
+    for hook in ("reference-transaction", "post-checkout", "post-commit", "post-index-change"):
+        (hooks / hook).write_text(f"#!/bin/sh\ntouch {sync}/hook-{hook}\n")
+        (hooks / hook).chmod(0o755)
+    gpg = sync.parent / "evil-gpg"
+    gpg.write_text(f"#!/bin/sh\ntouch {sync}/gpg-ran\nexit 1\n")
+    gpg.chmod(0o755)
+    attributes = sync.parent / "evil-attributes"
+    attributes.write_text("* filter=evil diff=evil merge=evil\n")
+    with (home / ".gitconfig").open("a") as fh:
+        fh.write("[include]\n\tpath = ~/.gitconfig.local\n")
+    (home / ".gitconfig.local").write_text(
+        f"""[core]
+\tfsmonitor = "touch {sync}/fsmonitor-ran; false"
+\thooksPath = {hooks}
+\tattributesFile = {attributes}
+[filter "evil"]
+\tclean = "touch {sync}/clean-ran; cat"
+\tsmudge = "touch {sync}/smudge-ran; cat"
+[diff "evil"]
+\ttextconv = "touch {sync}/textconv-ran; cat"
+[merge "evil"]
+\tdriver = "touch {sync}/merge-ran; false"
+[commit]
+\tgpgSign = true
+[gpg]
+\tprogram = {gpg}
+"""
+    )
+    # and two tasks editing distant lines of one file at once, so the second merges three ways
+    (repo / "README.md").write_text("".join(f"line {n}\n" for n in range(1, 10)))
+    git(repo, "-c", "commit.gpgSign=false", "commit", "-qam", "nine lines")
+    for marker in sync.iterdir():  # the user's own git ran them, as it may: start from none
+        marker.unlink()
+    command = shell_scripts(
+        first="sed -i 's/line 1$/line one/' README.md\n",
+        ninth="sed -i 's/line 9$/line nine/' README.md\n",
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        max_parallel = 2
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "first"
+
+        [[task]]
+        id = "ninth"
+        """,
+    )
+
+    # When
+    run = run_plan(plan)
+
+    # Then: none of the planted commands ran (the markers are absent)
+    assert sorted(p.name for p in sync.iterdir()) == []
+    # and both edits are merged into one file, by git's own merge
+    assert run.state is RunState.DONE, run.doc
+    assert run.read("README.md").splitlines()[::8] == ["line one", "line nine"]
