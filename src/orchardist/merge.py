@@ -34,6 +34,14 @@ class Integrator:
         """The branch's current commit."""
         return self.repo.rev_parse(self.ref)
 
+    def current(self) -> str | None:
+        """The branch's current commit, or None when it was deleted."""
+        return self.repo.try_rev_parse(self.ref)
+
+    def recreate(self, tip: str) -> bool:
+        """Make the deleted branch again at ``tip``; False if it exists by now."""
+        return self.repo.update_ref(self.ref, tip, None)
+
     def prepare(self, base: str, patch: str, message: str, tip: str | None = None) -> Prepared:
         """A commit of ``patch``'s changes on the tip (``tip`` if the caller knows it).
 

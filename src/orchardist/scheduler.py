@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
+from .errors import GitError
 from .executors import Executor, Job, Outcome, Phase
 from .gitrepo import commit_message
 from .graph import Graph, ReadySet
@@ -758,7 +759,11 @@ class Scheduler:
         with self._tx() as tx:  # before the ref moves: resume trusts only recorded commits
             tx.intend_commit(self.run_id, prepared.commit, job.task_id, job.attempt)
         if not self.integrator.advance(prepared):
-            moved = self.integrator.tip()
+            if self.integrator.current() is None:  # deleted under the run: made again, retried
+                self._branch_tip()
+                self.merge_queue.appendleft(outcome)
+                return
+            moved = self._branch_tip()
             if moved == prepared.tip:  # git could not move it (a stale lock, a full disk)
                 with self._tx() as tx:
                     self._event(
@@ -785,7 +790,7 @@ class Scheduler:
                     restored=restored,
                 )
             if not restored:
-                self.tip = self.integrator.tip()
+                self.tip = self._branch_tip()
             self.merge_queue.appendleft(outcome)
             return
         self._done(job.task_id, job.attempt, prepared.commit, outcome)
@@ -1014,7 +1019,7 @@ class Scheduler:
                 self.executor.cancel(pending.job.id, stop.reason)
 
     def _finish(self) -> RunState:
-        moved = self.integrator.tip()
+        moved = self._branch_tip()
         if moved != self.tip and self.integrator.reset(self.tip, moved):
             with self._tx() as tx:
                 self._event(
@@ -1054,11 +1059,30 @@ class Scheduler:
         counts = Counter(r.state.value for r in self.tasks.values())
         return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
+    def _branch_tip(self) -> str:
+        """The run branch's tip. A branch deleted under the run is made again where orchardist
+        last put it (``self.tip``, a commit the store recorded): only orchardist moves it."""
+        tip = self.integrator.current()
+        if tip is not None:
+            return tip
+        restored = self.integrator.recreate(self.tip)
+        with self._tx() as tx:
+            self._event(
+                tx, "merge", None, None, state="branch_deleted", restored=restored, tip=self.tip
+            )
+        tip = self.integrator.current()
+        if tip is None:
+            raise GitError(
+                f"the run branch {self.run_record.branch} was deleted and cannot be made again"
+            )
+        return tip
+
     # -- state ---------------------------------------------------------------------------
 
     def _restore(self) -> None:
         """Build the in-memory view from the store: a fresh run, or one being resumed."""
-        self.tip = self.integrator.tip()
+        self.tip = self.run_record.base_commit  # (resume put the branch where the store says)
+        self.tip = self._branch_tip()
         self.tasks = {r.task_id: r for r in self.store.tasks(self.run_id)}
         passed: dict[str, AttemptRecord] = {}
         for attempt in self.store.attempts(self.run_id):
