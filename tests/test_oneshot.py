@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,6 +58,15 @@ def oneshot_plans(repo: Path) -> list[Path]:
     return sorted(folder.iterdir()) if folder.is_dir() else []
 
 
+def shown_task(repo: Path, text: str) -> dict[str, Any]:
+    """The task of a plan printed by --dry-run, as written; the plan validates."""
+    (repo / "shown.toml").write_text(text)
+    load_plan(repo / "shown.toml")
+    [task] = tomllib.loads(text)["task"]
+    assert isinstance(task, dict)
+    return task
+
+
 def test_fix_runs_the_report_with_the_configured_profile_and_lands_it(repo: Path) -> None:
     # Given: one profile in the repository's config file
     configure(repo, FIXER)
@@ -71,7 +82,7 @@ def test_fix_runs_the_report_with_the_configured_profile_and_lands_it(repo: Path
     assert git(repo, "show", f"orchardist/{run_id}:fixed.txt") == "fixed"
     assert f"plan: {plan}" in out.stderr
     # the plan kept is a real plan: the report is its prompt, the pipeline is fix
-    [task] = load_plan(plan).tasks
+    task = load_plan(plan).task("fix")
     assert (task.pipeline, task.prompt, task.agent) == ("fix", "fixed.txt is missing", "fixer")
     assert task.verify == ("test -f fixed.txt",)
     # and status finds the run
@@ -100,10 +111,8 @@ def test_a_report_can_come_from_stdin(repo: Path) -> None:
     out = orchardist(repo, "debug", "-", "--dry-run", stdin=report)
 
     assert out.returncode == 0, out.stderr
-    plan = repo / "shown.toml"
-    plan.write_text(out.stdout)
-    [task] = load_plan(plan).tasks
-    assert task.prompt == report and task.title == "line one"
+    task = shown_task(repo, out.stdout)
+    assert task["prompt"] == report and task["title"] == "line one"
     assert oneshot_plans(repo) == []  # a dry run writes nothing
 
 
@@ -135,23 +144,23 @@ def test_the_plan_carries_agents_candidates_check_stages_and_audit(repo: Path) -
     )
 
     assert out.returncode == 0, out.stderr
-    (repo / "shown.toml").write_text(out.stdout)
-    [task] = load_plan(repo / "shown.toml").tasks
-    assert task.pipeline == "debug" and task.agents == ("fixer", "second")
-    assert task.candidates == 3 and task.retries == 2 and task.timeout_s == 1200
-    assert task.check == "python -m pytest -q tests/test_dates.py"
-    assert task.auto_verify  # no --verify: the tests of the changed files
-    assert not task.audit
-    assert task.stages["localize"].agents == ("second",)
-    assert task.stages["reproduce"].agents == ("fixer", "second")
+    task = shown_task(repo, out.stdout)
+    assert task["pipeline"] == "debug" and task["agent"] == ["fixer", "second"]
+    assert (task["candidates"], task["retries"], task["timeout"]) == (3, 2, "20m")
+    assert task["check"] == "python -m pytest -q tests/test_dates.py"
+    assert task["verify"] == "auto"  # no --verify: the tests of the changed files
+    assert task["stages"] == {
+        "audit": False,
+        "localize": {"agent": "second"},
+        "reproduce": {"agent": ["fixer", "second"]},
+    }
 
 
 def test_verify_none_opts_out(repo: Path) -> None:
     configure(repo, FIXER)
     out = orchardist(repo, "fix", "x", "--verify", "none", "--dry-run")
-    (repo / "shown.toml").write_text(out.stdout)
-    [task] = load_plan(repo / "shown.toml").tasks
-    assert task.verify == () and not task.auto_verify
+    assert shown_task(repo, out.stdout)["verify"] == "none"
+    assert load_plan(repo / "shown.toml").task("fix").verify == ()
 
 
 @pytest.mark.parametrize(
