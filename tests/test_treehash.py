@@ -15,6 +15,14 @@ def test_a_chain_is_followed_hop_by_hop_not_read_as_text() -> None:
     assert escaping_symlinks(links) == ["x"]
 
 
+def test_the_chains_of_the_hostile_review_are_refused() -> None:
+    # f leaves on its own; x goes through f, then back up past the root, to /etc/hostname
+    links = {"f": "../../..", "x": "f/../../../etc/hostname"}
+    assert sorted(escaping_symlinks(links)) == ["f", "x"]
+    # x alone, with f a harmless-looking link to the root: still out, by one ".."
+    assert escaping_symlinks({"d/f": "..", "x": "d/f/../etc/hostname"}) == ["x"]
+
+
 def test_absolute_targets_and_endless_chains_count_as_leaving() -> None:
     assert escaping_symlinks({"a": "/etc/passwd"}) == ["a"]
     assert sorted(escaping_symlinks({"l1": "l2", "l2": "l1"})) == ["l1", "l2"]

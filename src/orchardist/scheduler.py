@@ -1073,7 +1073,8 @@ class Scheduler:
         tip = self.integrator.current()
         if tip is None:
             raise GitError(
-                f"the run branch {self.run_record.branch} was deleted and cannot be made again"
+                f"the run branch {self.run_record.branch} is gone or names no readable commit "
+                "(a damaged object store?) and cannot be made again"
             )
         return tip
 

@@ -48,9 +48,10 @@ def test_a_planted_object_under_the_verified_file_s_id_changes_nothing_that_is_m
     repo: Path, shell_scripts: Scripts, run_plan: RunPlan
 ) -> None:
     # Given: an agent that writes a good app.py (the one verify passes), then plants a loose
-    # object with other code under that file's blob id, and rewrites the object of the user's
-    # committed README.md
+    # object with other code under that file's blob id, and rewrites the objects of the user's
+    # committed README.md and of the run branch's tip commit
     readme_id = git(repo, "rev-parse", "HEAD:README.md")
+    base_id = git(repo, "rev-parse", "HEAD")
     command = shell_scripts(
         plant=PLANT
         + f"""
@@ -58,6 +59,7 @@ def test_a_planted_object_under_the_verified_file_s_id_changes_nothing_that_is_m
         echo "print('good')" > src/app.py
         plant "$(git hash-object src/app.py)" "print('evil')"
         plant {readme_id} "evil readme"
+        plant {base_id} "evil tip"
         """
     )
     plan = write_plan(
@@ -81,6 +83,7 @@ def test_a_planted_object_under_the_verified_file_s_id_changes_nothing_that_is_m
     assert run.read("src/app.py") == "print('good')"
     # and the user's README object is intact, and git finds no damaged object at all
     assert git(repo, "cat-file", "blob", readme_id) == "hello"
+    assert git(repo, "cat-file", "-t", base_id) == "commit"
     fsck = subprocess.run(
         ["git", "fsck", "--full", "--strict"], cwd=repo, capture_output=True, text=True
     )
