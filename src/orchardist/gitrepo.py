@@ -421,7 +421,7 @@ class Repo:
 
     def changed_lines(self, old: str, new: str) -> int:
         """Lines added plus lines removed between two commits (binary files count 1 each)."""
-        out = self.git("diff", "--numstat", "--no-renames", old, new)
+        out = self.git("diff", *_PLAIN_DIFF, "--numstat", "--no-renames", old, new)
         total = 0
         for line in out.splitlines():
             added, removed, _ = line.split("\t", 2)
@@ -430,7 +430,7 @@ class Repo:
 
     def changed_files(self, old: str, new: str) -> list[str]:
         """Paths that differ between two commits."""
-        out = self.git("diff", "--name-only", "--no-renames", "-z", old, new)
+        out = self.git("diff", *_PLAIN_DIFF, "--name-only", "--no-renames", "-z", old, new)
         return [p for p in out.split("\0") if p]
 
     def merge_trees(self, base: str, ours: str, theirs: str) -> MergeResult:
@@ -465,7 +465,9 @@ class Repo:
         ]
         if max_file_bytes is None:
             return problems
-        out = self.git("diff", "--raw", "--no-renames", "-z", "--no-abbrev", base, patch)
+        out = self.git(
+            "diff", *_PLAIN_DIFF, "--raw", "--no-renames", "-z", "--no-abbrev", base, patch
+        )
         fields = out.split("\0")
         for meta, path in zip(fields[0::2], fields[1::2], strict=False):
             parts = meta.split()
@@ -517,7 +519,6 @@ class Repo:
                 parts[f"run branch {ref.removeprefix('refs/heads/')}"] = str(count)
         head = self.run_git("symbolic-ref", "-q", "HEAD").stdout.strip()
         commit = self.run_git("rev-parse", "-q", "--verify", "HEAD").stdout.strip()
-        status = self.run_git("status", "--porcelain=v1", "-z", "--untracked-files=all").stdout
         refs = [
             line
             for line in self.git(
@@ -526,9 +527,28 @@ class Repo:
             if not any(line.startswith(prefix) for prefix in ignore_refs)
         ]
         parts["HEAD"] = f"{head} {commit}"
-        parts["files or index"] = status
+        parts["files or index"] = self._checkout_files()
         parts["branches or tags"] = "\n".join(refs)
         return parts
+
+    def _checkout_files(self) -> str:
+        """A digest of the checkout's index entries and of every file's ``lstat``, tracked or
+        not (ignored files excepted). Neither ``ls-files`` nor ``lstat`` reads a file's bytes:
+        unlike ``git status``, no clean filter a repository's config names ever runs here."""
+        root = self.root
+        digest = hashlib.sha256(self._git_bytes("ls-files", "-z", "--stage", cwd=root, env={}))
+        listing = self._git_bytes(
+            "ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=root, env={}
+        )
+        for path in dict.fromkeys(listing.split(b"\0")):
+            try:
+                st = os.lstat(os.path.join(root, os.fsdecode(path)))
+            except OSError:
+                digest.update(path + b"\0-\0")
+                continue
+            stamp = f"{st.st_mode} {st.st_size} {st.st_mtime_ns} {st.st_ino}"
+            digest.update(path + b"\0" + stamp.encode() + b"\0")
+        return digest.hexdigest()
 
     def status_porcelain(self) -> str:
         """``git status --porcelain`` of the main checkout (for checks, never changed by us)."""
@@ -596,6 +616,8 @@ def config_env(settings: Sequence[tuple[str, str]]) -> dict[str, str]:
 
 
 _OID = re.compile(r"[0-9a-f]{40}")
+# No diff command or text conversion a repository's config names.
+_PLAIN_DIFF = ("--no-ext-diff", "--no-textconv")
 
 
 def _is_oid(text: str) -> bool:

@@ -123,3 +123,49 @@ def test_commands_in_the_users_global_git_config_never_run_in_orchardist_s_git(
     # and both edits are merged into one file, by git's own merge
     assert run.state is RunState.DONE, run.doc
     assert run.read("README.md").splitlines()[::8] == ["line one", "line nine"]
+
+
+def test_without_the_sandbox_a_filter_planted_in_the_users_repository_never_runs_in_the_guard(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: no sandbox, and an agent that plants a clean filter (and a filter process) for
+    # every file in the user's .git/config and info/attributes, then touches the user's files
+    # so that `git status` would have to run the filter to compare them
+    planter = f"""
+        user_git=$(dirname "$(cat "$(git rev-parse --absolute-git-dir)/objects/info/alternates")")
+        git --git-dir="$user_git" config filter.evil.clean "touch {sync}/clean-ran; cat"
+        git --git-dir="$user_git" config filter.evil.process "touch {sync}/process-ran; false"
+        mkdir -p "$user_git/info"
+        echo '* filter=evil' >> "$user_git/info/attributes"
+        touch "$(dirname "$user_git")/README.md" "$(dirname "$user_git")/.gitignore"
+        echo planted > planted.txt
+        """
+    command = shell_scripts(planter=planter, later="echo later > later.txt\n")
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = false
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "planter"
+
+        [[task]]
+        id = "later"
+        """,
+    )
+
+    # When
+    run = run_plan(plan, max_parallel=1)
+
+    # Then: the checkout guard caught the planter (the repository's config changed), and no
+    # git of orchardist's ran the filter, neither then nor for the task after it
+    assert sorted(p.name for p in sync.iterdir()) == []
+    (planted,) = run.task("planter")["attempts"]
+    assert planted["failure"] == "agent_error", planted
+    assert "planted.txt" not in run.tree()
+    assert "later.txt" in run.tree()
