@@ -4,10 +4,10 @@ Usage: ``python benchmarks/scheduler.py [--sizes 100,2000] [--seed 7]``
 
 For each size, a random layered DAG (seeded) runs through the real :class:`Scheduler`, a real
 SQLite :class:`Store` and the real git :class:`Integrator`, in a throwaway repository. Only the
-agents are fake: :class:`SleepExecutor` implements the Executor seam and "runs" each attempt by
-waiting out the task's duration on one timer thread (a heap and a Condition, no polling). An
-agent that sleeps changes nothing, so its patch is its base commit: the integrator still does all
-its work (read the tip, merge when the tip moved, write the commit, move the branch).
+agents are fake: the package's :class:`InlineExecutor` implements the Executor seam and "runs"
+each attempt by waiting out the task's duration on one timer thread (a heap and a Condition, no
+polling). Such an attempt changes nothing, so its patch is its base commit: the integrator still
+does all its work (read the tip, merge when the tip moved, write the commit, move the branch).
 
 Printed per graph:
 
@@ -18,8 +18,8 @@ Printed per graph:
   scheduling, not a saturated loop. Sub-second tasks are still far harsher than real agents.
 - orchestration overhead per task: wall time of the same graph with zero-duration tasks, divided
   by its number of tasks. Target ≤ 5 ms. It is shown twice: end to end (with git merges), and with
-  the git integrator swapped for an in-memory one (scheduler + store alone), so that the cost of
-  git's subprocesses is visible on its own.
+  the git integrator swapped for the package's in-memory one (scheduler + store alone), so that
+  the cost of git's subprocesses is visible on its own.
 """
 
 from __future__ import annotations
@@ -34,124 +34,20 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchardist.executors import Job, Notify, Outcome, Phase
+from orchardist.executors.inline import InlineExecutor
 from orchardist.graph import Graph
-from orchardist.merge import Integrator, Prepared
+from orchardist.merge import GitIntegrator, MemoryIntegrator
 from orchardist.plan import Plan, load_plan
-from orchardist.records import AttemptState
 from orchardist.runs import Workspace, create_run
 from orchardist.scheduler import Scheduler
 
 RATIO_TARGET = 1.10
 OVERHEAD_TARGET_MS = 5.0
-
-
-# -- the fake agents -----------------------------------------------------------------------------
-
-
-class SleepExecutor:
-    """An Executor whose jobs take their task's duration and then pass, changing nothing.
-
-    One timer thread sleeps on a Condition until the earliest due job (or a new submission) and
-    reports every job that is due; there is no polling interval.
-    """
-
-    def __init__(self, durations_s: Mapping[str, float]) -> None:
-        self._durations_s = durations_s
-        self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, str]] = []  # (due, tie-breaker, job id)
-        self._pending: dict[str, tuple[Job, Notify, float]] = {}  # job id -> (job, notify, start)
-        self._seq = itertools.count()
-        self._closing = False
-        self._thread = threading.Thread(target=self._loop, name="sleep-executor", daemon=True)
-        self._thread.start()
-
-    def submit(self, job: Job, notify: Notify) -> None:
-        """Schedule the job's completion; returns at once."""
-        duration = self._durations_s.get(job.task_id, 0.0) if job.profile is not None else 0.0
-        with self._cond:
-            self._pending[job.id] = (job, notify, time.time())
-            heapq.heappush(self._heap, (time.monotonic() + duration, next(self._seq), job.id))
-            self._cond.notify()
-
-    def cancel(self, job_id: str, reason: str) -> None:
-        """Report the job cancelled now; its timer entry is skipped when reached."""
-        with self._cond:
-            entry = self._pending.pop(job_id, None)
-        if entry is not None:
-            job, notify, started = entry
-            notify(Outcome(job, AttemptState.CANCELLED, started, time.time(), detail=reason))
-
-    def close(self) -> None:
-        """Let every submitted job finish, then stop the timer thread."""
-        with self._cond:
-            self._closing = True
-            self._cond.notify()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    if self._heap:
-                        wait = self._heap[0][0] - time.monotonic()
-                        if wait <= 0:
-                            break
-                        self._cond.wait(wait)
-                    elif self._closing:
-                        return
-                    else:
-                        self._cond.wait()
-                now = time.monotonic()
-                due: list[tuple[Job, Notify, float]] = []
-                while self._heap and self._heap[0][0] <= now:
-                    entry = self._pending.pop(heapq.heappop(self._heap)[2], None)
-                    if entry is not None:
-                        due.append(entry)
-            for job, notify, started in due:  # outside the lock: notify may take a while
-                notify(Phase(job, "verifying"))
-                notify(
-                    Outcome(
-                        job,
-                        AttemptState.PASSED,
-                        started,
-                        time.time(),
-                        detail="slept",
-                        exit_code=0,
-                        patch_commit=job.base_commit,  # no changes
-                        changed_lines=0,
-                    )
-                )
-
-
-class MemoryIntegrator(Integrator):
-    """The branch as a variable and commits as counters: takes git out of the overhead split."""
-
-    def __init__(self, tip: str) -> None:  # no repository on purpose
-        self._tip = tip
-        self._made = itertools.count(1)
-
-    def tip(self) -> str:
-        """The branch's current (fake) commit."""
-        return self._tip
-
-    def prepare(self, base: str, patch: str, message: str, tip: str | None = None) -> Prepared:
-        """A new fake commit on the tip; no verify needed (the plan has no verify commands)."""
-        tip = tip or self._tip
-        return Prepared(tip, f"{next(self._made):040x}", needs_verify=tip != base)
-
-    def advance(self, prepared: Prepared) -> bool:
-        """Compare-and-swap, as the real one."""
-        if prepared.commit is None or self._tip != prepared.tip:
-            return False
-        self._tip = prepared.commit
-        return True
 
 
 # -- graphs --------------------------------------------------------------------------------------
@@ -256,7 +152,7 @@ def write_plan(repo: Path, dag: Dag, workers: int) -> Plan:
         "",
         "[agents.sleeper]",
         'kind = "shell"',
-        'command = "true"  # never run: the SleepExecutor stands in for the agents',
+        'command = "true"  # never run: the InlineExecutor stands in for the agents',
         "",
     ]
     for task in dag.ids:
@@ -288,8 +184,8 @@ def run_once(root: Path, name: str, dag: Dag, workers: int, zero: bool, git: boo
     ws = Workspace.open(repo)
     run = create_run(ws, plan)
     durations = dict.fromkeys(dag.ids, 0.0) if zero else dag.durations_s
-    executor = SleepExecutor(durations)
-    integrator = Integrator(ws.repo, run.branch) if git else MemoryIntegrator(run.base_commit)
+    executor = InlineExecutor(durations_s=durations)
+    integrator = GitIntegrator(ws.repo, run.branch) if git else MemoryIntegrator(run.base_commit)
     scheduler = Scheduler(plan, run, ws.store, executor, integrator, max_parallel=workers)
     start = time.perf_counter()
     try:

@@ -8,8 +8,11 @@ tree. When it moved, the patch is merged three ways and the result must be verif
 
 from __future__ import annotations
 
+import itertools
+import threading
 from dataclasses import dataclass
 
+from .errors import GitError
 from .gitrepo import Repo
 
 
@@ -23,8 +26,8 @@ class Prepared:
     conflicts: tuple[str, ...] = ()
 
 
-class Integrator:
-    """Moves one branch forward, one commit per task."""
+class GitIntegrator:
+    """Moves one git branch forward, one commit per task (the Integrator seam, see seams.py)."""
 
     def __init__(self, repo: Repo, branch: str) -> None:
         self.repo = repo
@@ -71,3 +74,64 @@ class Integrator:
         """Move the branch onto the prepared commit if it is still at the prepared tip."""
         assert prepared.commit is not None
         return self.repo.update_ref(self.ref, prepared.commit, prepared.tip)
+
+
+class MemoryIntegrator:
+    """The Integrator seam without git: the branch is a variable and commits are counters.
+
+    Patches carry no content, so nothing conflicts; everything else behaves as
+    :class:`GitIntegrator` does (a moved tip needs verifying again, ``advance`` and ``reset``
+    compare and swap, first parents are remembered).
+    """
+
+    def __init__(self, tip: str) -> None:
+        self._tip = tip
+        self._lock = threading.Lock()
+        self._made = itertools.count(1)
+        self._parents: dict[str, str] = {}
+        self.messages: dict[str, str] = {}  # commit -> its message
+
+    def tip(self) -> str:
+        """The branch's current commit."""
+        with self._lock:
+            return self._tip
+
+    def prepare(self, base: str, patch: str, message: str, tip: str | None = None) -> Prepared:
+        """A new commit on the tip; it needs verifying when the tip is not the patch's base."""
+        with self._lock:
+            tip = tip or self._tip
+            commit = f"{next(self._made):040x}"
+            self._parents[commit] = tip
+            self.messages[commit] = message
+        return Prepared(tip, commit, needs_verify=tip != base)
+
+    def advance(self, prepared: Prepared) -> bool:
+        """Move the branch onto the prepared commit if it is still at the prepared tip."""
+        assert prepared.commit is not None
+        return self.reset(prepared.commit, prepared.tip)
+
+    def reset(self, new_tip: str, old_tip: str) -> bool:
+        """Move the branch to ``new_tip`` if it is still at ``old_tip``."""
+        with self._lock:
+            if self._tip != old_tip:
+                return False
+            self._tip = new_tip
+            return True
+
+    def parent(self, commit: str) -> str:
+        """The first parent of a commit this integrator made."""
+        with self._lock:
+            try:
+                return self._parents[commit]
+            except KeyError:
+                raise GitError(f"no commit {commit} made by this integrator") from None
+
+    def first_parent_commits(self, since: str, until: str) -> list[str]:
+        """Commits in ``since..until`` along first parents, oldest first."""
+        found: list[str] = []
+        with self._lock:
+            commit = until
+            while commit != since and commit in self._parents:
+                found.append(commit)
+                commit = self._parents[commit]
+        return found[::-1]

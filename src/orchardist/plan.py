@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import PlanError, Problem, unknown_key
+from .executors import EXECUTORS
 from .graph import find_cycles
 from .isolation import Policy
 from .records import AgentProfile as AgentProfile  # its home; kept importable from here
@@ -52,6 +53,7 @@ RUN_KEYS = {
     "isolation",
     "network",
     "workspace",
+    "executor",
 }
 PROFILE_KEYS = {
     "kind",
@@ -159,6 +161,7 @@ class RunConfig:
     isolation: Policy = Policy.AUTO  # namespaces, Landlock or nothing (see isolation.py)
     network: bool = False  # verify commands, checks and baselines may use the network
     workspace: Path | None = None  # root of the attempt folders (None: see worktree.workdir_root)
+    executor: str = "local"  # where attempts run: a name in executors.EXECUTORS
 
 
 @dataclass(frozen=True)
@@ -438,6 +441,8 @@ class _Validator:
             values["max_patch_mb"] = self._money(raw["max_patch_mb"], "run.max_patch_mb")
         if "workspace" in raw:
             values["workspace"] = self._workspace(raw["workspace"], repo)
+        if "executor" in raw:
+            values["executor"] = self._executor(raw["executor"])
         if "isolation" in raw:
             values["isolation"] = self._isolation(raw["isolation"])
         elif raw.get("sandbox") is False:
@@ -451,6 +456,14 @@ class _Validator:
                 self.problem("expected true or false", fld=f"run.{flag}")
         values = {k: v for k, v in values.items() if v is not None}
         return RunConfig(**{**cfg.__dict__, **values})
+
+    def _executor(self, raw: object) -> str | None:
+        """``[run] executor``: a name in the executor table."""
+        if isinstance(raw, str) and raw in EXECUTORS:
+            return raw
+        names = ", ".join(f'"{name}"' for name in sorted(EXECUTORS))
+        self.problem(f"unknown executor {raw!r}; known executors: {names}", fld="run.executor")
+        return None
 
     def _isolation(self, raw: object) -> Policy | None:
         """``[run] isolation``; an explicit value wins over the older ``sandbox = false``."""

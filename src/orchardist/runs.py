@@ -15,12 +15,11 @@ from typing import Any
 
 from .control import lock_path
 from .errors import PlanError, Problem, RunLockedError, UsageError
-from .executors import Executor
-from .executors.local import LocalExecutor
+from .executors import Executor, executor_class
 from .gitrepo import Repo, find_toplevel
 from .graph import Graph
 from .hooks import Hooks
-from .merge import Integrator
+from .merge import GitIntegrator
 from .plan import Plan
 from .procs import kill_by_env
 from .records import UNFINISHED, AttemptState, Event, Run, RunState, TaskRecord, TaskState
@@ -252,23 +251,18 @@ def execute(
     monotonic: Callable[[], float] = time.monotonic,
     fail_fast: bool = False,
 ) -> RunState:
-    """Drive ``run`` to its end with the local executor (unless another is given)."""
+    """Drive ``run`` to its end with the plan's executor (``[run] executor``, by default the
+    local one) unless another is given."""
     own_executor = executor is None
-    executor = executor or LocalExecutor(
-        ws.repo,
-        ws.state_dir,
-        clock=clock,
-        store=ws.store,
-        guard_checkout=plan.run.guard_checkout,
-        sandbox=plan.run.sandbox,
-        workspace=plan.run.workspace,
-    )
+    if executor is None:
+        factory = executor_class(plan.run.executor)
+        executor = factory.for_run(ws.repo, ws.state_dir, ws.store, plan.run, clock)
     scheduler = Scheduler(
         plan,
         run,
         ws.store,
         executor,
-        Integrator(ws.repo, run.branch),
+        GitIntegrator(ws.repo, run.branch),
         hooks,
         clock,
         max_parallel,

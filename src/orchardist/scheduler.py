@@ -26,7 +26,7 @@ from .executors import Executor, Job, Outcome, Phase
 from .gitrepo import commit_message
 from .graph import Graph, ReadySet
 from .hooks import Hooks
-from .merge import Integrator, Prepared
+from .merge import Prepared
 from .oracle import CHECK_DOES_NOT_REPRODUCE
 from .plan import Plan, TaskSpec
 from .policy import COUNTED, INFRA_RETRIES, Backoff, CircuitBreaker, RateGate
@@ -43,7 +43,7 @@ from .records import (
     checked_usage,
 )
 from .regression import Bisect
-from .store import Store, Transaction
+from .seams import Integrator, Store, Transaction
 
 _OK = {TaskState.DONE, TaskState.SKIPPED}  # a run whose tasks all end so is done
 _IN_FLIGHT = {TaskState.READY, TaskState.RUNNING, TaskState.VERIFYING, TaskState.MERGING}

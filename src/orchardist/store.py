@@ -119,6 +119,7 @@ create table if not exists branch_commits (
 );
 """
 
+MEMORY = ":memory:"  # the path of an in-memory store
 _USAGE_FIELDS = [f.name for f in fields(Usage)]
 
 
@@ -267,7 +268,8 @@ class Store:
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot read the store at {self.path}: {exc}") from exc
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if str(self.path) != MEMORY:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._conn = sqlite3.connect(
                 self.path, timeout=30.0, isolation_level=None, check_same_thread=False
@@ -288,6 +290,12 @@ class Store:
                 self._conn.execute(
                     f"alter table attempts add column {column} text not null default ''"
                 )
+
+    @classmethod
+    def in_memory(cls) -> Store:
+        """A private store that lives while it is open (SQLite's ``:memory:``): the Store
+        seam's fake, the same code on a database no other process can see."""
+        return cls(Path(MEMORY))
 
     @classmethod
     def for_repo(cls, common_dir: Path) -> Store:

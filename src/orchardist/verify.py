@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Protocol
@@ -173,11 +173,32 @@ class Verdict:
     flag: str = ""
 
 
+class Runner(Protocol):
+    """Runs one command on a tree, as :func:`run_one` does (the shape a fake runner keeps)."""
+
+    def __call__(
+        self,
+        command: str,
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        log: Path,
+        deadline: float | None,
+        cancel: CancelToken | None = None,
+        marker: str | None = None,
+        junit: Path | None = None,
+        writable: Sequence[Path] | None = None,
+    ) -> tuple[CommandResult, TestReport | None, str]: ...
+
+
 @dataclass
-class Verifier:
-    """Runs a task's commands and its ``check``, comparing failures with the base's results."""
+class CommandVerifier:
+    """Runs a task's commands and its ``check``, comparing failures with the base's results
+    (the Verifier seam, see seams.py). Commands run through ``runner``: ``/bin/sh -c`` by
+    default, Python functions with :class:`PythonCommands`."""
 
     baselines: Baselines | None = None
+    runner: Runner = run_one
 
     def verify(
         self,
@@ -201,7 +222,7 @@ class Verifier:
             return Verdict(True, "unverified", "no verify commands: merged unchecked")
         scratch.mkdir(parents=True, exist_ok=True)
         run = partial(
-            run_one,
+            self.runner,
             cwd=cwd,
             env=env,
             log=log,
@@ -294,3 +315,65 @@ def tail_of(log: Path, offset: int = 0) -> str:
             return fh.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
+
+
+CommandFunction = Callable[[Path], tuple[int, str]]  # cwd -> (exit code, output)
+
+
+@dataclass(frozen=True)
+class PythonCommands:
+    """A :class:`Runner` whose commands are Python functions, looked up by the command's text.
+
+    A command that is not in the table exits 127, as ``sh`` says for a command not found. The
+    output goes to the log as a real command's would; cancellation and the deadline are
+    honoured before the function runs.
+    """
+
+    table: Mapping[str, CommandFunction]
+
+    def __call__(
+        self,
+        command: str,
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        log: Path,
+        deadline: float | None,
+        cancel: CancelToken | None = None,
+        marker: str | None = None,
+        junit: Path | None = None,
+        writable: Sequence[Path] | None = None,
+    ) -> tuple[CommandResult, TestReport | None, str]:
+        """Run ``command``'s function in ``cwd``; no per-test report."""
+        if cancel is not None and cancel.cancelled:
+            return CommandResult(command, -1, 0.0, cancelled=True), None, ""
+        if deadline is not None and time.monotonic() >= deadline:
+            return CommandResult(command, -1, 0.0, timed_out=True), None, ""
+        started = time.monotonic()
+        function = self.table.get(command)
+        code, output = (127, f"{command}: not found\n") if function is None else function(cwd)
+        with log.open("a", encoding="utf-8") as fh:
+            fh.write(f"$ {command}\n{output}")
+        result = CommandResult(command, code, time.monotonic() - started)
+        return result, None, output[-FEEDBACK_BYTES:]
+
+
+@dataclass
+class MemoryBaselines:
+    """Baselines given up front: ``(commit, command) -> outcome``; a missing one passed."""
+
+    outcomes: dict[tuple[str, str], CommandOutcome]
+    asked: list[tuple[str, str]] = field(default_factory=list)  # (commit, command), in order
+
+    def outcome(
+        self,
+        commit: str,
+        command: str,
+        workdir: str,
+        timeout_s: float,
+        run_id: str = "",
+        cancel: CancelToken | None = None,
+    ) -> CommandOutcome:
+        """The given outcome, or a pass."""
+        self.asked.append((commit, command))
+        return self.outcomes.get((commit, command), CommandOutcome(command, 0, False, None))

@@ -11,10 +11,16 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import UsageError
+from ..gitrepo import Repo
 from ..records import AgentProfile, AttemptState, Failure, Usage
+from ..store import Store
+
+if TYPE_CHECKING:  # plan.py validates [run] executor against EXECUTORS: no import at run time
+    from ..plan import RunConfig
 
 EXECUTORS: dict[str, str] = {
     "local": "orchardist.executors.local:LocalExecutor",
@@ -98,13 +104,28 @@ class Executor(Protocol):
         ...
 
 
-def executor_class(name: str) -> type[Executor]:
-    """The executor class called ``name``."""
+class ExecutorClass(Protocol):
+    """What :data:`EXECUTORS` names: a class that builds its executor from a run's settings."""
+
+    def for_run(
+        self,
+        repo: Repo,
+        state_dir: Path,
+        store: Store,
+        settings: RunConfig,
+        clock: Callable[[], float],
+    ) -> Executor:
+        """The executor for one run of ``repo`` with the plan's ``[run]`` ``settings``."""
+        ...
+
+
+def executor_class(name: str) -> ExecutorClass:
+    """The executor class called ``name``; a UsageError naming the known ones otherwise."""
     try:
         module, _, cls = EXECUTORS[name].partition(":")
     except KeyError:
         raise UsageError(
             f"unknown executor {name!r}; known executors: {', '.join(sorted(EXECUTORS))}"
         ) from None
-    found: type[Executor] = getattr(importlib.import_module(module), cls)
+    found: ExecutorClass = getattr(importlib.import_module(module), cls)
     return found

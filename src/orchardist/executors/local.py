@@ -20,11 +20,12 @@ from ..discover import auto_commands, discover_tests
 from ..errors import GitError, OrchardistError
 from ..gitrepo import Repo
 from ..oracle import CommandOutcome, baseline_key
+from ..plan import RunConfig
 from ..procs import CancelToken
 from ..records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
 from ..safeio import flocked
 from ..store import Store
-from ..verify import Verifier, run_one, tail_of
+from ..verify import CommandVerifier, run_one, tail_of
 from ..worktree import AttemptPaths, Layout, empty_home, fill_home, tool_homes, workdir_root
 from . import Job, Notify, Outcome, Phase
 
@@ -69,7 +70,7 @@ class LocalExecutor:
         self._threads: dict[str, threading.Thread] = {}
         self._agents: dict[str, Agent] = {}
         baselines = None if store is None else LocalBaselines(self, store)
-        self.verifier = Verifier(baselines)
+        self.verifier = CommandVerifier(baselines)
         self.store = store
         # Confined agents cannot write to the user's checkout or git directory: whatever
         # changes there is the user's own doing, so the guard has nothing to look for.
@@ -83,6 +84,26 @@ class LocalExecutor:
         self._changed = ""
         self._in_agent: set[str] = set()  # jobs whose agent is running or just ended
         self._suspects: set[str] = set()  # jobs running when the checkout changed
+
+    @classmethod
+    def for_run(
+        cls,
+        repo: Repo,
+        state_dir: Path,
+        store: Store,
+        settings: RunConfig,
+        clock: Callable[[], float],
+    ) -> LocalExecutor:
+        """The executor ``[run] executor = "local"`` asks for."""
+        return cls(
+            repo,
+            state_dir,
+            clock=clock,
+            store=store,
+            guard_checkout=settings.guard_checkout,
+            sandbox=settings.sandbox,
+            workspace=settings.workspace,
+        )
 
     def submit(self, job: Job, notify: Notify) -> None:
         """Start the job on its own thread."""

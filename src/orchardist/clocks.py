@@ -1,0 +1,165 @@
+"""Clocks that can also call back at a time: the wall clock, and a fake one a test moves by hand.
+
+Code that waits for time to pass takes a :class:`Timers` instead of sleeping, so the same code
+runs in real time (:class:`WallTimers`: one thread, a heap and a Condition, no polling) or in a
+test's own time (:class:`FakeClock`: nothing happens until the test calls :meth:`advance`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+Callback = Callable[[], None]
+log = logging.getLogger(__name__)
+
+
+class Timers(Protocol):
+    """The time, and callbacks at a time."""
+
+    def now(self) -> float:
+        """Seconds since the epoch (or since the fake clock's start)."""
+        ...
+
+    def call_at(self, when: float, callback: Callback) -> None:
+        """Call ``callback`` once ``now() >= when``; callbacks due together run in order."""
+        ...
+
+    def drain(self) -> None:
+        """Return once every callback scheduled so far has run."""
+        ...
+
+
+class FakeClock:
+    """Time that moves only when told; due callbacks run in the thread that moves it.
+
+    Usable as a plain clock too: ``FakeClock()()`` is the current fake time.
+    """
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+        self._heap: list[tuple[float, int, Callback]] = []
+        self._seq = itertools.count()
+
+    def __call__(self) -> float:
+        return self.now()
+
+    def now(self) -> float:
+        """The fake time."""
+        with self._lock:
+            return self._now
+
+    def call_at(self, when: float, callback: Callback) -> None:
+        """Run ``callback`` when the clock is moved to ``when`` or later."""
+        with self._lock:
+            heapq.heappush(self._heap, (when, next(self._seq), callback))
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward, running each callback due on the way at its own time."""
+        if seconds < 0:
+            raise ValueError("a clock does not go back")
+        with self._lock:
+            target = self._now + seconds
+        while True:
+            with self._lock:
+                if not self._heap or self._heap[0][0] > target:
+                    self._now = target
+                    return
+                when, _, callback = heapq.heappop(self._heap)
+                self._now = max(self._now, when)
+            callback()  # outside the lock: it may schedule more
+
+    def pending(self) -> int:
+        """How many callbacks wait for their time."""
+        with self._lock:
+            return len(self._heap)
+
+    def drain(self) -> None:
+        """Advance until no callback is waiting (callbacks may schedule more; those run too)."""
+        while True:
+            with self._lock:
+                if not self._heap:
+                    return
+                last = max(when for when, _, _ in self._heap)
+                step = max(0.0, last - self._now)
+            self.advance(step)
+
+
+class WallTimers:
+    """Real time: one daemon thread sleeps on a Condition until the earliest callback is due."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Callback]] = []
+        self._seq = itertools.count()
+        self._running = 0  # callbacks taken off the heap and not yet returned
+        self._closing = False
+        self._thread = threading.Thread(target=self._loop, name="wall-timers", daemon=True)
+        self._thread.start()
+
+    def now(self) -> float:
+        """The wall clock."""
+        return self._clock()
+
+    def call_at(self, when: float, callback: Callback) -> None:
+        """Run ``callback`` on the timer thread at ``when``."""
+        with self._cond:
+            if self._closing:
+                raise RuntimeError("the timers are closed")
+            heapq.heappush(self._heap, (when, next(self._seq), callback))
+            self._cond.notify_all()
+
+    def drain(self) -> None:
+        """Wait until every callback scheduled so far has run."""
+        with self._cond:
+            while self._heap or self._running:
+                self._cond.wait()
+
+    def close(self) -> None:
+        """Run what is scheduled, then stop the thread."""
+        self.drain()
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                due = self._wait_for_due()
+                if due is None:
+                    return
+                self._running += len(due)
+            for callback in due:  # outside the lock: a callback may take a while
+                try:
+                    callback()
+                except Exception:  # one bad callback must not stop the others
+                    log.exception("timer callback failed")
+                with self._cond:
+                    self._running -= 1
+                    self._cond.notify_all()
+
+    def _wait_for_due(self) -> list[Callback] | None:
+        """The callbacks due now, after waiting for the first; None once closed and empty."""
+        while True:
+            if self._heap:
+                wait = self._heap[0][0] - self._clock()
+                if wait <= 0:
+                    break
+                self._cond.wait(wait)
+            elif self._closing:
+                return None
+            else:
+                self._cond.wait()
+        now = self._clock()
+        due: list[Callback] = []
+        while self._heap and self._heap[0][0] <= now:
+            due.append(heapq.heappop(self._heap)[2])
+        return due

@@ -1,0 +1,152 @@
+"""The Store seam's contract, run against a SQLite file and SQLite ``:memory:`` alike."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchardist.errors import StoreError
+from orchardist.oracle import CommandOutcome
+from orchardist.records import (
+    AttemptRecord,
+    AttemptState,
+    Event,
+    Failure,
+    Run,
+    RunState,
+    TaskRecord,
+    TaskState,
+)
+from orchardist.seams import Store
+from orchardist.store import Store as SqliteStore
+
+
+@pytest.fixture(params=["file", "memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    made = (
+        SqliteStore(tmp_path / "state.db") if request.param == "file" else SqliteStore.in_memory()
+    )
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def _run(run_id: str = "r1", created_at: float = 100.0) -> Run:
+    return Run(
+        run_id,
+        "plan.toml",
+        "digest",
+        "/repo",
+        "b" * 40,
+        "orchardist/r1",
+        RunState.RUNNING,
+        created_at,
+    )
+
+
+def _seeded(store: Store) -> Run:
+    run = _run()
+    with store.transaction() as tx:
+        tx.add_run(run)
+        tx.add_task(TaskRecord(run.id, "a", TaskState.PENDING, 0))
+        tx.add_task(TaskRecord(run.id, "b", TaskState.PENDING, 1))
+    return run
+
+
+def test_what_a_transaction_writes_reads_back_as_the_same_records(store: Store) -> None:
+    # Given: a run with two tasks and an attempt
+    run = _seeded(store)
+    attempt = AttemptRecord(run.id, "a", 1, 0, "sh", AttemptState.RUNNING, "b" * 40, 101.0)
+    with store.transaction() as tx:
+        tx.add_attempt(attempt)
+    # Then: the records read back equal what was written, tasks in plan order
+    assert store.run(run.id) == run
+    assert store.runs() == [run]
+    assert [t.task_id for t in store.tasks(run.id)] == ["a", "b"]
+    assert store.attempts(run.id) == [attempt]
+    assert store.attempts(run.id, "b") == []
+
+
+def test_updates_change_only_the_named_columns(store: Store) -> None:
+    # Given: a run with a running attempt
+    run = _seeded(store)
+    with store.transaction() as tx:
+        tx.add_attempt(AttemptRecord(run.id, "a", 1, 0, "sh", AttemptState.RUNNING, "b" * 40, 1.0))
+    # When: the attempt fails, the task is done and the run ends
+    with store.transaction() as tx:
+        tx.set_attempt(run.id, "a", 1, state=AttemptState.FAILED, failure=Failure.TIMEOUT)
+        tx.set_task(run.id, "a", state=TaskState.DONE, commit="c" * 40)
+        tx.set_run(run.id, state=RunState.DONE, finished_at=200.0)
+    # Then: each record shows its new values, with enums intact, and nothing else changed
+    (attempt,) = store.attempts(run.id)
+    assert (attempt.state, attempt.failure, attempt.agent) == (
+        AttemptState.FAILED,
+        Failure.TIMEOUT,
+        "sh",
+    )
+    task = store.tasks(run.id)[0]
+    assert (task.state, task.commit, task.index) == (TaskState.DONE, "c" * 40, 0)
+    ended = store.run(run.id)
+    assert ended is not None and (ended.state, ended.finished_at) == (RunState.DONE, 200.0)
+
+
+def test_a_failed_transaction_leaves_nothing_behind(store: Store) -> None:
+    # Given: a run
+    run = _seeded(store)
+    # When: a transaction writes, then fails
+    with pytest.raises(RuntimeError), store.transaction() as tx:
+        tx.set_task(run.id, "a", state=TaskState.DONE)
+        tx.emit(Event(run.id, "task", 5.0, "a", data={"state": "done"}))
+        raise RuntimeError("crash between two writes")
+    # Then: neither write is there
+    assert store.tasks(run.id)[0].state is TaskState.PENDING
+    assert store.events(run.id) == []
+
+
+def test_updating_a_record_that_does_not_exist_is_a_store_error(store: Store) -> None:
+    run = _seeded(store)
+    with pytest.raises(StoreError, match="no task"), store.transaction() as tx:
+        tx.set_task(run.id, "nope", state=TaskState.DONE)
+    with pytest.raises(StoreError, match="no attempt"), store.transaction() as tx:
+        tx.set_attempt(run.id, "a", 9, state=AttemptState.FAILED)
+
+
+def test_events_come_back_in_order_with_increasing_sequence_numbers(store: Store) -> None:
+    # Given: events emitted over two transactions
+    run = _seeded(store)
+    with store.transaction() as tx:
+        tx.emit(Event(run.id, "run", 1.0, data={"state": "created"}))
+        tx.emit(Event(run.id, "task", 2.0, "a", data={"state": "running"}))
+    with store.transaction() as tx:
+        tx.emit(Event(run.id, "attempt", 3.0, "a", 1, data={"state": "passed", "n": [1, 2]}))
+    # Then: they read back in order, data intact, and ``after`` skips what was seen
+    events = store.events(run.id)
+    assert [e.kind for e in events] == ["run", "task", "attempt"]
+    assert [e.seq for e in events] == sorted({e.seq for e in events})
+    assert events[2].data == {"state": "passed", "n": [1, 2]} and events[2].attempt == 1
+    assert [e.kind for e in store.events(run.id, after=events[1].seq)] == ["attempt"]
+    # And: the transaction kept the events it appended, for hooks
+    assert [e.kind for e in tx.events] == ["attempt"]
+
+
+def test_intended_commits_and_baselines_are_kept(store: Store) -> None:
+    run = _seeded(store)
+    outcome = CommandOutcome("pytest -q", 1, False, None)
+    with store.transaction() as tx:
+        tx.intend_commit(run.id, "c" * 40, "a", 2)
+        tx.put_baseline("key1", "b" * 40, outcome, 10.0)
+    assert store.branch_commits(run.id) == {"c" * 40: ("a", 2)}
+    assert store.baseline("key1") == outcome
+    assert store.baseline("key2") is None
+
+
+def test_two_in_memory_stores_share_nothing() -> None:
+    # The fake is private: a second in-memory store does not see the first one's runs.
+    first, second = SqliteStore.in_memory(), SqliteStore.in_memory()
+    with first.transaction() as tx:
+        tx.add_run(_run())
+    assert [r.id for r in first.runs()] == ["r1"] and second.runs() == []
+    assert not Path(":memory:").exists()
