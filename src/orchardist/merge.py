@@ -85,7 +85,7 @@ class MemoryIntegrator:
     """
 
     def __init__(self, tip: str) -> None:
-        self._tip = tip
+        self._tip: str | None = tip  # None: the branch was deleted
         self._lock = threading.Lock()
         self._made = itertools.count(1)
         self._parents: dict[str, str] = {}
@@ -93,13 +93,33 @@ class MemoryIntegrator:
 
     def tip(self) -> str:
         """The branch's current commit."""
+        tip = self.current()
+        if tip is None:
+            raise GitError("the branch was deleted")
+        return tip
+
+    def current(self) -> str | None:
+        """The branch's current commit, or None when it was deleted."""
         with self._lock:
             return self._tip
 
+    def recreate(self, tip: str) -> bool:
+        """Make the deleted branch again at ``tip``; False if it exists by now."""
+        with self._lock:
+            if self._tip is not None:
+                return False
+            self._tip = tip
+            return True
+
+    def delete(self) -> None:
+        """Delete the branch, as someone might under a run."""
+        with self._lock:
+            self._tip = None
+
     def prepare(self, base: str, patch: str, message: str, tip: str | None = None) -> Prepared:
         """A new commit on the tip; it needs verifying when the tip is not the patch's base."""
+        tip = tip or self.tip()
         with self._lock:
-            tip = tip or self._tip
             commit = f"{next(self._made):040x}"
             self._parents[commit] = tip
             self.messages[commit] = message

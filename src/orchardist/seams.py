@@ -154,6 +154,14 @@ class Integrator(Protocol):
         """The branch's current commit."""
         ...
 
+    def current(self) -> str | None:
+        """The branch's current commit, or None when it was deleted under the run."""
+        ...
+
+    def recreate(self, tip: str) -> bool:
+        """Make the deleted branch again at ``tip``; False if it exists by now."""
+        ...
+
     def prepare(self, base: str, patch: str, message: str, tip: str | None = None) -> Prepared:
         """A commit of ``patch``'s changes (made on ``base``) on top of the tip."""
         ...

@@ -24,6 +24,10 @@ class Harness(Protocol):
         """A commit on ``on`` that adds the file ``name``: an attempt's patch."""
         ...
 
+    def delete_branch(self) -> None:
+        """Delete the run branch behind the integrator's back."""
+        ...
+
 
 class GitHarness:
     def __init__(self, tmp_path: Path) -> None:
@@ -47,6 +51,9 @@ class GitHarness:
         self._git("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}")
         return self._git("commit-tree", self._git("write-tree"), "-p", on, "-m", name)
 
+    def delete_branch(self) -> None:
+        self._git("branch", "-D", "run")
+
 
 class MemoryHarness:
     def __init__(self, tmp_path: Path) -> None:
@@ -56,6 +63,10 @@ class MemoryHarness:
 
     def patch(self, on: str, name: str) -> str:
         return f"patch-{next(self._ids)}-{name}"
+
+    def delete_branch(self) -> None:
+        assert isinstance(self.integrator, MemoryIntegrator)
+        self.integrator.delete()
 
 
 @pytest.fixture(params=["git", "memory"])
@@ -127,3 +138,19 @@ def test_reset_moves_the_branch_back_only_from_where_it_is(harness: Harness) -> 
     assert integ.tip() == prepared.commit
     assert integ.reset(harness.base, prepared.commit)
     assert integ.tip() == harness.base
+
+
+def test_a_deleted_branch_reads_as_gone_and_is_made_again_once(harness: Harness) -> None:
+    # Given: a run branch with one landed commit
+    integ = harness.integrator
+    prepared = integ.prepare(harness.base, harness.patch(harness.base, "a.txt"), "a\n")
+    assert integ.advance(prepared) and prepared.commit is not None
+    assert integ.current() == prepared.commit
+    # When: it is deleted under the run
+    harness.delete_branch()
+    # Then: it reads as gone; it is made again where asked, and only once
+    assert integ.current() is None
+    assert integ.recreate(prepared.commit)
+    assert integ.current() == integ.tip() == prepared.commit
+    assert not integ.recreate(harness.base)
+    assert integ.tip() == prepared.commit
