@@ -154,6 +154,7 @@ def run_process(
     log: Path,
     timeout_s: float | None,
     cancel: CancelToken | None = None,
+    stop: CancelToken | None = None,
     stdin_file: Path | None = None,
     on_line: Callable[[bytes], None] | None = None,
     grace_s: float = DEFAULT_GRACE_S,
@@ -167,6 +168,8 @@ def run_process(
 
     ``marker`` tags the child and its descendants (a fresh one if None); share one marker
     across the processes of an attempt so that a later cleanup can find them all.
+    ``stop`` is a second token, the caller's own (say, a budget it watches in ``on_line``):
+    either token ends the run as cancelled.
     ``confine`` says how the child is isolated (None: not at all); ``writable`` is the older
     spelling of a Landlock-only confinement.
     """
@@ -210,8 +213,9 @@ def run_process(
     sel = selectors.DefaultSelector()
     sel.register(pidfd, selectors.EVENT_READ, "exit")
     sel.register(pipe, selectors.EVENT_READ, "out")
-    if cancel is not None:
-        sel.register(cancel.fileno(), selectors.EVENT_READ, "cancel")
+    for token in (cancel, stop):
+        if token is not None:
+            sel.register(token.fileno(), selectors.EVENT_READ, "cancel")
     try:
         exited = False
         while not exited:

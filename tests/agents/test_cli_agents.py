@@ -403,6 +403,43 @@ def test_opencode_gets_its_permission_table(repo: Path, fake_bin: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(("kind", "spent"), [("opencode", 0.0031), ("aider", 0.0089)])
+def test_a_tool_past_its_budget_is_stopped_and_keeps_its_usage(
+    kind: str, spent: float, repo: Path, fake_bin: Path, fake_mode: Callable[..., None]
+) -> None:
+    # Given a tool that reports its first call's cost and then would go on forever
+    fake_mode("spend")
+    ctx = make_ctx(repo, kind)
+    # When its profile's budget is less than that call
+    result = agent_for(BY_KIND[kind], max_cost_usd=0.001).run(ctx)
+    # Then orchardist stops it at once: an agent error, with the cost the tool reported
+    assert (result.failure, result.cancelled) == (Failure.AGENT_ERROR, False)
+    assert result.detail == (
+        f"{kind} stopped by orchardist: budget spent (${spent:.4f} of max_cost_usd=0.001)"
+    )
+    assert result.usage.cost_usd == pytest.approx(spent)
+    assert result.duration_s < 10
+    assert marked_processes(ctx.marker) == set()
+
+
+def test_a_budget_needs_prices_where_the_tool_reports_only_tokens() -> None:
+    assert agent_class("codex").check_options({"max_cost_usd": 1.0}) == [
+        ("needs price_in and price_out: this tool reports tokens, not cost", "max_cost_usd")
+    ]
+    assert (
+        agent_class("codex").check_options({"max_cost_usd": 1.0, "price_in": 1.0, "price_out": 2.0})
+        == []
+    )
+
+
+def test_gemini_gets_its_turn_limit_in_its_settings(repo: Path, fake_bin: Path) -> None:
+    ctx = make_ctx(repo, "gemini")
+    agent_for(BY_KIND["gemini"], max_turns=7).run(ctx)
+    home = Path(fake_call("gemini")["env"]["GEMINI_CLI_HOME"])
+    settings = json.loads((home / ".gemini" / "settings.json").read_text())
+    assert settings["model"] == {"maxSessionTurns": 7}
+
+
 def test_claude_passes_its_budget_and_tools(repo: Path, fake_bin: Path) -> None:
     agent = agent_for(BY_KIND["claude"], max_cost_usd=2.5, allowed_tools=["Read", "Bash(git:*)"])
     agent.run(make_ctx(repo, "claude"))
@@ -422,6 +459,8 @@ def test_claude_passes_its_budget_and_tools(repo: Path, fake_bin: Path) -> None:
         ("claude", {"max_cost_usd": -1}, "max_cost_usd", "positive"),
         ("codex", {"permission": "full"}, "permission", "workspace-write"),
         ("codex", {"max_turns": 5}, "max_turns", "no turn limit"),
+        ("gemini", {"max_cost_usd": 1.0}, "max_cost_usd", "bound it with max_turns"),
+        ("opencode", {"max_cost_usd": 0}, "max_cost_usd", "positive"),
         ("aider", {"permission": "x"}, "permission", "no permission modes"),
         ("gemini", {"allowed_tools": "run_shell_command"}, "allowed_tools", "list of strings"),
         ("opencode", {"model": "claude-sonnet-4-5"}, "model", "provider/model"),

@@ -11,14 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_support import buggy_project, run_task
+from real_support import BUGGY, VERIFY, buggy_project, run_task
 
-from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, OpenAiServer, Text
+from e2e_support import log_of
+from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, OpenAiServer, Text, rate_limited
 from modelapi.openai import unauthorized as refused_key
 from realtools import require_tool
+from support import git
 
 # aider's "whole" edit format: the file name, then the whole new file in a fence
 FIX = Text("calc.py\n```python\ndef add(a, b):\n    return a + b\n```\n")
+PRICE_IN, PRICE_OUT = 1.25, 10.0  # per million tokens; aider knows no price for the fake model
+CALL_USD = (INPUT_TOKENS * PRICE_IN + OUTPUT_TOKENS * PRICE_OUT) / 1e6
+# aider's own tries of a rate-limited call: 0.125 s doubled before each retry until past its
+# RETRY_TIMEOUT (60 s), i.e. 8 retries (aider/models.py, 0.86.2); the SDK's are switched off
+AIDER_TRIES = 9
 
 
 @pytest.fixture
@@ -31,13 +38,16 @@ def project(tmp_path: Path) -> Path:
     return buggy_project(tmp_path)
 
 
-def run_aider(project: Path, aider: Path, api: OpenAiServer, tmp_path: Path) -> dict[str, Any]:
+def run_aider(
+    project: Path, aider: Path, api: OpenAiServer, tmp_path: Path, *args: str, **settings: Any
+) -> dict[str, Any]:
     """``orchardist run`` of the fix task with aider against ``api``; the task's status."""
     profile = {
         "kind": "aider",
         "command": str(aider),
         "model": "openai/gpt-fake-1",
-        "args": ["--analytics-disable", "--no-show-model-warnings", "calc.py"],
+        "args": ["--analytics-disable", "--no-show-model-warnings", *args, "calc.py"],
+        **settings,
     }
     env = {"OPENAI_API_BASE": f"{api.url}/v1", "OPENAI_API_KEY": "sk-fake-key"}
     return run_task(project, profile, env, tmp_path)
@@ -60,6 +70,8 @@ def test_aider_fixes_the_bug_and_the_fix_merges_with_its_reported_tokens(
         OUTPUT_TOKENS * calls,
     )
     assert "Your Name" not in (project / ".git" / "config").read_text()
+    # and the commit holds the fix alone, not aider's repository-map cache
+    assert git(project, "show", "--name-only", "--format=", task["commit"]).split() == ["calc.py"]
 
 
 def test_a_refused_key_is_an_auth_error(aider: Path, project: Path, tmp_path: Path) -> None:
@@ -68,3 +80,57 @@ def test_a_refused_key_is_an_auth_error(aider: Path, project: Path, tmp_path: Pa
         task = run_aider(project, aider, api, tmp_path)
     (attempt,) = task["attempts"]
     assert (task["state"], attempt["failure"]) == ("failed", "auth_error"), task
+
+
+def test_an_edit_aider_refuses_fails_the_attempt_with_no_changes(
+    aider: Path, project: Path, tmp_path: Path
+) -> None:
+    # Given a model whose only edit is to a file the repository ignores (__pycache__/)
+    ignored = Text("__pycache__/notes.py\n```python\nx = 1\n```\n")
+    with OpenAiServer([ignored], side_requests=False) as api:
+        task = run_aider(project, aider, api, tmp_path)
+    # Then aider skipped it, and the attempt failed for changing nothing, saying why
+    (attempt,) = task["attempts"]
+    assert (task["state"], attempt["failure"]) == ("failed", "no_changes"), task
+    assert "Skipping edits to __pycache__/notes.py" in attempt["detail"], attempt["detail"]
+    assert (project / "calc.py").read_text() == BUGGY
+
+
+def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
+    aider: Path, project: Path, tmp_path: Path
+) -> None:
+    # Given an API that answers 429 ("try again in 1s") to every call of aider's first run, and
+    # a task with no retries
+    limit = rate_limited(1, should_retry=False)
+    with OpenAiServer([FIX], limit, side_requests=False, failures=AIDER_TRIES) as api:
+        task = run_aider(project, aider, api, tmp_path)
+    # Then the first attempt was rate limited with the reset time aider printed, the second merged
+    first, second = task["attempts"]
+    assert first["failure"] == "rate_limited", first
+    assert "try again in 1s" in log_of(first)
+    assert (task["state"], second["state"]) == ("done", "merged"), task
+
+
+def test_a_budget_stop_ends_aider_and_keeps_the_tokens_it_reported(
+    aider: Path, project: Path, tmp_path: Path
+) -> None:
+    # Given a model whose fix never passes aider's own test command, so aider asks it again
+    # (up to 3 times), and a budget that covers less than two calls
+    wrong = Text("calc.py\n```python\ndef add(a, b):\n    return a * b\n```\n")
+    prices = {"price_in": PRICE_IN, "price_out": PRICE_OUT, "max_cost_usd": CALL_USD * 1.5}
+    with OpenAiServer([wrong], side_requests=False) as api:
+        task = run_aider(
+            project, aider, api, tmp_path, "--auto-test", "--test-cmd", VERIFY, **prices
+        )
+        calls = len(api.model_calls)
+    # Then orchardist stopped aider at its second call's summary line, before its last retry
+    (attempt,) = task["attempts"]
+    assert (task["state"], attempt["failure"]) == ("failed", "agent_error"), task
+    assert "budget spent" in attempt["detail"], attempt["detail"]
+    assert calls < 4
+    # and the attempt keeps the tokens aider reported, priced
+    assert (attempt["input_tokens"], attempt["output_tokens"]) == (
+        2 * INPUT_TOKENS,
+        2 * OUTPUT_TOKENS,
+    )
+    assert attempt["cost_usd"] == pytest.approx(2 * CALL_USD)

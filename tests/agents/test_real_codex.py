@@ -25,6 +25,7 @@ PATCH = (
 # codex turns a shell call of apply_patch into a patch of its own (a ``file_change`` item)
 FIX = Call("exec_command", {"cmd": f"apply_patch <<'EOF'\n{PATCH}EOF\n"})
 PRICE_IN, PRICE_OUT = 1.25, 10.0  # per million tokens; codex reports tokens, not cost
+CALL_USD = (INPUT_TOKENS * PRICE_IN + OUTPUT_TOKENS * PRICE_OUT) / 1e6
 
 
 @pytest.fixture
@@ -44,7 +45,12 @@ def api() -> Iterator[OpenAiServer]:
 
 
 def run_codex(
-    project: Path, codex: Path, api: OpenAiServer, tmp_path: Path, permission: str = "auto"
+    project: Path,
+    codex: Path,
+    api: OpenAiServer,
+    tmp_path: Path,
+    permission: str = "auto",
+    **settings: Any,
 ) -> dict[str, Any]:
     """``orchardist run`` of the fix task with codex against ``api``; the task's status."""
     profile = {
@@ -54,6 +60,7 @@ def run_codex(
         "price_in": PRICE_IN,
         "price_out": PRICE_OUT,
         "permission": permission,
+        **settings,
     }
     env = {"OPENAI_BASE_URL": f"{api.url}/v1", "OPENAI_API_KEY": "sk-fake-key"}
     return run_task(project, profile, env, tmp_path)
@@ -115,3 +122,24 @@ def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
     first, second = task["attempts"]
     assert first["failure"] == "rate_limited", first
     assert (task["state"], second["state"]) == ("done", "merged"), task
+
+
+def test_a_budget_stop_ends_codex_and_keeps_the_tokens_it_logged(
+    codex: Path, project: Path, tmp_path: Path
+) -> None:
+    # Given a model that reads the file forever, and a budget that covers less than two calls
+    # (codex's stream tells tokens only when its turn ends: orchardist reads its session log)
+    read = Call("exec_command", {"cmd": "cat calc.py"})
+    with OpenAiServer([read] * 30) as api:
+        task = run_codex(project, codex, api, tmp_path, max_cost_usd=CALL_USD * 1.5)
+        calls = len(api.model_calls)
+    # Then orchardist stopped codex long before the script ran out
+    (attempt,) = task["attempts"]
+    assert (task["state"], attempt["failure"]) == ("failed", "agent_error"), task
+    assert "budget spent" in attempt["detail"], attempt["detail"]
+    assert calls < 30
+    # and the attempt keeps the tokens codex logged for its calls, priced
+    tokens_in, tokens_out = attempt["input_tokens"], attempt["output_tokens"]
+    n = tokens_in // INPUT_TOKENS
+    assert 2 <= n <= calls and (tokens_in, tokens_out) == (n * INPUT_TOKENS, n * OUTPUT_TOKENS)
+    assert attempt["cost_usd"] == pytest.approx(n * CALL_USD)

@@ -120,3 +120,24 @@ def test_a_rate_limit_pauses_and_relaunches_without_counting_a_retry(
     assert task["attempts"][0]["failure"] == "rate_limited", task
     assert task["state"] == "done", task
     assert "requeued" in [e.get("state") for e in events(doc, "attempt")]
+
+
+def test_a_turn_limit_stops_gemini_and_keeps_the_tokens_it_reported(
+    tmp_path: Path, gemini: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a model that reads the file forever, and a profile allowing two turns (gemini reports
+    # tokens only when it ends, so its budget is a turn limit: model.maxSessionTurns)
+    script: list[Step] = [ToolUse("read_file", {"file_path": "{cwd}/calc.py"})] * 8
+    doc, api = _run(tmp_path, gemini, monkeypatch, script, profile="max_turns = 2")
+    (attempt,) = only_task(doc)["attempts"]
+    # Then gemini stopped itself at the limit (exit 53), and the attempt failed saying so
+    assert attempt["failure"] == "agent_error", attempt
+    assert "turn limit exceeded (exit 53)" in attempt["detail"], attempt["detail"]
+    assert len(api.turns()) == 2
+    # with the tokens it reported for those turns
+    stats = reported(attempt)["stats"]
+    assert (attempt["input_tokens"], attempt["output_tokens"]) == (
+        stats["input_tokens"],
+        stats["output_tokens"],
+    )
+    assert attempt["input_tokens"] > 0

@@ -14,14 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_support import buggy_project, run_task
+from real_support import BUGGY, buggy_project, run_task
 
+from e2e_support import log_of
 from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, Call, OpenAiServer, Text, rate_limited
 from modelapi.openai import unauthorized as refused_key
 from realtools import require_tool
 
 FIX = Call("bash", {"command": "sed -i 's/a - b/a + b/' calc.py", "description": "Fix add"})
 PRICE_IN, PRICE_OUT = 1.25, 10.0  # per million tokens, told to opencode, which prices itself
+STEP_USD = (INPUT_TOKENS * PRICE_IN + OUTPUT_TOKENS * PRICE_OUT) / 1e6  # what one step costs
 
 
 @pytest.fixture
@@ -35,7 +37,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def run_opencode(
-    project: Path, opencode: Path, api: OpenAiServer, tmp_path: Path
+    project: Path, opencode: Path, api: OpenAiServer, tmp_path: Path, **settings: Any
 ) -> dict[str, Any]:
     """``orchardist run`` of the fix task with opencode against ``api``; the task's status."""
     model = {"name": "Fake", "cost": {"input": PRICE_IN, "output": PRICE_OUT}}
@@ -50,7 +52,7 @@ def run_opencode(
         "OPENCODE_CONFIG_CONTENT": json.dumps({"provider": {"fake": provider}}),
         "OPENCODE_DISABLE_MODELS_FETCH": "1",
     }
-    profile = {"kind": "opencode", "command": str(opencode), "model": "fake/gpt-fake-1"}
+    profile = {"kind": "opencode", "command": str(opencode), "model": "fake/gpt-fake-1", **settings}
     return run_task(project, profile, env, tmp_path)
 
 
@@ -100,3 +102,51 @@ def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
     first, second = task["attempts"]
     assert first["failure"] == "rate_limited", first
     assert (task["state"], second["state"]) == ("done", "merged"), task
+
+
+def test_an_edit_opencode_refuses_fails_the_attempt_with_no_changes(
+    opencode: Path, project: Path, tmp_path: Path
+) -> None:
+    # Given a model that only tries to write a file outside the worktree, which orchardist's
+    # permission table has opencode deny (external_directory)
+    outside = tmp_path / "outside.py"
+    patch = f"*** Begin Patch\n*** Add File: {outside}\n+x = 1\n*** End Patch"
+    write = Call("apply_patch", {"patchText": patch})
+    with OpenAiServer([write, Text("I could not write the file.")]) as api:
+        task = run_opencode(project, opencode, api, tmp_path)
+    # Then nothing was written, and the attempt failed for changing nothing
+    (attempt,) = task["attempts"]
+    assert (task["state"], attempt["failure"]) == ("failed", "no_changes"), task
+    assert not outside.exists()
+    # because opencode refused the tool call (not, say, because the tool was unknown)
+    (tool,) = [e["part"] for e in log_events(attempt) if e.get("type") == "tool_use"]
+    assert (tool["tool"], tool["state"]["status"]) == ("apply_patch", "error"), tool
+    assert "permission" in tool["state"]["error"].lower(), tool
+    assert (project / "calc.py").read_text() == BUGGY
+
+
+def test_a_budget_stop_ends_opencode_and_keeps_the_usage_it_reported(
+    opencode: Path, project: Path, tmp_path: Path
+) -> None:
+    # Given a model that reads the file forever, and a budget that covers two of its steps
+    read = Call("read", {"filePath": "calc.py"})
+    with OpenAiServer([read] * 20) as api:
+        task = run_opencode(project, opencode, api, tmp_path, max_cost_usd=STEP_USD * 1.5)
+        calls = len([r for r in api.model_calls if r.body.get("tools")])
+    # Then orchardist stopped it once its reported cost reached the budget
+    (attempt,) = task["attempts"]
+    assert (task["state"], attempt["failure"]) == ("failed", "agent_error"), task
+    assert "budget spent" in attempt["detail"], attempt["detail"]
+    assert calls < 20
+    # and the attempt keeps the cost and tokens opencode reported for the steps it finished
+    steps = round(attempt["cost_usd"] / STEP_USD)
+    assert steps >= 2 and attempt["cost_usd"] == pytest.approx(steps * STEP_USD)
+    assert (attempt["input_tokens"], attempt["output_tokens"]) == (
+        INPUT_TOKENS * steps,
+        OUTPUT_TOKENS * steps,
+    )
+
+
+def log_events(attempt: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON events opencode printed in the attempt's log."""
+    return [json.loads(line) for line in log_of(attempt).splitlines() if line.startswith('{"')]

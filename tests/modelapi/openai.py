@@ -13,8 +13,8 @@ number of tool results already in it, gets ``script[n]`` (the last entry repeats
 retries and side requests do not shift the script. ``fail`` answers model calls with an API
 error (401, 429 with reset headers) carrying the real error body: all of them, or only those of
 the first ``fail_conversations`` conversations (told apart by codex's ``prompt_cache_key``, by
-opencode's ``x-session-id``), so
-a tool's own retries are refused and the next attempt goes through.
+opencode's ``x-session-id``), or the first ``failures`` model calls (aider's requests name no
+conversation), so a tool's own retries are refused and the next attempt goes through.
 """
 
 from __future__ import annotations
@@ -72,9 +72,14 @@ def unauthorized() -> ApiError:
     )
 
 
-def rate_limited(reset_s: int = 120) -> ApiError:
-    """429 with the API's reset headers (``retry-after`` and ``x-ratelimit-reset-*``)."""
+def rate_limited(reset_s: int = 120, should_retry: bool | None = None) -> ApiError:
+    """429 with the API's reset headers (``retry-after`` and ``x-ratelimit-reset-*``).
+
+    ``should_retry`` adds the API's ``x-should-retry`` header, which the OpenAI SDKs obey.
+    """
+    extra = {} if should_retry is None else {"x-should-retry": str(should_retry).lower()}
     headers = {
+        **extra,
         "retry-after": str(reset_s),
         "x-ratelimit-limit-requests": "500",
         "x-ratelimit-remaining-requests": "0",
@@ -97,11 +102,13 @@ class OpenAiServer(ModelServer):
         fail: ApiError | None = None,
         fail_conversations: int | None = None,
         side_requests: bool = True,
+        failures: int | None = None,
     ) -> None:
         super().__init__()
         self.script = list(script) or [Text("Done.")]
         self.fail = fail
         self.fail_conversations = fail_conversations
+        self.failures = failures
         self.side_requests = side_requests  # False: requests without tools get the script too
         self._conversations: list[str] = []
         self._ids = itertools.count(1)
@@ -129,6 +136,10 @@ class OpenAiServer(ModelServer):
         return self._chat(body, turn)
 
     def _failing(self, conversation: str) -> bool:
+        with self.lock:
+            if self.failures is not None:
+                self.failures -= 1
+                return self.failures >= 0
         if self.fail_conversations is None:
             return True
         with self.lock:

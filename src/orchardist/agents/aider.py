@@ -4,20 +4,28 @@
 exits. It prints no JSON: tokens and cost come from its summary lines (``Tokens: 2.1k sent, 345
 received. Cost: $0.01 message, $0.03 session.``), errors from its LiteLLM exception lines. aider
 exits 0 even when every API call failed, so an error it did not recover from (no later
-``Tokens:`` line) fails the attempt.
+``Tokens:`` line) fails the attempt. Edits it refused (``Skipping edits to …``: a file the
+repository ignores, say) are the attempt's summary, so a run that changed nothing says why.
+It retries a 429 by itself for about a minute (0.25 s doubling to 32 s; no flag shortens it)
+before giving up with the provider's message, whose "try again in …" is the pause.
+``max_cost_usd``: orchardist stops it once the ``Cost:`` it prints (or its tokens priced with
+``price_in``/``price_out``) reach the cap; it prints one summary line per model call.
 
 Install aider in its own environment (``pipx install aider-chat``): it pins hundreds of exact
 dependencies and is never a dependency of orchardist.
 
 Files: its chat and input histories go to the attempt's private folder (beside the output file;
-the logs folder is read-only to the agent). aider insists on a git identity and, finding none,
-writes one into the repository's config; orchardist gives it one through the environment
-(``GIT_CONFIG_*``), so it writes nothing there.
+the logs folder is read-only to the agent). Its repository map's cache
+(``.aider.tags.cache.v4/`` at the repository's root, not movable) is removed when it ends, unless
+the worktree had one before: it is aider's, not the work. aider insists on a git identity and,
+finding none, writes one into the repository's config; orchardist gives it one through the
+environment (``GIT_CONFIG_*``), so it writes nothing there.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -36,8 +44,10 @@ _COST = re.compile(r"Cost: \$([\d.]+) message, \$([\d.]+) session")
 _ERROR = re.compile(
     r"^(?:litellm\.)?\w*(?:Error|Exception)\b.*|^The API provider .*|^Missing these environment"
 )
+_SKIPPED = re.compile(r"^Skipping edits to .*|^Unable to create .*, skipping edits\.$")
 _SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
 LOCAL_PREFIXES = ("ollama/", "ollama_chat/", "lm_studio/")
+TAGS_CACHE = ".aider.tags.cache.v4"  # aider's repository-map cache, at the repository's root
 
 
 class AiderAgent(CliAgent):
@@ -100,6 +110,16 @@ class AiderAgent(CliAgent):
             env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"] = key, value
         return env
 
+    def run(self, ctx: AgentContext) -> AgentResult:
+        """Run aider; then remove the cache it left in the worktree, unless it was there before."""
+        cache = ctx.worktree / TAGS_CACHE
+        had_cache = cache.exists() or cache.is_symlink()
+        try:
+            return super().run(ctx)
+        finally:
+            if not had_cache and cache.is_dir() and not cache.is_symlink():
+                shutil.rmtree(cache, ignore_errors=True)
+
     def prompt_on_stdin(self, ctx: AgentContext) -> bool:
         """Never: aider reads the prompt file itself."""
         return False
@@ -120,6 +140,8 @@ class AiderAgent(CliAgent):
             seen.cost_usd = float(cost.group(2))  # the session total so far
         if _ERROR.match(line.strip()):
             seen.state.setdefault("pending", []).append(line.strip())
+        if _SKIPPED.match(line.strip()):  # an edit aider refused (an ignored file, say)
+            seen.summary = "\n".join(filter(None, [seen.summary, f"aider: {line.strip()}"]))
 
     def result(self, proc: ProcessResult, seen: Seen, ctx: AgentContext) -> AgentResult:
         """An error aider never got past is a failure, whatever its exit code."""

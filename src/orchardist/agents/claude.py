@@ -46,7 +46,8 @@ class ClaudeAgent(CliAgent):
         ".claude/settings.json",
     )
     home_state: ClassVar[tuple[str, ...]] = (".claude",)
-    profile_keys: ClassVar[frozenset[str]] = COMMON_KEYS | {"allowed_tools", "max_cost_usd"}
+    profile_keys: ClassVar[frozenset[str]] = COMMON_KEYS | {"allowed_tools"}
+    budget_flag: ClassVar[bool] = True
     env_keys: ClassVar[tuple[str, ...]] = (
         "ANTHROPIC_API_KEY",
         "ANTHROPIC_AUTH_TOKEN",
@@ -78,14 +79,10 @@ class ClaudeAgent(CliAgent):
 
     @classmethod
     def check_extra(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:
-        """``allowed_tools`` is a list of tool names; ``max_cost_usd`` a positive number."""
-        problems = []
+        """``allowed_tools`` is a list of tool names."""
         if "allowed_tools" in options and (p := str_list_problem(options["allowed_tools"])):
-            problems.append((p, "allowed_tools"))
-        cost = options.get("max_cost_usd", 1)
-        if isinstance(cost, bool) or not isinstance(cost, int | float) or cost <= 0:
-            problems.append(("expected a positive number of US dollars", "max_cost_usd"))
-        return problems
+            return [(p, "allowed_tools")]
+        return []
 
     def argv(self, ctx: AgentContext, prompt: str | None) -> list[str]:
         """``claude -p`` reading the prompt from stdin."""
@@ -98,8 +95,8 @@ class ClaudeAgent(CliAgent):
             argv += ["--max-turns", str(self.max_turns)]
         if self.model:
             argv += ["--model", self.model]
-        if "max_cost_usd" in self.options:
-            argv += ["--max-budget-usd", f"{float(self.options['max_cost_usd']):g}"]
+        if self.max_cost_usd is not None:
+            argv += ["--max-budget-usd", f"{float(self.max_cost_usd):g}"]
         return argv + self.args
 
     def prompt_on_stdin(self, ctx: AgentContext) -> bool:

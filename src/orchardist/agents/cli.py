@@ -5,10 +5,17 @@ mean, and which environment variables it needs. :class:`CliAgent` does the rest:
 
     argv ─ run_process (log, timeout, cancel) ─ each line ─ adapter.event / adapter.text ─ Seen
                                                                                            │
-    AgentResult ◀─ verdict: timeout · cancelled · ok · rate_limited · auth_error · agent_error
+    AgentResult ◀─ timeout · cancelled · budget spent · ok · rate_limited · auth_error · agent_error
 
 Errors are classified only from what the tool reports as errors (error events, stderr lines),
 never from the model's messages.
+
+A profile's ``max_cost_usd`` caps what one attempt may spend. A tool with a budget flag of its
+own gets it (``budget_flag``: Claude Code's ``--max-budget-usd``); for the others orchardist
+watches the usage the tool reports while it runs (a cost, or tokens priced with ``price_in`` /
+``price_out``) and stops it once the cap is reached: the attempt fails (``agent_error``, "budget
+spent") and keeps the usage seen. A tool that reports usage only when it ends cannot be stopped
+this way (``unsupported``).
 """
 
 from __future__ import annotations
@@ -22,18 +29,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..procs import ProcessResult, run_process
+from ..procs import CancelToken, ProcessResult, run_process
 from ..records import AgentProfile, Failure, Usage
 from ..terminal import plain
 from . import BASE_ENV, AgentContext, AgentResult
 from .limits import classify, retry_after_s
 
 COMMON_KEYS = frozenset(
-    {"command", "model", "args", "max_turns", "permission", "price_in", "price_out"}
+    {"command", "model", "args", "max_turns", "max_cost_usd", "permission", "price_in", "price_out"}
 )
 MAX_ARG_BYTES = 100_000  # longer prompts go through stdin (one argv string is capped at 128 KiB)
 SUMMARY_CHARS = 2000
 BOTH_PRICES = "give both price_in and price_out (USD per million tokens)"
+NEEDS_PRICES = "needs price_in and price_out: this tool reports tokens, not cost"
 _TAIL_LINES = 40
 
 
@@ -112,6 +120,8 @@ class CliAgent(abc.ABC):
     login_files: ClassVar[tuple[str, ...]] = ()
     login_hint: ClassVar[str] = ""
     default_permission: ClassVar[Any] = None
+    budget_flag: ClassVar[bool] = False  # the tool stops itself at max_cost_usd
+    reports_cost: ClassVar[bool] = True  # False: max_cost_usd needs price_in and price_out
     unsupported: ClassVar[Mapping[str, str]] = {}  # common key → why this tool cannot honour it
 
     def __init__(self, profile: AgentProfile) -> None:
@@ -124,6 +134,7 @@ class CliAgent(abc.ABC):
         self.permission: Any = self.options.get("permission", self.default_permission)
         self.price_in: float | None = self.options.get("price_in")
         self.price_out: float | None = self.options.get("price_out")
+        self.max_cost_usd: float | None = self.options.get("max_cost_usd")
 
     # -- profile checks --------------------------------------------------------------------
 
@@ -136,6 +147,7 @@ class CliAgent(abc.ABC):
             "model": _nonempty_str,
             "args": str_list_problem,
             "max_turns": _positive_int,
+            "max_cost_usd": _positive,
             "price_in": _non_negative,
             "price_out": _non_negative,
         }
@@ -148,6 +160,9 @@ class CliAgent(abc.ABC):
             problems += [(p, "permission") for p in cls.check_permission(options["permission"])]
         if ("price_in" in options) != ("price_out" in options):
             problems.append((BOTH_PRICES, "price_in"))
+        budget = "max_cost_usd" in options and "max_cost_usd" not in cls.unsupported
+        if budget and not cls.reports_cost and "price_in" not in options:
+            problems.append((NEEDS_PRICES, "max_cost_usd"))
         return problems + cls.check_extra(options)
 
     @classmethod
@@ -187,6 +202,10 @@ class CliAgent(abc.ABC):
     def event(self, seen: Seen, event: dict[str, Any]) -> None:  # noqa: B027 (a no-op hook)
         """Take in one JSON event of the tool's stream."""
 
+    def spent_usd(self, seen: Seen, ctx: AgentContext) -> float | None:
+        """What the run has cost so far, by what the tool reported (for ``max_cost_usd``)."""
+        return seen.usage(self.price_in, self.price_out).cost_usd
+
     def text(self, seen: Seen, line: str) -> None:
         """Take in one line that is not JSON (stderr, banners); kept for classification."""
         if line.strip():
@@ -216,18 +235,35 @@ class CliAgent(abc.ABC):
             return AgentResult(127, 0.0, Failure.AGENT_ERROR, detail)
         on_stdin = self.prompt_on_stdin(ctx)
         seen = Seen()
-        proc = run_process(
-            self.argv(ctx, None if on_stdin else ctx.prompt),
-            cwd=ctx.cwd,
-            env=env,
-            log=ctx.log,
-            timeout_s=ctx.timeout_s,
-            cancel=ctx.cancel,
-            stdin_file=ctx.prompt_file if on_stdin else None,
-            on_line=lambda raw: self.feed(seen, raw),
-            marker=ctx.marker,
-            writable=ctx.writable,
-        )
+        stop = CancelToken()  # the budget's: orchardist stops the tool itself
+
+        def on_line(raw: bytes) -> None:
+            self.feed(seen, raw)
+            if self.max_cost_usd is not None and not self.budget_flag and not stop.cancelled:
+                spent = self.spent_usd(seen, ctx)
+                if spent is not None and spent >= self.max_cost_usd:
+                    seen.state["budget"] = (
+                        f"{self.kind} stopped by orchardist: budget spent (${spent:.4f} of"
+                        f" max_cost_usd={self.max_cost_usd:g})"
+                    )
+                    stop.cancel("budget")
+
+        try:
+            proc = run_process(
+                self.argv(ctx, None if on_stdin else ctx.prompt),
+                cwd=ctx.cwd,
+                env=env,
+                log=ctx.log,
+                timeout_s=ctx.timeout_s,
+                cancel=ctx.cancel,
+                stop=stop,
+                stdin_file=ctx.prompt_file if on_stdin else None,
+                on_line=on_line,
+                marker=ctx.marker,
+                writable=ctx.writable,
+            )
+        finally:
+            stop.close()
         return self.result(proc, seen, ctx)
 
     def child_env(self, ctx: AgentContext) -> dict[str, str]:
@@ -254,6 +290,11 @@ class CliAgent(abc.ABC):
         if proc.timed_out:
             detail = f"{self.kind} timed out after {ctx.timeout_s:g}s"
             return AgentResult(proc.exit_code, proc.duration_s, Failure.TIMEOUT, detail, usage)
+        if proc.cancelled and "budget" in seen.state and not ctx.cancel.cancelled:
+            detail = seen.state["budget"]
+            return AgentResult(
+                proc.exit_code or 1, proc.duration_s, Failure.AGENT_ERROR, detail, usage
+            )
         if proc.cancelled:
             reason = ctx.cancel.reason or "cancelled"
             return AgentResult(proc.exit_code, proc.duration_s, None, reason, usage, True)
@@ -292,6 +333,10 @@ def _positive_int(value: Any) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return None
     return "expected a whole number ≥ 1"
+
+
+def _positive(value: Any) -> str | None:
+    return None if _is_number(value) and value > 0 else "expected a positive number of US dollars"
 
 
 def _non_negative(value: Any) -> str | None:

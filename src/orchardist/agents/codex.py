@@ -13,13 +13,18 @@ sandbox, so every write would fail) and ``workspace-write`` when it does not. Ap
 Variables: codex reads its key from ``CODEX_API_KEY`` (with only ``OPENAI_API_KEY`` it sends no
 key), so orchardist copies ``OPENAI_API_KEY`` there; it ignores ``OPENAI_BASE_URL``, so when that
 is set orchardist declares a provider entry with that base URL (Responses API over HTTPS, no
-WebSocket). A patch codex could not write (``file_change`` items that failed, a patch its
-sandbox rejected) is reported; when no write succeeded the attempt fails.
+WebSocket). Its ``--json`` stream gives tokens only when the turn ends, so for ``max_cost_usd``
+(which needs ``price_in``/``price_out``) orchardist reads the running totals from the session log
+codex writes as it goes (``$CODEX_HOME/sessions/…/rollout-…-THREAD.jsonl``, ``token_count``
+events); an attempt stopped there keeps those totals. A patch codex could not write
+(``file_change`` items that failed, a patch its sandbox rejected) is reported; when no write
+succeeded the attempt fails.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, ClassVar
 
 from ..procs import ProcessResult
@@ -49,6 +54,7 @@ class CodexAgent(CliAgent):
     login_files: ClassVar[tuple[str, ...]] = ("$CODEX_HOME/auth.json", "~/.codex/auth.json")
     login_hint: ClassVar[str] = "run `codex login`"
     default_permission: ClassVar[Any] = "auto"
+    reports_cost: ClassVar[bool] = False
     unsupported: ClassVar[dict[str, str]] = {
         "max_turns": "codex exec has no turn limit; bound it with the profile's timeout",
     }
@@ -125,8 +131,20 @@ class CodexAgent(CliAgent):
             # failed turn makes them final.
             seen.error(event.get("message"), fatal=False)
 
+    def spent_usd(self, seen: Seen, ctx: AgentContext) -> float | None:
+        """The tokens so far, priced; from codex's session log until its turn ends."""
+        if seen.input_tokens is not None:
+            return super().spent_usd(seen, ctx)
+        _read_session_log(seen, ctx)
+        so_far = Seen()
+        so_far.input_tokens, so_far.output_tokens = seen.state.get("session_tokens", (None, None))
+        return so_far.usage(self.price_in, self.price_out).cost_usd
+
     def result(self, proc: ProcessResult, seen: Seen, ctx: AgentContext) -> AgentResult:
         """As for every CLI, but a run whose every write failed has failed (codex exits 0)."""
+        if seen.input_tokens is None and seen.session_id:
+            _read_session_log(seen, ctx)  # stopped before its turn ended: keep what it spent
+            seen.input_tokens, seen.output_tokens = seen.state.get("session_tokens", (None, None))
         result = super().result(proc, seen, ctx)
         writes = _writes(seen)
         if result.failure is not None or result.cancelled or not writes["failed"]:
@@ -145,3 +163,35 @@ def _writes(seen: Seen) -> dict[str, list[str]]:
     """The file changes codex reported, completed and failed."""
     writes: dict[str, list[str]] = seen.state.setdefault("writes", {"done": [], "failed": []})
     return writes
+
+
+def _read_session_log(seen: Seen, ctx: AgentContext) -> None:
+    """Take in the ``token_count`` events codex has logged since the last look."""
+    if not seen.session_id:
+        return
+    log: Path | None = seen.state.get("session_log")
+    if log is None:
+        home = ctx.env.get("CODEX_HOME") or str(Path(ctx.env.get("HOME", "~")) / ".codex")
+        found = sorted(Path(home).glob(f"sessions/*/*/*/rollout-*-{seen.session_id}.jsonl"))
+        if not found:
+            return
+        log = seen.state["session_log"] = found[-1]
+    try:
+        with log.open("rb") as file:
+            file.seek(seen.state.get("session_offset", 0))
+            data = file.read()
+    except OSError:
+        return
+    complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for next time
+    seen.state["session_offset"] = seen.state.get("session_offset", 0) + len(complete)
+    for line in complete.splitlines():
+        try:
+            entry = json.loads(line)
+            payload = entry["payload"]
+            counted = payload["type"] == "token_count"
+            totals = payload["info"]["total_token_usage"] if counted else {}
+        except (ValueError, KeyError, TypeError):
+            continue
+        tokens_in, tokens_out = totals.get("input_tokens"), totals.get("output_tokens")
+        if isinstance(tokens_in, int) and isinstance(tokens_out, int):
+            seen.state["session_tokens"] = (tokens_in, tokens_out)

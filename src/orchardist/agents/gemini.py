@@ -12,7 +12,9 @@ confirmation). ``--allowed-tools`` is deprecated in favour of the policy engine.
 
 Its home: ``GEMINI_CLI_HOME`` points at a folder of the attempt's own, where orchardist writes
 ``.gemini/settings.json`` (``security.auth.selectedType`` from the credentials given: headless
-runs need it; ``general.maxAttempts`` so a refused request is not retried ten times) and the
+runs need it; ``general.maxAttempts`` so a refused request is not retried ten times;
+``model.maxSessionTurns`` from ``max_turns``: it exits 53 there, its final ``result`` still
+carrying the tokens spent, which the attempt keeps) and the
 policy file, and copies the user's Google login files if there are any. ``--skip-trust``: the
 worktree is a folder Gemini has never seen, and untrusted folders exit 55.
 Variables it reads: ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``, Vertex's), ``GOOGLE_GEMINI_BASE_URL``
@@ -76,8 +78,10 @@ class GeminiAgent(CliAgent):
     login_files: ClassVar[tuple[str, ...]] = ("~/.gemini/oauth_creds.json",)
     login_hint: ClassVar[str] = "run `gemini` once and sign in with Google"
     default_permission: ClassVar[Any] = "auto_edit"
+    reports_cost: ClassVar[bool] = False
     unsupported: ClassVar[dict[str, str]] = {
-        "max_turns": "gemini has no turn-limit flag; set model.maxSessionTurns in its settings",
+        "max_cost_usd": "gemini reports its tokens only when it ends, too late to stop it at a"
+        " cost; bound it with max_turns",
     }
 
     @classmethod
@@ -116,10 +120,12 @@ class GeminiAgent(CliAgent):
         """settings.json, the policy allowing ``allowed_tools``, and the user's login files."""
         folder = _home(ctx) / ".gemini"
         folder.mkdir(parents=True, exist_ok=True)
-        settings = {
+        settings: dict[str, Any] = {
             "security": {"auth": {"selectedType": self._auth_type(ctx.env)}},
             "general": {"maxAttempts": MAX_ATTEMPTS},
         }
+        if self.max_turns is not None:
+            settings["model"] = {"maxSessionTurns": self.max_turns}
         (folder / "settings.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
         tools = self.options.get("allowed_tools", DEFAULT_TOOLS)
         rules = [
