@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from orchardist.gitrepo import Repo
-from orchardist.treehash import escaping_symlinks
+from orchardist.treehash import escaping_symlinks, refused_path
 from support import git, make_repo
 
 
@@ -53,3 +54,58 @@ def test_a_snapshot_reads_no_fifo_and_looks_through_no_symlinked_folder(tmp_path
     assert [line.split("\t")[1] for line in tree] == ["README.md", "lib"]
     assert tree[1].startswith("120000 ")
     assert git(root, "cat-file", "blob", f"{snap}:lib") == str(outside)
+
+
+PROTECTED_GIT = ["git", "-c", "core.protectHFS=true", "-c", "core.protectNTFS=true"]
+NAMES = [
+    ".git/config",
+    ".GIT/hooks/post-checkout",
+    "sub/.Git/x",
+    ".git /x",
+    ".git. /x",
+    ".git:evil",
+    "git~1/x",
+    "GIT~1. /x",
+    ".g\u200cit/x",
+    "\ufeff.git/x",
+    ".gi\u206ft/x",
+    "a/./b",
+    "a/../b",
+    "a//b",
+    ".git~1/config",
+    ".gitx",
+    "git~2",
+    ".gitignore",
+    "x.git",
+    "gi\u200ct",
+    "ok.txt",
+]
+
+
+def test_paths_are_refused_exactly_as_git_refuses_them(tmp_path: Path) -> None:
+    # Given: git's own verdict on each name (update-index ignores what verify_path refuses,
+    # with the HFS and NTFS protections on, as on macOS and Windows)
+    root = make_repo(tmp_path / "repo")
+    blob = git(root, "hash-object", "-w", "README.md")
+    lines = "".join(f"100644 {blob}\t{name}\n" for name in NAMES)
+    lines += f"120000 {blob}\t.gitmodules\n120000 {blob}\tsub/.GITMODULES \n"
+    env = {**os.environ, "GIT_INDEX_FILE": str(tmp_path / "index")}
+    subprocess.run(
+        [*PROTECTED_GIT, "update-index", "--index-info"],
+        cwd=root,
+        input=lines.encode(),
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=root, env=env, check=True, capture_output=True
+    ).stdout
+    kept = {p for p in listed.split(b"\0") if p}
+
+    # Then: refused_path refuses what git ignored, and nothing else
+    for name in [*NAMES, ".gitmodules", "sub/.GITMODULES "]:
+        path = name.encode()
+        mode = "120000" if "modules" in name.lower() else "100644"
+        assert refused_path(path, mode) is (path not in kept), name
+    assert len(kept) > 5  # git did accept the ordinary names

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import GitError
-from .treehash import Entry, ObjectWriter, escaping_symlinks, read_entry, tree_objects
+from .treehash import (
+    Entry,
+    ObjectWriter,
+    escaping_symlinks,
+    read_entry,
+    refused_path,
+    tree_objects,
+)
 
 FALLBACK_NAME = "orchardist"
 FALLBACK_EMAIL = "orchardist@localhost"
@@ -351,7 +358,8 @@ class Repo:
                 else:
                     paths.append(path)
         # A trailing slash is a nested repository, which is not the task's to add.
-        paths += [p for p in others.split(b"\0") if p and not p.endswith(b"/")]
+        added = [p for p in others.split(b"\0") if p and not p.endswith(b"/")]
+        paths += added
         writer = ObjectWriter(self.common_dir / "objects")
         entries = dict(gitlinks)
         root_fd = os.open(worktree, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -362,6 +370,12 @@ class Repo:
                     entries[path] = entry
         finally:
             os.close(root_fd)
+        # The base's own paths passed git's checks when they were committed.
+        checked = {*added, *(p for p, e in entries.items() if e.mode == "120000")}
+        refused = [p for p in checked if p in entries and refused_path(p, entries[p].mode)]
+        if refused:
+            names = ", ".join(sorted(os.fsdecode(p) for p in refused))
+            raise GitError(f"paths git refuses to record (they name a .git folder): {names}")
         tree, trees = tree_objects(entries, writer)
         self.check_objects([e.oid for e in entries.values() if e.mode != "160000"] + trees)
         return self.commit_tree(tree, [base], message)

@@ -7,6 +7,9 @@ never asks git to hash: every file is read here (``O_NOFOLLOW`` for each path co
 a FIFO or device), each object written here replaces any copy whose bytes do not match its id,
 and at the end git is asked to read every object back, each checked against its id.
 
+Since git's own path checks are skipped that way, ``refused_path`` applies them: a tree never
+names a path ``git add`` or a checkout would refuse (``.GIT/hooks``, ``git~1``, ``.g\u200cit``).
+
 Symlinks are judged by resolving their whole chain inside the new tree, as the kernel would
 (``a/f -> ..`` then ``x -> a/f/../../etc`` leaves it): ``escaping_symlinks``.
 """
@@ -22,7 +25,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Entry", "ObjectWriter", "escaping_symlinks", "read_entry", "tree_objects"]
+__all__ = [
+    "Entry",
+    "ObjectWriter",
+    "escaping_symlinks",
+    "read_entry",
+    "refused_path",
+    "tree_objects",
+]
 
 MAX_SYMLINK_HOPS = 40  # as Linux's ELOOP limit
 
@@ -186,3 +196,43 @@ def _stays_inside(path: str, links: Mapping[str, str]) -> bool:
             return False
         pending.extend(reversed(target.split("/")))  # relative to the link's folder
     return True
+
+
+# Code points HFS+ ignores in file names (git's utf8.c, next_hfs_char): ".g\u200cit" is ".git".
+_HFS_IGNORED = frozenset(
+    [0x200C, 0x200D, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF]
+)
+
+
+def refused_path(path: bytes, mode: str) -> bool:
+    """Whether git refuses ``path`` in an index or a checkout (read-cache.c ``verify_path``,
+    with ``core.protectHFS`` and ``core.protectNTFS`` on): an empty, ``.`` or ``..``
+    component, or one that names a ``.git`` folder on some file system; a ``.gitmodules``
+    symlink."""
+    parts = path.split(b"/")
+    if any(_refused_component(part) for part in parts):
+        return True
+    return mode == "120000" and _names(parts[-1], b".gitmodules")
+
+
+def _refused_component(part: bytes) -> bool:
+    if part in (b"", b".", b".."):
+        return True
+    return _names(part, b".git") or _ntfs_names(part, b"git~1")
+
+
+def _names(part: bytes, dotfile: bytes) -> bool:
+    """``part`` is ``dotfile`` to a case-insensitive file system: NTFS (trailing spaces and
+    dots, an alternate data stream after ``:``) or HFS+ (ignorable code points)."""
+    if _ntfs_names(part, dotfile):
+        return True
+    if part.isascii():
+        return part.lower() == dotfile
+    text = part.decode("utf-8", errors="replace")
+    folded = "".join(c for c in text if ord(c) not in _HFS_IGNORED)
+    return folded.lower() == dotfile.decode()
+
+
+def _ntfs_names(part: bytes, name: bytes) -> bool:
+    stem = part.split(b":", 1)[0].split(b"\\", 1)[0]
+    return stem[: len(name)].lower() == name and not stem[len(name) :].strip(b" .")

@@ -142,3 +142,55 @@ def test_symlink_chains_that_leave_the_tree_through_other_links_are_refused(
     assert "mine.txt" not in run.tree()
     # while links whose chain stays inside are merged
     assert {"fine.txt", "sub/f", "z"} <= run.tree()
+
+
+def test_paths_naming_a_git_folder_on_some_file_system_never_reach_a_tree(
+    repo: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: an agent that leaves a hook under .GIT (the .git folder on macOS and Windows), an
+    # NTFS short name of .git, and an ordinary file; and a well-behaved agent beside it
+    command = shell_scripts(
+        hooker="""
+        mkdir -p .GIT/hooks git~1
+        printf '#!/bin/sh\\necho owned\\n' > .GIT/hooks/post-checkout
+        echo x > git~1/config
+        echo mine > mine.txt
+        """,
+        fine="echo fine > fine.txt\n",
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        max_parallel = 2
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+        circuit_breaker = 100
+
+        [[task]]
+        id = "hooker"
+
+        [[task]]
+        id = "fine"
+        """,
+    )
+
+    # When
+    run = run_plan(plan)
+
+    # Then: the attempt is refused, naming the paths, and nothing of it is merged
+    (only,) = run.task("hooker")["attempts"]
+    assert only["failure"] == "agent_error"
+    assert ".GIT/hooks/post-checkout" in only["detail"] and "git~1/config" in only["detail"]
+    assert run.tree() == {"README.md", ".gitignore", "fine.txt"}
+    # and no tree naming them was ever written: git finds none anywhere in the store
+    fsck = subprocess.run(
+        ["git", "fsck", "--full", "--strict", "--unreachable", "--dangling"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+    assert "hasDotgit" not in fsck.stdout + fsck.stderr
