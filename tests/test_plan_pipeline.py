@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchardist.errors import PlanError
-from orchardist.plan import StageSpec, load_plan
+from orchardist.plan import load_plan
 from support import write_plan
 
 AGENTS = """
@@ -31,16 +31,23 @@ def problems_of(plan: Path) -> list[tuple[str | None, str | None, str]]:
     return [(p.task, p.field, p.message) for p in caught.value.problems]
 
 
-def test_a_debug_task_reads_its_per_stage_routing(repo: Path) -> None:
+def test_a_debug_task_becomes_its_stage_tasks_each_with_its_own_routing(repo: Path) -> None:
     # Given a debug task routing localize to a cheap model and fix to three candidates
     plan = write_plan(
         repo,
         AGENTS
         + """
         [[task]]
+        id = "first"
+        agent = "bot"
+
+        [[task]]
         id = "bug"
         prompt = "parse() crashes on empty input"
         agent = "bot"
+        depends_on = ["first"]
+        retries = 1
+        timeout = "10m"
         pipeline = "debug"
         stages.localize = { agent = "cheap", timeout = "2m", retries = 0 }
         stages.fix = { agent = ["bot", "strong", "cheap"] }
@@ -48,16 +55,31 @@ def test_a_debug_task_reads_its_per_stage_routing(repo: Path) -> None:
         """,
     )
     # When it is loaded
-    task = load_plan(plan).task("bug")
-    # Then every override is kept, and an agent list counts as that many candidates
-    assert task.pipeline == "debug"
-    assert task.audit is True
-    assert task.stages["localize"] == StageSpec("localize", ("cheap",), 120.0, 0, None)
-    assert task.stages["fix"] == StageSpec("fix", ("bot", "strong", "cheap"), None, None, 3)
-    assert task.stages["reproduce"] == StageSpec("reproduce", (), None, 2, None)
+    loaded = load_plan(plan)
+    # Then it is a chain of stage tasks; the fix keeps the task's id (dependents wait for it)
+    stages = [t for t in loaded.tasks if t.pipeline_task == "bug"]
+    assert [(t.id, t.stage, t.depends_on) for t in stages] == [
+        ("bug.reproduce", "reproduce", ("first",)),
+        ("bug.audit", "audit", ("bug.reproduce",)),
+        ("bug.localize", "localize", ("bug.audit",)),
+        ("bug", "fix", ("bug.localize",)),
+    ]
+    by_id = {t.id: t for t in stages}
+    routing = {t.id: (t.agent, t.agents, t.candidates, t.retries, t.timeout_s) for t in stages}
+    assert routing == {
+        "bug.reproduce": ("bot", (), 1, 2, 600.0),
+        "bug.audit": ("cheap", (), 1, 1, 600.0),  # another profile than reproduce's
+        "bug.localize": ("cheap", (), 1, 0, 120.0),
+        "bug": ("bot", ("bot", "strong", "cheap"), 3, 1, 600.0),
+    }
+    # and the stages before the fix verify nothing: they are judged by their handoff
+    assert by_id["bug.localize"].verify == () and by_id["bug.localize"].allow_empty
+    assert all(t.pipeline == "debug" and t.prompt == by_id["bug"].prompt for t in stages)
 
 
-def test_stages_audit_false_turns_the_audit_off(repo: Path) -> None:
+def test_a_fix_pipeline_starts_with_a_single_shot_and_audit_false_drops_the_audit(
+    repo: Path,
+) -> None:
     plan = write_plan(
         repo,
         AGENTS
@@ -65,20 +87,62 @@ def test_stages_audit_false_turns_the_audit_off(repo: Path) -> None:
         [[task]]
         id = "bug"
         agent = "bot"
+        retries = 2
         pipeline = "fix"
         stages.audit = false
         """,
     )
-    task = load_plan(plan).task("bug")
-    assert task.pipeline == "fix"
-    assert task.audit is False
-    assert "audit" not in task.stages
+    tasks = load_plan(plan).tasks
+    assert [(t.id, t.stage) for t in tasks] == [
+        ("bug.shot", "shot"),
+        ("bug.reproduce", "reproduce"),
+        ("bug.localize", "localize"),
+        ("bug", "fix"),
+    ]
+    assert tasks[0].retries == 0  # a single shot
+
+
+def test_a_task_naming_a_failing_check_has_no_reproduce_or_audit_stage(repo: Path) -> None:
+    plan = write_plan(
+        repo,
+        AGENTS
+        + """
+        [[task]]
+        id = "bug"
+        agent = "bot"
+        pipeline = "debug"
+        check = "pytest -q tests/test_bug.py"
+        """,
+    )
+    tasks = load_plan(plan).tasks
+    assert [(t.id, t.check) for t in tasks] == [
+        ("bug.localize", None),
+        ("bug", "pytest -q tests/test_bug.py"),
+    ]
+
+
+def test_a_stage_id_taken_by_another_task_is_a_problem(repo: Path) -> None:
+    plan = write_plan(
+        repo,
+        AGENTS
+        + """
+        [[task]]
+        id = "bug"
+        agent = "bot"
+        pipeline = "debug"
+
+        [[task]]
+        id = "bug.localize"
+        agent = "bot"
+        """,
+    )
+    assert problems_of(plan) == [("bug", "id", "its localize stage 'bug.localize' is a task id")]
 
 
 def test_a_task_without_pipeline_has_no_stages(repo: Path) -> None:
     plan = write_plan(repo, AGENTS + '[[task]]\nid = "t"\nagent = "bot"\n')
-    task = load_plan(plan).task("t")
-    assert (task.pipeline, dict(task.stages), task.audit) == (None, {}, True)
+    (task,) = load_plan(plan).tasks
+    assert (task.pipeline, dict(task.stages), task.stage) == (None, {}, "")
 
 
 def test_pipeline_problems_are_located_with_did_you_mean(repo: Path) -> None:

@@ -133,6 +133,8 @@ class TaskSpec:
     pipeline: str | None = None  # "debug" or "fix": run as stages (see pipeline.py)
     stages: Mapping[str, StageSpec] = field(default_factory=dict)  # stages.NAME overrides
     audit: bool = True  # stages.audit = false: the debug pipeline skips its audit stage
+    stage: str = ""  # set on the tasks a pipeline task expands into (see pipeline.expand)
+    pipeline_task: str = ""  # the pipeline task a stage task belongs to
 
     def agent_for(self, candidate: int) -> str:
         """The profile that runs candidate ``candidate``."""
@@ -326,6 +328,12 @@ class _Validator:
         self.own_agents = self._agents()
         agents = self._with_config(self.own_agents, repo)
         tasks = self._tasks(run, agents)
+        if not self.problems:
+            from .pipeline import expand
+
+            tasks, clashes = expand(tasks, agents)
+            for task_id, fld, message in clashes:
+                self.problem(message, task_id, fld)
         scanners = validate_scanners(
             self.data.get("scanners", {}),
             lambda message, fld: self.problem(message, fld=fld),

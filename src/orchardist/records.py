@@ -136,6 +136,8 @@ class TaskRecord:
     reason: str = ""
     failures: int = 0  # failed attempts that count against ``retries``
     reruns: int = 0  # re-runs not counted as failures: conflicts, merge re-verify, regressions
+    stage: str = ""  # a pipeline's stage (shot, reproduce, audit, localize, fix); "" otherwise
+    pipeline_task: str = ""  # the pipeline task a stage belongs to; "" otherwise
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,7 @@ class AttemptRecord:
     usage: Usage = field(default_factory=Usage)
     verdict: str = ""  # verified | unverified | failed
     selection: str = ""  # why this candidate won or lost
+    handoff: str = ""  # a pipeline stage's handoff, as JSON text ("" when none)
 
     @property
     def duration_s(self) -> float | None:

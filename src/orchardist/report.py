@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -19,12 +20,17 @@ def status_document(store: Store, run: Run) -> dict[str, Any]:
         mine = sorted(attempts.get(task.task_id, []), key=lambda a: a.n)
         merged = [a for a in mine if a.state is AttemptState.MERGED]
         winner = {"candidate": merged[-1].candidate, "attempt": merged[-1].n} if merged else None
+        stage = {}
+        if task.stage:  # a pipeline's stage, and what it handed over
+            handoff = _json(merged[-1].handoff) if merged else None
+            stage = {"stage": task.stage, "pipeline": task.pipeline_task, "handoff": handoff}
         tasks.append(
             {
                 "id": task.task_id,
                 "state": task.state.value,
                 "commit": task.commit,
                 "reason": task.reason,
+                **stage,
                 "winner": winner,
                 "attempts": [_attempt(a) for a in mine],
                 **_totals(mine),
@@ -73,7 +79,13 @@ def _attempt(a: AttemptRecord) -> dict[str, Any]:
         "output_tokens": a.usage.output_tokens,
         "turns": a.usage.turns,
         "log": a.log_path,
+        **({"handoff": _json(a.handoff)} if a.handoff else {}),
     }
+
+
+def _json(text: str) -> Any:
+    """A stored handoff, parsed (None when there is none)."""
+    return json.loads(text) if text else None
 
 
 def _totals(attempts: list[AttemptRecord]) -> dict[str, Any]:

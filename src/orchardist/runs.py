@@ -227,7 +227,16 @@ def create_run(
     with ws.store.transaction() as tx:
         tx.add_run(run)
         for task in plan.tasks:
-            tx.add_task(TaskRecord(run_id, task.id, TaskState.PENDING, task.index))
+            tx.add_task(
+                TaskRecord(
+                    run_id,
+                    task.id,
+                    TaskState.PENDING,
+                    task.index,
+                    stage=task.stage,
+                    pipeline_task=task.pipeline_task,
+                )
+            )
         tx.emit(
             Event(
                 run_id,

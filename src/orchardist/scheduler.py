@@ -28,6 +28,7 @@ from .graph import Graph, ReadySet
 from .hooks import Hooks
 from .merge import Prepared
 from .oracle import CHECK_DOES_NOT_REPRODUCE
+from .pipeline import Pipelines
 from .plan import Plan, TaskSpec
 from .policy import COUNTED, INFRA_RETRIES, Backoff, CircuitBreaker, RateGate
 from .procs import new_marker
@@ -157,6 +158,7 @@ class Scheduler:
         self.soft_stop: str | None = None  # budget: launch nothing new, finish what runs
         self.tip = ""
         self.fail_fast = fail_fast  # stop the run when a task fails for good
+        self.pipelines = Pipelines(self.specs, store, run.id, self._repro_start)
         self.failed_fast: str | None = None  # the task that did, until the loop stops
 
     # -- the loop ------------------------------------------------------------------------
@@ -363,6 +365,7 @@ class Scheduler:
             network=spec.network,
             allow_empty=spec.allow_empty,
         )
+        job = self.pipelines.shape(job, spec)  # a pipeline's stage: handoffs, where it starts
         record = AttemptRecord(
             run_id=self.run_id,
             task_id=spec.id,
@@ -370,7 +373,7 @@ class Scheduler:
             candidate=candidate,
             agent=agent,
             state=AttemptState.RUNNING,
-            base_commit=self.tip,
+            base_commit=job.base_commit,
             started_at=now,
             marker=job.marker,
             log_path=self._log_path(job),
@@ -474,6 +477,7 @@ class Scheduler:
             log_path=outcome.log_path,
             usage=outcome.usage,
             verdict=outcome.verdict,
+            handoff=outcome.handoff,
         )
         self._event(
             tx,
@@ -621,8 +625,21 @@ class Scheduler:
             self._timer(delay, "retry", task_id)
             return
         reason = f"{failure.value if failure else 'failed'}: {detail}"
+        if self.pipelines.escalates(task_id):
+            self._escalate(tx, task_id, reason, feedback, failures)
+            return
         self._set_state(tx, task_id, TaskState.FAILED, reason=reason, failures=failures)
         self._block_dependents(tx, task_id)
+
+    def _escalate(
+        self, tx: Transaction, task_id: str, reason: str, output: str, failures: int
+    ) -> None:
+        """A fix pipeline's failed shot hands the bug to the debug stages."""
+        owner, data = self.pipelines.escalation(task_id, reason, output)
+        why = f"escalated to the debug pipeline: {reason}"
+        self._set_state(tx, task_id, TaskState.SKIPPED, reason=why, failures=failures)
+        self._event(tx, "escalation", owner, None, **data)
+        self._release(tx, task_id)
 
     def _block_dependents(self, tx: Transaction, task_id: str) -> None:
         for child in self.graph.descendants(task_id):
@@ -675,7 +692,8 @@ class Scheduler:
         ):
             outcome = self.merge_queue.popleft()
             job = outcome.job
-            if outcome.patch_commit is None:  # a task that changes nothing (e.g. a scanner)
+            if outcome.patch_commit is None or not self.pipelines.lands(job.task_id):
+                # A task that changes nothing (a scanner), or a stage that hands over instead.
                 self._done(job.task_id, job.attempt, None)
                 continue
             prepared = self.integrator.prepare(
@@ -720,6 +738,8 @@ class Scheduler:
             purpose="merge",
             verify=outcome.verify_commands or outcome.job.verify,
             auto_verify=False,
+            stage="",
+            start_commit=None,
         )
         self.merging = _Merge(outcome, prepared, job)
         with self._tx() as tx:
@@ -809,7 +829,10 @@ class Scheduler:
             tx.set_attempt(self.run_id, task_id, attempt, state=AttemptState.MERGED)
             self._event(tx, "merge", task_id, attempt, state="merged", commit=commit)
             self._set_state(tx, task_id, TaskState.DONE, commit=commit, reason="")
+            owner = self.pipelines.landed(tx, task_id, commit, self._set_state)
             self._release(tx, task_id)
+            if owner:  # a fix pipeline's shot landed: the task is done with its commit
+                self._release(tx, owner)
         self._maybe_check_regression()
 
     def _release(self, tx: Transaction, task_id: str) -> None:
@@ -1093,6 +1116,7 @@ class Scheduler:
             if attempt.state is AttemptState.PASSED and attempt.patch_commit and winner:
                 passed[attempt.task_id] = attempt  # the round's winner, never a loser
         done = {t for t, r in self.tasks.items() if r.state is TaskState.DONE}
+        done |= self.pipelines.passed_on(self.tasks)  # escalated shots release their stages
         with self._tx() as tx:
             tx.set_run(self.run_id, state=RunState.RUNNING, finished_at=None, reason="")
             for task_id in self.graph.order:
@@ -1151,6 +1175,15 @@ class Scheduler:
             patch_commit=attempt.patch_commit,
             changed_lines=attempt.changed_lines,
         )
+
+    def _repro_start(self, base: str, patch: str, message: str, tip: str) -> str | None:
+        """The reproduction's files as a commit on ``tip`` (a fix starts there), kept by a ref;
+        None when they conflict with what landed since."""
+        prepared = self.integrator.prepare(base, patch, message, tip)
+        if prepared.commit is not None:
+            ref = f"refs/orchardist/runs/{self.run_id}/repro-{prepared.commit[:12]}"
+            self.integrator.repo.set_ref(ref, prepared.commit)
+        return prepared.commit
 
     @contextmanager
     def _tx(self) -> Iterator[Transaction]:

@@ -54,6 +54,8 @@ create table if not exists tasks (
     reason text not null default '',
     failures integer not null default 0,
     reruns integer not null default 0,
+    stage text not null default '',
+    pipeline_task text not null default '',
     primary key (run_id, task_id)
 );
 create table if not exists attempts (
@@ -80,6 +82,7 @@ create table if not exists attempts (
     session_id text,
     verdict text not null default '',
     selection text not null default '',
+    handoff text not null default '',
     primary key (run_id, task_id, n)
 );
 create table if not exists events (
@@ -155,7 +158,8 @@ class Transaction:
     def add_task(self, task: TaskRecord) -> None:
         """Insert a task."""
         self._conn.execute(
-            "insert into tasks values (?,?,?,?,?,?,?,?)",
+            "insert into tasks (run_id, task_id, state, idx, commit_sha, reason, failures, "
+            "reruns, stage, pipeline_task) values (?,?,?,?,?,?,?,?,?,?)",
             (
                 task.run_id,
                 task.task_id,
@@ -165,6 +169,8 @@ class Transaction:
                 task.reason,
                 task.failures,
                 task.reruns,
+                task.stage,
+                task.pipeline_task,
             ),
         )
 
@@ -284,12 +290,16 @@ class Store:
 
     def _migrate(self) -> None:
         """Add columns that newer versions introduced to stores made by older ones."""
-        have = {row[1] for row in self._conn.execute("pragma table_info(attempts)")}
-        for column in ("verdict", "selection"):
-            if column not in have:
-                self._conn.execute(
-                    f"alter table attempts add column {column} text not null default ''"
-                )
+        for table, columns in (
+            ("attempts", ("verdict", "selection", "handoff")),
+            ("tasks", ("stage", "pipeline_task")),
+        ):
+            have = {row[1] for row in self._conn.execute(f"pragma table_info({table})")}
+            for column in columns:
+                if column not in have:
+                    self._conn.execute(
+                        f"alter table {table} add column {column} text not null default ''"
+                    )
 
     @classmethod
     def in_memory(cls) -> Store:
@@ -476,6 +486,8 @@ def _task(r: sqlite3.Row) -> TaskRecord:
         reason=r["reason"],
         failures=r["failures"],
         reruns=r["reruns"],
+        stage=r["stage"],
+        pipeline_task=r["pipeline_task"],
     )
 
 
@@ -511,4 +523,5 @@ def _attempt(r: sqlite3.Row) -> AttemptRecord:
         usage=Usage(**{k: r[k] for k in _USAGE_FIELDS if k in keys}),
         verdict=r["verdict"],
         selection=r["selection"],
+        handoff=r["handoff"],
     )

@@ -52,6 +52,10 @@ class Job:
     purpose: str = "attempt"  # attempt | merge | regression (for logs and events)
     network: bool = False  # verify commands and checks may use the network (agents always may)
     allow_empty: bool = False  # an agent that changes nothing may still pass verification
+    stage: str = ""  # a pipeline stage (reproduce, audit, localize, fix); see pipeline.py
+    inputs: str = ""  # the earlier stages' handoffs, JSON text for $ORCHARDIST_INPUTS
+    start_commit: str | None = None  # the worktree starts here (None: at base_commit), while
+    # the patch is still taken against base_commit (a fix starts from base + the reproduction)
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class Outcome:
     verdict: str = ""  # verified | unverified | failed (set when verification ran)
     flag: str = ""  # something the user should look at, e.g. "check_does_not_reproduce"
     verify_commands: tuple[str, ...] = ()  # the commands verification actually ran
+    handoff: str = ""  # a pipeline stage's validated handoff, JSON text
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from ..discover import auto_commands, discover_tests
 from ..errors import GitError, OrchardistError
 from ..gitrepo import Repo
 from ..oracle import CommandOutcome, baseline_key
+from ..pipeline import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
 from ..plan import RunConfig
 from ..procs import CancelToken
 from ..records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
@@ -172,7 +173,7 @@ class LocalExecutor:
             return Outcome(job, state, started, self.clock(), failure, log_path=str(log), **kw)
 
         try:
-            self.layout.create(paths, job.base_commit, job.run_id)
+            self.layout.create(paths, job.start_commit or job.base_commit, job.run_id)
         except (OrchardistError, OSError) as exc:
             return end(AttemptState.FAILED, Failure.INFRA_ERROR, detail=str(exc))
         try:
@@ -182,6 +183,8 @@ class LocalExecutor:
                 return end(AttemptState.FAILED, Failure.INFRA_ERROR, detail=detail)
             # Decided before the agent runs: it could rewrite its .git file to point anywhere.
             writable = self._writable(paths)
+            if job.stage in READ_ONLY_STAGES and writable is not None:
+                writable = tuple(p for p in writable if p != paths.tree)
             gitfile = (worktree / ".git").read_text(errors="replace")
             env = self._env(job, paths)
             patch, changed, usage, summary = job.base_commit, 0, Usage(), ""
@@ -232,6 +235,39 @@ class LocalExecutor:
                         feedback=NO_CHANGES_FEEDBACK,
                     )
             empty_home(paths)  # verify runs the agent's code: no credentials copied for it
+            if job.stage in JUDGED_STAGES:
+                notify(Phase(job, "verifying"))
+                env = {**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"}
+                judged = judge_stage(
+                    job,
+                    StageRun(worktree, cwd, paths.output_file, env, log, deadline, token, writable),
+                    unchanged=self._unchanged(job, patch),
+                )
+                done: dict[str, Any] = {
+                    "patch_commit": patch,
+                    "changed_lines": changed,
+                    "usage": usage,
+                }
+                if token.cancelled:
+                    return end(AttemptState.CANCELLED, detail=token.reason or "cancelled", **done)
+                if judged.failure:
+                    return end(
+                        AttemptState.FAILED,
+                        Failure.VERIFY_FAILED,
+                        detail=judged.failure,
+                        feedback=judged.feedback,
+                        flag=judged.flag,
+                        verdict="failed",
+                        **done,
+                    )
+                return end(
+                    AttemptState.PASSED,
+                    detail=judged.detail,
+                    exit_code=0,
+                    summary=summary,
+                    handoff=judged.handoff,
+                    **done,
+                )
             notify(Phase(job, "verifying"))
             commands, note = self._commands(job, worktree, patch)
             if note:
@@ -331,8 +367,8 @@ class LocalExecutor:
         return patch
 
     def _unchanged(self, job: Job, patch: str) -> bool:
-        """Whether the patch's tree is the base's own."""
-        return self.repo.tree_of(patch) == self.repo.tree_of(job.base_commit)
+        """Whether the patch's tree is the one the worktree started from."""
+        return self.repo.tree_of(patch) == self.repo.tree_of(job.start_commit or job.base_commit)
 
     def _fingerprint(self) -> dict[str, str]:
         ignore = ["refs/heads/orchardist/"]
@@ -413,6 +449,10 @@ class LocalExecutor:
             "ORCHARDIST_PROMPT_FILE": str(prompt_file),
             "ORCHARDIST_OUTPUT": str(output_file),
         }
+        if job.stage:
+            inputs_file = log.with_suffix(".inputs.json")
+            inputs_file.write_text(job.inputs or "{}", encoding="utf-8")
+            agent_env.update(ORCHARDIST_STAGE=job.stage, ORCHARDIST_INPUTS=str(inputs_file))
         left = max(0.01, deadline - time.monotonic())
         timeout = min(left, job.profile.timeout_s) if job.profile.timeout_s else left
         return AgentContext(

@@ -1,0 +1,314 @@
+"""Debug and fix pipelines end to end: the real CLI, shell agents, a real pytest suite.
+
+Each stage's agent is a shell script (``{task}.sh``: ``bug.reproduce.sh``, ``bug.sh`` ...) that
+checks what the contract promises it (``$ORCHARDIST_STAGE``, ``$ORCHARDIST_INPUTS``, the prompt)
+and exits 3 when it is missing, so a broken contract fails the run, not just an assertion.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e_support import python_on_path
+from run_support import leftovers, only_run, orchardist
+from support import git, toml_str, write_plan
+
+BUG = "mean() raises ZeroDivisionError on an empty list; it should return 0.0"
+CALC = "def mean(xs):\n    return sum(xs) / len(xs)\n"
+SUITE = "from calc import mean\n\n\ndef test_mean():\n    assert mean([1, 2, 3]) == 2\n"
+REPRO = "python -m pytest -q tests/test_bug.py"
+
+# Reproduce: the first test passes on the base (it tests something easier), the second fails.
+REPRODUCE_SH = f"""
+[ "$ORCHARDIST_STAGE" = reproduce ] || exit 3
+mkdir -p tests
+if [ "$ORCHARDIST_ATTEMPT" = 1 ]; then
+  printf 'from calc import mean\\n\\n\\ndef test_bug():\\n    assert mean([2]) == 2\\n' \
+    > tests/test_bug.py
+else
+  grep -q does_not_reproduce "$ORCHARDIST_PROMPT_FILE" || exit 3
+  printf 'from calc import mean\\n\\n\\ndef test_bug():\\n    assert mean([]) == 0.0\\n' \
+    > tests/test_bug.py
+fi
+printf '{{"handoff": {{"repro_cmd": "{REPRO}", "failing_test": "tests/test_bug.py::test_bug"}}}}' \
+  > "$ORCHARDIST_OUTPUT"
+"""
+AUDIT_SH = """
+[ "$ORCHARDIST_STAGE" = audit ] || exit 3
+test -f tests/test_bug.py || exit 3
+grep -q repro_cmd "$ORCHARDIST_INPUTS" || exit 3
+printf '{"handoff": {"verdict": "ok", "notes": "tests the empty list"}}' > "$ORCHARDIST_OUTPUT"
+"""
+LOCALIZE_SH = """
+[ "$ORCHARDIST_STAGE" = localize ] || exit 3
+grep -q '"audit"' "$ORCHARDIST_INPUTS" || exit 3
+printf '{"handoff": {"files": ["calc.py"], "symbols": ["mean"]}}' > "$ORCHARDIST_OUTPUT"
+"""
+# Fix: candidate 0 is wrong (breaks the suite), 1 bloated, 2 minimal.
+FIX_SH = """
+[ "$ORCHARDIST_STAGE" = fix ] || exit 3
+test -f tests/test_bug.py || exit 3
+grep -q '"calc.py"' "$ORCHARDIST_INPUTS" || exit 3
+grep -q 'tests/test_bug.py' "$ORCHARDIST_PROMPT_FILE" || exit 3
+case "$ORCHARDIST_CANDIDATE" in
+  0) printf 'def mean(xs):\\n    return 0.0 if not xs else sum(xs)\\n' > calc.py ;;
+  1) { printf 'def mean(xs):\\n'
+       for i in 1 2 3 4 5 6 7 8 9 10; do printf '    # a needless comment %s\\n' "$i"; done
+       printf '    if len(xs) == 0:\\n        return 0.0\\n    total = sum(xs)\\n'
+       printf '    count = len(xs)\\n    return total / count\\n'; } > calc.py ;;
+  2) printf 'def mean(xs):\\n    if not xs:\\n        return 0.0\\n' > calc.py
+     printf '    return sum(xs) / len(xs)\\n' >> calc.py ;;
+esac
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repository with a buggy ``mean`` and a passing pytest suite."""
+    python_on_path(monkeypatch)
+    from support import make_repo
+
+    return make_repo(
+        tmp_path / "repo",
+        {
+            "README.md": "calc\n",
+            ".gitignore": "__pycache__/\n.pytest_cache/\n",
+            "conftest.py": "",
+            "calc.py": CALC,
+            "tests/test_calc.py": SUITE,
+        },
+    )
+
+
+def stage_plan(project: Path, shell_scripts: Callable[..., str], task: str, **scripts: str) -> Path:
+    command = shell_scripts(**scripts)
+    return write_plan(
+        project,
+        f"""
+        [run]
+        verify = "python -m pytest -q"
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [agents.auditor]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        {task}
+        """,
+    )
+
+
+def status_json(root: Path) -> dict[str, Any]:
+    shown = orchardist(root, "status", "--json")
+    assert shown.returncode == 0, shown.stderr
+    doc: dict[str, Any] = json.loads(shown.stdout)
+    return doc
+
+
+def tasks_of(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["id"]: t for t in doc["tasks"]}
+
+
+def repro_exit(root: Path, commit: str, tmp_path: Path, name: str, files: Path | None) -> int:
+    """The reproduction's exit code on a tree: ``commit`` (plus the test file from ``files``)."""
+    where = tmp_path / name
+    where.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", commit], capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(where, filter="data")
+    if files is not None:
+        (where / "tests" / "test_bug.py").write_bytes(files.read_bytes())
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_bug.py"],
+        cwd=where,
+        capture_output=True,
+        check=False,
+    ).returncode
+
+
+def test_a_debug_pipeline_rejects_an_easy_reproduction_and_lands_the_minimal_fix_with_its_test(
+    project: Path, shell_scripts: Callable[..., str], tmp_path: Path
+) -> None:
+    # Given: a debug task whose first reproduction passes on the base, whose second fails;
+    # a localize stage naming calc.py; three fix candidates: wrong, bloated and minimal
+    plan = stage_plan(
+        project,
+        shell_scripts,
+        f"""
+        [[task]]
+        id = "bug"
+        prompt = {toml_str(BUG)}
+        agent = "sh"
+        pipeline = "debug"
+        candidates = 3
+        stages.reproduce.retries = 1
+        """,
+        **{
+            "bug.reproduce": REPRODUCE_SH,
+            "bug.audit": AUDIT_SH,
+            "bug.localize": LOCALIZE_SH,
+            "bug": FIX_SH,
+        },
+    )
+
+    # When: it runs through the CLI
+    ran = orchardist(project, "run", str(plan))
+
+    # Then: the run is done, and status --json shows each stage, its attempts and its handoff
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    doc = status_json(project)
+    tasks = tasks_of(doc)
+    assert doc["state"] == "done"
+    repro = tasks["bug.reproduce"]
+    assert (repro["stage"], repro["pipeline"]) == ("reproduce", "bug")
+    first, second = repro["attempts"]
+    assert first["state"] == "failed"
+    assert first["detail"].startswith("does_not_reproduce: `python -m pytest -q tests/test_bug.py`")
+    assert second["state"] == "merged"
+    assert repro["handoff"]["repro_cmd"] == REPRO
+    audit = tasks["bug.audit"]
+    assert audit["stage"] == "audit"
+    assert [a["agent"] for a in audit["attempts"]] == ["auditor"]  # another profile by default
+    assert audit["handoff"]["verdict"] == "ok"
+    localize = tasks["bug.localize"]
+    assert localize["handoff"] == {"files": ["calc.py"], "symbols": ["mean"]}
+    fix = tasks["bug"]
+    assert fix["stage"] == "fix"
+    states = {a["candidate"]: (a["state"], a["failure"]) for a in fix["attempts"]}
+    assert states == {0: ("failed", "verify_failed"), 1: ("passed", None), 2: ("merged", None)}
+    assert fix["attempts"][1]["selection"].startswith("lost to candidate 2: larger diff")
+
+    # and the minimal fix landed as one commit holding the reproduction test and the fix
+    base, branch = doc["base"], doc["branch"]
+    commits = git(project, "rev-list", f"{base}..{branch}").split()
+    assert len(commits) == 1
+    changed = git(project, "diff", "--name-only", base, branch).split()
+    assert sorted(changed) == ["calc.py", "tests/test_bug.py"]
+    assert "if not xs:" in git(project, "show", f"{branch}:calc.py")
+    # and the reproduction fails on the base and passes on the run branch
+    test_file = tmp_path / "test_bug.py"
+    test_file.write_text(git(project, "show", f"{branch}:tests/test_bug.py") + "\n")
+    assert repro_exit(project, base, tmp_path, "on-base", test_file) == 1
+    assert repro_exit(project, branch, tmp_path, "on-branch", None) == 0
+    assert leftovers(project, only_run(project)) == []
+
+
+def test_a_fix_pipeline_whose_single_shot_changes_nothing_escalates_to_the_debug_stages(
+    project: Path, shell_scripts: Callable[..., str]
+) -> None:
+    # Given: a fix task whose single shot changes nothing, then a debug pipeline that works
+    plan = stage_plan(
+        project,
+        shell_scripts,
+        f"""
+        [[task]]
+        id = "bug"
+        prompt = {toml_str(BUG)}
+        agent = "sh"
+        pipeline = "fix"
+        stages.audit = false
+        stages.fix.candidates = 1
+        """,
+        **{
+            "bug.shot": """
+            [ "$ORCHARDIST_STAGE" = fix ] || exit 3
+            echo "I looked at calc.py and found nothing to change"
+            """,
+            "bug.reproduce": """
+            grep -q 'found nothing to change' "$ORCHARDIST_INPUTS" || exit 3
+            grep -q 'no_changes' "$ORCHARDIST_PROMPT_FILE" || exit 3
+            mkdir -p tests
+            printf 'from calc import mean\\n\\n\\ndef test_bug():\\n    assert mean([]) == 0.0\\n' \
+              > tests/test_bug.py
+            printf '{"handoff": {"repro_cmd": "python -m pytest -q tests/test_bug.py"}}' \
+              > "$ORCHARDIST_OUTPUT"
+            """,
+            "bug.localize": LOCALIZE_SH.replace("grep -q '\"audit\"'", "grep -q repro_cmd"),
+            "bug": FIX_SH.replace('"$ORCHARDIST_CANDIDATE"', "2"),
+        },
+    )
+
+    # When: it runs
+    ran = orchardist(project, "run", str(plan))
+
+    # Then: the shot is skipped as escalated, the escalation is an event, and the debug
+    # stages land the fix with its test
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    doc = status_json(project)
+    tasks = tasks_of(doc)
+    shot = tasks["bug.shot"]
+    assert shot["state"] == "skipped"
+    assert shot["reason"].startswith("escalated to the debug pipeline: no_changes")
+    assert [a["failure"] for a in shot["attempts"]] == ["no_changes"]
+    assert "bug.audit" not in tasks
+    assert tasks["bug"]["state"] == "done"
+    events = orchardist(project, "events")
+    assert events.returncode == 0, events.stderr
+    escalations = [
+        e for e in map(json.loads, events.stdout.splitlines()) if e["kind"] == "escalation"
+    ]
+    assert len(escalations) == 1, events.stdout
+    assert escalations[0]["task"] == "bug"
+    assert escalations[0]["data"]["shot"] == "bug.shot"
+    assert "found nothing to change" in escalations[0]["data"]["output"]
+    changed = git(project, "diff", "--name-only", doc["base"], doc["branch"]).split()
+    assert sorted(changed) == ["calc.py", "tests/test_bug.py"]
+
+
+def test_a_fix_pipeline_whose_single_shot_lands_skips_the_debug_stages(
+    project: Path, shell_scripts: Callable[..., str]
+) -> None:
+    # Given: a fix task with a check, whose single shot fixes the bug
+    plan = stage_plan(
+        project,
+        shell_scripts,
+        f"""
+        [[task]]
+        id = "bug"
+        prompt = {toml_str(BUG)}
+        agent = "sh"
+        pipeline = "fix"
+        check = "python -c 'from calc import mean; assert mean([]) == 0.0'"
+
+        [[task]]
+        id = "after"
+        agent = "sh"
+        depends_on = ["bug"]
+        verify = "none"
+        """,
+        **{
+            "bug.shot": FIX_SH.replace('"$ORCHARDIST_CANDIDATE"', "2")
+            .replace("test -f tests/test_bug.py || exit 3", "")
+            .replace('grep -q \'"calc.py"\' "$ORCHARDIST_INPUTS" || exit 3', "")
+            .replace("grep -q 'tests/test_bug.py' \"$ORCHARDIST_PROMPT_FILE\" || exit 3", ""),
+            "after": "echo after > after.txt\n",
+        },
+    )
+
+    # When: it runs
+    ran = orchardist(project, "run", str(plan))
+
+    # Then: the shot landed, the other stages were skipped, the task is done with the shot's
+    # commit, and its dependent ran after it
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    tasks = tasks_of(status_json(project))
+    assert tasks["bug.shot"]["state"] == "done"
+    assert tasks["bug.localize"]["state"] == "skipped"
+    assert tasks["bug.localize"]["attempts"] == []
+    assert tasks["bug"]["state"] == "done"
+    assert tasks["bug"]["commit"] == tasks["bug.shot"]["commit"]
+    assert tasks["after"]["state"] == "done"
