@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .plan import MAX_TASK_ID, AgentProfile, StageSpec, TaskSpec
-from .records import AttemptState, TaskState
+from .plan import MAX_TASK_ID, StageSpec, TaskSpec
+from .records import AgentProfile, AttemptState, TaskState
 from .safeio import read_capped
 
 if TYPE_CHECKING:
