@@ -107,7 +107,7 @@ def _stages_of(task: TaskSpec, agents: Mapping[str, AgentProfile]) -> list[TaskS
             depends_on=deps,
             stage=name,
             pipeline_task=task.id,
-            stages={},
+            stages=task.stages if name == FIX else {},  # the fix stage stands for the task
         )
         if name in JUDGED_STAGES:
             spec = replace(spec, verify=(), auto_verify=False, check=None, allow_empty=True)
