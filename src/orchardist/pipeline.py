@@ -32,7 +32,7 @@ from .safeio import read_capped
 if TYPE_CHECKING:
     from .executors import Job
     from .procs import CancelToken
-    from .store import Store, Transaction
+    from .seams import Store, Transaction
 
 SHOT, REPRODUCE, AUDIT, LOCALIZE, FIX = "shot", "reproduce", "audit", "localize", "fix"
 JUDGED_STAGES = (REPRODUCE, AUDIT, LOCALIZE)  # their handoff is checked, nothing is verified

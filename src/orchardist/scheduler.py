@@ -1177,13 +1177,9 @@ class Scheduler:
         )
 
     def _repro_start(self, base: str, patch: str, message: str, tip: str) -> str | None:
-        """The reproduction's files as a commit on ``tip`` (a fix starts there), kept by a ref;
-        None when they conflict with what landed since."""
-        prepared = self.integrator.prepare(base, patch, message, tip)
-        if prepared.commit is not None:
-            ref = f"refs/orchardist/runs/{self.run_id}/repro-{prepared.commit[:12]}"
-            self.integrator.repo.set_ref(ref, prepared.commit)
-        return prepared.commit
+        """The reproduction's files as a commit on ``tip`` (a fix starts there, and is judged
+        against it); None when they conflict with what landed since."""
+        return self.integrator.prepare(base, patch, message, tip).commit
 
     @contextmanager
     def _tx(self) -> Iterator[Transaction]:
