@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from modelapi.openai import OpenAiServer, Text, unauthorized
 from orchardist.cli import main
 from orchardist.doctor import check_plan
 from orchardist.plan import load_plan
@@ -167,3 +168,57 @@ def test_the_command_override_is_what_is_looked_for(
     [report] = check_plan(load_plan(repo / "plan.toml"))
     assert report.command == "claude-beta"
     assert report.missing == ("`claude-beta` not found on PATH (install it, or set command = ...)",)
+
+
+# -- --probe: one tiny real request per profile -------------------------------------------------
+
+LLM_PLAN = """
+[agents.local]
+kind = "llm"
+base_url = "{url}/v1"
+model = "gpt-fake-1"
+api_key_env = "LOCAL_LLM_KEY"
+
+[agents.script]
+kind = "shell"
+command = "make fix"
+
+[[task]]
+id = "t"
+agent = "local"
+"""
+
+
+def test_probe_makes_one_tiny_request_per_profile_and_passes(
+    repo: Path, bin_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a model API that answers, and its key set
+    monkeypatch.setenv("LOCAL_LLM_KEY", "local-secret")
+    with OpenAiServer([Text("OK\nORCHARDIST_DONE")], side_requests=False) as api:
+        write_plan(repo, LLM_PLAN.format(url=api.url))
+        # When doctor probes the plan's profiles
+        code, out = doctor(repo, capsys, "--probe", "--json")
+    # Then one request reached the model, with the key, and the profile passes
+    assert code == 0, out
+    profiles = by_name(json.loads(out))
+    assert (profiles["local"]["probe"], profiles["local"]["missing"]) == ("ok", [])
+    (call,) = api.model_calls
+    assert call.header("authorization") == "Bearer local-secret"
+    assert "connectivity check" in json.dumps(call.body)
+    # and a profile that calls no model is not probed
+    assert profiles["script"]["probe"] is None
+    assert "calls no model; not probed" in profiles["script"]["notes"]
+
+
+def test_probe_reports_a_refused_key_as_an_auth_error_and_exits_1(
+    repo: Path, bin_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a model API that refuses the key (401), though the variable is set
+    monkeypatch.setenv("LOCAL_LLM_KEY", "wrong-key")
+    with OpenAiServer(fail=unauthorized()) as api:
+        write_plan(repo, LLM_PLAN.format(url=api.url))
+        code, out = doctor(repo, capsys, "--probe")
+    # Then doctor says the probe failed with an auth error, and exits 1
+    assert code == 1
+    assert "probe: auth_error: HTTP 401" in out, out
+    assert "wrong-key" not in out

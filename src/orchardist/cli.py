@@ -304,10 +304,16 @@ def _parser() -> argparse.ArgumentParser:
         "doctor",
         help="check that every agent profile of a plan can run here",
         description="For each agent profile: is its CLI on PATH (and its version), are its "
-        "credentials set (names only, never values). Exit 0 if all is well, 1 otherwise.",
+        "credentials set (names only, never values); with --probe, does one tiny real request "
+        "through it succeed. Exit 0 if all is well, 1 otherwise.",
     )
     p.add_argument("plan", type=Path)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--probe",
+        action="store_true",
+        help="also make one tiny real request per profile (costs one small model call each)",
+    )
     p.set_defaults(func=cmd_doctor)
 
     from .oneshot import add_parsers as add_oneshot_parsers
@@ -1047,7 +1053,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import check_plan, render, to_json
 
     plan = load_plan(args.plan)
-    reports = check_plan(plan)
+    reports = check_plan(plan, probe=args.probe)
     if args.json:
         print(json.dumps(to_json(str(args.plan), reports), indent=2))
     else:

@@ -3,6 +3,11 @@
 For every profile: is its CLI on PATH, and what does ``--version`` say (run with a short
 timeout); are its credentials there (one of its key variables set, or the file a login leaves);
 are the variables the profile lists in ``env`` set. Values are never printed, only names.
+
+With ``--probe`` it also makes one tiny real request per profile: the profile's agent runs once,
+as an attempt would (same command line, variables and private home, in an empty repository of
+its own), on a prompt asking for a one-word answer, and the outcome is classified like an
+attempt's (``ok``, ``auth_error``, ``rate_limited``, ...). It costs one small model call each.
 """
 
 from __future__ import annotations
@@ -14,15 +19,24 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .agents import agent_class, scrubbed_env
+from .agents import AgentContext, agent_class, make_agent, scrubbed_env
 from .agents.cli import Needs, home_path
 from .plan import AgentProfile, Plan
+from .procs import CancelToken, new_marker
+from .worktree import AttemptPaths, fill_home
 
 VERSION_TIMEOUT_S = 15.0
+PROBE_TIMEOUT_S = 120.0
+PROBE_PROMPT = (
+    "This is a connectivity check by orchardist doctor. Use no tool, run nothing and change no"
+    " file: reply at once with one short line (ending with the word your instructions give for"
+    " finishing, if they give one)."
+)
+NOT_PROBED = ("shell", "scripted")  # kinds that call no model
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,8 @@ class ProfileReport:
     env: dict[str, bool] = field(default_factory=dict)  # the profile's env entries → set?
     missing: tuple[str, ...] = ()  # what stops this profile from running
     notes: tuple[str, ...] = ()  # worth knowing, not fatal
+    probe: str | None = None  # with --probe: "ok" or the failure class of the tiny request
+    probe_detail: str = ""  # what the agent said when the probe failed
 
     @property
     def ok(self) -> bool:
@@ -46,9 +62,91 @@ class ProfileReport:
         return not self.missing
 
 
-def check_plan(plan: Plan, environ: Mapping[str, str] | None = None) -> list[ProfileReport]:
-    """A report for every agent profile of the plan, in plan order."""
-    return [check_profile(profile, environ) for profile in plan.agents.values()]
+def check_plan(
+    plan: Plan, environ: Mapping[str, str] | None = None, probe: bool = False
+) -> list[ProfileReport]:
+    """A report for every agent profile of the plan, in plan order (``probe``: with a request)."""
+    reports = [check_profile(profile, environ) for profile in plan.agents.values()]
+    if probe:
+        reports = [
+            probe_profile(profile, report, environ)
+            for profile, report in zip(plan.agents.values(), reports, strict=True)
+        ]
+    return reports
+
+
+def probe_profile(
+    profile: AgentProfile,
+    report: ProfileReport,
+    environ: Mapping[str, str] | None = None,
+    timeout_s: float = PROBE_TIMEOUT_S,
+) -> ProfileReport:
+    """``report`` with the outcome of one tiny real request through the profile's agent.
+
+    Skipped when the profile cannot run anyway (its CLI is missing) or calls no model.
+    """
+    if profile.kind in NOT_PROBED:
+        return replace(report, notes=(*report.notes, "calls no model; not probed"))
+    if report.command is not None and report.path is None:
+        return report
+    environ = os.environ if environ is None else environ
+    cls: Any = agent_class(profile.kind)
+    with tempfile.TemporaryDirectory(prefix="orchardist-probe-") as tmp:
+        paths = AttemptPaths.under(Path(tmp))
+        for folder in paths.writable:
+            folder.mkdir(parents=True)
+        subprocess.run(
+            ["git", "init", "-q", str(paths.tree)], check=True, env=scrubbed_env((), environ)
+        )
+        real_home = Path(environ.get("HOME") or Path.home())
+        fill_home(paths, real_home, cls.home_files, cls.home_state)
+        ctx = _probe_context(profile, cls, paths, environ, timeout_s)
+        ctx.prompt_file.write_text(PROBE_PROMPT, encoding="utf-8")
+        result = make_agent(_one_turn(profile, cls)).run(ctx)
+    if result.failure is None and not result.cancelled:
+        return replace(report, probe="ok")
+    outcome = result.failure.value if result.failure is not None else "cancelled"
+    detail = result.detail or f"exit {result.exit_code}"
+    problem = f"probe: {outcome}: {detail.splitlines()[0] if detail else ''}"[:300]
+    return replace(report, probe=outcome, probe_detail=detail, missing=(*report.missing, problem))
+
+
+def _one_turn(profile: AgentProfile, cls: Any) -> AgentProfile:
+    """The profile limited to one model turn, where its kind has a turn limit."""
+    keys = getattr(cls, "profile_keys", frozenset())
+    if "max_turns" not in keys or "max_turns" in getattr(cls, "unsupported", {}):
+        return profile
+    return replace(profile, options={**profile.options, "max_turns": 1})
+
+
+def _probe_context(
+    profile: AgentProfile,
+    cls: Any,
+    paths: AttemptPaths,
+    environ: Mapping[str, str],
+    timeout_s: float,
+) -> AgentContext:
+    """The context an attempt's agent would get, in the probe's own folders."""
+    env = scrubbed_env((*cls.env_keys, *profile.env), environ)
+    env.update(HOME=str(paths.home), TMPDIR=str(paths.tmp))
+    return AgentContext(
+        run_id="doctor",
+        task_id="probe",
+        attempt=1,
+        candidate=1,
+        title="probe",
+        prompt=PROBE_PROMPT,
+        worktree=paths.tree,
+        cwd=paths.tree,
+        prompt_file=paths.io / "prompt.md",
+        output_file=paths.output_file,
+        log=paths.io / "probe.log",
+        env=env,
+        timeout_s=timeout_s,
+        cancel=CancelToken(),
+        marker=new_marker(),
+        paths=paths,
+    )
 
 
 def check_profile(profile: AgentProfile, environ: Mapping[str, str] | None = None) -> ProfileReport:
@@ -171,6 +269,8 @@ def render(plan_name: str, reports: list[ProfileReport]) -> str:
         elif r.login:
             found.append(f"credentials: login at {r.login}")
         head = f"  {'ok' if r.ok else 'MISSING':<8} {r.name} ({r.kind})"
+        if r.probe == "ok":
+            found.append("probe: ok")
         lines.append(head + (": " + "; ".join(found) if found else ""))
         lines += [f"           - {m}" for m in r.missing]
         lines += [f"           · {n}" for n in r.notes]

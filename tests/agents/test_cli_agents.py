@@ -515,3 +515,20 @@ def test_doctor_wants_no_key_for_a_local_aider_model(
         monkeypatch.delenv(name, raising=False)
     profile = AgentProfile("p", "aider", options={"model": "ollama_chat/qwen2.5-coder:14b"})
     assert check_profile(profile).ok
+
+
+@every_adapter
+def test_the_key_variables_doctor_checks_reach_the_tool(
+    case: Case, repo: Path, fake_bin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given only one of the key variables doctor accepts, for each of them in turn
+    cls = agent_class(case.kind)
+    for key in cls.key_vars:
+        for name in cls.env_keys:
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(key, "secret-value")
+        # Then the tool gets it (codex under the name it reads, CODEX_API_KEY)
+        env = agent_for(case).child_env(make_ctx(repo, case.kind))
+        assert env.get(key) == "secret-value"
+        if case.kind == "codex":
+            assert env["CODEX_API_KEY"] == "secret-value"
