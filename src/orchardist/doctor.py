@@ -113,7 +113,7 @@ def probe_profile(
 
 def _one_turn(profile: AgentProfile, cls: Any) -> AgentProfile:
     """The profile limited to one model turn, where its kind has a turn limit."""
-    keys = getattr(cls, "profile_keys", frozenset())
+    keys: frozenset[str] = getattr(cls, "profile_keys", frozenset())
     if "max_turns" not in keys or "max_turns" in getattr(cls, "unsupported", {}):
         return profile
     return replace(profile, options={**profile.options, "max_turns": 1})
