@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import time
 import zlib
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import GitError
+from .safeio import read_capped
 from .treehash import (
     Entry,
     ObjectWriter,
@@ -521,10 +523,9 @@ class Repo:
         digest = hashlib.sha256()
         for name in ("config", "hooks", "info"):
             path = self.common_dir / name
-            files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+            files = sorted(path.rglob("*")) if path.is_dir() and not path.is_symlink() else [path]
             for file in files:
-                with contextlib.suppress(OSError):
-                    digest.update(str(file).encode() + b"\0" + file.read_bytes() + b"\0")
+                digest.update(str(file).encode() + b"\0" + _fingerprint_of(file) + b"\0")
         parts: dict[str, str] = {"git config, hooks or info": digest.hexdigest()}
         for ref in watch_reflogs:
             moves = self.run_git("reflog", "show", "--format=%gs", ref).stdout.splitlines()
@@ -567,6 +568,29 @@ class Repo:
     def status_porcelain(self) -> str:
         """``git status --porcelain`` of the main checkout (for checks, never changed by us)."""
         return self.git("status", "--porcelain=v1", "--untracked-files=all")
+
+
+# Bigger than any config, hook or info file: past it, a file is told apart by its metadata.
+MAX_FINGERPRINT_BYTES = 1 << 20
+
+
+def _fingerprint_of(path: Path) -> bytes:
+    """What a file of the git directory holds, read without following a symlink, opening a
+    FIFO or device, or reading more than MAX_FINGERPRINT_BYTES (sandbox off, an agent can
+    plant any of them there): its bytes, else its type, target or size and time."""
+    body = read_capped(path, MAX_FINGERPRINT_BYTES)
+    if body is not None:
+        return body
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return b"-"
+    if stat.S_ISLNK(st.st_mode):
+        with contextlib.suppress(OSError):
+            return b"link " + os.fsencode(os.readlink(path))
+    if stat.S_ISDIR(st.st_mode):
+        return b"folder"
+    return f"{st.st_mode:o} {st.st_size} {st.st_mtime_ns} {st.st_ino}".encode()
 
 
 def commit_message(title: str, trailers: Mapping[str, str | int]) -> str:

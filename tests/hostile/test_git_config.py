@@ -3,13 +3,23 @@ fsmonitor hook and a post-commit hook. None may ever run in orchardist's own git
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from orchardist import RunState
+from run_support import ORCHARDIST, only_run, status
 from support import Finished, git, toml_str, write_plan
 
 RunPlan = Callable[..., Finished]
+# Runs the orchestrator and prints its exit code and the peak resident size (KiB) of it and
+# its children.
+PEAK = (
+    "import resource, subprocess, sys\n"
+    "proc = subprocess.run(sys.argv[1:], stdin=subprocess.DEVNULL, capture_output=True)\n"
+    "print(proc.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+)
 Scripts = Callable[..., str]
 
 
@@ -169,3 +179,54 @@ def test_without_the_sandbox_a_filter_planted_in_the_users_repository_never_runs
     assert planted["failure"] == "agent_error", planted
     assert "planted.txt" not in run.tree()
     assert "later.txt" in run.tree()
+
+
+def test_without_the_sandbox_traps_planted_in_the_git_directory_neither_hang_nor_bloat_the_guard(
+    repo: Path, tmp_path: Path
+) -> None:
+    # Given: no sandbox, and an agent that leaves in the user's .git/hooks a FIFO nobody
+    # writes, a link to /dev/zero and a link to a (sparse) file of 300 MB
+    big = tmp_path / "big"
+    with big.open("wb") as fh:
+        fh.truncate(300 * 1024 * 1024)
+    script = f"""
+        user_git=$(dirname "$(cat "$(git rev-parse --absolute-git-dir)/objects/info/alternates")")
+        mkdir -p "$user_git/hooks"
+        mkfifo "$user_git/hooks/fifo"
+        ln -s /dev/zero "$user_git/hooks/zero"
+        ln -s {big} "$user_git/hooks/big"
+        echo mine > mine.txt
+        """
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = false
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(script)}
+
+        [[task]]
+        id = "trap"
+        """,
+    )
+
+    # When: the orchestrator runs it as a process of its own
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK, *ORCHARDIST, "run", str(plan)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+    # Then: it ended, the guard having caught the change to the hooks (nothing merged)
+    exit_code, peak_kib = (int(v) for v in done.stdout.split())
+    assert exit_code == 1
+    trap = status(repo, only_run(repo))["tasks"][0]
+    assert trap["state"] == "failed"
+    assert "git config, hooks or info" in trap["attempts"][0]["detail"]
+    # and it never held anything like the 300 MB file (or /dev/zero) in memory
+    assert peak_kib < 250 * 1024, f"peak resident size {peak_kib} KiB"
