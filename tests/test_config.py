@@ -172,3 +172,27 @@ def test_validate_shows_a_config_problem_with_its_file_and_exits_2(repo: Path) -
     assert out.returncode == 2
     assert f"{user}: agents.u.command" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_doctor_checks_the_config_profiles_a_plan_uses_and_no_others(repo: Path) -> None:
+    # Given: two config profiles whose CLIs are missing; the plan uses one of them
+    (repo / ".orchardist.toml").write_text(
+        '[agents.used]\nkind = "codex"\ncommand = "no-such-codex-used"\n'
+        '[agents.unused]\nkind = "codex"\ncommand = "no-such-codex-unused"\n'
+    )
+    write_plan(repo, profile("mine", "m") + TASK_USING.format(agent="used"))
+
+    # When
+    out = subprocess.run(
+        [sys.executable, "-m", "orchardist", "doctor", "plan.toml", "--json"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=os.environ,
+        timeout=120,
+    )
+
+    # Then: the plan's own profile and the config profile it uses are checked, not the other
+    assert out.returncode == 1
+    assert "no-such-codex-used" in out.stdout and "no-such-codex-unused" not in out.stdout
+    assert '"mine"' in out.stdout

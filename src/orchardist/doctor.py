@@ -65,12 +65,19 @@ class ProfileReport:
 def check_plan(
     plan: Plan, environ: Mapping[str, str] | None = None, probe: bool = False
 ) -> list[ProfileReport]:
-    """A report for every agent profile of the plan, in plan order (``probe``: with a request)."""
-    reports = [check_profile(profile, environ) for profile in plan.agents.values()]
+    """A report for every agent profile of the plan, in plan order, and for the config files'
+    profiles it uses (not the others: they may be for other work); ``probe``: with a request."""
+    used = plan.used_agents()
+    profiles = [
+        profile
+        for name, profile in plan.agents.items()
+        if name not in plan.config_agents or name in used
+    ]
+    reports = [check_profile(profile, environ) for profile in profiles]
     if probe:
         reports = [
             probe_profile(profile, report, environ)
-            for profile, report in zip(plan.agents.values(), reports, strict=True)
+            for profile, report in zip(profiles, reports, strict=True)
         ]
     return reports
 

@@ -177,6 +177,18 @@ class Plan:
     tasks: tuple[TaskSpec, ...]
     digest: str  # sha256 of the file's bytes, recorded with the run (resume compares task ids)
     scanners: Mapping[str, ScannerProfile] = field(default_factory=dict)  # [scanners.NAME]
+    config_agents: frozenset[str] = frozenset()  # profiles from the config files, not the plan
+
+    def used_agents(self) -> set[str]:
+        """The profiles its tasks and scanners run, and their fallbacks."""
+        used = {name for t in self.tasks for name in (t.agent, *t.agents)}
+        used |= {s.agent for s in self.scanners.values() if s.agent is not None}
+        while True:
+            fallbacks = (self.agents[n].fallback for n in used if n in self.agents)
+            more = {n for n in fallbacks if n is not None} - used
+            if not more:
+                return used
+            used |= more
 
     def task(self, task_id: str) -> TaskSpec:
         """Return the task called ``task_id``."""
@@ -343,7 +355,8 @@ class _Validator:
         if self.problems:
             raise PlanError(self.problems)
         assert repo is not None
-        return Plan(self.path, repo, run, agents, tasks, self.digest, scanners)
+        from_config = frozenset(agents) - frozenset(self.own_agents)
+        return Plan(self.path, repo, run, agents, tasks, self.digest, scanners, from_config)
 
     def profiles_file(self) -> tuple[dict[str, AgentProfile], list[Problem]]:
         """A config file: ``[agents.NAME]`` tables only."""
