@@ -192,6 +192,16 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser(
+        "schema",
+        help="print the plan file's JSON Schema, for editors",
+        description="Print the JSON Schema (draft 2020-12) of plan files, TOML or YAML, for "
+        "editors: save it as plan.schema.json and start a TOML plan with `#:schema "
+        "./plan.schema.json` (taplo, Even Better TOML) or a YAML plan with `# "
+        "yaml-language-server: $schema=./plan.schema.json`. `orchardist validate` stays the judge.",
+    )
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser(
         "events",
         help="print a run's events, one JSON object per line",
         description="Print the run's event log, one JSON object per line: seq, time (Unix "
@@ -437,6 +447,14 @@ def _positive(text: str) -> int:
 
 
 # -- commands ------------------------------------------------------------------------------
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    """``orchardist schema``."""
+    from .schema import plan_schema
+
+    print(json.dumps(plan_schema(), indent=2))
+    return EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
