@@ -14,6 +14,7 @@ from pathlib import Path
 
 from run_support import ORCHARDIST, only_run, status
 from support import toml_str, write_plan
+from userstate import assert_untouched, user_ground
 
 # Runs the orchestrator and prints the peak resident size of it and its children, in KiB.
 PEAK = (
@@ -59,6 +60,7 @@ verify = {toml_str(JUNIT_FIFO)}
 """,
     )
 
+    ground = user_ground(repo)
     # When: the orchestrator runs it as a process of its own
     proc = subprocess.run(
         [sys.executable, "-c", PEAK, *ORCHARDIST, "run", str(plan)],
@@ -78,3 +80,4 @@ verify = {toml_str(JUNIT_FIFO)}
     )
     # and it never held anything like the 300 MB file (or /dev/zero) in memory
     assert peak_kib < 250 * 1024, f"peak resident size {peak_kib} KiB"
+    assert_untouched(repo, ground)

@@ -11,6 +11,7 @@ from pathlib import Path
 from orchardist import RunState
 from run_support import ORCHARDIST, only_run, status
 from support import Finished, git, toml_str, write_plan
+from userstate import assert_untouched, user_ground
 
 RunPlan = Callable[..., Finished]
 # Runs the orchestrator and prints its exit code and the peak resident size (KiB) of it and
@@ -52,6 +53,7 @@ def test_filters_fsmonitor_and_hooks_an_agent_configures_never_run_in_orchardist
         """,
     )
 
+    ground = user_ground(repo)
     # When
     run = run_plan(plan)
 
@@ -59,6 +61,7 @@ def test_filters_fsmonitor_and_hooks_an_agent_configures_never_run_in_orchardist
     assert run.state is RunState.DONE
     assert {"code.txt", ".gitattributes"} <= run.tree()
     assert sorted(p.name for p in sync.iterdir()) == []
+    assert_untouched(repo, ground)
 
 
 def test_commands_in_the_users_global_git_config_never_run_in_orchardist_s_git(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from orchardist import RunState
 from support import Finished, git, toml_str, write_plan
+from userstate import assert_untouched, user_ground
 
 RunPlan = Callable[..., Finished]
 Scripts = Callable[..., str]
@@ -75,6 +76,7 @@ def test_a_planted_object_under_the_verified_file_s_id_changes_nothing_that_is_m
         """,
     )
 
+    ground = user_ground(repo)
     # When
     run = run_plan(plan)
 
@@ -89,6 +91,7 @@ def test_a_planted_object_under_the_verified_file_s_id_changes_nothing_that_is_m
     )
     assert fsck.returncode == 0, fsck.stdout + fsck.stderr
     assert "mismatch" not in fsck.stdout + fsck.stderr
+    assert_untouched(repo, ground)
 
 
 def test_symlink_chains_that_leave_the_tree_through_other_links_are_refused(
@@ -131,6 +134,7 @@ def test_symlink_chains_that_leave_the_tree_through_other_links_are_refused(
         """,
     )
 
+    ground = user_ground(repo)
     # When
     run = run_plan(plan)
 
@@ -142,6 +146,7 @@ def test_symlink_chains_that_leave_the_tree_through_other_links_are_refused(
     assert "mine.txt" not in run.tree()
     # while links whose chain stays inside are merged
     assert {"fine.txt", "sub/f", "z"} <= run.tree()
+    assert_untouched(repo, ground)
 
 
 def test_paths_naming_a_git_folder_on_some_file_system_never_reach_a_tree(
@@ -177,6 +182,7 @@ def test_paths_naming_a_git_folder_on_some_file_system_never_reach_a_tree(
         """,
     )
 
+    ground = user_ground(repo)
     # When
     run = run_plan(plan)
 
@@ -194,3 +200,4 @@ def test_paths_naming_a_git_folder_on_some_file_system_never_reach_a_tree(
     )
     assert fsck.returncode == 0, fsck.stdout + fsck.stderr
     assert "hasDotgit" not in fsck.stdout + fsck.stderr
+    assert_untouched(repo, ground)

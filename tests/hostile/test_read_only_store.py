@@ -11,6 +11,7 @@ from pathlib import Path
 from ns_support import require_namespaces
 from run_support import ORCHARDIST
 from support import git, toml_str, write_plan
+from userstate import assert_untouched, user_ground
 
 
 def test_a_read_only_object_store_is_an_infrastructure_error_not_the_agent_s(
@@ -38,6 +39,7 @@ def test_a_read_only_object_store_is_an_infrastructure_error_not_the_agent_s(
     assert bwrap is not None
     read_only = [bwrap, "--dev-bind", "/", "/", "--ro-bind", str(objects), str(objects)]
 
+    ground = user_ground(repo)
     # When
     done = subprocess.run(
         [*read_only, *ORCHARDIST, "run", str(plan)],
@@ -63,3 +65,4 @@ def test_a_read_only_object_store_is_an_infrastructure_error_not_the_agent_s(
     # and the store is as it was, and the run branch still at the base
     assert sorted(str(p.relative_to(objects)) for p in objects.rglob("*")) == before
     assert git(repo, "rev-parse", doc["branch"]) == git(repo, "rev-parse", "HEAD")
+    assert_untouched(repo, ground)

@@ -16,6 +16,7 @@ from orchardist import RunState
 from orchardist.hooks import Hook, Hooks
 from orchardist.records import Event
 from support import Finished, git, toml_str, write_plan
+from userstate import assert_untouched, user_ground
 
 RunPlan = Callable[..., Finished]
 Scripts = Callable[..., str]
@@ -57,6 +58,7 @@ def test_a_run_branch_deleted_mid_run_is_put_back_and_the_run_finishes(
     )
     deleter = DeleteBranchAfterMerge(repo, after)
 
+    ground = user_ground(repo)
     # When
     run = run_plan(plan, hooks=Hooks([deleter]))
 
@@ -69,3 +71,4 @@ def test_a_run_branch_deleted_mid_run_is_put_back_and_the_run_finishes(
     # and the run ended done in the store: nothing left running
     assert run.state is RunState.DONE
     assert run.ws.store.runs()[0].state is RunState.DONE
+    assert_untouched(repo, ground)

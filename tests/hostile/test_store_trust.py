@@ -12,6 +12,7 @@ from pathlib import Path
 
 from orchardist import RunState
 from support import Finished, git, toml_str, write_plan
+from userstate import assert_untouched, user_ground
 
 RunPlan = Callable[..., Finished]
 Scripts = Callable[..., str]
@@ -55,6 +56,7 @@ def test_rows_and_refs_an_agent_forges_never_reach_the_store_or_the_users_branch
         """,
     )
 
+    ground = user_ground(repo)
     # When
     run = run_plan(plan)
 
@@ -70,3 +72,4 @@ def test_rows_and_refs_an_agent_forges_never_reach_the_store_or_the_users_branch
         db.close()
     assert run.state is RunState.DONE, run.doc
     assert "forged.txt" in run.tree()
+    assert_untouched(repo, ground)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from orchardist import RunState
 from support import Finished, toml_str, write_plan
+from userstate import assert_untouched, user_ground
 
 RunPlan = Callable[..., Finished]
 Scripts = Callable[..., str]
@@ -52,6 +53,7 @@ command = {toml_str(command)}
 {tasks}""",
     )
 
+    ground = user_ground(repo)
     # When
     run = run_plan(plan)
 
@@ -63,3 +65,4 @@ command = {toml_str(command)}
     for attempt in run.ws.store.attempts(run.run.id):
         for value in (attempt.usage.cost_usd, attempt.usage.input_tokens):
             assert value is None or (math.isfinite(value) and value >= 0), attempt
+    assert_untouched(repo, ground)

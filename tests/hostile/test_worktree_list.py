@@ -9,6 +9,7 @@ from pathlib import Path
 
 from orchardist import RunState
 from support import Finished, git, toml_str, write_plan
+from userstate import assert_untouched, user_ground
 
 RunPlan = Callable[..., Finished]
 Scripts = Callable[..., str]
@@ -46,6 +47,7 @@ def test_worktrees_an_agent_adds_never_reach_the_users_worktree_list(
         """,
     )
 
+    ground = user_ground(repo)
     # When
     run = run_plan(plan)
 
@@ -55,3 +57,4 @@ def test_worktrees_an_agent_adds_never_reach_the_users_worktree_list(
     git(repo, "worktree", "prune")
     assert git(repo, "worktree", "list", "--porcelain") == before
     assert sorted(p.name for p in (repo / ".git" / "worktrees").iterdir()) == ["users-own"]
+    assert_untouched(repo, ground)
