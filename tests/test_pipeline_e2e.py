@@ -1,143 +1,40 @@
 """Debug and fix pipelines end to end: the real CLI, shell agents, a real pytest suite.
 
-Each stage's agent is a shell script (``{task}.sh``: ``bug.reproduce.sh``, ``bug.sh`` ...) that
-checks what the contract promises it (``$ORCHARDIST_STAGE``, ``$ORCHARDIST_INPUTS``, the prompt)
-and exits 3 when it is missing, so a broken contract fails the run, not just an assertion.
+Each stage's agent is a shell script (``{task}.sh``: ``bug.reproduce.sh``, ``bug.sh`` ...), see
+pipeline_support.py.
 """
 
 from __future__ import annotations
 
-import io
 import json
-import subprocess
-import sys
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from e2e_support import python_on_path
+from pipeline_support import (
+    AUDIT_SH,
+    BUG,
+    FIX_SH,
+    LOCALIZE_SH,
+    REPRO,
+    REPRODUCE_SH,
+    add_project,
+    repro_exit,
+    stage_plan,
+    status_json,
+    tasks_of,
+)
 from run_support import leftovers, only_run, orchardist
-from support import git, toml_str, write_plan
-
-BUG = "mean() raises ZeroDivisionError on an empty list; it should return 0.0"
-CALC = "def mean(xs):\n    return sum(xs) / len(xs)\n"
-SUITE = "from calc import mean\n\n\ndef test_mean():\n    assert mean([1, 2, 3]) == 2\n"
-REPRO = "python -m pytest -q tests/test_bug.py"
-
-# Reproduce: the first test passes on the base (it tests something easier), the second fails.
-REPRODUCE_SH = f"""
-[ "$ORCHARDIST_STAGE" = reproduce ] || exit 3
-mkdir -p tests
-if [ "$ORCHARDIST_ATTEMPT" = 1 ]; then
-  printf 'from calc import mean\\n\\n\\ndef test_bug():\\n    assert mean([2]) == 2\\n' \
-    > tests/test_bug.py
-else
-  grep -q does_not_reproduce "$ORCHARDIST_PROMPT_FILE" || exit 3
-  printf 'from calc import mean\\n\\n\\ndef test_bug():\\n    assert mean([]) == 0.0\\n' \
-    > tests/test_bug.py
-fi
-printf '{{"handoff": {{"repro_cmd": "{REPRO}", "failing_test": "tests/test_bug.py::test_bug"}}}}' \
-  > "$ORCHARDIST_OUTPUT"
-"""
-AUDIT_SH = """
-[ "$ORCHARDIST_STAGE" = audit ] || exit 3
-test -f tests/test_bug.py || exit 3
-grep -q repro_cmd "$ORCHARDIST_INPUTS" || exit 3
-printf '{"handoff": {"verdict": "ok", "notes": "tests the empty list"}}' > "$ORCHARDIST_OUTPUT"
-"""
-LOCALIZE_SH = """
-[ "$ORCHARDIST_STAGE" = localize ] || exit 3
-grep -q '"audit"' "$ORCHARDIST_INPUTS" || exit 3
-printf '{"handoff": {"files": ["calc.py"], "symbols": ["mean"]}}' > "$ORCHARDIST_OUTPUT"
-"""
-# Fix: candidate 0 is wrong (breaks the suite), 1 bloated, 2 minimal.
-FIX_SH = """
-[ "$ORCHARDIST_STAGE" = fix ] || exit 3
-test -f tests/test_bug.py || exit 3
-grep -q '"calc.py"' "$ORCHARDIST_INPUTS" || exit 3
-grep -q 'tests/test_bug.py' "$ORCHARDIST_PROMPT_FILE" || exit 3
-case "$ORCHARDIST_CANDIDATE" in
-  0) printf 'def mean(xs):\\n    return 0.0 if not xs else sum(xs)\\n' > calc.py ;;
-  1) { printf 'def mean(xs):\\n'
-       for i in 1 2 3 4 5 6 7 8 9 10; do printf '    # a needless comment %s\\n' "$i"; done
-       printf '    if len(xs) == 0:\\n        return 0.0\\n    total = sum(xs)\\n'
-       printf '    count = len(xs)\\n    return total / count\\n'; } > calc.py ;;
-  2) printf 'def mean(xs):\\n    if not xs:\\n        return 0.0\\n' > calc.py
-     printf '    return sum(xs) / len(xs)\\n' >> calc.py ;;
-esac
-"""
+from support import git, toml_str
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A repository with a buggy ``mean`` and a passing pytest suite."""
     python_on_path(monkeypatch)
-    from support import make_repo
-
-    return make_repo(
-        tmp_path / "repo",
-        {
-            "README.md": "calc\n",
-            ".gitignore": "__pycache__/\n.pytest_cache/\n",
-            "conftest.py": "",
-            "calc.py": CALC,
-            "tests/test_calc.py": SUITE,
-        },
-    )
-
-
-def stage_plan(project: Path, shell_scripts: Callable[..., str], task: str, **scripts: str) -> Path:
-    command = shell_scripts(**scripts)
-    return write_plan(
-        project,
-        f"""
-        [run]
-        verify = "python -m pytest -q"
-
-        [agents.sh]
-        kind = "shell"
-        command = {toml_str(command)}
-
-        [agents.auditor]
-        kind = "shell"
-        command = {toml_str(command)}
-
-        {task}
-        """,
-    )
-
-
-def status_json(root: Path) -> dict[str, Any]:
-    shown = orchardist(root, "status", "--json")
-    assert shown.returncode == 0, shown.stderr
-    doc: dict[str, Any] = json.loads(shown.stdout)
-    return doc
-
-
-def tasks_of(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {t["id"]: t for t in doc["tasks"]}
-
-
-def repro_exit(root: Path, commit: str, tmp_path: Path, name: str, files: Path | None) -> int:
-    """The reproduction's exit code on a tree: ``commit`` (plus the test file from ``files``)."""
-    where = tmp_path / name
-    where.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(root), "archive", commit], capture_output=True, check=True
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(where, filter="data")
-    if files is not None:
-        (where / "tests" / "test_bug.py").write_bytes(files.read_bytes())
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_bug.py"],
-        cwd=where,
-        capture_output=True,
-        check=False,
-    ).returncode
+    return add_project(repo)
 
 
 def test_a_debug_pipeline_rejects_an_easy_reproduction_and_lands_the_minimal_fix_with_its_test(

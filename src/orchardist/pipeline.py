@@ -361,6 +361,9 @@ class Pipelines:
     ) -> None:
         self.specs, self.store, self.run_id = specs, store, run_id
         self.prepare = prepare  # (base, patch, message, tip) → a commit on tip, None: conflict
+        # One start commit per reproduction and tip: the fix candidates share it, and with it
+        # their baseline runs (baselines are cached by commit).
+        self._starts: dict[tuple[str, str, str], str | None] = {}
 
     def lands(self, task_id: str) -> bool:
         """Whether a task's winner goes onto the run branch (stages before the fix do not)."""
@@ -381,7 +384,10 @@ class Pipelines:
             check = repro_command(inputs) or spec.check
             start = None
             if repro is not None:
-                start = self.prepare(repro[0], repro[1], "reproduction", job.base_commit)
+                key = (*repro, job.base_commit)
+                if key not in self._starts:
+                    self._starts[key] = self.prepare(*repro, "reproduction", job.base_commit)
+                start = self._starts[key]
             return replace(job, check=check, start_commit=start, baseline=start or job.baseline)
         return job
 
