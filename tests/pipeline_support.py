@@ -78,7 +78,11 @@ def add_project(repo: Path) -> Path:
     return repo
 
 
-def stage_plan(project: Path, shell_scripts: Callable[..., str], task: str, **scripts: str) -> Path:
+def stage_plan(
+    project: Path, shell_scripts: Callable[..., str], task: str, run: str = "", **scripts: str
+) -> Path:
+    """A plan of ``task`` (TOML) whose agents run ``scripts`` (by task id); ``run``: more of
+    the [run] table."""
     command = shell_scripts(**scripts)
     return write_plan(
         project,
@@ -86,6 +90,7 @@ def stage_plan(project: Path, shell_scripts: Callable[..., str], task: str, **sc
         [run]
         verify = "python -m pytest -q"
         max_parallel = 3
+        {run}
 
         [agents.sh]
         kind = "shell"

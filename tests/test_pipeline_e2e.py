@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from e2e_support import python_on_path
+from orchardist import sandbox
 from pipeline_support import (
     AUDIT_SH,
     BUG,
@@ -209,3 +210,55 @@ def test_a_fix_pipeline_whose_single_shot_lands_skips_the_debug_stages(
     assert tasks["bug"]["state"] == "done"
     assert tasks["bug"]["commit"] == tasks["bug.shot"]["commit"]
     assert tasks["after"]["state"] == "done"
+
+
+@pytest.mark.parametrize("confined", [True, False])
+def test_a_localize_stage_cannot_change_the_repository(
+    project: Path, shell_scripts: Callable[..., str], sync: Path, confined: bool
+) -> None:
+    # Given: a debug task naming its failing check (no reproduce, no audit), whose localize
+    # agent tries to edit calc.py on its first attempt
+    plan = stage_plan(
+        project,
+        shell_scripts,
+        f"""
+        [[task]]
+        id = "bug"
+        prompt = {toml_str(BUG)}
+        agent = "sh"
+        pipeline = "debug"
+        check = "python -c 'from calc import mean; assert mean([]) == 0.0'"
+        stages.localize.retries = 1
+        """,
+        run="" if confined else "sandbox = false",
+        **{
+            "bug.localize": """
+            if [ "$ORCHARDIST_ATTEMPT" = 1 ] && echo "# sneaky" >> calc.py 2>/dev/null; then
+              touch "$SYNC/wrote"
+            fi
+            printf '{"handoff": {"files": ["calc.py"]}}' > "$ORCHARDIST_OUTPUT"
+            """,
+            "bug": FIX_SH.replace('"$ORCHARDIST_CANDIDATE"', "2")
+            .replace("test -f tests/test_bug.py || exit 3", "")
+            .replace("grep -q 'tests/test_bug.py' \"$ORCHARDIST_PROMPT_FILE\" || exit 3", ""),
+        },
+    )
+
+    # When: it runs
+    ran = orchardist(project, "run", str(plan))
+
+    # Then: the write was refused by the sandbox, or the change failed the attempt; either
+    # way nothing of it landed, and the fix did
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    tasks = tasks_of(status_json(project))
+    assert [t for t in tasks if t.startswith("bug.")] == ["bug.localize"]
+    first = tasks["bug.localize"]["attempts"][0]
+    if confined and sandbox.available():
+        assert not (sync / "wrote").exists()
+        assert first["state"] == "merged"
+    else:
+        assert (sync / "wrote").exists()
+        assert first["detail"].startswith("localize changed files")
+        assert tasks["bug.localize"]["attempts"][1]["state"] == "merged"
+    doc = status_json(project)
+    assert "sneaky" not in git(project, "show", f"{doc['branch']}:calc.py")

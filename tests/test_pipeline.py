@@ -1,0 +1,188 @@
+"""The handoff contract and how a stage is judged: real files, real commands, no agent."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchardist.executors import Job
+from orchardist.pipeline import (
+    AUDIT,
+    DOES_NOT_REPRODUCE,
+    FIX,
+    LOCALIZE,
+    REPRODUCE,
+    HandoffError,
+    Judgement,
+    StageRun,
+    judge_stage,
+    read_handoff,
+    stage_prompt,
+)
+from orchardist.procs import CancelToken
+
+PATH = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}  # python is this interpreter
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A worktree with one source file and a test that fails."""
+    root = tmp_path / "tree"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "calc.py").write_text("x = 1\n")
+    (root / "fails.sh").write_text("echo the bug is here; exit 1\n")
+    (root / "passes.sh").write_text("echo all good\n")
+    return root
+
+
+@pytest.fixture
+def token() -> Iterator[CancelToken]:
+    cancel = CancelToken()
+    yield cancel
+    cancel.close()
+
+
+def judge(
+    tree: Path, token: CancelToken, stage: str, output: object, unchanged: bool = True, **kw: str
+) -> Judgement:
+    """Judge a stage whose agent wrote ``output`` (a str is written as is, else as JSON)."""
+    out = tree.parent / "output.json"
+    if output is not None:
+        out.write_text(output if isinstance(output, str) else json.dumps(output))
+    job = Job(
+        id="bug.1",
+        run_id="r",
+        task_id="bug",
+        attempt=1,
+        candidate=0,
+        base_commit="0" * 40,
+        title="t",
+        prompt="p",
+        profile=None,
+        verify=(),
+        workdir=".",
+        timeout_s=30,
+        message="m",
+        marker="mk",
+        stage=stage,
+        inputs=kw.get("inputs", ""),
+    )
+    run = StageRun(
+        tree,
+        tree,
+        out,
+        PATH,
+        tree.parent / "log",
+        time.monotonic() + 30,
+        token,
+        None,
+    )
+    return judge_stage(job, run, unchanged)
+
+
+@pytest.mark.parametrize(
+    ("output", "says"),
+    [
+        (None, "no handoff: the agent wrote nothing"),
+        ("not json {", "malformed handoff: the JSON file at $ORCHARDIST_OUTPUT is not JSON"),
+        ({"summary": "done"}, 'no handoff: the JSON file at $ORCHARDIST_OUTPUT has no "handoff"'),
+        ({"handoff": {"failing_test": "t"}}, "malformed handoff: repro_cmd is required"),
+        ({"handoff": {"repro_cmd": 3}}, "malformed handoff: repro_cmd is required"),
+        ({"handoff": {"repro_cmd": "x", "notes": ["a"]}}, "malformed handoff: notes is a"),
+    ],
+)
+def test_a_missing_or_malformed_reproduce_handoff_fails_with_the_reason_and_the_contract(
+    tree: Path, token: CancelToken, output: object, says: str
+) -> None:
+    judged = judge(tree, token, REPRODUCE, output)
+    assert judged.failure.startswith(says)
+    assert "$ORCHARDIST_OUTPUT" in judged.feedback and "repro_cmd (required)" in judged.feedback
+
+
+def test_a_reproduction_that_fails_on_the_base_passes_with_its_handoff(
+    tree: Path, token: CancelToken
+) -> None:
+    handoff = {"repro_cmd": "sh fails.sh", "failing_test": "fails.sh"}
+    judged = judge(tree, token, REPRODUCE, {"handoff": handoff, "summary": "wrote it"})
+    assert judged.failure == ""
+    assert json.loads(judged.handoff) == handoff
+    assert judged.detail == "reproduces: `sh fails.sh` fails on the base (exit 1)"
+
+
+def test_a_reproduction_that_passes_on_the_base_does_not_reproduce_and_says_what_it_printed(
+    tree: Path, token: CancelToken
+) -> None:
+    judged = judge(tree, token, REPRODUCE, {"handoff": {"repro_cmd": "sh passes.sh"}})
+    assert judged.failure.startswith(f"{DOES_NOT_REPRODUCE}: `sh passes.sh` passed on the base")
+    assert judged.flag == DOES_NOT_REPRODUCE
+    assert "all good" in judged.feedback
+    assert judged.handoff == ""
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        ("no-such-command-here", "the reproduction's command was not found"),
+        ("python -m pytest -q no_tests_here.py", "the reproduction did not run: pytest"),
+    ],
+)
+def test_a_reproduction_that_cannot_run_is_not_a_failing_one(
+    tree: Path, token: CancelToken, command: str, says: str
+) -> None:
+    judged = judge(tree, token, REPRODUCE, {"handoff": {"repro_cmd": command}})
+    assert judged.failure.startswith(says), judged.failure
+    assert judged.flag == ""
+
+
+def test_an_audit_needs_a_verdict_and_its_replacement_must_still_fail(
+    tree: Path, token: CancelToken
+) -> None:
+    inputs = json.dumps({REPRODUCE: {"repro_cmd": "sh fails.sh"}})
+    no_verdict = judge(tree, token, AUDIT, {"handoff": {"notes": "fine"}}, inputs=inputs)
+    assert no_verdict.failure == 'malformed handoff: verdict must be "ok" or "weak"'
+    # an ok audit keeps the reproduction, which still fails
+    kept = judge(tree, token, AUDIT, {"handoff": {"verdict": "ok"}}, inputs=inputs)
+    assert kept.failure == "" and json.loads(kept.handoff) == {"verdict": "ok"}
+    # a replacement that passes on the base is refused
+    weak = {"handoff": {"verdict": "weak", "repro_cmd": "sh passes.sh"}}
+    replaced = judge(tree, token, AUDIT, weak, inputs=inputs)
+    assert replaced.flag == DOES_NOT_REPRODUCE
+
+
+def test_localize_names_existing_files_and_changes_none(tree: Path, token: CancelToken) -> None:
+    good = {"handoff": {"files": ["src/calc.py"], "symbols": ["x"]}}
+    assert judge(tree, token, LOCALIZE, good).detail == "names src/calc.py"
+    changed = judge(tree, token, LOCALIZE, good, unchanged=False)
+    assert changed.failure.startswith("localize changed files: this stage is read-only")
+    for files in (["src/nope.py"], ["../outside.py"], [str(tree / "src" / "calc.py")], ["src"]):
+        bad = judge(tree, token, LOCALIZE, {"handoff": {"files": files}})
+        assert bad.failure.startswith("malformed handoff: files not in the repository"), files
+    empty = judge(tree, token, LOCALIZE, {"handoff": {"files": []}})
+    assert empty.failure == "malformed handoff: files must be a non-empty list of strings"
+
+
+def test_read_handoff_refuses_a_handoff_that_is_not_an_object(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    out.write_text('{"handoff": ["repro_cmd"]}')
+    with pytest.raises(HandoffError, match='no "handoff" object'):
+        read_handoff(out, REPRODUCE)
+
+
+def test_a_stage_prompt_holds_the_report_the_duty_the_inputs_and_how_to_hand_over() -> None:
+    inputs = {
+        REPRODUCE: {"repro_cmd": "pytest -q tests/test_bug.py"},
+        LOCALIZE: {"files": ["a.py"]},
+    }
+    localize = stage_prompt(LOCALIZE, "the bug report", {})
+    assert localize.startswith("the bug report\n\n## Pipeline stage: localize")
+    assert "Do not change any file" in localize
+    assert "ORCHARDIST_OUTPUT" in localize and '"files"' in localize
+    fix = stage_prompt(FIX, "the bug report", inputs)
+    assert "$ORCHARDIST_INPUTS" in fix and '"a.py"' in fix
+    assert "The reproduction `pytest -q tests/test_bug.py` must pass" in fix
+    assert "## Your handoff" not in fix  # the fix is judged by its diff
