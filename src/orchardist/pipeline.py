@@ -65,6 +65,7 @@ def expand(
             out.append(task)
             continue
         stages = _stages_of(task, agents)
+        problems += _handoff_problems(task, stages, agents)
         for spec in stages[:-1]:
             if spec.id in taken:
                 problems.append((task.id, "id", f"its {spec.stage} stage {spec.id!r} is a task id"))
@@ -74,6 +75,30 @@ def expand(
                 )
         out += stages
     return tuple(out), problems
+
+
+def _handoff_problems(
+    task: TaskSpec, stages: Sequence[TaskSpec], agents: Mapping[str, AgentProfile]
+) -> list[tuple[str, str, str]]:
+    """A stage that must leave a handoff, routed to a kind that cannot write one."""
+    problems = []
+    for spec in stages:
+        if spec.stage not in JUDGED_STAGES:
+            continue
+        for name in dict.fromkeys((spec.agent, *spec.agents)):
+            kind = agents[name].kind if name in agents else ""
+            if kind in NO_HANDOFF_KINDS:
+                routed = spec.stage in task.stages and task.stages[spec.stage].agents
+                problems.append(
+                    (
+                        task.id,
+                        f"stages.{spec.stage}.agent" if routed else "agent",
+                        f"profile {name!r} (kind {kind!r}) cannot leave the {spec.stage} stage's "
+                        f"handoff: {NO_HANDOFF_KINDS[kind]}; route the stage to another profile "
+                        f"with stages.{spec.stage}.agent (it may still do the fix)",
+                    )
+                )
+    return problems
 
 
 def _stages_of(task: TaskSpec, agents: Mapping[str, AgentProfile]) -> list[TaskSpec]:
@@ -118,10 +143,11 @@ def _stages_of(task: TaskSpec, agents: Mapping[str, AgentProfile]) -> list[TaskS
 
 def _audit_agent(task: TaskSpec, agents: Mapping[str, AgentProfile]) -> str:
     """By default the audit is another profile than the reproduction's, when there is one:
-    the task's own candidates first, then the plan's profiles in order."""
+    the task's own candidates first, then the plan's profiles in order (none of a kind that
+    cannot leave a handoff)."""
     reproducer = (task.stages.get(REPRODUCE) or StageSpec(REPRODUCE)).agents or (task.agent,)
     for name in (*task.agents, *agents):
-        if name != reproducer[0]:
+        if name != reproducer[0] and name in agents and agents[name].kind not in NO_HANDOFF_KINDS:
             return name
     return reproducer[0]
 
@@ -155,9 +181,24 @@ DUTIES = {
 }
 
 
-def stage_prompt(stage: str, report: str, inputs: Mapping[str, Any]) -> str:
+# Kinds whose agent writes files through a shell it runs itself: the prompt gives the command.
+SHELL_KINDS = ("claude", "codex", "gemini", "opencode", "llm", "shell", "scripted")
+# Kinds that cannot write $ORCHARDIST_OUTPUT, and why (a plan routing a judged stage to one is
+# refused when it is read).
+NO_HANDOFF_KINDS = {
+    "aider": "aider edits only the repository's files and, unattended (--yes-always), refuses "
+    "to run the shell commands its model suggests",
+}
+
+
+def write_command(example: str) -> str:
+    """The shell command that leaves ``example`` as the handoff."""
+    return f"cat > \"$ORCHARDIST_OUTPUT\" <<'EOF'\n{example}\nEOF"
+
+
+def stage_prompt(stage: str, report: str, inputs: Mapping[str, Any], kind: str = "") -> str:
     """A stage's prompt: the bug report (with retry feedback), what the stage must do, the
-    earlier handoffs, and exactly how to leave its own."""
+    earlier handoffs, and exactly how to leave its own (for ``kind``, the agent's kind)."""
     parts = [report.rstrip(), f"## Pipeline stage: {stage}"]
     if stage in DUTIES:
         duty, example, keys = DUTIES[stage]
@@ -179,6 +220,11 @@ def stage_prompt(stage: str, report: str, inputs: Mapping[str, Any]) -> str:
             f"is in the environment variable ORCHARDIST_OUTPUT, for example:\n\n{example}\n\n"
             f"Keys of handoff: {keys}. A missing or malformed handoff fails this stage."
         )
+        if kind in SHELL_KINDS:
+            parts.append(
+                "Write it with one shell command (the variable is set in your shell), your "
+                "values in place of the example's:\n\n```bash\n" + write_command(example) + "\n```"
+            )
     return "\n\n".join(parts) + "\n"
 
 
@@ -375,7 +421,8 @@ class Pipelines:
             return job
         inputs = self.inputs(spec)
         stage = FIX if spec.stage == SHOT else spec.stage
-        prompt = stage_prompt(stage, job.prompt, inputs)
+        kind = job.profile.kind if job.profile is not None else ""
+        prompt = stage_prompt(stage, job.prompt, inputs, kind)
         job = replace(job, stage=stage, inputs=json.dumps(inputs), prompt=prompt)
         repro = self._reproduction(spec.pipeline_task)
         if spec.stage in (AUDIT, LOCALIZE) and repro is not None:
