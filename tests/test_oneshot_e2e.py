@@ -104,6 +104,10 @@ def test_fix_escalates_a_shot_that_changed_nothing_and_lands_the_debug_pipelines
     events = [
         json.loads(line) for line in orchardist(project, "events", run_id).stdout.splitlines()
     ]
+    doc = json.loads(orchardist(project, "status", run_id, "--json").stdout)
+    [shot] = [t for t in doc["tasks"] if t["id"] == "fix.shot"]
+    assert shot["state"] == "skipped"
+    assert shot["reason"].startswith("escalated to the debug pipeline: ")
     [escalation] = [e for e in events if e["kind"] == "escalation"]
     assert escalation["task"] == "fix" and "no_changes" in escalation["data"]["detail"]
 
