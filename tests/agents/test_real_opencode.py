@@ -118,6 +118,7 @@ def test_an_edit_opencode_refuses_fails_the_attempt_with_no_changes(
     (attempt,) = task["attempts"]
     assert (task["state"], attempt["failure"]) == ("failed", "no_changes"), task
     assert not outside.exists()
+    assert "opencode refused 1 tool call(s) (permission): apply_patch" in attempt["detail"]
     # because opencode refused the tool call (not, say, because the tool was unknown)
     (tool,) = [e["part"] for e in log_events(attempt) if e.get("type") == "tool_use"]
     assert (tool["tool"], tool["state"]["status"]) == ("apply_patch", "error"), tool

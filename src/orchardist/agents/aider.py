@@ -135,11 +135,19 @@ class AiderAgent(CliAgent):
             sent, received = _count(*tokens.group(1, 2)), _count(*tokens.group(7, 8))
             seen.add_tokens(sent, received)
             seen.count_turn()
-            seen.state.pop("pending", None)
+            seen.state["pending"], seen.state["wrapped"] = [], False
         if cost := _COST.search(line):
             seen.cost_usd = float(cost.group(2))  # the session total so far
+        pending = seen.state.setdefault("pending", [])
         if _ERROR.match(line.strip()):
-            seen.state.setdefault("pending", []).append(line.strip())
+            pending.append(line.strip())
+            seen.state["wrapped"] = True
+        elif (
+            pending and seen.state.get("wrapped") and line.strip() and not line.startswith("Retry")
+        ):
+            pending[-1] += " " + line.strip()  # aider wraps long messages at its console width
+        else:
+            seen.state["wrapped"] = False
         if _SKIPPED.match(line.strip()):  # an edit aider refused (an ignored file, say)
             seen.summary = "\n".join(filter(None, [seen.summary, f"aider: {line.strip()}"]))
 

@@ -2,7 +2,10 @@
 
 ``opencode run --format json -m provider/model -- PROMPT`` prints JSONL events (``step_start``,
 ``text``, ``tool_use``, ``step_finish``, ``error``), each with the ``sessionID``. Every
-``step_finish`` part carries that step's ``cost`` and ``tokens``; orchardist sums them.
+``step_finish`` part carries that step's ``cost`` and ``tokens``; orchardist sums them. A
+``tool_use`` its permission rules refused (status ``error``, "a rule which prevents you") is
+listed in the attempt's summary, so a run that changed nothing says why. Recorded real streams:
+tests/fixtures/agents/opencode/.
 
 Permission: a table of OpenCode permissions passed as ``OPENCODE_PERMISSION``; the default lets
 it edit and run commands, and denies touching directories outside the worktree. ``opencode run``
@@ -16,10 +19,12 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from . import AgentContext
+from ..procs import ProcessResult
+from . import AgentContext, AgentResult
 from .cli import CliAgent, Seen
 
 DEFAULT_PERMISSION = {"edit": "allow", "bash": "allow", "external_directory": "deny"}
+REFUSED = "rule which prevents you"  # in the error of a tool call its permissions refused
 _ACTIONS = ("allow", "ask", "deny")
 
 
@@ -115,8 +120,21 @@ class OpenCodeAgent(CliAgent):
             seen.count_turn()
         elif kind == "text" and part.get("text"):
             seen.summary = str(part["text"])
+        elif kind == "tool_use":
+            state = part.get("state") or {}
+            if state.get("status") == "error" and REFUSED in str(state.get("error")):
+                seen.state.setdefault("refused", []).append(str(part.get("tool") or "a tool"))
         elif kind == "error":
             self._error(seen, event.get("error") or {})
+
+    def result(self, proc: ProcessResult, seen: Seen, ctx: AgentContext) -> AgentResult:
+        """The base verdict, with the tool calls its permissions refused in the summary."""
+        refused = seen.state.get("refused")
+        if refused:
+            tools = ", ".join(refused)
+            head = f"opencode refused {len(refused)} tool call(s) (permission): {tools}"
+            seen.summary = f"{head}\n{seen.summary}" if seen.summary else head
+        return super().result(proc, seen, ctx)
 
     def _error(self, seen: Seen, error: dict[str, Any]) -> None:
         data = error.get("data") or {}
