@@ -20,7 +20,8 @@ when another worker moved the tip), ``git worktree remove``.
 Printed: wall ms per task of each, their ratio, the orchestrator's peak RSS (``wait4``: the
 largest of the process and the children it waited for; git and shell children are a few MB),
 and its user and system CPU. ``--profile FILE`` runs the orchestrator under cProfile and writes
-the stats (not for timing: cProfile slows Python down).
+the stats (not for timing: cProfile slows Python down); ``--py-spy FILE`` samples every thread
+with py-spy (``pip install py-spy``) into a raw flame-graph file.
 
 ``--large``: attempt setup on a generated repository of ``--large-files`` files against one of
 100 files (``Layout.create`` as the executor calls it, then a one-line edit, then removal):
@@ -104,10 +105,13 @@ def write_plan(repo: Path, n: int, shape: str) -> Path:
 
 
 def run_orchardist(
-    plan: Path, workers: int, workroot: Path, profile: Path | None
+    plan: Path, workers: int, workroot: Path, profile: Path | None, spy: Path | None = None
 ) -> tuple[float, int, float, float, str]:
     """Wall seconds, peak RSS (KiB), user and system CPU seconds, and the output's tail."""
     cmd = [sys.executable]
+    if spy is not None:  # py-spy samples every thread (cProfile sees the main one only)
+        cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "-r", "50", "-t", "-f"]
+        cmd += ["raw", "-o", str(spy), "--", sys.executable]
     if profile is not None:
         cmd += ["-m", "cProfile", "-o", str(profile)]
         cmd += [str(Path(__file__).resolve().parents[1] / "src/orchardist/__main__.py")]
@@ -167,7 +171,8 @@ def bench_run(args: argparse.Namespace, shape: str, n: int, workers: int, tmp: P
     repo = make_repo(folder / "repo", args.files)
     plan = write_plan(repo, n, shape)
     profile = args.profile and Path(f"{args.profile}.{shape}-{n}-{workers}")
-    wall, rss_kib, user, system, text = run_orchardist(plan, workers, folder / "work", profile)
+    spy = args.py_spy and Path(f"{args.py_spy}.{shape}-{n}-{workers}")
+    wall, rss_kib, user, system, text = run_orchardist(plan, workers, folder / "work", profile, spy)
     done = text.count("\n")
     orch_ms = wall / n * 1e3
     row = f"{shape:<12} {n:>6} {workers:>3}   {orch_ms:8.1f}"
@@ -254,6 +259,7 @@ def main() -> None:
     parser.add_argument("--workers", default="4", help="comma-separated, e.g. 2,4,8")
     parser.add_argument("--files", type=int, default=100, help="files in the base repository")
     parser.add_argument("--profile", help="cProfile the orchestrator; stats to FILE.<row>")
+    parser.add_argument("--py-spy", help="sample the orchestrator with py-spy; raw to FILE.<row>")
     parser.add_argument("--no-floor", action="store_true", help="skip the raw git floor")
     parser.add_argument("--large", action="store_true", help="also the large-repository case")
     parser.add_argument("--large-only", action="store_true", help="only the large case")

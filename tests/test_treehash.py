@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 from orchardist.gitrepo import Repo
 from orchardist.treehash import escaping_symlinks, refused_path
+from orchardist.worktree import AttemptPaths, Layout, remove_tree
 from support import git, make_repo
 
 
@@ -109,3 +111,136 @@ def test_paths_are_refused_exactly_as_git_refuses_them(tmp_path: Path) -> None:
         mode = "120000" if "modules" in name.lower() else "100644"
         assert refused_path(path, mode) is (path not in kept), name
     assert len(kept) > 5  # git did accept the ordinary names
+
+
+# -- the snapshot that reads only what changed ---------------------------------------------------
+
+
+def _attempt(tmp_path: Path, files: dict[str, str]) -> tuple[Repo, Layout, AttemptPaths, str]:
+    """A repository of ``files`` (plus a binary, an executable, a symlink and a submodule
+    entry), and an attempt folder checked out at its head the way the executor makes one."""
+    root = make_repo(tmp_path / "repo", files)
+    (root / "logo.bin").write_bytes(bytes(range(256)))
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    (root / "run.sh").chmod(0o755)
+    (root / "link").symlink_to("README.md")
+    git(root, "add", "-A")
+    sub = git(root, "rev-parse", "HEAD")
+    git(root, "update-index", "--add", "--cacheinfo", f"160000,{sub},vendor/sub")
+    git(root, "commit", "-qm", "more kinds")
+    repo = Repo(root)
+    layout = Layout(repo, tmp_path / "workdirs", tmp_path / "state")
+    paths = layout.attempt("run1", "t.1")
+    base = repo.rev_parse("HEAD")
+    layout.create(paths, base, "run1")
+    return repo, layout, paths, base
+
+
+def _both(repo: Repo, layout: Layout, paths: AttemptPaths, base: str) -> tuple[str, str]:
+    """The tree of the snapshot that reads only what changed, and of the one that reads all."""
+    checkout = layout.checkout(paths, "run1")
+    assert checkout is not None
+    fast = repo.snapshot(paths.tree, base, "task", checkout)
+    full = repo.snapshot(paths.tree, base, "task")
+    return repo.tree_of(fast), repo.tree_of(full)
+
+
+FILES = {
+    ".gitignore": "*.log\n",
+    "README.md": "hello\n",
+    "src/app.py": "print('app')\n",
+    "src/old_name.py": "def f():\n    return 1\n" * 20,
+    "src/deep/er/mod.py": "x = 1\n",
+    "doomed/a.txt": "a\n",
+    "doomed/b/c.txt": "c\n",
+    "becomes_dir": "file\n",
+    "becomes_file/x.txt": "x\n",
+    "ignored_but_tracked.log": "tracked\n",
+}
+
+
+def test_reading_only_what_changed_gives_the_tree_reading_everything_gives(
+    tmp_path: Path,
+) -> None:
+    # Given an attempt whose agent made every kind of change, same-size edits right after the
+    # checkout (one clock tick: the stat data alone cannot tell), and played with its own git
+    repo, layout, paths, base = _attempt(tmp_path, FILES)
+    tree = paths.tree
+    (tree / "README.md").write_text("HELLO\n")  # same size, same tick as the checkout
+    (tree / "src" / "old_name.py").rename(tree / "src" / "new_name.py")
+    (tree / "src" / "deep" / "er" / "new.py").write_text("y = 2\n")
+    shutil.rmtree(tree / "doomed")
+    (tree / "becomes_dir").unlink()
+    (tree / "becomes_dir").mkdir()
+    (tree / "becomes_dir" / "inside.txt").write_text("in\n")
+    shutil.rmtree(tree / "becomes_file")
+    (tree / "becomes_file").write_text("now a file\n")
+    (tree / "logo.bin").write_bytes(bytes(reversed(range(256))))
+    (tree / "run.sh").chmod(0o644)
+    (tree / "src" / "app.py").chmod(0o755)
+    (tree / "link").unlink()
+    (tree / "link").symlink_to("src/app.py")
+    (tree / "new_link").symlink_to("../outside")
+    (tree / "noise.log").write_text("ignored\n")
+    (tree / "ignored_but_tracked.log").write_text("changed\n")
+    (tree / "data.bin").write_bytes(b"\x00\xff\x00binary\x00")
+    git(tree, "add", "-A")
+    git(tree, "commit", "-qm", "the agent's own commit")
+
+    # When both snapshots are taken, then Then they are the same tree
+    fast, full = _both(repo, layout, paths, base)
+    assert fast == full
+    changed = repo.changed_files(base, fast)
+    assert "README.md" in changed and "noise.log" not in changed
+    assert "vendor/sub" not in changed  # the submodule stays as the base has it
+    mode = git(repo.root, "ls-tree", fast, "src/app.py").split()[0]
+    assert mode == "100755"
+
+
+def test_an_untouched_attempt_and_one_emptied_of_everything_agree_too(tmp_path: Path) -> None:
+    repo, layout, paths, base = _attempt(tmp_path, FILES)
+    fast, full = _both(repo, layout, paths, base)
+    assert fast == full == repo.tree_of(base)
+
+    for entry in paths.tree.iterdir():
+        if entry.name != ".git":
+            remove_tree(entry)
+    fast, full = _both(repo, layout, paths, base)
+    assert fast == full
+    assert git(repo.root, "ls-tree", "-r", "--name-only", fast) == "vendor/sub"
+
+
+def test_the_snapshot_of_a_change_writes_only_the_changed_files_and_their_folders(
+    tmp_path: Path,
+) -> None:
+    # Given a repository of 300 files, all packed, and an attempt that edits one deep file
+    files = {f"pkg{i // 30}/sub/mod{i}.py": f"x = {i}\n" for i in range(300)}
+    repo, layout, paths, base = _attempt(tmp_path, files)
+    git(repo.root, "gc", "-q")
+    objects = repo.common_dir / "objects"
+
+    def loose() -> set[str]:
+        return {f"{d.name}{f.name}" for d in objects.glob("[0-9a-f][0-9a-f]") for f in d.iterdir()}
+
+    before = loose()
+    (paths.tree / "pkg3" / "sub" / "mod99.py").write_text("x = 'edited'\n")
+
+    # When its patch is taken
+    checkout = layout.checkout(paths, "run1")
+    assert checkout is not None
+    snap = repo.snapshot(paths.tree, base, "task", checkout)
+
+    # Then the objects written are the blob, the three folders above it, and the commit
+    new = loose() - before
+    assert len(new) == 5, [git(repo.root, "cat-file", "-t", o) + " " + o for o in new]
+    assert repo.changed_files(base, snap) == ["pkg3/sub/mod99.py"]
+
+
+def test_the_agent_cannot_reach_the_index_copy_the_snapshot_lists_from(tmp_path: Path) -> None:
+    _, layout, paths, _ = _attempt(tmp_path, FILES)
+    assert paths.checkout_index.is_file()
+    assert not any(paths.checkout_index.is_relative_to(folder) for folder in paths.writable)
+    layout.remove(paths)
+    layout.tidy()
+    assert layout.checkout(paths, "run1") is None
+    assert not list((tmp_path / "workdirs").rglob("listing.git"))

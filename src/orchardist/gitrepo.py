@@ -326,13 +326,20 @@ class Repo:
             out = self.git("worktree", "list", "--porcelain")
         return [Path(line[9:]) for line in out.splitlines() if line.startswith("worktree ")]
 
-    def snapshot(self, worktree: Path, base: str, message: str) -> str:
+    def snapshot(
+        self, worktree: Path, base: str, message: str, checkout: Checkout | None = None
+    ) -> str:
         """Commit everything in ``worktree`` that differs from ``base`` (ignored files excepted).
 
         git only lists the paths (from a private index of ``base``: whatever the agent did to
         the worktree's index or HEAD does not matter); orchardist reads and hashes the files
-        and writes the objects itself (see treehash), then has git read every one back.
+        and writes the objects itself (see treehash), then has git read every one back. With
+        the ``checkout`` record of how the tree was made, only the files whose stat changed
+        since are read, and only the folders holding them are written again: the cost follows
+        the change, not the repository.
         """
+        if checkout is not None:
+            return self._snapshot_changes(worktree, base, message, checkout)
         index = worktree.parent / f".{worktree.name}.index"
         # The agent could write the worktree's .git file and its admin folder: never let git
         # find its repository (and config: core.fsmonitor runs a command) through them.
@@ -381,6 +388,93 @@ class Repo:
         tree, trees = tree_objects(entries, writer)
         self.check_objects([e.oid for e in entries.values() if e.mode != "160000"] + trees)
         return self.commit_tree(tree, [base], message)
+
+    def _snapshot_changes(self, worktree: Path, base: str, message: str, checkout: Checkout) -> str:
+        # Never the worktree's .git file or the agent's own index: git lists from the copy of
+        # the index made at checkout, in a git directory of orchardist's own (see Checkout).
+        env = {
+            "GIT_INDEX_FILE": str(checkout.index),
+            "GIT_DIR": str(checkout.gitdir),
+            "GIT_WORK_TREE": str(worktree),
+        }
+        listed = self._git_bytes(
+            "ls-files", "-z", "-m", "-d", "-o", "--exclude-standard", cwd=worktree, env=env
+        )
+        # A trailing slash is a nested repository, which is not the task's to add.
+        paths = dict.fromkeys(p for p in listed.split(b"\0") if p and not p.endswith(b"/"))
+        writer = ObjectWriter(self.common_dir / "objects")
+        changes: dict[bytes, Entry | None] = {}
+        root_fd = os.open(worktree, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for path in paths:
+                changes[path] = read_entry(root_fd, path, writer)
+        finally:
+            os.close(root_fd)
+        refused = [p for p, e in changes.items() if e is not None and refused_path(p, e.mode)]
+        if refused:
+            names = ", ".join(sorted(os.fsdecode(p) for p in refused))
+            raise GitError(f"paths git refuses to record (they name a .git folder): {names}")
+        tree, trees = self._tree_with(self.tree_of(base), changes, writer)
+        self.check_objects([e.oid for e in changes.values() if e is not None] + trees)
+        return self.commit_tree(tree, [base], message)
+
+    def _tree_with(
+        self, base_tree: str, changes: Mapping[bytes, Entry | None], writer: ObjectWriter
+    ) -> tuple[str, list[str]]:
+        """The tree ``base_tree`` with ``changes`` (path: new entry, or None: gone) applied;
+        only the folders on the way to a change are read and written. Submodules stay as the
+        base has them; a file and a folder of one name: the file is kept."""
+        folders = {b""}
+        for path in changes:
+            parts = path.split(b"/")
+            folders.update(b"/".join(parts[:i]) for i in range(1, len(parts)))
+        listings: dict[bytes, dict[bytes, Entry]] = {}
+        level, ids = [b""], {b"": base_tree}
+        while level:  # the base's listing of each folder, one cat-file per depth
+            bodies = self.read_objects([ids[f] for f in level])
+            following = []
+            for folder in level:
+                listing = listings[folder] = _tree_entries(bodies[ids[folder]][1])
+                for name, old in listing.items():
+                    child = folder + b"/" + name if folder else name
+                    if old.mode == "40000" and child in folders:
+                        ids[child] = old.oid
+                        following.append(child)
+            level = following
+        files: dict[bytes, dict[bytes, Entry | None]] = {f: {} for f in folders}
+        for path, entry in changes.items():
+            parent, _, name = path.rpartition(b"/")
+            files[parent][name] = entry
+        subfolders: dict[bytes, list[bytes]] = {f: [] for f in folders}
+        for folder in folders - {b""}:
+            subfolders[folder.rpartition(b"/")[0]].append(folder)
+        new_ids: dict[bytes, str | None] = {}
+        written: list[str] = []
+        for folder in sorted(folders, key=lambda f: -f.count(b"/") - bool(f)):  # deepest first
+            entries = dict(listings.get(folder, {}))
+            for name, entry in files[folder].items():
+                if name in entries and entries[name].mode == "160000":
+                    continue  # a submodule stays as the base has it
+                if entry is not None:
+                    entries[name] = entry
+                elif name in entries and entries[name].mode != "40000":
+                    del entries[name]
+            for child in subfolders[folder]:
+                name, oid = child.rpartition(b"/")[2], new_ids[child]
+                if name in entries and entries[name].mode == "160000":
+                    continue
+                if oid is None:
+                    if name in entries and entries[name].mode == "40000":
+                        del entries[name]
+                elif files[folder].get(name) is None:  # a file of this name wins
+                    entries[name] = Entry("40000", oid)
+            if not entries and folder:
+                new_ids[folder] = None  # an emptied folder is gone
+                continue
+            oid = _write_tree(entries, writer)
+            new_ids[folder] = oid
+            written.append(oid)
+        return written[-1], written
 
     def check_objects(self, oids: Sequence[str]) -> None:
         """GitError unless git reads back, for each id, bytes that hash to that id.
@@ -656,6 +750,43 @@ def config_env(settings: Sequence[tuple[str, str]]) -> dict[str, str]:
 _OID = re.compile(r"[0-9a-f]{40}")
 # No diff command or text conversion a repository's config names.
 _PLAIN_DIFF = ("--no-ext-diff", "--no-textconv")
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """How an attempt's tree was checked out, kept where its agent cannot write.
+
+    ``index``: a copy of the index git wrote with the checkout (the stat data of every file as
+    it was at the base). ``gitdir``: a git directory of orchardist's own to list changes in,
+    whose ``info/attributes`` turns off every conversion and filter, so that where git has to
+    compare contents (a file written in the same clock tick as the index) it compares raw
+    bytes, as the snapshot hashes them.
+    """
+
+    index: Path
+    gitdir: Path
+
+
+def _tree_entries(body: bytes) -> dict[bytes, Entry]:
+    """A tree object's entries by name."""
+    entries, pos = {}, 0
+    while pos < len(body):
+        space = body.index(b" ", pos)
+        nul = body.index(b"\0", space)
+        entries[body[space + 1 : nul]] = Entry(
+            body[pos:space].decode(), body[nul + 1 : nul + 21].hex()
+        )
+        pos = nul + 21
+    return entries
+
+
+def _write_tree(entries: Mapping[bytes, Entry], writer: ObjectWriter) -> str:
+    """Write a tree of ``entries`` (git's order: a folder sorts as its name and a slash)."""
+    items = sorted(
+        (name + b"/" if e.mode == "40000" else name, e.mode.encode() + b" " + name, e.oid)
+        for name, e in entries.items()
+    )
+    return writer.write("tree", b"".join(h + b"\0" + bytes.fromhex(oid) for _, h, oid in items))
 
 
 def _is_oid(text: str) -> bool:

@@ -10,6 +10,9 @@ edit there), so an attempt's files never live inside the user's git directory::
         home/  the attempt's HOME
         tmp/   its TMPDIR
         io/    what orchardist and the agent exchange: output.json, JUnit reports
+        checkout.index  the index git wrote with the checkout, out of the agent's reach: the
+               snapshot reads only the files whose stat changed since (see gitrepo.Checkout)
+    <root>/<repo-key>/runs/<run>/listing.git/  the git directory the snapshots list changes in
     <root>/<repo-key>/baselines/<name>/...   the same, for a baseline run
 
 ``<root>`` is ``[run] workspace``, else ``$ORCHARDIST_WORKDIR_ROOT``, else
@@ -24,13 +27,33 @@ import hashlib
 import os
 import re
 import shutil
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gitrepo import Repo
+from .gitrepo import Checkout, Repo
 
 ROOT_VAR = "ORCHARDIST_WORKDIR_ROOT"
+LISTING = "listing.git"  # in a run folder; job ids end in ".<number>", so none is named so
+# The listing git directory's config: stat data compared in full, executable bits and symlinks
+# as on disk, no fsmonitor, caches or split index; and its attributes: no conversion or filter
+# ever, so a content comparison is of raw bytes, as the snapshot hashes them.
+_LISTING_CONFIG = """[core]
+\trepositoryformatversion = 0
+\tbare = false
+\tfilemode = true
+\tsymlinks = true
+\ttrustctime = true
+\tcheckStat = default
+\tignoreStat = false
+\tignoreCase = false
+\tautocrlf = false
+\tfsmonitor = false
+\tuntrackedCache = false
+\tsplitIndex = false
+"""
+_LISTING_ATTRIBUTES = "* -text -filter -ident -working-tree-encoding\n"
 # Toolchain roots that default to a folder in HOME (variable: folder in the real home).
 TOOL_HOMES = {
     "RUSTUP_HOME": ".rustup",
@@ -77,6 +100,11 @@ class AttemptPaths:
         return cls(root, root / "tree", root / "git", root / "home", root / "tmp", root / "io")
 
     @property
+    def checkout_index(self) -> Path:
+        """The copy of the index the checkout wrote (outside every writable folder)."""
+        return self.root / "checkout.index"
+
+    @property
     def output_file(self) -> Path:
         """Where the agent may write its JSON result."""
         return self.io / "output.json"
@@ -101,6 +129,7 @@ class Layout:
         self.state_dir = Path(state_dir)
         self._config: str | None = None
         self._recorded: set[str] = set()
+        self._lock = threading.Lock()
 
     def attempt(self, run_id: str, job_id: str) -> AttemptPaths:
         """The folders of a run's job (not created)."""
@@ -136,8 +165,42 @@ class Layout:
             shutil.copyfile(self.repo.common_dir / "info" / "exclude", git / "info" / "exclude")
         (paths.tree / ".git").write_text(f"gitdir: {git.resolve()}\n")
         self.repo.git(
-            f"--git-dir={git}", f"--work-tree={paths.tree}", "read-tree", "--reset", "-u", commit
+            f"--git-dir={git}",
+            f"--work-tree={paths.tree}",
+            "-c",
+            "core.splitIndex=false",  # the index copy below must stand alone
+            "read-tree",
+            "--reset",
+            "-u",
+            commit,
         )
+        shutil.copyfile(git / "index", paths.checkout_index)
+
+    def checkout(self, paths: AttemptPaths, run_id: str) -> Checkout | None:
+        """How ``paths`` was checked out, for a snapshot that reads only what changed; None
+        where the layout did not check it out (then the snapshot reads every file)."""
+        if not paths.checkout_index.is_file():
+            return None
+        return Checkout(paths.checkout_index, self._listing(run_id))
+
+    def _listing(self, run_id: str) -> Path:
+        """The run's listing git directory (see the module docstring), made once."""
+        gitdir = self.run_folder(run_id) / LISTING
+        with self._lock:
+            if not (gitdir / "HEAD").is_file():
+                for sub in ("objects/info", "refs", "info"):
+                    (gitdir / sub).mkdir(parents=True, exist_ok=True)
+                # git compares a symlink written in the checkout's clock tick with its blob
+                objects = (self.repo.common_dir / "objects").resolve()
+                (gitdir / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+                (gitdir / "config").write_text(_LISTING_CONFIG)
+                (gitdir / "info" / "attributes").write_text(_LISTING_ATTRIBUTES)
+                with contextlib.suppress(OSError):  # ignore rules as the user's own
+                    shutil.copyfile(
+                        self.repo.common_dir / "info" / "exclude", gitdir / "info" / "exclude"
+                    )
+                (gitdir / "HEAD").write_text("ref: refs/heads/none\n")
+        return gitdir
 
     def remove(self, paths: AttemptPaths) -> None:
         """Remove an attempt's folders, whatever the agent did to them."""
@@ -146,6 +209,7 @@ class Layout:
     def tidy(self) -> None:
         """Remove the run folders this layout made, and its parents, where they are empty."""
         for run_id in self._recorded:
+            remove_tree(self.run_folder(run_id) / LISTING)
             for folder in (self.run_folder(run_id), self.folder / "runs", self.folder):
                 try:
                     folder.rmdir()
@@ -240,7 +304,7 @@ def remove_run_folder(state_dir: Path, run_id: str) -> int:
     folder = recorded_run_folder(state_dir, run_id)
     if folder is None or not folder.is_dir():
         return 0
-    count = sum(1 for _ in folder.iterdir())
+    count = sum(1 for entry in folder.iterdir() if entry.name != LISTING)
     remove_tree(folder)
     return count
 

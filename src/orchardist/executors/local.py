@@ -216,7 +216,7 @@ class LocalExecutor:
                     )
                 summary = result.detail
                 try:
-                    patch = self._take_patch(job, worktree, gitfile)
+                    patch = self._take_patch(job, paths, gitfile)
                 except _Contained as exc:
                     return end(
                         AttemptState.FAILED, Failure.AGENT_ERROR, usage=usage, detail=str(exc)
@@ -322,8 +322,9 @@ class LocalExecutor:
                 self._suspects.discard(job.id)
             self.layout.remove(paths)
 
-    def _take_patch(self, job: Job, worktree: Path, gitfile: str) -> str:
+    def _take_patch(self, job: Job, paths: AttemptPaths, gitfile: str) -> str:
         """Snapshot the agent's work, refusing what it must not do or produce."""
+        worktree = paths.tree
         try:
             intact = (worktree / ".git").read_text(errors="replace") == gitfile
         except OSError:
@@ -357,7 +358,8 @@ class LocalExecutor:
                     "edit the checkout during runs"
                 )
         try:
-            patch = self.repo.snapshot(worktree, job.base_commit, job.message)
+            checkout = self.layout.checkout(paths, job.run_id)
+            patch = self.repo.snapshot(worktree, job.base_commit, job.message, checkout)
         except GitError as exc:
             raise _Contained(f"the agent left a worktree git cannot read: {exc}") from exc
         problems = self.repo.patch_problems(job.base_commit, patch, job.max_patch_bytes)
