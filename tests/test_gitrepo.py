@@ -495,3 +495,42 @@ def test_a_locked_or_packed_ref_is_left_to_git(project: Path) -> None:
     assert not (project / ".git" / "refs" / "heads" / "run").exists()
     assert repo.update_ref("refs/heads/run", child, head)
     assert git(project, "rev-parse", "run") == child
+
+
+# -- patch_problems ----------------------------------------------------------------------
+
+
+def test_only_symlinks_a_patch_makes_are_judged_not_the_users_own(
+    project: Path, tmp_path: Path
+) -> None:
+    # Given a base that already holds the user's own link out of the repository
+    (project / "docs").symlink_to("/usr/share/doc")
+    git(project, "add", "docs")
+    git(project, "commit", "-qm", "user's link")
+    repo = Repo(project)
+    worktree, base = worktree_at_head(repo, tmp_path)
+
+    # When one patch adds an ordinary file and another adds a link out as well
+    (worktree / "plain.txt").write_text("plain\n")
+    plain = repo.snapshot(worktree, base, "plain")
+    (worktree / "out").symlink_to("../../elsewhere")
+    linked = repo.snapshot(worktree, base, "linked")
+
+    # Then only the link the patch made is refused
+    assert repo.patch_problems(base, plain, None) == []
+    assert repo.patch_problems(base, linked, None) == [
+        "out is a symlink pointing outside the repository"
+    ]
+
+
+def test_files_over_the_limit_are_named_with_their_size(project: Path, tmp_path: Path) -> None:
+    repo = Repo(project)
+    worktree, base = worktree_at_head(repo, tmp_path)
+    (worktree / "big.bin").write_bytes(b"\0" * 3 * 1024 * 1024)
+    (worktree / "small.txt").write_text("small\n")
+    (worktree / "doomed.txt").unlink()
+    snap = repo.snapshot(worktree, base, "task")
+    assert repo.patch_problems(base, snap, 2 * 1024 * 1024) == [
+        "big.bin is 3.0 MiB, over the 2 MiB limit (max_patch_mb)"
+    ]
+    assert repo.patch_problems(base, snap, 4 * 1024 * 1024) == []

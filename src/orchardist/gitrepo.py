@@ -567,23 +567,39 @@ class Repo:
         return self.git("rev-list", "--reverse", "--first-parent", f"{since}..{until}").split()
 
     def patch_problems(self, base: str, patch: str, max_file_bytes: int | None) -> list[str]:
-        """Reasons a patch must not be merged: symlinks leading outside the repository (the
-        whole chain resolved inside the patch's tree), huge files."""
-        problems = [
-            f"{path} is a symlink pointing outside the repository"
-            for path in escaping_symlinks(self._symlinks(patch))
-        ]
-        if max_file_bytes is None:
-            return problems
+        """Reasons a patch must not be merged: symlinks it makes lead outside the repository
+        (the whole chain resolved inside the patch's tree), huge files.
+
+        Only what the patch changes is looked at: a patch that adds, changes or removes no
+        symlink leaves the tree's links as the base has them (the user's own).
+        """
         out = self.git(
             "diff", *_PLAIN_DIFF, "--raw", "--no-renames", "-z", "--no-abbrev", base, patch
         )
         fields = out.split("\0")
-        for meta, path in zip(fields[0::2], fields[1::2], strict=False):
-            parts = meta.split()
-            if len(parts) < 5 or parts[4].startswith("D") or parts[1] in ("120000", "160000"):
-                continue
-            size = int(self.git("cat-file", "-s", parts[3]))
+        changes = [
+            (meta.split(), path)
+            for meta, path in zip(fields[0::2], fields[1::2], strict=False)
+            if len(meta.split()) >= 5
+        ]
+        problems = []
+        if any("120000" in parts[:2] for parts, _ in changes):
+            theirs = set(escaping_symlinks(self._symlinks(base)))
+            problems += [
+                f"{path} is a symlink pointing outside the repository"
+                for path in escaping_symlinks(self._symlinks(patch))
+                if path not in theirs
+            ]
+        if max_file_bytes is None:
+            return problems
+        blobs = {
+            path: parts[3]
+            for parts, path in changes
+            if not parts[4].startswith("D") and parts[1] not in ("120000", "160000")
+        }
+        sizes = self.object_sizes(list(blobs.values()))
+        for path, oid in blobs.items():
+            size = sizes[oid]
             if size > max_file_bytes:
                 mib = 1024 * 1024
                 problems.append(
@@ -591,6 +607,24 @@ class Repo:
                     "limit (max_patch_mb)"
                 )
         return problems
+
+    def object_sizes(self, oids: Sequence[str]) -> dict[str, int]:
+        """``{id: size}`` of objects, with one git process."""
+        wanted = list(dict.fromkeys(oids))
+        if not wanted:
+            return {}
+        stdin = "".join(f"{oid}\n" for oid in wanted).encode()
+        out = self._git_bytes("cat-file", "--batch-check", cwd=self.root, env={}, stdin=stdin)
+        sizes = {}
+        for line in out.decode(errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) != 3 or not parts[2].isdigit():
+                raise GitError(f"cannot read object sizes: {line}")
+            sizes[parts[0]] = int(parts[2])
+        missing = [oid for oid in wanted if oid not in sizes]
+        if missing:
+            raise GitError(f"object {missing[0]} cannot be read from the repository")
+        return sizes
 
     def _symlinks(self, commit: str) -> dict[str, str]:
         """Every symlink of a commit's tree: ``path -> target``."""
