@@ -62,12 +62,16 @@ PER_FOLDER = 100
 AGENT = 'f={task}; d=${{f%%-*}}; mkdir -p "$d" && echo "$f" > "$d/$f.txt"'
 
 
-def git(*args: str, cwd: Path | None = None) -> str:
-    """Run git; its stdout."""
-    out = subprocess.run(
-        ["git", *args], cwd=cwd, env=GIT_ENV, check=True, capture_output=True, text=True
-    )
-    return out.stdout.strip()
+def git(*args: str, cwd: Path | None = None, tries: int = 1) -> str:
+    """Run git; its stdout. ``tries``: for worktree add/remove, which fail now and then when
+    other workers add or remove theirs at the same moment (git's own locking)."""
+    for attempt in range(tries):
+        out = subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, capture_output=True, text=True)
+        if out.returncode == 0:
+            return out.stdout.strip()
+        if attempt + 1 == tries:
+            raise SystemExit(f"git {' '.join(args)} failed: {out.stderr.strip()}")
+    return ""
 
 
 def make_repo(root: Path, files: int) -> Path:
@@ -142,7 +146,7 @@ def floor(repo: Path, ids: list[str], workers: int, scratch: Path) -> float:
     def one(task: str) -> None:
         tree = scratch / task
         tip = git("rev-parse", ref, cwd=repo)
-        git("worktree", "add", "-q", "--detach", str(tree), tip, cwd=repo)
+        git("worktree", "add", "-q", "--detach", str(tree), tip, cwd=repo, tries=3)
         folder = tree / task.split("-")[0]
         folder.mkdir(exist_ok=True)
         (folder / f"{task}.txt").write_text(f"{task}\n")
@@ -152,12 +156,12 @@ def floor(repo: Path, ids: list[str], workers: int, scratch: Path) -> float:
             now = git("rev-parse", ref, cwd=repo)
             merged = git("merge-tree", "--write-tree", now, patch, cwd=repo).split()[0]
             commit = git("commit-tree", merged, "-p", now, "-p", patch, "-m", task, cwd=repo)
-            try:
-                git("update-ref", ref, commit, now, cwd=repo)
+            moved = subprocess.run(
+                ["git", "update-ref", ref, commit, now], cwd=repo, env=GIT_ENV, capture_output=True
+            )
+            if moved.returncode == 0:
                 break
-            except subprocess.CalledProcessError:
-                continue
-        git("worktree", "remove", "--force", str(tree), cwd=repo)
+        git("worktree", "remove", "--force", str(tree), cwd=repo, tries=3)
 
     start = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
@@ -176,6 +180,7 @@ def bench_run(args: argparse.Namespace, shape: str, n: int, workers: int, tmp: P
     done = text.count("\n")
     orch_ms = wall / n * 1e3
     row = f"{shape:<12} {n:>6} {workers:>3}   {orch_ms:8.1f}"
+    print(f"  (orchardist: {orch_ms:.1f} ms/task, {rss_kib / 1024:.0f} MB)", flush=True)
     if args.no_floor:
         floor_ms = float("nan")
     else:
