@@ -179,6 +179,7 @@ def test_verify_none_opts_out(repo: Path) -> None:
         (FIXER, ["fix", "x", "--verify", "none", "--verify", "true"], "--verify none"),
         (FIXER, ["fix", "x", "--check", " "], "--check needs a command"),
         ('[agents.bad]\nkind = "telepathy"\n', ["fix", "x"], ".orchardist.toml: agents.bad.kind"),
+        ('[agents.a]\nkind = "aider"\n', ["debug", "x"], "--stage reproduce=PROFILE"),
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import sys
 import time
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import Config, load_config
-from .errors import UsageError
+from .errors import PlanError, Problem, UsageError
 from .plan import PIPELINES, STAGE_NAMES, load_plan, parse_duration
 
 __all__ = ["OneShot", "add_parsers", "choose_agents", "plan_text", "write_plan"]
@@ -125,10 +126,24 @@ def write_plan(shot: OneShot, repo_root: Path, state_dir: Path) -> Path:
         f.write(plan_text(shot, repo_root))
     try:
         load_plan(path)
+    except PlanError as exc:
+        path.unlink()
+        raise PlanError([_as_command_line(p, path, shot.pipeline) for p in exc.problems]) from None
     except BaseException:
         path.unlink()
         raise
     return path
+
+
+def _as_command_line(problem: Problem, path: Path, pipeline: str) -> Problem:
+    """A problem of the plan built here, told in the command line's terms (a config file's
+    problems keep their file)."""
+    if problem.file != str(path):
+        return problem
+    message = re.sub(
+        r"stages\.(\w+)\.agent", lambda m: f"--stage {m.group(1)}=PROFILE", problem.message
+    )
+    return Problem(f"orchardist {pipeline}", message, None, problem.field)
 
 
 # -- the command line ------------------------------------------------------------------------
