@@ -446,7 +446,7 @@ class Pipelines:
             if stage == spec.stage:
                 break
             if stage == SHOT:
-                context = self._escalation(owner)
+                context = self._escalation(owner) if stage_id(owner, SHOT) in self.specs else {}
                 if context:
                     found["shot"] = context
                 continue
@@ -508,7 +508,13 @@ class Pipelines:
         attempts = self.store.attempts(self.run_id, task_id)
         if attempts and attempts[-1].log_path:  # what the agent printed, and verify did
             output = tail_of(Path(attempts[-1].log_path)) or output
-        data = {"to": "debug", "shot": task_id, "detail": detail, "output": output[-OUTPUT_CHARS:]}
+        data = {
+            "state": "escalated",
+            "to": "debug",
+            "shot": task_id,
+            "detail": detail,
+            "output": output[-OUTPUT_CHARS:],
+        }
         return owner, data
 
     def passed_on(self, tasks: Mapping[str, Any]) -> set[str]:
