@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .plan import MAX_TASK_ID, StageSpec, TaskSpec
-from .records import AgentProfile, AttemptState, TaskState
+from .records import AgentProfile, AttemptRecord, AttemptState, Failure, TaskState
 from .safeio import read_capped
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ JUDGED_STAGES = (REPRODUCE, AUDIT, LOCALIZE)  # their handoff is checked, nothin
 READ_ONLY_STAGES = (LOCALIZE,)  # the sandbox keeps the worktree read-only; a patch is an error
 LANDING_STAGES = ("", SHOT, FIX)  # "" : an ordinary task
 DOES_NOT_REPRODUCE = "does_not_reproduce"
+ESCALATING = (Failure.NO_CHANGES, Failure.VERIFY_FAILED)  # a shot failing so escalates
 MAX_HANDOFF_BYTES = 256 * 1024
 OUTPUT_CHARS = 4000  # of a command's output, in feedback and in the escalation context
 NOT_RUNNABLE = {126: "is not executable", 127: "was not found"}
@@ -455,7 +456,8 @@ class Pipelines:
                 found[stage] = json.loads(winner.handoff)
         return found
 
-    def _winner(self, task_id: str) -> Any:
+    def _winner(self, task_id: str) -> AttemptRecord | None:
+        """The attempt that won a stage task's last decided round, if any."""
         if task_id not in self.specs:
             return None
         won = [
@@ -495,9 +497,10 @@ class Pipelines:
         set_state(tx, owner, TaskState.DONE, "landed by its single shot", commit=commit)
         return owner
 
-    def escalates(self, task_id: str) -> bool:
-        """Whether a task failing for good escalates rather than blocks (a fix pipeline's shot)."""
-        return self.specs[task_id].stage == SHOT
+    def escalates(self, task_id: str, failure: Failure | None) -> bool:
+        """Whether a task failing for good escalates rather than fails: a fix pipeline's shot
+        that changed nothing or failed verification (a crashed agent fails as any task)."""
+        return self.specs[task_id].stage == SHOT and failure in ESCALATING
 
     def escalation(self, task_id: str, detail: str, output: str) -> tuple[str, dict[str, Any]]:
         """The pipeline task a failed shot escalates, and the escalation event's data (the

@@ -625,7 +625,7 @@ class Scheduler:
             self._timer(delay, "retry", task_id)
             return
         reason = f"{failure.value if failure else 'failed'}: {detail}"
-        if self.pipelines.escalates(task_id):
+        if self.pipelines.escalates(task_id, failure):
             self._escalate(tx, task_id, reason, feedback, failures)
             return
         self._set_state(tx, task_id, TaskState.FAILED, reason=reason, failures=failures)
