@@ -15,6 +15,7 @@ import os
 import re
 import secrets
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -156,13 +157,18 @@ _DESCRIPTION = {
     "the base), audit the reproduction, localize the code to change, fan out fix candidates "
     "judged by the reproduction and --verify, and land the winner with its test in one commit.",
 }
-_EPILOG = (
-    "Agent profiles come from .orchardist.toml at the repository root, then "
-    "~/.config/orchardist/config.toml ([agents.NAME] tables, as in a plan). The plan built is "
-    "kept under the state folder's oneshot/ (resume and status work as for any run). Exit "
-    "codes as for `run`: 0 landed, 1 failed, 2 bad usage or config, 130 interrupted. See "
-    "docs/pipelines.md."
-)
+_EPILOG = """\
+examples:
+  orchardist {0} "parse_date('2024-02-30') returns a date" --verify "python -m pytest -q"
+  orchardist {0} "CSV export drops the last row" --agent claude --agent codex --candidates 3
+  orchardist {0} "..." --check "python -m pytest -q tests/test_export.py" --stage localize=cheap
+
+Agent profiles come from .orchardist.toml at the repository root, then
+~/.config/orchardist/config.toml ([agents.NAME] tables, as in a plan). The plan built is kept
+under the state folder's oneshot/ (status, logs, resume and retry work as for any run). Exit
+codes as for `run`: 0 landed, 1 failed, 2 bad usage or config, 130 interrupted. See
+docs/pipelines.md.
+"""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -171,8 +177,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         p = sub.add_parser(
             pipeline,
             help=f"run the {pipeline} pipeline on a bug report, without a plan file",
-            description=_DESCRIPTION[pipeline],
-            epilog=_EPILOG,
+            description=textwrap.fill(_DESCRIPTION[pipeline], 78),
+            epilog=_EPILOG.format(pipeline),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         p.add_argument("report", help="the bug report (text; - reads it from stdin)")
         p.add_argument(
