@@ -27,7 +27,7 @@ from .errors import OrchardistError, PlanError, RunLockedError, UsageError
 from .hooks import Hook, Hooks
 from .plan import load_plan
 from .records import RunState
-from .terminal import plain
+from .terminal import plain, visible
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 # A run's final summary lists at most this many tasks (counts by state say the rest), and of a
@@ -55,8 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except PlanError as exc:
         print(f"error: the plan has {len(exc.problems)} problem(s):", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
+        for problem in exc.problems:  # a key may hold escape sequences: shown, never obeyed
+            print(f"  {visible(str(problem))}", file=sys.stderr)
         return EXIT_USAGE
     except (UsageError, RunLockedError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -519,7 +519,7 @@ class _Validator:
             where = f"agents.{name}"
             raw = self._table(raw, where)
             kind = raw.get("kind", "shell")
-            if kind not in KINDS:
+            if not isinstance(kind, str) or kind not in KINDS:  # a list is no key of KINDS
                 self.problem(
                     f"unknown kind {kind!r}; known kinds: {', '.join(sorted(KINDS))}",
                     fld=f"{where}.kind",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["plain"]
+__all__ = ["plain", "visible"]
 
 # CSI (colours, cursor moves), OSC (titles, links), other ESC sequences; the C0 controls but
 # newline and tab, DEL, and the C1 controls (U+0080-U+009F: 8-bit CSI, OSC, ...).
@@ -22,3 +22,13 @@ _ESCAPES = re.compile(
 def plain(text: str) -> str:
     """``text`` without terminal escape sequences or control characters (newlines and tabs stay)."""
     return _ESCAPES.sub("", text)
+
+
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with its control characters (but newline and tab) written as ``\\xNN``: for
+    text from a file the user wrote, such as a plan's keys, where dropping them would hide
+    which key is meant."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
