@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -534,3 +535,29 @@ def test_files_over_the_limit_are_named_with_their_size(project: Path, tmp_path:
         "big.bin is 3.0 MiB, over the 2 MiB limit (max_patch_mb)"
     ]
     assert repo.patch_problems(base, snap, 4 * 1024 * 1024) == []
+
+
+def test_the_users_global_excludes_file_still_keeps_files_out_of_a_snapshot_unless_it_is_a_fifo(
+    project: Path, tmp_path: Path
+) -> None:
+    # Given: a global excludes file, named in ~/.gitconfig (which orchardist's git never reads)
+    home = Path.home()
+    (home / "ignore").write_text("*.swp\n")
+    with (home / ".gitconfig").open("a") as fh:
+        fh.write("[core]\n\texcludesFile = ~/ignore\n")
+    repo = Repo(project)
+    worktree, base = worktree_at_head(repo, tmp_path)
+    (worktree / "notes.swp").write_text("editor swap\n")
+    (worktree / "kept.txt").write_text("kept\n")
+
+    # When / Then: the snapshot leaves out what the user ignores everywhere
+    snap = repo.snapshot(worktree, base, "task")
+    assert repo.changed_files(base, snap) == ["kept.txt"]
+
+    # and when the excludes file is a FIFO, orchardist does not hand it to git (which would
+    # wait on it for good): the snapshot is taken, the file just is not excluded
+    (home / "ignore").unlink()
+    os.mkfifo(home / "ignore")
+    repo = Repo(project)
+    snap = repo.snapshot(worktree, base, "task")
+    assert sorted(repo.changed_files(base, snap)) == ["kept.txt", "notes.swp"]

@@ -767,8 +767,17 @@ def carried_config(root: Path, env: Mapping[str, str]) -> list[tuple[str, str]]:
         if key:
             if key == "core.excludesfile":
                 value = os.path.expanduser(value)
+                if not _regular_file(value):  # a FIFO there would hang every ls-files
+                    continue
             carried.append((key, value))
     return carried
+
+
+def _regular_file(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def config_env(settings: Sequence[tuple[str, str]]) -> dict[str, str]:
