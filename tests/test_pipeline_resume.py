@@ -132,3 +132,65 @@ def test_a_debug_pipeline_killed_between_stages_and_during_fix_candidates_resume
     handoffs = {t["id"]: t.get("handoff") for t in tasks_of({"tasks": doc["tasks"]}).values()}
     assert handoffs["bug.localize"] == {"files": ["calc.py"], "symbols": ["mean"]}
     assert leftovers(repo, run_id) == []
+
+
+def task_state(repo: Path, run_id: str, task_id: str) -> str:
+    return next(t["state"] for t in status(repo, run_id)["tasks"] if t["id"] == task_id)
+
+
+@pytest.mark.slow
+def test_a_debug_pipeline_killed_at_each_stage_boundary_resumes_without_rerun(
+    repo: Path,
+    shell_scripts: Callable[..., str],
+    launch: Launch,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given: a debug pipeline whose stages all succeed
+    python_on_path(monkeypatch)
+    add_project(repo)
+    plan = stage_plan(
+        repo,
+        shell_scripts,
+        f"""
+        [[task]]
+        id = "bug"
+        prompt = {toml_str(BUG)}
+        agent = "sh"
+        pipeline = "debug"
+        candidates = 3
+        stages.reproduce.retries = 1
+        """,
+        **{
+            "bug.reproduce": REPRODUCE_SH,
+            "bug.audit": AUDIT_SH,
+            "bug.localize": LOCALIZE_SH,
+            "bug": FIX_SH,
+        },
+    )
+
+    # When: the orchestrator is SIGKILLed as soon as the store shows each stage done (the next
+    # stage starting, or about to), and resumed each time
+    proc = launch("run", str(plan))
+    wait_until("the run to exist", lambda: bool(git(repo, "branch", "--list", "orchardist/*")))
+    run_id = only_run(repo)
+    finished: dict[str, list[tuple[int, str]]] = {}
+    for stage in ("bug.reproduce", "bug.audit", "bug.localize"):
+        wait_until(f"{stage} done", lambda s=stage: task_state(repo, run_id, s) == "done", 90)
+        kill9(proc)
+        finished[stage] = attempts_by_task(status(repo, run_id))[stage]
+        proc = launch("resume", run_id)
+    assert proc.wait(timeout=180) == 0
+
+    # Then: no stage that had finished ran again, and the fix landed once with its test
+    doc = status(repo, run_id)
+    after = attempts_by_task(doc)
+    assert doc["state"] == "done"
+    for stage, attempts in finished.items():
+        assert after[stage] == attempts, stage
+        assert attempts[-1][1] == "merged"
+    assert finished["bug.reproduce"] == [(1, "failed"), (2, "merged")]
+    assert [state for _, state in after["bug"]].count("merged") == 1
+    assert task_trailers(repo, doc["base"], doc["branch"]) == ["bug"]
+    changed = git(repo, "diff", "--name-only", doc["base"], doc["branch"]).split()
+    assert sorted(changed) == ["calc.py", "tests/test_bug.py"]
+    assert leftovers(repo, run_id) == []

@@ -359,7 +359,12 @@ class LocalExecutor:
                 )
         try:
             checkout = self.layout.checkout(paths, job.run_id)
-            patch = self.repo.snapshot(worktree, job.base_commit, job.message, checkout)
+            start = job.start_commit or job.base_commit
+            patch = self.repo.snapshot(worktree, start, job.message, checkout)
+            if start != job.base_commit:  # what the worktree started with is part of the patch
+                patch = self.repo.commit_tree(
+                    self.repo.tree_of(patch), [job.base_commit], job.message
+                )
         except GitError as exc:
             raise _Contained(f"the agent left a worktree git cannot read: {exc}") from exc
         problems = self.repo.patch_problems(job.base_commit, patch, job.max_patch_bytes)
