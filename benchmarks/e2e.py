@@ -24,25 +24,24 @@ the stats (not for timing: cProfile slows Python down); ``--py-spy FILE`` sample
 with py-spy (``pip install py-spy``) into a raw flame-graph file.
 
 ``--large``: attempt setup on a generated repository of ``--large-files`` files against one of
-100 files (``Layout.create`` as the executor calls it, then a one-line edit, then removal):
-median setup ms, ratio large ÷ small, and the disk used by one attempt folder after its edit
-(``du``-style: allocated blocks of files not hard links seen before). Done with the current
-setup and with a full ``read-tree -u`` checkout (``ORCHARDIST_FULL_CHECKOUT``-style: the
-``full_checkout`` flag of ``Layout``) when the layout offers the choice.
+100 files, each way there is: orchardist's attempt folder (``Layout.create``), ``git worktree
+add``, ``--no-checkout`` + a sparse checkout of the one folder the task touches (the agent does
+not see the other files), ``cp --reflink=auto`` of a pristine checkout, and an overlay mount of
+a pristine checkout in a user namespace (``unshare -Urm``; timed beyond starting the namespace).
+Median ms to make and to remove one, and the disk one attempt uses after a one-line edit. Then
+the snapshot of a one-line edit, reading what changed against reading every file.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -211,50 +210,191 @@ def disk_kib(root: Path) -> int:
     return total // 1024
 
 
-@contextlib.contextmanager
-def layout_for(repo: Path, tmp: Path, full: bool) -> Iterator[Layout]:
-    """A Layout of ``repo``; ``full`` asks for a full checkout where the layout can choose."""
-    kwargs = {}
-    if "full_checkout" in inspect.signature(Layout).parameters:
-        kwargs["full_checkout"] = full
-    elif not full:
-        raise LookupError("this Layout has one setup only")
-    yield Layout(Repo(repo), tmp / "workdirs", tmp / "state", **kwargs)
+class Setup:
+    """One way to give an attempt the repository's files at ``head``: ``make`` returns the
+    folder the agent would edit; ``remove`` undoes it. ``whole`` says if every file is there."""
+
+    whole = True
+
+    def __init__(self, repo: Path, tmp: Path) -> None:
+        self.repo, self.tmp = repo, tmp
+        self.head = git("rev-parse", "HEAD", cwd=repo)
+
+    def make(self, i: int) -> Path:
+        raise NotImplementedError
+
+    def remove(self, i: int) -> None:
+        subprocess.run(["rm", "-rf", str(self.tmp / f"a{i}")], check=True)
 
 
-def setup_cost(repo: Path, tmp: Path, rounds: int, full: bool) -> tuple[float, int]:
-    """Median ms of ``Layout.create`` and the largest KiB one attempt folder held after an edit."""
-    head = git("rev-parse", "HEAD", cwd=repo)
-    times, disk = [], 0
-    with layout_for(repo, tmp, full) as layout:
-        for i in range(rounds):
-            paths = layout.attempt("bench", f"t.{i}")
-            start = time.perf_counter()
-            layout.create(paths, head, "bench")
-            times.append(time.perf_counter() - start)
-            (paths.tree / "pkg0" / "mod0.py").write_text("# edited\n")
-            disk = max(disk, disk_kib(paths.root))
-            layout.remove(paths)
-    return statistics.median(times) * 1e3, disk
+class LayoutSetup(Setup):
+    """orchardist's attempt folder: a private git directory, ``read-tree -u`` (all files)."""
+
+    def __init__(self, repo: Path, tmp: Path) -> None:
+        super().__init__(repo, tmp)
+        self.layout = Layout(Repo(repo), tmp / "workdirs", tmp / "state")
+
+    def make(self, i: int) -> Path:
+        paths = self.layout.attempt("bench", f"t.{i}")
+        self.layout.create(paths, self.head, "bench")
+        return paths.tree
+
+    def remove(self, i: int) -> None:
+        self.layout.remove(self.layout.attempt("bench", f"t.{i}"))
+
+
+class WorktreeSetup(Setup):
+    """``git worktree add`` (what the raw git floor does)."""
+
+    def make(self, i: int) -> Path:
+        git("worktree", "add", "-q", "--detach", str(self.tmp / f"a{i}"), self.head, cwd=self.repo)
+        return self.tmp / f"a{i}"
+
+    def remove(self, i: int) -> None:
+        git("worktree", "remove", "--force", str(self.tmp / f"a{i}"), cwd=self.repo)
+
+
+class SparseSetup(Setup):
+    """``worktree add --no-checkout`` + sparse checkout of the one folder the task touches."""
+
+    whole = False
+
+    def make(self, i: int) -> Path:
+        tree = self.tmp / f"a{i}"
+        git(
+            "worktree",
+            "add",
+            "-q",
+            "--no-checkout",
+            "--detach",
+            str(tree),
+            self.head,
+            cwd=self.repo,
+        )
+        git("sparse-checkout", "set", "--cone", "pkg0", cwd=tree)
+        git("checkout", "-q", "--detach", self.head, cwd=tree)
+        return tree
+
+    remove = WorktreeSetup.remove
+
+
+class ReflinkSetup(Setup):
+    """``cp -a --reflink=auto`` of a pristine checkout (a full copy where the filesystem has no
+    reflinks, as ext4)."""
+
+    def __init__(self, repo: Path, tmp: Path) -> None:
+        super().__init__(repo, tmp)
+        self.pristine = tmp / "pristine"
+        git("worktree", "add", "-q", "--detach", str(self.pristine), self.head, cwd=repo)
+
+    def make(self, i: int) -> Path:
+        subprocess.run(
+            ["cp", "-a", "--reflink=auto", str(self.pristine), str(self.tmp / f"a{i}")], check=True
+        )
+        return self.tmp / f"a{i}"
+
+
+def setup_cost(setup: Setup, rounds: int) -> tuple[float, float, int]:
+    """Median ms to make and to remove an attempt, and the most KiB one held after an edit."""
+    made, removed, disk = [], [], 0
+    for i in range(rounds):
+        start = time.perf_counter()
+        tree = setup.make(i)
+        made.append(time.perf_counter() - start)
+        (tree / "pkg0" / "mod0.py").write_text("# edited\n")
+        disk = max(disk, disk_kib(tree.parent if isinstance(setup, LayoutSetup) else tree))
+        start = time.perf_counter()
+        setup.remove(i)
+        removed.append(time.perf_counter() - start)
+    return statistics.median(made) * 1e3, statistics.median(removed) * 1e3, disk
+
+
+OVERLAY = """
+set -e
+cd "$1"; i=0
+while [ $i -lt "$2" ]; do
+  mkdir -p u$i w$i m$i
+  mount -t overlay overlay -o lowerdir=pristine,upperdir=u$i,workdir=w$i m$i
+  echo '# edited' > m$i/pkg0/mod0.py
+  i=$((i+1))
+done
+"""
+
+
+def overlay_cost(repo: Path, tmp: Path, rounds: int) -> tuple[float, int] | None:
+    """ms per overlay mount of a pristine checkout in a user namespace (beyond starting the
+    namespace), and KiB of one upper folder after the edit; None where it cannot be made."""
+    pristine = tmp / "pristine"
+    git("worktree", "add", "-q", "--detach", str(pristine), "HEAD", cwd=repo)
+    cmd = ["unshare", "-Urm", "sh", "-c", OVERLAY, "sh", str(tmp)]
+    start = time.perf_counter()
+    empty = subprocess.run([*cmd, "0"], capture_output=True)
+    empty_s = time.perf_counter() - start
+    start = time.perf_counter()
+    done = subprocess.run([*cmd, str(rounds)], capture_output=True, text=True)
+    took_s = time.perf_counter() - start
+    if empty.returncode != 0 or done.returncode != 0:
+        return None
+    return (took_s - empty_s) / rounds * 1e3, disk_kib(tmp / "u0") + disk_kib(tmp / "w0")
 
 
 def bench_large(args: argparse.Namespace, tmp: Path) -> None:
-    """Attempt setup on ``--large-files`` against 100 files, each way the layout offers."""
-    small = make_repo(tmp / "small", 100)
-    large = make_repo(tmp / "large", args.large_files)
-    print(f"\nattempt setup ({args.rounds} rounds; median ms; KiB of one attempt after an edit)")
-    print(f"{'setup':<26} {'100 files':>12} {args.large_files:>7} files {'ratio':>7} {'disk':>10}")
-    for label, full in (("current", False), ("full checkout", True)):
-        try:
-            small_ms, _ = setup_cost(small, tmp / "s", args.rounds, full)
-            large_ms, disk = setup_cost(large, tmp / "l", args.rounds, full)
-        except LookupError:
-            continue
+    """Attempt setup on ``--large-files`` against 100 files, each way there is."""
+    repos = {n: make_repo(tmp / f"repo{n}", n) for n in (100, args.large_files)}
+    large = args.large_files
+    print(f"\nattempt setup, {args.rounds} rounds: median ms to make | to remove; disk of one")
+    print("attempt after a one-line edit (KiB); whole = the agent sees every file")
+    print(f"{'setup':<34} {'100 files':>17} {large:>9} files {'ratio':>6} {'disk':>9} whole")
+    kinds: list[type[Setup]] = [LayoutSetup, WorktreeSetup, SparseSetup, ReflinkSetup]
+    for kind in kinds:
+        rows = {}
+        for n, repo in repos.items():
+            folder = tmp / f"{kind.__name__}-{n}"
+            folder.mkdir()
+            rows[n] = setup_cost(kind(repo, folder), args.rounds)
+        (small_ms, small_rm, _), (large_ms, large_rm, disk) = rows[100], rows[large]
         print(
-            f"{label:<26} {small_ms:9.1f} ms {large_ms:10.1f} ms {large_ms / small_ms:6.2f}x"
-            f" {disk:7d} KiB",
+            f"{kind.__name__:<34} {small_ms:7.1f} | {small_rm:6.1f} "
+            f"{large_ms:9.1f} | {large_rm:6.1f} {large_ms / small_ms:5.1f}x {disk:9d} "
+            f"{'yes' if kind.whole else 'NO'}",
             flush=True,
         )
+    costs = {n: overlay_cost(repo, tmp / f"overlay-{n}", args.rounds) for n, repo in repos.items()}
+    small, big = costs[100], costs[large]
+    if small is None or big is None:
+        print("overlay over a pristine checkout: cannot mount here (no user namespaces?)")
+    else:
+        print(
+            f"{'overlay (user namespace) mount':<34} {small[0]:7.1f} | {'-':>6} {big[0]:9.1f} | "
+            f"{'-':>6} {big[0] / small[0]:5.1f}x {big[1]:9d} yes (+ one pristine checkout/base)"
+        )
+    for n, repo in repos.items():
+        snap = snapshot_cost(repo, tmp / f"snap-{n}", args.rounds)
+        print(
+            f"snapshot of a one-line edit, {n} files: reading what changed {snap[0]:.1f} ms, "
+            f"reading every file {snap[1]:.1f} ms",
+            flush=True,
+        )
+
+
+def snapshot_cost(repo: Path, tmp: Path, rounds: int) -> tuple[float, float]:
+    """Median ms of the snapshot of a one-line edit, reading what changed and reading all."""
+    layout = Layout(Repo(repo), tmp / "workdirs", tmp / "state")
+    head = git("rev-parse", "HEAD", cwd=repo)
+    fast, full = [], []
+    for i in range(rounds):
+        paths = layout.attempt("bench", f"t.{i}")
+        layout.create(paths, head, "bench")
+        (paths.tree / "pkg0" / "mod0.py").write_text(f"# edited {i}\n")
+        start = time.perf_counter()
+        layout.repo.snapshot(paths.tree, head, "m", layout.checkout(paths, "bench"))
+        fast.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        layout.repo.snapshot(paths.tree, head, "m")
+        full.append(time.perf_counter() - start)
+        layout.remove(paths)
+    layout.tidy()
+    return statistics.median(fast) * 1e3, statistics.median(full) * 1e3
 
 
 def main() -> None:
