@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -135,17 +136,17 @@ def run_orchardist(
     return wall, usage.ru_maxrss, usage.ru_utime, usage.ru_stime, text
 
 
-def floor(repo: Path, ids: list[str], workers: int, scratch: Path) -> float:
-    """Wall seconds of the raw git work of ``ids`` tasks, ``workers`` at a time."""
+def floor(repo: Path, ids: list[str], workers: int, scratch: Path, ref: str) -> float:
+    """Wall seconds of the raw git work of ``ids`` tasks, ``workers`` at a time, on ``ref``
+    (made at the repository's HEAD)."""
     base = git("rev-parse", "HEAD", cwd=repo)
-    ref = "refs/heads/floor"
     git("update-ref", ref, base, cwd=repo)
     scratch.mkdir(parents=True, exist_ok=True)
 
     def one(task: str) -> None:
         tree = scratch / task
         tip = git("rev-parse", ref, cwd=repo)
-        git("worktree", "add", "-q", "--detach", str(tree), tip, cwd=repo, tries=3)
+        git("worktree", "add", "-q", "--detach", str(tree), tip, cwd=repo, tries=10)
         folder = tree / task.split("-")[0]
         folder.mkdir(exist_ok=True)
         (folder / f"{task}.txt").write_text(f"{task}\n")
@@ -160,7 +161,7 @@ def floor(repo: Path, ids: list[str], workers: int, scratch: Path) -> float:
             )
             if moved.returncode == 0:
                 break
-        git("worktree", "remove", "--force", str(tree), cwd=repo, tries=3)
+        git("worktree", "remove", "--force", str(tree), cwd=repo, tries=10)
 
     start = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
@@ -173,6 +174,10 @@ def bench_run(args: argparse.Namespace, shape: str, n: int, workers: int, tmp: P
     folder = tmp / f"{shape}-{n}-{workers}"
     repo = make_repo(folder / "repo", args.files)
     plan = write_plan(repo, n, shape)
+    sample = min(n, args.floor_sample or n)
+    floor_s = 0.0
+    if sample < n and not args.no_floor:  # the floor sampled at the start and at the end
+        floor_s += floor(repo, task_ids(sample), workers, folder / "f0", "refs/heads/floor0")
     profile = args.profile and Path(f"{args.profile}.{shape}-{n}-{workers}")
     spy = args.py_spy and Path(f"{args.py_spy}.{shape}-{n}-{workers}")
     wall, rss_kib, user, system, text = run_orchardist(plan, workers, folder / "work", profile, spy)
@@ -180,17 +185,35 @@ def bench_run(args: argparse.Namespace, shape: str, n: int, workers: int, tmp: P
     orch_ms = wall / n * 1e3
     row = f"{shape:<12} {n:>6} {workers:>3}   {orch_ms:8.1f}"
     print(f"  (orchardist: {orch_ms:.1f} ms/task, {rss_kib / 1024:.0f} MB)", flush=True)
+    for label, ms in stretches(repo, min(1000, max(1, n // 10))):
+        print(f"  (orchardist, {label}: {ms:.1f} ms/task)", flush=True)
     if args.no_floor:
         floor_ms = float("nan")
     else:
-        floor_ms = floor(repo, task_ids(n), workers, folder / "floor") / n * 1e3
+        floor_s += floor(repo, task_ids(sample), workers, folder / "f1", "refs/heads/floor1")
+        floor_ms = floor_s / (sample * (2 if sample < n else 1)) * 1e3
+    note = f"; floor sampled: {sample} tasks at the start and the end" if sample < n else ""
     print(
         f"{row} {floor_ms:9.1f} {orch_ms / floor_ms:6.2f}x {rss_kib / 1024:8.0f} MB"
-        f" {user:8.1f} {system:7.1f}   ({done} output lines)",
+        f" {user:8.1f} {system:7.1f}   ({done} output lines{note})",
         flush=True,
     )
     with contextlib.suppress(OSError):
         subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+def stretches(repo: Path, size: int) -> list[tuple[str, float]]:
+    """ms per task over the run's first and last ``size`` attempts to end (from the run's
+    store), when the run had at least twice as many."""
+    (db,) = (repo / ".git" / "orchardist").glob("*.db")
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        (start,) = conn.execute("select min(created_at) from runs").fetchone()
+        ends = [row[0] for row in conn.execute("select ended_at from attempts order by ended_at")]
+    if len(ends) < 2 * size:
+        return []
+    first = (ends[size - 1] - start) / size * 1e3
+    last = (ends[-1] - ends[-size - 1]) / size * 1e3
+    return [(f"first {size}", first), (f"last {size}", last)]
 
 
 # -- attempt setup on a large repository ----------------------------------------------------------
@@ -405,6 +428,11 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=100, help="files in the base repository")
     parser.add_argument("--profile", help="cProfile the orchestrator; stats to FILE.<row>")
     parser.add_argument("--py-spy", help="sample the orchestrator with py-spy; raw to FILE.<row>")
+    parser.add_argument(
+        "--floor-sample",
+        type=int,
+        help="time the floor on this many tasks before and after the run (for 10,000 tasks)",
+    )
     parser.add_argument("--no-floor", action="store_true", help="skip the raw git floor")
     parser.add_argument("--large", action="store_true", help="also the large-repository case")
     parser.add_argument("--large-only", action="store_true", help="only the large case")
