@@ -364,6 +364,7 @@ class Scheduler:
             max_patch_bytes=int(self.plan.run.max_patch_mb * 1024 * 1024),
             network=spec.network,
             allow_empty=spec.allow_empty,
+            max_cost_usd=self._budget_left(spec),
         )
         job = self.pipelines.shape(job, spec)  # a pipeline's stage: handoffs, where it starts
         record = AttemptRecord(
@@ -395,6 +396,12 @@ class Scheduler:
         self.active[job.id] = job
         self.pool_load[agent] += 1
         self.executor.submit(job, self.inbox.put)
+
+    def _budget_left(self, spec: TaskSpec) -> float | None:
+        """What the task's attempts may still spend (an agent that can be stopped is, there)."""
+        if spec.max_cost_usd is None:
+            return None
+        return max(0.0, spec.max_cost_usd - self.cost[spec.id])
 
     def _prompt(self, spec: TaskSpec) -> str:
         parts = [spec.prompt]

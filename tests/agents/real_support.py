@@ -33,18 +33,23 @@ def buggy_project(tmp_path: Path) -> Path:
 
 
 def run_task(
-    project: Path, profile: dict[str, Any], env: dict[str, str], tmp_path: Path
+    project: Path,
+    profile: dict[str, Any],
+    env: dict[str, str],
+    tmp_path: Path,
+    task_keys: str = "",
 ) -> dict[str, Any]:
     """``orchardist run`` of the one fix task with an agent profile (its keys and values).
 
-    ``env`` adds to a minimal environment (PATH and a fresh HOME). Returns the task's status
+    ``env`` adds to a minimal environment (PATH and a fresh HOME); ``task_keys`` are more TOML
+    lines for the task. Returns the task's status
     document, with the run's output under ``"output"``.
     """
     table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in profile.items())
     plan = (
         f'[agents.tool]\ntimeout = "120s"\n{table}\n\n'
         f'[[task]]\nid = "fix"\nagent = "tool"\nprompt = {toml_str(PROMPT)}\n'
-        f"verify = {toml_str(VERIFY)}\n"
+        f"verify = {toml_str(VERIFY)}\n{task_keys}"
     )
     write_plan(project, plan)
     home = tmp_path / "home"

@@ -10,7 +10,7 @@ import json
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -420,6 +420,28 @@ def test_a_tool_past_its_budget_is_stopped_and_keeps_its_usage(
     assert result.usage.cost_usd == pytest.approx(spent)
     assert result.duration_s < 10
     assert marked_processes(ctx.marker) == set()
+
+
+def test_the_tasks_budget_left_stops_a_tool_whose_profile_sets_none(
+    repo: Path, fake_bin: Path, fake_mode: Callable[..., None]
+) -> None:
+    # Given an attempt started with $0.002 left of its task's max_cost_usd
+    fake_mode("spend")
+    ctx = replace(make_ctx(repo, "opencode"), max_cost_usd=0.002)
+    result = agent_for(BY_KIND["opencode"]).run(ctx)
+    # Then the tool is stopped there, its usage kept
+    assert result.failure is Failure.AGENT_ERROR
+    assert result.detail.endswith("budget spent ($0.0031 of max_cost_usd=0.002)")
+    assert result.usage.cost_usd == pytest.approx(0.0031)
+
+
+def test_claude_gets_the_lower_of_its_profiles_and_its_tasks_budget(
+    repo: Path, fake_bin: Path
+) -> None:
+    ctx = replace(make_ctx(repo, "claude"), max_cost_usd=0.75)
+    agent_for(BY_KIND["claude"], max_cost_usd=2.5).run(ctx)
+    argv = fake_call("claude")["argv"]
+    assert argv[argv.index("--max-budget-usd") + 1] == "0.75"
 
 
 def test_a_budget_needs_prices_where_the_tool_reports_only_tokens() -> None:

@@ -37,7 +37,12 @@ def project(tmp_path: Path) -> Path:
 
 
 def run_opencode(
-    project: Path, opencode: Path, api: OpenAiServer, tmp_path: Path, **settings: Any
+    project: Path,
+    opencode: Path,
+    api: OpenAiServer,
+    tmp_path: Path,
+    task_keys: str = "",
+    **settings: Any,
 ) -> dict[str, Any]:
     """``orchardist run`` of the fix task with opencode against ``api``; the task's status."""
     model = {"name": "Fake", "cost": {"input": PRICE_IN, "output": PRICE_OUT}}
@@ -53,7 +58,7 @@ def run_opencode(
         "OPENCODE_DISABLE_MODELS_FETCH": "1",
     }
     profile = {"kind": "opencode", "command": str(opencode), "model": "fake/gpt-fake-1", **settings}
-    return run_task(project, profile, env, tmp_path)
+    return run_task(project, profile, env, tmp_path, task_keys)
 
 
 @pytest.fixture
@@ -151,3 +156,19 @@ def test_a_budget_stop_ends_opencode_and_keeps_the_usage_it_reported(
 def log_events(attempt: dict[str, Any]) -> list[dict[str, Any]]:
     """The JSON events opencode printed in the attempt's log."""
     return [json.loads(line) for line in log_of(attempt).splitlines() if line.startswith('{"')]
+
+
+def test_the_tasks_max_cost_usd_stops_a_running_opencode_too(
+    opencode: Path, project: Path, tmp_path: Path
+) -> None:
+    # Given no budget in the profile, but a task whose max_cost_usd covers less than two steps
+    read = Call("read", {"filePath": "calc.py"})
+    with OpenAiServer([read] * 20) as api:
+        task_keys = f"max_cost_usd = {STEP_USD * 1.5}\n"
+        task = run_opencode(project, opencode, api, tmp_path, task_keys)
+        calls = len([r for r in api.model_calls if r.body.get("tools")])
+    # Then the attempt was stopped at the task's budget, and no other attempt started
+    (attempt,) = task["attempts"]
+    assert attempt["failure"] == "agent_error", attempt
+    assert "budget spent" in attempt["detail"], attempt["detail"]
+    assert calls < 20 and attempt["cost_usd"] >= STEP_USD * 1.5

@@ -71,6 +71,7 @@ class AgentContext:
     marker: str  # shared by every process of the attempt
     writable: tuple[Path, ...] | None = None  # where its processes may write (None: anywhere)
     paths: AttemptPaths | None = None  # the attempt's folders (None: a bare worktree, in tests)
+    max_cost_usd: float | None = None  # what the attempt may spend (the task's budget left)
 
 
 @dataclass(frozen=True)

@@ -95,8 +95,9 @@ class ClaudeAgent(CliAgent):
             argv += ["--max-turns", str(self.max_turns)]
         if self.model:
             argv += ["--model", self.model]
-        if self.max_cost_usd is not None:
-            argv += ["--max-budget-usd", f"{float(self.max_cost_usd):g}"]
+        budget = self.budget_usd(ctx)
+        if budget is not None:
+            argv += ["--max-budget-usd", f"{float(budget):g}"]
         return argv + self.args
 
     def prompt_on_stdin(self, ctx: AgentContext) -> bool:

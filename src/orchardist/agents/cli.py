@@ -10,12 +10,13 @@ mean, and which environment variables it needs. :class:`CliAgent` does the rest:
 Errors are classified only from what the tool reports as errors (error events, stderr lines),
 never from the model's messages.
 
-A profile's ``max_cost_usd`` caps what one attempt may spend. A tool with a budget flag of its
-own gets it (``budget_flag``: Claude Code's ``--max-budget-usd``); for the others orchardist
-watches the usage the tool reports while it runs (a cost, or tokens priced with ``price_in`` /
-``price_out``) and stops it once the cap is reached: the attempt fails (``agent_error``, "budget
-spent") and keeps the usage seen. A tool that reports usage only when it ends cannot be stopped
-this way (``unsupported``).
+A profile's ``max_cost_usd`` caps what one attempt may spend, and so does what is left of the
+task's ``max_cost_usd`` when the attempt starts (``ctx.max_cost_usd``; the lower one holds). A
+tool with a budget flag of its own gets it (``budget_flag``: Claude Code's ``--max-budget-usd``);
+for the others orchardist watches the usage the tool reports while it runs (a cost, or tokens
+priced with ``price_in``/``price_out``) and stops it once the cap is reached: the attempt fails
+(``agent_error``, "budget spent") and keeps the usage seen. A tool that reports usage only when
+it ends cannot be stopped this way (``unsupported``).
 """
 
 from __future__ import annotations
@@ -202,6 +203,11 @@ class CliAgent(abc.ABC):
     def event(self, seen: Seen, event: dict[str, Any]) -> None:  # noqa: B027 (a no-op hook)
         """Take in one JSON event of the tool's stream."""
 
+    def budget_usd(self, ctx: AgentContext) -> float | None:
+        """What this attempt may spend: the profile's cap or the task's budget left, the lower."""
+        caps = [c for c in (self.max_cost_usd, ctx.max_cost_usd) if c is not None]
+        return min(caps) if caps else None
+
     def spent_usd(self, seen: Seen, ctx: AgentContext) -> float | None:
         """What the run has cost so far, by what the tool reported (for ``max_cost_usd``)."""
         return seen.usage(self.price_in, self.price_out).cost_usd
@@ -236,15 +242,18 @@ class CliAgent(abc.ABC):
         on_stdin = self.prompt_on_stdin(ctx)
         seen = Seen()
         stop = CancelToken()  # the budget's: orchardist stops the tool itself
+        # a tool that stops itself, or reports usage only as it ends, is not stopped here
+        watch = not self.budget_flag and "max_cost_usd" not in self.unsupported
+        budget = self.budget_usd(ctx) if watch else None
 
         def on_line(raw: bytes) -> None:
             self.feed(seen, raw)
-            if self.max_cost_usd is not None and not self.budget_flag and not stop.cancelled:
+            if budget is not None and not stop.cancelled:
                 spent = self.spent_usd(seen, ctx)
-                if spent is not None and spent >= self.max_cost_usd:
+                if spent is not None and spent >= budget:
                     seen.state["budget"] = (
                         f"{self.kind} stopped by orchardist: budget spent (${spent:.4f} of"
-                        f" max_cost_usd={self.max_cost_usd:g})"
+                        f" max_cost_usd={budget:g})"
                     )
                     stop.cancel("budget")
 

@@ -298,7 +298,8 @@ class _Loop:
         return self.reported_cost
 
     def over_budget(self) -> str:
-        cost, limit = self.cost(), self.agent.max_cost_usd
+        caps = [c for c in (self.agent.max_cost_usd, self.ctx.max_cost_usd) if c is not None]
+        cost, limit = self.cost(), min(caps) if caps else None
         if cost is not None and limit is not None and cost >= limit:
             return f"spent ${cost:.4f}, reaching max_cost_usd={limit:g}"
         return ""

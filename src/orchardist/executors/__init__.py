@@ -54,6 +54,7 @@ class Job:
     allow_empty: bool = False  # an agent that changes nothing may still pass verification
     stage: str = ""  # a pipeline stage (reproduce, audit, localize, fix); see pipeline.py
     inputs: str = ""  # the earlier stages' handoffs, JSON text for $ORCHARDIST_INPUTS
+    max_cost_usd: float | None = None  # what the agent may spend: the task's budget left
     start_commit: str | None = None  # the worktree starts here (None: at base_commit), while
     # the patch is still taken against base_commit (a fix starts from base + the reproduction)
 

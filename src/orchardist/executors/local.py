@@ -480,6 +480,7 @@ class LocalExecutor:
             marker=job.marker,
             writable=writable,
             paths=paths,
+            max_cost_usd=job.max_cost_usd,
         )
 
     def _writable(self, paths: AttemptPaths) -> tuple[Path, ...] | None:
