@@ -129,14 +129,16 @@ def test_a_fix_pipeline_whose_single_shot_changes_nothing_escalates_to_the_debug
             "bug.reproduce": """
             grep -q 'found nothing to change' "$ORCHARDIST_INPUTS" || exit 3
             grep -q 'no_changes' "$ORCHARDIST_PROMPT_FILE" || exit 3
-            mkdir -p tests
-            printf 'from calc import mean\\n\\n\\ndef test_bug():\\n    assert mean([]) == 0.0\\n' \
-              > tests/test_bug.py
-            printf '{"handoff": {"repro_cmd": "python -m pytest -q tests/test_bug.py"}}' \
+            printf '\\n\\ndef test_empty():\\n    assert mean([]) == 0.0\\n' >> tests/test_calc.py
+            printf '{"handoff": {"repro_cmd": "python -m pytest -q tests/test_calc.py"}}' \
               > "$ORCHARDIST_OUTPUT"
             """,
             "bug.localize": LOCALIZE_SH.replace("grep -q '\"audit\"'", "grep -q repro_cmd"),
-            "bug": FIX_SH.replace('"$ORCHARDIST_CANDIDATE"', "2"),
+            # the reproduction extends an existing test file: on the run branch alone the
+            # command passes, so the fix's check is judged on the branch plus the reproduction
+            "bug": FIX_SH.replace('"$ORCHARDIST_CANDIDATE"', "2")
+            .replace("test -f tests/test_bug.py", "grep -q test_empty tests/test_calc.py")
+            .replace("'tests/test_bug.py'", "'tests/test_calc.py'"),
         },
     )
 
@@ -164,7 +166,8 @@ def test_a_fix_pipeline_whose_single_shot_changes_nothing_escalates_to_the_debug
     assert escalations[0]["data"]["shot"] == "bug.shot"
     assert "found nothing to change" in escalations[0]["data"]["output"]
     changed = git(project, "diff", "--name-only", doc["base"], doc["branch"]).split()
-    assert sorted(changed) == ["calc.py", "tests/test_bug.py"]
+    assert sorted(changed) == ["calc.py", "tests/test_calc.py"]
+    assert "check" in tasks["bug"]["attempts"][-1]["detail"]
 
 
 def test_a_fix_pipeline_whose_single_shot_lands_skips_the_debug_stages(

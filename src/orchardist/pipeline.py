@@ -436,7 +436,9 @@ class Pipelines:
                 if key not in self._starts:
                     self._starts[key] = self.prepare(*repro, "reproduction", job.base_commit)
                 start = self._starts[key]
-            return replace(job, check=check, start_commit=start, baseline=start or job.baseline)
+            # Verify is judged against the run branch itself (what the reproduction's files
+            # might break counts too); the check against the branch plus the reproduction.
+            return replace(job, check=check, start_commit=start, check_baseline=start)
         return job
 
     def inputs(self, spec: TaskSpec) -> dict[str, Any]:

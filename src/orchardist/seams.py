@@ -142,8 +142,10 @@ class Verifier(Protocol):
         cancel: CancelToken | None = None,
         marker: str | None = None,
         writable: Sequence[Path] | None = None,
+        check_baseline: str | None = None,
     ) -> Verdict:
-        """Every command must pass, or fail only where ``baseline`` already failed."""
+        """Every command must pass, or fail only where ``baseline`` already failed; the check
+        must fail on ``check_baseline`` (default: ``baseline``) and pass here."""
         ...
 
 

@@ -216,8 +216,10 @@ class CommandVerifier:
         cancel: CancelToken | None = None,
         marker: str | None = None,
         writable: Sequence[Path] | None = None,
+        check_baseline: str | None = None,
     ) -> Verdict:
-        """Every command must pass, or fail only where the base already failed."""
+        """Every command must pass, or fail only where the base already failed; the check must
+        fail on ``check_baseline`` (default: ``baseline``) and pass here."""
         if not commands and check is None:
             return Verdict(True, "unverified", "no verify commands: merged unchecked")
         scratch.mkdir(parents=True, exist_ok=True)
@@ -261,7 +263,8 @@ class CommandVerifier:
             )
         if check is not None:
             run = partial(run, junit=scratch / "check.xml")
-            verdict = self._check(check, baseline, workdir, timeout_s, run_id, run, cancel)
+            on = check_baseline or baseline
+            verdict = self._check(check, on, workdir, timeout_s, run_id, run, cancel)
             if verdict is not None:
                 return verdict
         detail = f"{len(commands)} verify command(s) passed" + (" and the check" if check else "")

@@ -47,6 +47,7 @@ def verify(
     commands: tuple[str, ...],
     check: str | None = None,
     cancel: CancelToken | None = None,
+    check_baseline: str | None = None,
 ) -> Verdict:
     tree.mkdir(exist_ok=True)
     return verifier.verify(
@@ -61,6 +62,7 @@ def verify(
         deadline=time.monotonic() + 120,
         timeout_s=120,
         cancel=cancel,
+        check_baseline=check_baseline,
     )
 
 
@@ -127,3 +129,16 @@ def test_a_check_that_passes_on_the_base_is_flagged(kind: str, tmp_path: Path) -
     verdict = verify(make(kind, baselines), tmp_path / "tree", (), check=PASS)
     assert (verdict.passed, verdict.flag) == (False, CHECK_DOES_NOT_REPRODUCE)
     assert baselines.asked == [(BASE, PASS)]
+
+
+def test_a_check_is_judged_on_its_own_baseline_when_given(kind: str, tmp_path: Path) -> None:
+    # Given: a check that passed on the base but failed on the base plus a reproduction
+    with_repro = "r" * 40
+    baselines = MemoryBaselines({(with_repro, PASS): CommandOutcome(PASS, 1, False, None)})
+    # When: the tree is verified with the check judged there
+    verdict = verify(
+        make(kind, baselines), tmp_path / "tree", (), check=PASS, check_baseline=with_repro
+    )
+    # Then: the check reproduces there, and the base was not asked about it
+    assert (verdict.passed, verdict.verdict) == (True, "verified")
+    assert baselines.asked == [(with_repro, PASS)]

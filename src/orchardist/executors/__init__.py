@@ -46,7 +46,8 @@ class Job:
     message: str  # commit message of the patch snapshot
     marker: str  # tags every process of the job
     baseline: str | None = None  # failing commands are judged against this commit's results
-    check: str | None = None  # a reproduction: must fail on ``baseline``, pass here
+    check: str | None = None  # a reproduction: must fail on ``check_baseline``, pass here
+    check_baseline: str | None = None  # None: ``baseline``
     auto_verify: bool = False  # discover tests from the changed files; ``verify`` is the fallback
     max_patch_bytes: int | None = None  # a patch with a larger file fails
     purpose: str = "attempt"  # attempt | merge | regression (for logs and events)

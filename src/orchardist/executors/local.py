@@ -277,6 +277,7 @@ class LocalExecutor:
                 commands,
                 check=job.check,
                 baseline=job.baseline,
+                check_baseline=job.check_baseline,
                 workdir=job.workdir,
                 cwd=cwd,
                 env={**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"},
