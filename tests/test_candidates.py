@@ -108,6 +108,7 @@ def test_the_smallest_passing_candidate_is_merged_and_every_result_is_kept(
     won, broken, hung, crashed, larger = (cands[k] for k in range(5))
     assert (won["state"], won["verdict"], won["changed_lines"]) == ("merged", "verified", 3)
     assert won["selection"] == "won: smallest passing diff"
+    assert [c["candidate"] for c in cands.values() if c["won"]] == [0]  # a fact, not prose
 
     assert (larger["state"], larger["verdict"], larger["changed_lines"]) == (
         "passed",

@@ -465,8 +465,7 @@ class Pipelines:
         won = [
             a
             for a in self.store.attempts(self.run_id, task_id)
-            if a.state in (AttemptState.MERGED, AttemptState.PASSED)
-            and a.selection.startswith("won")
+            if a.state in (AttemptState.MERGED, AttemptState.PASSED) and a.won
         ]
         return won[-1] if won else None
 

@@ -160,8 +160,9 @@ class AttemptRecord:
     marker: str = ""
     usage: Usage = field(default_factory=Usage)
     verdict: str = ""  # verified | unverified | failed
-    selection: str = ""  # why this candidate won or lost
+    selection: str = ""  # why this candidate won or lost, in words (for people)
     handoff: str = ""  # a pipeline stage's handoff, as JSON text ("" when none)
+    won: bool = False  # its round's rule picked it (the fact resume and pipelines read)
 
     @property
     def duration_s(self) -> float | None:

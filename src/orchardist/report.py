@@ -74,6 +74,7 @@ def _attempt(a: AttemptRecord) -> dict[str, Any]:
         "changed_lines": a.changed_lines,
         "verdict": a.verdict,
         "selection": a.selection,
+        "won": a.won,
         "cost_usd": a.usage.cost_usd,
         "input_tokens": a.usage.input_tokens,
         "output_tokens": a.usage.output_tokens,

@@ -572,7 +572,13 @@ class Scheduler:
                 )
             else:
                 selection = "failed"
-            tx.set_attempt(self.run_id, task_id, outcome.job.attempt, selection=selection)
+            tx.set_attempt(
+                self.run_id,
+                task_id,
+                outcome.job.attempt,
+                selection=selection,
+                won=outcome is winner,
+            )
         self._cancel_round(task_id, round_)
         if winner is not None:
             self._event(
@@ -996,6 +1002,7 @@ class Scheduler:
                             state=AttemptState.FAILED,
                             failure=Failure.VERIFY_FAILED,
                             selection="taken off the run branch: regression culprit",
+                            won=False,
                         )
                     self._rerun(tx, task_id, f"regression culprit (commit {commit[:12]})")
                 elif task_id in affected:
@@ -1119,8 +1126,7 @@ class Scheduler:
         for attempt in self.store.attempts(self.run_id):
             self.attempts[attempt.task_id] = max(self.attempts[attempt.task_id], attempt.n)
             self.cost[attempt.task_id] += checked_usage(attempt.usage)[0].cost_usd or 0.0
-            winner = attempt.selection.startswith("won")
-            if attempt.state is AttemptState.PASSED and attempt.patch_commit and winner:
+            if attempt.state is AttemptState.PASSED and attempt.patch_commit and attempt.won:
                 passed[attempt.task_id] = attempt  # the round's winner, never a loser
         done = {t for t, r in self.tasks.items() if r.state is TaskState.DONE}
         done |= self.pipelines.passed_on(self.tasks)  # escalated shots release their stages

@@ -82,6 +82,7 @@ create table if not exists attempts (
     session_id text,
     verdict text not null default '',
     selection text not null default '',
+    won integer not null default 0,
     handoff text not null default '',
     primary key (run_id, task_id, n)
 );
@@ -300,6 +301,10 @@ class Store:
                     self._conn.execute(
                         f"alter table {table} add column {column} text not null default ''"
                     )
+        have = {row[1] for row in self._conn.execute("pragma table_info(attempts)")}
+        if "won" not in have:  # winners were told only in the selection's words before
+            self._conn.execute("alter table attempts add column won integer not null default 0")
+            self._conn.execute("update attempts set won = 1 where selection like 'won%'")
 
     @classmethod
     def in_memory(cls) -> Store:
@@ -523,5 +528,6 @@ def _attempt(r: sqlite3.Row) -> AttemptRecord:
         usage=Usage(**{k: r[k] for k in _USAGE_FIELDS if k in keys}),
         verdict=r["verdict"],
         selection=r["selection"],
+        won=bool(r["won"]),
         handoff=r["handoff"],
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,13 +76,15 @@ def test_updates_change_only_the_named_columns(store: Store) -> None:
     run = _seeded(store)
     with store.transaction() as tx:
         tx.add_attempt(AttemptRecord(run.id, "a", 1, 0, "sh", AttemptState.RUNNING, "b" * 40, 1.0))
-    # When: the attempt fails, the task is done and the run ends
+    # When: the attempt fails (after winning a round), the task is done and the run ends
     with store.transaction() as tx:
+        tx.set_attempt(run.id, "a", 1, won=True, selection="won: only passing candidate")
         tx.set_attempt(run.id, "a", 1, state=AttemptState.FAILED, failure=Failure.TIMEOUT)
         tx.set_task(run.id, "a", state=TaskState.DONE, commit="c" * 40)
         tx.set_run(run.id, state=RunState.DONE, finished_at=200.0)
     # Then: each record shows its new values, with enums intact, and nothing else changed
     (attempt,) = store.attempts(run.id)
+    assert attempt.won is True and attempt.selection == "won: only passing candidate"
     assert (attempt.state, attempt.failure, attempt.agent) == (
         AttemptState.FAILED,
         Failure.TIMEOUT,
@@ -150,3 +153,27 @@ def test_two_in_memory_stores_share_nothing() -> None:
         tx.add_run(_run())
     assert [r.id for r in first.runs()] == ["r1"] and second.runs() == []
     assert not Path(":memory:").exists()
+
+
+def test_a_store_from_before_winners_were_data_learns_them_from_the_selection(
+    tmp_path: Path,
+) -> None:
+    # Given: a store whose attempts table has no ``won`` column, with a winner and a loser
+    store = SqliteStore(tmp_path / "state.db")
+    run = _seeded(store)
+    with store.transaction() as tx:
+        for n, selection in ((1, "won: smallest passing diff"), (2, "lost to candidate 0: x")):
+            tx.add_attempt(
+                AttemptRecord(run.id, "a", n, n - 1, "sh", AttemptState.PASSED, "b" * 40, 1.0)
+            )
+            tx.set_attempt(run.id, "a", n, selection=selection)
+    store.close()
+    conn = sqlite3.connect(tmp_path / "state.db")
+    conn.execute("alter table attempts drop column won")
+    conn.commit()
+    conn.close()
+    # When: a newer orchardist opens it
+    reopened = SqliteStore(tmp_path / "state.db")
+    # Then: the winner is known as data, and only the winner
+    assert [(a.n, a.won) for a in reopened.attempts(run.id)] == [(1, True), (2, False)]
+    reopened.close()
