@@ -186,8 +186,8 @@ def test_a_signal_while_the_run_starts_up_still_stops_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given: an orchestrator held inside its start-up, after its run exists (its first
-    # `git status` once the run branch is there, through a `git` first on its PATH, waits
-    # until the test lets it go; the preflight's `git status` before that passes)
+    # `git ls-files` once the run branch is there, the checkout guard's first look, through a
+    # `git` first on its PATH, waits until the test lets it go)
     sync, scripts = dirs
     bin_dir = scripts / "bin"
     bin_dir.mkdir()
@@ -195,7 +195,7 @@ def test_a_signal_while_the_run_starts_up_still_stops_it(
     (bin_dir / "git").write_text(
         f"""\
 #!/bin/sh
-if [ "$1" = status ] && [ ! -e {sync}/in-startup ] \
+if [ "$1" = ls-files ] && [ ! -e {sync}/in-startup ] \
     && [ -n "$({real_git} for-each-ref refs/heads/orchardist/)" ]; then
   touch {sync}/in-startup
   until [ -e {sync}/go ]; do sleep 0.01; done
