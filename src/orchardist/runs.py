@@ -109,6 +109,22 @@ def _trusted_tip(ws: Workspace, run: Run, ref: str, tip: str) -> str:
     return run.base_commit
 
 
+def _last_merge(ws: Workspace, run: Run) -> str:
+    """Where a deleted run branch is made again: the newest merge of a done task whose line
+    down to the base (first parents) holds merges of done tasks only, else the base."""
+    merges = {t.commit for t in ws.store.tasks(run.id) if t.state is TaskState.DONE and t.commit}
+    best, depth = run.base_commit, 0
+    for commit in sorted(merges):
+        if ws.repo.try_rev_parse(commit) is None:
+            continue
+        if not ws.repo.is_ancestor(run.base_commit, commit):
+            continue
+        line = ws.repo.first_parents(run.base_commit, commit)
+        if len(line) > depth and set(line) <= merges:
+            best, depth = commit, len(line)
+    return best
+
+
 def reconcile(ws: Workspace, run: Run, clock: Callable[[], float] = time.time) -> dict[str, Any]:
     """Make a run's state match the world after a crash; call with the run's lock held.
 
@@ -122,9 +138,9 @@ def reconcile(ws: Workspace, run: Run, clock: Callable[[], float] = time.time) -
     ref = f"refs/heads/{run.branch}"
     (ws.repo.common_dir / f"{ref}.lock").unlink(missing_ok=True)
     tip = ws.repo.try_rev_parse(ref)
-    if tip is None:
-        ws.repo.update_ref(ref, run.base_commit, None)
-        tip = run.base_commit
+    if tip is None:  # deleted while no orchestrator ran
+        tip = _last_merge(ws, run)
+        ws.repo.update_ref(ref, tip, None)
     tip = _trusted_tip(ws, run, ref, tip)
     recorded = ws.store.branch_commits(run.id)
     recorded.update({t.commit: (t.task_id, 0) for t in ws.store.tasks(run.id) if t.commit})

@@ -15,6 +15,8 @@ import pytest
 from orchardist import RunState
 from orchardist.hooks import Hook, Hooks
 from orchardist.records import Event
+from orchardist.scheduler import Scheduler
+from run_support import orchardist
 from support import Finished, git, toml_str, write_plan
 from userstate import assert_untouched, user_ground
 
@@ -72,3 +74,61 @@ def test_a_run_branch_deleted_mid_run_is_put_back_and_the_run_finishes(
     assert run.state is RunState.DONE
     assert run.ws.store.runs()[0].state is RunState.DONE
     assert_untouched(repo, ground)
+
+
+def test_a_run_branch_deleted_while_no_orchestrator_runs_is_made_again_at_its_last_merge(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: a run stopped right after a merged (b, after a, not merged yet), then its branch
+    # deleted while no orchestrator drives it; each agent notes in $SYNC that it ran
+    command = shell_scripts(
+        a='echo a > a.txt; echo a >> "$SYNC/ran"\n', b='echo b > b.txt; echo b >> "$SYNC/ran"\n'
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "a"
+
+        [[task]]
+        id = "b"
+        depends_on = ["a"]
+        """,
+    )
+    stopper = StopAfterMerge("a")
+    first = run_plan(plan, hooks=Hooks([stopper]), on_scheduler=stopper.attach)
+    assert first.state is RunState.INTERRUPTED
+    merged_a = git(repo, "rev-parse", first.branch)
+    git(repo, "branch", "-D", first.branch)
+    ground = user_ground(repo)
+
+    # When
+    resumed = orchardist(repo, "resume", first.run.id)
+
+    # Then: the branch was made again at a's merge, and only b's agent ran again
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert (sync / "ran").read_text().split() == ["a", "b"]
+    history = git(repo, "rev-list", "--first-parent", f"{first.run.base_commit}..{first.branch}")
+    assert history.split()[1:] == [merged_a]
+    assert git(repo, "show", f"{first.branch}:b.txt") == "b"
+    assert_untouched(repo, ground)
+
+
+class StopAfterMerge(Hook):
+    """Asks the scheduler to stop once ``task`` merged (as Ctrl-C would)."""
+
+    def __init__(self, task: str) -> None:
+        self.task = task
+        self.scheduler: Scheduler | None = None
+
+    def attach(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+
+    def on_event(self, event: Event) -> None:
+        merged = event.kind == "merge" and event.data["state"] == "merged"
+        if merged and event.task_id == self.task and self.scheduler is not None:
+            self.scheduler.stop("stopped by the test")
