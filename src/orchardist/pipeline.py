@@ -19,6 +19,7 @@ own as the ``handoff`` object of the JSON it writes to ``$ORCHARDIST_OUTPUT``.
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -34,7 +35,18 @@ if TYPE_CHECKING:
     from .procs import CancelToken
     from .seams import Store, Transaction
 
-SHOT, REPRODUCE, AUDIT, LOCALIZE, FIX = "shot", "reproduce", "audit", "localize", "fix"
+
+class Stage(enum.StrEnum):
+    """A pipeline task's stages, in run order (a ``TaskSpec.stage``; "" for a plain task)."""
+
+    SHOT = "shot"  # a fix pipeline's single try: the bug report straight to the fix agent
+    REPRODUCE = "reproduce"  # a reproduction that must fail on the base
+    AUDIT = "audit"  # an adversary's review of the reproduction
+    LOCALIZE = "localize"  # read-only: which files and symbols to change
+    FIX = "fix"  # candidates judged by the oracle; the one that lands (keeps the task's id)
+
+
+SHOT, REPRODUCE, AUDIT, LOCALIZE, FIX = Stage
 JUDGED_STAGES = (REPRODUCE, AUDIT, LOCALIZE)  # their handoff is checked, nothing is verified
 READ_ONLY_STAGES = (LOCALIZE,)  # the sandbox keeps the worktree read-only; a patch is an error
 LANDING_STAGES = ("", SHOT, FIX)  # "" : an ordinary task
@@ -155,7 +167,7 @@ def _audit_agent(task: TaskSpec, agents: Mapping[str, AgentProfile]) -> str:
 
 # -- the handoff contract --------------------------------------------------------------------
 
-DUTIES = {
+DUTIES: dict[str, tuple[str, str, str]] = {
     REPRODUCE: (
         "Write a reproduction of the bug reported above, and do not fix the bug: usually a new "
         "test that fails now because of the bug and will pass once it is fixed, plus the shell "
