@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from .events import Kind
 from .hooks import Hook
 from .plan import Plan
 from .records import Event, TaskState
@@ -36,7 +37,7 @@ _TERMINAL = {state.value for state in TaskState if state.terminal}
 
 # A task turns running or verifying when one of its attempts does, and that attempt's own line
 # says so (with its number): printing the task's too would tell every change twice.
-ECHOED_TASK_STATES = frozenset({"running", "verifying"})
+ECHOED_TASK_STATES = frozenset({TaskState.RUNNING, TaskState.VERIFYING})
 
 
 class PlainLines(Hook):
@@ -48,7 +49,7 @@ class PlainLines(Hook):
 
     def on_event(self, event: Event) -> None:
         """Print the event, unless it only repeats the attempt line just printed."""
-        if event.kind == "task" and event.data.get("state") in ECHOED_TASK_STATES:
+        if event.kind == Kind.TASK and event.data.get("state") in ECHOED_TASK_STATES:
             return
         stamp = time.strftime("%H:%M:%S", time.localtime(event.ts))
         line = f"{stamp} {describe(event)}"
@@ -92,15 +93,15 @@ class LiveTable(Hook):
         data = event.data
         row = self.rows.get(event.task_id or "")
         if row is not None:
-            if event.kind == "task":
+            if event.kind == Kind.TASK:
                 row["state"] = data.get("state", row["state"])
                 row["note"] = data.get("reason", "")
-                if row["state"] == "running" and row["since"] is None:
+                if row["state"] == TaskState.RUNNING and row["since"] is None:
                     row["since"] = event.ts
                 row["until"] = event.ts if row["state"] in _TERMINAL else None
-                if row["state"] == "done":
+                if row["state"] == TaskState.DONE:
                     row["note"] = str(data.get("commit", ""))[:12]
-            elif event.kind == "attempt" and event.attempt:
+            elif event.kind == Kind.ATTEMPT and event.attempt:
                 row["attempt"] = event.attempt
         self.live.refresh()
 

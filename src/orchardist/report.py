@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from typing import Any
 
+from .events import Kind
 from .records import AttemptRecord, AttemptState, Event, Run
 from .store import Store
 
@@ -106,19 +107,19 @@ def describe(event: Event) -> str:
     data = dict(event.data)
     state = data.pop("state", "")
     reason = data.pop("reason", "") or data.pop("detail", "")
-    if event.kind == "run":
+    if event.kind == Kind.RUN:
         text = f"run {event.run_id}: {state}"
         if "branch" in data:
             text += f" (branch {data['branch']}, {data.get('tasks', '?')} tasks)"
-    elif event.kind == "attempt":
+    elif event.kind == Kind.ATTEMPT:
         text = f"  {event.task_id} attempt {event.attempt}: {state}"
         if "duration_s" in data:
             text += f" in {data['duration_s']:.1f}s"
-    elif event.kind == "merge":
+    elif event.kind == Kind.MERGE:
         text = f"  {event.task_id} merge: {state}"
         if "commit" in data:
             text += f" {str(data['commit'])[:12]}"
-    elif event.kind == "task":
+    elif event.kind == Kind.TASK:
         text = f"{event.task_id}: {state}"
         if "retry" in data:
             text += f" (retry {data['retry']} in {data.get('retry_in_s', 0):.1f}s)"

@@ -15,6 +15,7 @@ from typing import Any
 
 from .control import lock_path
 from .errors import PlanError, Problem, RunLockedError, UsageError
+from .events import Kind, RunEvent
 from .executors import Executor, executor_class
 from .gitrepo import Repo, find_toplevel
 from .graph import Graph
@@ -188,7 +189,7 @@ def reconcile(ws: Workspace, run: Run, clock: Callable[[], float] = time.time) -
             elif task.state in (TaskState.RUNNING, TaskState.VERIFYING):
                 tx.set_task(run.id, task.task_id, state=TaskState.READY, reason="interrupted")
         summary = {"killed": killed, "worktrees_removed": removed, "fixed": fixed}
-        tx.emit(Event(run.id, "run", now, data={"state": "resumed", **summary}))
+        tx.emit(Event(run.id, Kind.RUN, now, data={"state": RunEvent.RESUMED, **summary}))
     return summary
 
 
@@ -256,9 +257,14 @@ def create_run(
         tx.emit(
             Event(
                 run_id,
-                "run",
+                Kind.RUN,
                 clock(),
-                data={"state": "created", "branch": branch, "base": base, "tasks": len(plan.tasks)},
+                data={
+                    "state": RunEvent.CREATED,
+                    "branch": branch,
+                    "base": base,
+                    "tasks": len(plan.tasks),
+                },
             )
         )
     return run
@@ -330,7 +336,11 @@ def select_tasks(
             tx.set_task(run.id, record.task_id, state=TaskState.SKIPPED, reason=reason)
             tx.emit(
                 Event(
-                    run.id, "task", now, record.task_id, data={"state": "skipped", "reason": reason}
+                    run.id,
+                    Kind.TASK,
+                    now,
+                    record.task_id,
+                    data={"state": TaskState.SKIPPED, "reason": reason},
                 )
             )
     return tx.events
@@ -370,8 +380,16 @@ def prepare_retry(
     with ws.store.transaction() as tx:
         for task in chosen:
             tx.set_task(run.id, task, state=TaskState.PENDING, reason="retry", failures=0, reruns=0)
-            tx.emit(Event(run.id, "task", now, task, data={"state": "pending", "reason": "retry"}))
-        tx.emit(Event(run.id, "run", now, data={"state": "retry", "tasks": chosen}))
+            tx.emit(
+                Event(
+                    run.id,
+                    Kind.TASK,
+                    now,
+                    task,
+                    data={"state": TaskState.PENDING, "reason": "retry"},
+                )
+            )
+        tx.emit(Event(run.id, Kind.RUN, now, data={"state": RunEvent.RETRY, "tasks": chosen}))
     return tx.events
 
 
@@ -387,9 +405,13 @@ def cancel_abandoned(ws: Workspace, run: Run, clock: Callable[[], float] = time.
         for record in ws.store.tasks(run.id):
             if not record.state.terminal:
                 tx.set_task(run.id, record.task_id, state=TaskState.CANCELLED, reason=reason)
-                tx.emit(Event(run.id, "task", now, record.task_id, data={"state": "cancelled"}))
+                tx.emit(
+                    Event(
+                        run.id, Kind.TASK, now, record.task_id, data={"state": TaskState.CANCELLED}
+                    )
+                )
         tx.set_run(run.id, state=RunState.CANCELLED, finished_at=now, reason=reason)
-        tx.emit(Event(run.id, "run", now, data={"state": "cancelled", "reason": reason}))
+        tx.emit(Event(run.id, Kind.RUN, now, data={"state": RunState.CANCELLED, "reason": reason}))
 
 
 def _graph_of(plan: Plan) -> Graph:

@@ -14,10 +14,16 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from .events import AttemptEvent, Kind, RoundEvent
 from .records import AttemptRecord, AttemptState, Event, Run, TaskState
 from .store import Store
 
-_ENDED = {"passed", "failed", "cancelled", "interrupted"}
+_ENDED = {
+    AttemptState.PASSED,
+    AttemptState.FAILED,
+    AttemptState.CANCELLED,
+    AttemptState.INTERRUPTED,
+}
 
 
 @dataclass(frozen=True)
@@ -138,11 +144,11 @@ def _read_phases(run_id: str, events: Iterable[Event]) -> _Phases:
     for event in events:
         state = event.data.get("state")
         task = event.task_id or ""
-        if event.kind == "attempt" and event.attempt is not None:
+        if event.kind == Kind.ATTEMPT and event.attempt is not None:
             key = (task, event.attempt)
-            if state == "running":
+            if state == AttemptState.RUNNING:
                 started[key] = event.ts
-            elif state == "verifying" and key in started:
+            elif state == AttemptEvent.VERIFYING and key in started:
                 verifying[key] = event.ts
                 phases.agent[(run_id, *key)] = event.ts - started[key]
             elif state in _ENDED and key in started:
@@ -152,19 +158,19 @@ def _read_phases(run_id: str, events: Iterable[Event]) -> _Phases:
                     phases.agent[(run_id, *key)] = event.ts - started[key]
                 if "failure" in event.data:
                     last_failure[task] = str(event.data["failure"])
-        elif event.kind == "task":
-            if state == "ready":
+        elif event.kind == Kind.TASK:
+            if state == TaskState.READY:
                 ready.setdefault(task, event.ts)
                 if "retry" in event.data:
                     phases.retried.add(task)
                     phases.retries[last_failure.get(task, "unknown")] += 1
-            elif state == "merging":
+            elif state == TaskState.MERGING:
                 merging[task] = event.ts
-            elif state == "done" and task in merging:
+            elif state == TaskState.DONE and task in merging:
                 phases.merge.append(event.ts - merging.pop(task))
-            if state in {"done", "failed", "blocked"} and task in ready:
+            if state in {TaskState.DONE, TaskState.FAILED, TaskState.BLOCKED} and task in ready:
                 phases.ready_to_end[task] = event.ts - ready[task]
-        elif event.kind == "round" and event.attempt is not None and state == "won":
+        elif event.kind == Kind.ROUND and event.attempt is not None and state == RoundEvent.WON:
             phases.won.append((task, event.attempt))
     return phases
 

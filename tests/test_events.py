@@ -1,0 +1,105 @@
+"""The event vocabulary (events.py) is the one the code writes and the README documents."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from orchardist.events import STATES, Kind, known
+from orchardist.records import TaskState
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ROOT / "src" / "orchardist"
+
+
+def _constant(node: ast.expr) -> list[str] | None:
+    """The string(s) an expression is, when it is a literal, an enum member of the vocabulary
+    or a choice of two literals; None when it is computed."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.IfExp):
+        body, other = _constant(node.body), _constant(node.orelse)
+        return body + other if body is not None and other is not None else None
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        import orchardist.events as events
+        import orchardist.records as records
+
+        enum = getattr(events, node.value.id, None) or getattr(records, node.value.id, None)
+        member = getattr(enum, node.attr, None) if enum is not None else None
+        return [str(member)] if isinstance(member, str) else None
+    return None
+
+
+def emitted() -> list[tuple[str, str, list[str] | None]]:
+    """(where, kind, states) of every event the run's code writes with a literal kind."""
+    found = []
+    for path in sorted(SOURCES.rglob("*.py")):
+        if "scan" in path.relative_to(SOURCES).parts:  # scans keep a log of their own
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = ast.unparse(node.func)
+            if name.endswith("._event") and len(node.args) >= 2:
+                kind_node = node.args[1]
+                states = next((_constant(k.value) for k in node.keywords if k.arg == "state"), [])
+            elif name == "Event" and len(node.args) >= 2:
+                kind_node = node.args[1]
+                data = next((k.value for k in node.keywords if k.arg == "data"), None)
+                states = []
+                if isinstance(data, ast.Dict):
+                    for key, value in zip(data.keys, data.values, strict=True):
+                        if isinstance(key, ast.Constant) and key.value == "state":
+                            states = _constant(value)
+            else:
+                continue
+            kinds = _constant(kind_node)
+            if kinds is None:
+                continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            found += [(where, kind, states) for kind in kinds]
+    return found
+
+
+def test_every_event_the_code_writes_is_in_the_vocabulary() -> None:
+    events = emitted()
+    assert len(events) >= 30  # the scan found the scheduler's and runs.py's events
+    for where, kind, states in events:
+        assert kind in set(Kind), (where, kind)
+        for state in states or []:
+            assert known(kind, state), (where, kind, state)
+
+
+def test_every_kind_is_written_somewhere() -> None:
+    assert {kind for _, kind, _ in emitted()} == set(Kind)
+
+
+def readme_table() -> dict[str, set[str]]:
+    """``kind -> states`` from the README's event table (fields in parentheses left out)."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("| `kind` | `data.state` values, and other fields |")
+    rows = {}
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("| `"):
+            break
+        kind_cell, states_cell = (cell.strip() for cell in line.strip("|").split(" | ", 1))
+        kind = kind_cell.strip("`")
+        if states_cell.startswith("any task state"):
+            rows[kind] = {s.value for s in TaskState}
+            continue
+        if states_cell.startswith("no state"):
+            rows[kind] = set()
+            continue
+        bare = re.sub(
+            r"\([^)]*\)", "", states_cell.split(":", 1)[0] if kind == "escalation" else states_cell
+        )
+        rows[kind] = set(re.findall(r"`([^`]+)`", bare))
+    return rows
+
+
+def test_the_readme_event_table_lists_every_kind_with_exactly_its_states() -> None:
+    table = readme_table()
+    assert set(table) == {k.value for k in Kind}
+    for kind, states in STATES.items():
+        assert table[kind.value] == {str(s) for s in states}, kind
