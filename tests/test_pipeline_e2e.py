@@ -211,7 +211,11 @@ def test_a_fix_pipeline_whose_single_shot_lands_skips_the_debug_stages(
     assert tasks["bug.localize"]["state"] == "skipped"
     assert tasks["bug.localize"]["attempts"] == []
     assert tasks["bug"]["state"] == "done"
-    assert tasks["bug"]["commit"] == tasks["bug.shot"]["commit"]
+    shot_commit = tasks["bug.shot"]["commit"]
+    assert (
+        tasks["bug"]["reason"] == f"landed by its single shot (bug.shot, commit {shot_commit[:12]})"
+    )
+    assert tasks["bug"]["commit"] is None  # the commit is the shot's: rewinds see one owner
     assert tasks["after"]["state"] == "done"
 
 
@@ -265,3 +269,49 @@ def test_a_localize_stage_cannot_change_the_repository(
         assert tasks["bug.localize"]["attempts"][1]["state"] == "merged"
     doc = status_json(project)
     assert "sneaky" not in git(project, "show", f"{doc['branch']}:calc.py")
+
+
+def test_a_landed_shot_replayed_after_a_regression_rewind_keeps_its_pipeline_done(
+    project: Path, shell_scripts: Callable[..., str]
+) -> None:
+    # Given: an unrelated task that breaks the run branch's regression check on its first
+    # attempt and lands first, then a fix pipeline whose shot lands; the check runs after both
+    plan = stage_plan(
+        project,
+        shell_scripts,
+        f"""
+        [[task]]
+        id = "bad"
+        agent = "sh"
+        verify = "none"
+
+        [[task]]
+        id = "bug"
+        prompt = {toml_str(BUG)}
+        agent = "sh"
+        pipeline = "fix"
+        depends_on = ["bad"]
+        check = "python -c 'from calc import mean; assert mean([]) == 0.0'"
+        """,
+        run='regression = "test ! -f bad.txt"\nregression_every = 2',
+        **{
+            "bad": """
+            if [ "$ORCHARDIST_ATTEMPT" = 1 ]; then echo bad > bad.txt; else echo ok > ok.txt; fi
+            """,
+            "bug.shot": 'printf "def mean(xs):\\n    return sum(xs) / len(xs) if xs else 0.0\\n"'
+            " > calc.py\n",
+        },
+    )
+
+    # When: it runs (the check fails after both merged, is bisected to bad, which is taken off
+    # the branch and re-run, and the shot's commit is replayed on top)
+    ran = orchardist(project, "run", str(plan))
+
+    # Then: the run is done, bug is done, and the branch holds bad's re-run and the shot's fix
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    doc = status_json(project)
+    tasks = tasks_of(doc)
+    assert (tasks["bug"]["state"], tasks["bug.shot"]["state"]) == ("done", "done")
+    assert [a["state"] for a in tasks["bad"]["attempts"]] == ["failed", "merged"]
+    changed = git(project, "diff", "--name-only", doc["base"], doc["branch"]).split()
+    assert sorted(changed) == ["calc.py", "ok.txt"]

@@ -498,8 +498,9 @@ class Pipelines:
         return {}
 
     def landed(self, tx: Transaction, task_id: str, commit: str | None, set_state: Any) -> str:
-        """A fix pipeline's shot landed: its other stages are skipped and the task is done
-        with the shot's commit. Returns the task whose dependents to release ("" if none)."""
+        """A fix pipeline's shot landed: its other stages are skipped and the task is done.
+        The commit stays the shot's own (a regression rewind takes it off and re-runs the shot,
+        as for any task). Returns the task whose dependents to release ("" if none)."""
         spec = self.specs[task_id]
         if spec.stage != SHOT:
             return ""
@@ -507,7 +508,8 @@ class Pipelines:
         for stage in (REPRODUCE, AUDIT, LOCALIZE):
             if stage_id(owner, stage) in self.specs:
                 set_state(tx, stage_id(owner, stage), TaskState.SKIPPED, "the single shot landed")
-        set_state(tx, owner, TaskState.DONE, "landed by its single shot", commit=commit)
+        landed = f"landed by its single shot ({task_id}, commit {(commit or '')[:12]})"
+        set_state(tx, owner, TaskState.DONE, landed)
         return owner
 
     def escalates(self, task_id: str, failure: Failure | None) -> bool:
