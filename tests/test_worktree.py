@@ -322,3 +322,36 @@ def test_an_agent_writes_its_home_and_tmp_in_the_attempt_and_verify_sees_neither
     attempt = run_folder(repo, run.run.id) / "t.1"
     assert (Path(home), Path(tmp)) == (attempt / "home", attempt / "tmp")
     assert not (real_home / ".agent-state").exists()
+
+
+@pytest.mark.parametrize("trap", ["fifo", "zero"])
+def test_an_exclude_file_that_is_a_fifo_or_a_link_to_dev_zero_is_not_copied(
+    repo: Path, tmp_path: Path, trap: str
+) -> None:
+    # Given: the repository's info/exclude replaced by a FIFO nobody writes, or by a link to
+    # /dev/zero (without the sandbox, an agent can)
+    exclude = repo / ".git" / "info" / "exclude"
+    exclude.unlink(missing_ok=True)
+    if trap == "fifo":
+        os.mkfifo(exclude)
+    else:
+        exclude.symlink_to("/dev/zero")
+    layout = Layout(Repo(repo), tmp_path / "root", repo / ".git" / "orchardist")
+    paths = layout.attempt("run", "job")
+
+    # When
+    layout.create(paths, git(repo, "rev-parse", "HEAD"))
+
+    # Then: the attempt is made, without a copy of it
+    assert (paths.tree / "README.md").read_text() == "hello\n"
+    assert not (paths.git / "info" / "exclude").exists()
+
+
+def test_the_repository_s_exclude_rules_are_copied_into_an_attempt(
+    repo: Path, tmp_path: Path
+) -> None:
+    (repo / ".git" / "info" / "exclude").write_text("*.local\n")
+    layout = Layout(Repo(repo), tmp_path / "root", repo / ".git" / "orchardist")
+    paths = layout.attempt("run", "job")
+    layout.create(paths, git(repo, "rev-parse", "HEAD"))
+    assert (paths.git / "info" / "exclude").read_text() == "*.local\n"

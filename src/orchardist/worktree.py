@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .gitrepo import Checkout, Repo
+from .safeio import read_capped
 
 ROOT_VAR = "ORCHARDIST_WORKDIR_ROOT"
 LISTING = "listing.git"  # in a run folder; job ids end in ".<number>", so none is named so
@@ -161,8 +162,7 @@ class Layout:
         (git / "objects" / "info" / "alternates").write_text(f"{objects}\n")
         (git / "HEAD").write_text(f"{commit}\n")
         (git / "config").write_text(self._git_config())
-        with contextlib.suppress(OSError):  # the user's excludes: the agent's status matches
-            shutil.copyfile(self.repo.common_dir / "info" / "exclude", git / "info" / "exclude")
+        copy_excludes(self.repo.common_dir, git)  # the agent's status matches the user's
         (paths.tree / ".git").write_text(f"gitdir: {git.resolve()}\n")
         self.repo.git(
             f"--git-dir={git}",
@@ -195,10 +195,7 @@ class Layout:
                 (gitdir / "objects" / "info" / "alternates").write_text(f"{objects}\n")
                 (gitdir / "config").write_text(_LISTING_CONFIG)
                 (gitdir / "info" / "attributes").write_text(_LISTING_ATTRIBUTES)
-                with contextlib.suppress(OSError):  # ignore rules as the user's own
-                    shutil.copyfile(
-                        self.repo.common_dir / "info" / "exclude", gitdir / "info" / "exclude"
-                    )
+                copy_excludes(self.repo.common_dir, gitdir)  # ignore rules as the user's own
                 (gitdir / "HEAD").write_text("ref: refs/heads/none\n")
         return gitdir
 
@@ -244,6 +241,17 @@ class Layout:
         pointer.parent.mkdir(parents=True, exist_ok=True)
         pointer.write_text(f"{self.run_folder(run_id)}\n")
         self._recorded.add(run_id)
+
+
+MAX_EXCLUDE_BYTES = 1 << 20
+
+
+def copy_excludes(common_dir: Path, git_dir: Path) -> None:
+    """Copy the repository's ``info/exclude`` into ``git_dir``: only a regular file, capped
+    (without the sandbox an agent could have made it a FIFO or a link to /dev/zero)."""
+    body = read_capped(Path(common_dir) / "info" / "exclude", MAX_EXCLUDE_BYTES)
+    if body is not None:
+        (Path(git_dir) / "info" / "exclude").write_bytes(body)
 
 
 def fill_home(
