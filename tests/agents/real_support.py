@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from orchardist import Workspace
 from run_support import ORCHARDIST, only_run, status
 from support import make_repo, toml_str, write_plan
 
@@ -48,7 +49,7 @@ def run_task(
     table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in profile.items())
     plan = (
         f'[agents.tool]\ntimeout = "120s"\n{table}\n\n'
-        f'[[task]]\nid = "fix"\nagent = "tool"\nprompt = {toml_str(PROMPT)}\n'
+        f'[[task]]\nid = "fix"\nagent = "tool"\nretries = 0\nprompt = {toml_str(PROMPT)}\n'
         f"verify = {toml_str(VERIFY)}\n{task_keys}"
     )
     write_plan(project, plan)
@@ -68,6 +69,16 @@ def run_task(
     (task,) = status(project, only_run(project))["tasks"]
     task["output"] = proc.stdout + proc.stderr
     return task
+
+
+def breaker_states(project: Path) -> list[str]:
+    """The states the run's circuit breakers went through, from its events."""
+    ws = Workspace.open(project)
+    try:
+        events = ws.store.events(only_run(project))
+        return [str(e.data.get("state")) for e in events if e.kind == "breaker"]
+    finally:
+        ws.store.close()
 
 
 def workdir_root() -> dict[str, str]:

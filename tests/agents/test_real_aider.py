@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_support import BUGGY, VERIFY, buggy_project, run_task
+from real_support import BUGGY, VERIFY, breaker_states, buggy_project, run_task
 
 from e2e_support import log_of
 from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, OpenAiServer, Text, rate_limited
@@ -80,6 +80,8 @@ def test_a_refused_key_is_an_auth_error(aider: Path, project: Path, tmp_path: Pa
         task = run_aider(project, aider, api, tmp_path)
     (attempt,) = task["attempts"]
     assert (task["state"], attempt["failure"]) == ("failed", "auth_error"), task
+    # and the profile's circuit breaker opened at once: a refused key will not get better
+    assert breaker_states(project) == ["open"]
 
 
 def test_an_edit_aider_refuses_fails_the_attempt_with_no_changes(

@@ -102,7 +102,7 @@ def test_an_edit_claude_refuses_fails_the_attempt_and_says_why(
     (attempt,) = task["attempts"]
     # Then the attempt fails (nothing changed), and the refusal is in its detail
     assert task["state"] == "failed", task
-    assert attempt["failure"] in ("no_changes", "verify_failed"), attempt
+    assert attempt["failure"] == "no_changes", attempt
     assert "Claude Code refused 1 tool call(s)" in log_of(attempt)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_support import BUGGY, buggy_project, run_task
+from real_support import BUGGY, breaker_states, buggy_project, run_task
 
 from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, Call, OpenAiServer, Text, rate_limited
 from modelapi.openai import unauthorized as refused_key
@@ -95,8 +95,8 @@ def test_a_patch_codex_could_not_write_fails_the_attempt(
     task = run_codex(project, codex, api, tmp_path, permission="read-only")
     # Then the attempt failed, saying what could not be written, and nothing was merged
     (attempt,) = task["attempts"]
-    assert (task["state"], attempt["failure"]) == ("failed", "agent_error"), task
-    assert "could not write" in attempt["detail"], attempt["detail"]
+    assert (task["state"], attempt["failure"]) == ("failed", "no_changes"), task
+    assert "codex could not write any file" in attempt["detail"], attempt["detail"]
     assert task["commit"] is None
     assert (project / "calc.py").read_text() == BUGGY
 
@@ -108,6 +108,8 @@ def test_a_refused_key_is_an_auth_error(codex: Path, project: Path, tmp_path: Pa
     # Then the attempt failed with auth_error and the final error in its detail
     (attempt,) = task["attempts"]
     assert (task["state"], attempt["failure"]) == ("failed", "auth_error"), task
+    # and the profile's circuit breaker opened at once: a refused key will not get better
+    assert breaker_states(project) == ["open"]
     assert "401" in attempt["detail"] and "Reconnecting" not in attempt["detail"], attempt
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_support import BUGGY, buggy_project, run_task
+from real_support import BUGGY, breaker_states, buggy_project, run_task
 
 from e2e_support import log_of
 from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, Call, OpenAiServer, Text, rate_limited
@@ -94,6 +94,8 @@ def test_a_refused_key_is_an_auth_error(opencode: Path, project: Path, tmp_path:
     # Then the attempt failed with auth_error
     (attempt,) = task["attempts"]
     assert (task["state"], attempt["failure"]) == ("failed", "auth_error"), task
+    # and the profile's circuit breaker opened at once: a refused key will not get better
+    assert breaker_states(project) == ["open"]
 
 
 def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(

@@ -166,14 +166,15 @@ def test_codex_session_log_gives_the_same_totals_as_its_stream(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("name", "failure", "said"),
     [
-        ("refused.jsonl", Failure.AGENT_ERROR, "codex could not write any file"),
+        ("refused.jsonl", None, "codex could not write any file (its sandbox refused)"),
         ("auth_401.jsonl", Failure.AUTH_ERROR, "401 Unauthorized"),
         ("rate_429.jsonl", Failure.RATE_LIMITED, "last status: 429"),
     ],
 )
 def test_codex_failures_are_classified(
-    name: str, failure: Failure, said: str, tmp_path: Path
+    name: str, failure: Failure | None, said: str, tmp_path: Path
 ) -> None:
+    # (an unchanged worktree then fails a refused attempt as no_changes)
     exit_code = 0 if name == "refused.jsonl" else 1
     _, result = replay(name, exit_code, tmp_path, "codex")
     assert result.failure is failure

@@ -17,18 +17,19 @@ WebSocket). Its ``--json`` stream gives tokens only when the turn ends, so for `
 (which needs ``price_in``/``price_out``) orchardist reads the running totals from the session log
 codex writes as it goes (``$CODEX_HOME/sessions/…/rollout-…-THREAD.jsonl``, ``token_count``
 events); an attempt stopped there keeps those totals. A patch codex could not write
-(``file_change`` items that failed, a patch its sandbox rejected) is reported; when no write
-succeeded the attempt fails.
+(``file_change`` items that failed, a patch its sandbox rejected) is reported in the attempt's
+summary; when no write succeeded, the unchanged worktree fails the attempt as ``no_changes``
+(codex exits 0), saying why, as a refused edit does with every tool.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ..procs import ProcessResult
-from ..records import Failure
 from . import AgentContext, AgentResult
 from .cli import SUMMARY_CHARS, CliAgent, Seen, check_choice
 
@@ -141,7 +142,7 @@ class CodexAgent(CliAgent):
         return so_far.usage(self.price_in, self.price_out).cost_usd
 
     def result(self, proc: ProcessResult, seen: Seen, ctx: AgentContext) -> AgentResult:
-        """As for every CLI, but a run whose every write failed has failed (codex exits 0)."""
+        """As for every CLI, with the writes codex could not make in the summary."""
         if seen.input_tokens is None and seen.session_id:
             _read_session_log(seen, ctx)  # stopped before its turn ended: keep what it spent
             seen.input_tokens, seen.output_tokens = seen.state.get("session_tokens", (None, None))
@@ -152,11 +153,11 @@ class CodexAgent(CliAgent):
         failed = "; ".join(writes["failed"])
         if writes["done"]:
             detail = f"{result.detail} (some writes failed: {failed})"
-            return AgentResult(0, result.duration_s, None, detail[:SUMMARY_CHARS], result.usage)
-        detail = f"codex could not write any file (its sandbox refused): {failed}"
-        return AgentResult(
-            1, result.duration_s, Failure.AGENT_ERROR, detail[:SUMMARY_CHARS], result.usage
-        )
+        else:
+            detail = (
+                f"codex could not write any file (its sandbox refused): {failed}\n{result.detail}"
+            )
+        return replace(result, detail=detail.strip()[:SUMMARY_CHARS])
 
 
 def _writes(seen: Seen) -> dict[str, list[str]]:
