@@ -427,13 +427,20 @@ def test_ctrl_c_ends_a_scan_and_every_scanner_process_it_started(
         name="scan.toml",
     )
     cache = tmp_path / "cache"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orchardist", "scan", str(plan)],
-        cwd=todo_repo,
-        env={**os.environ, "XDG_CACHE_HOME": str(cache)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    # A shell's background job (a CI runner's, say) ignores SIGINT, an ignored signal stays
+    # ignored across exec, and Python then installs no Ctrl-C handler: start orchardist with
+    # SIGINT as a terminal would give it (a handler here is reset to the default by exec).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchardist", "scan", str(plan)],
+            cwd=todo_repo,
+            env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         deadline = time.monotonic() + 60  # normally a second or two
         while not (pid_file.exists() and pid_file.read_text().strip()):
