@@ -22,6 +22,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from .errors import GitError
+from .events import (
+    AttemptEvent,
+    BreakerEvent,
+    Kind,
+    MergeEvent,
+    RegressionEvent,
+    RoundEvent,
+    RunEvent,
+)
 from .executors import Executor, Job, Outcome, Phase
 from .gitrepo import commit_message
 from .graph import Graph, ReadySet
@@ -289,7 +298,9 @@ class Scheduler:
                 f"run cost budget spent (${sum(self.cost.values()):.2f} of ${limit:.2f})"
             )
             with self._tx() as tx:
-                self._event(tx, "run", None, None, state="stopping", reason=self.soft_stop)
+                self._event(
+                    tx, Kind.RUN, None, None, state=RunEvent.STOPPING, reason=self.soft_stop
+                )
         return self.soft_stop is not None
 
     def _hold(self, task_id: str, reason: str) -> None:
@@ -383,10 +394,10 @@ class Scheduler:
             tx.add_attempt(record)
             self._event(
                 tx,
-                "attempt",
+                Kind.ATTEMPT,
                 spec.id,
                 n,
-                state="running",
+                state=AttemptState.RUNNING,
                 agent=agent,
                 candidate=candidate,
                 base=self.tip[:12],
@@ -428,7 +439,9 @@ class Scheduler:
         job = phase.job
         if job.id in self.active and phase.phase == "verifying":
             with self._tx() as tx:
-                self._event(tx, "attempt", job.task_id, job.attempt, state="verifying")
+                self._event(
+                    tx, Kind.ATTEMPT, job.task_id, job.attempt, state=AttemptEvent.VERIFYING
+                )
                 if self.tasks[job.task_id].state is TaskState.RUNNING:
                     self._set_state(tx, job.task_id, TaskState.VERIFYING)
 
@@ -447,7 +460,7 @@ class Scheduler:
         round_ = self.rounds.get(job.task_id)
         with self._tx() as tx:
             if dropped:  # ignored, and said so: an agent must not switch a budget off
-                self._event(tx, "usage_ignored", job.task_id, job.attempt, fields=list(dropped))
+                self._event(tx, Kind.USAGE_IGNORED, job.task_id, job.attempt, fields=list(dropped))
             self._record_attempt(tx, outcome, state)
             if round_ is None or round_.decided or job.attempt <= round_.after:
                 # A loser still running when the winner was picked, or work a rewind dropped.
@@ -488,7 +501,7 @@ class Scheduler:
         )
         self._event(
             tx,
-            "attempt",
+            Kind.ATTEMPT,
             job.task_id,
             job.attempt,
             state=state.value,
@@ -523,10 +536,10 @@ class Scheduler:
                 with self._tx() as tx:
                     self._event(
                         tx,
-                        "breaker",
+                        Kind.BREAKER,
                         task_id,
                         None,
-                        state="open",
+                        state=BreakerEvent.OPEN,
                         agent=profile,
                         until=breaker.reopens_at(),
                     )
@@ -544,7 +557,12 @@ class Scheduler:
             return False
         self.ready.push(_unit(job.task_id, job.candidate))
         self._event(
-            tx, "attempt", job.task_id, job.attempt, state="requeued", failure=failure.value
+            tx,
+            Kind.ATTEMPT,
+            job.task_id,
+            job.attempt,
+            state=AttemptEvent.REQUEUED,
+            failure=failure.value,
         )
         return True
 
@@ -583,10 +601,10 @@ class Scheduler:
         if winner is not None:
             self._event(
                 tx,
-                "round",
+                Kind.ROUND,
                 task_id,
                 winner.job.attempt,
-                state="won",
+                state=RoundEvent.WON,
                 candidate=winner.job.candidate,
                 reason=why,
             )
@@ -651,7 +669,7 @@ class Scheduler:
         owner, data = self.pipelines.escalation(task_id, reason, output)
         why = f"escalated to the debug pipeline: {reason}"
         self._set_state(tx, task_id, TaskState.SKIPPED, reason=why, failures=failures)
-        self._event(tx, "escalation", owner, None, **data)
+        self._event(tx, Kind.ESCALATION, owner, None, **data)
         self._release(tx, task_id)
 
     def _block_dependents(self, tx: Transaction, task_id: str) -> None:
@@ -716,10 +734,10 @@ class Scheduler:
                 with self._tx() as tx:
                     self._event(
                         tx,
-                        "merge",
+                        Kind.MERGE,
                         job.task_id,
                         job.attempt,
-                        state="conflict",
+                        state=MergeEvent.CONFLICT,
                         paths=list(prepared.conflicts),
                     )
                     where = "conflict in " + ", ".join(prepared.conflicts)
@@ -757,7 +775,12 @@ class Scheduler:
         self.merging = _Merge(outcome, prepared, job)
         with self._tx() as tx:
             self._event(
-                tx, "merge", job.task_id, job.attempt, state="verifying", tip=prepared.tip[:12]
+                tx,
+                Kind.MERGE,
+                job.task_id,
+                job.attempt,
+                state=MergeEvent.VERIFYING,
+                tip=prepared.tip[:12],
             )
         self.executor.submit(job, self.inbox.put)
 
@@ -771,7 +794,7 @@ class Scheduler:
             with self._tx() as tx:
                 self._event(
                     tx,
-                    "merge",
+                    Kind.MERGE,
                     task_id,
                     merge.outcome.job.attempt,
                     state=result.state.value,
@@ -801,10 +824,10 @@ class Scheduler:
                 with self._tx() as tx:
                     self._event(
                         tx,
-                        "merge",
+                        Kind.MERGE,
                         job.task_id,
                         job.attempt,
-                        state="failed",
+                        state=MergeEvent.FAILED,
                         reason="could not move the run branch",
                     )
                     self._rerun(tx, job.task_id, "could not move the run branch")
@@ -815,10 +838,10 @@ class Scheduler:
             with self._tx() as tx:
                 self._event(
                     tx,
-                    "merge",
+                    Kind.MERGE,
                     job.task_id,
                     job.attempt,
-                    state="branch_moved",
+                    state=MergeEvent.BRANCH_MOVED,
                     found=moved,
                     restored=restored,
                 )
@@ -840,7 +863,7 @@ class Scheduler:
             self.parked.pop(task_id, None)
         with self._tx() as tx:
             tx.set_attempt(self.run_id, task_id, attempt, state=AttemptState.MERGED)
-            self._event(tx, "merge", task_id, attempt, state="merged", commit=commit)
+            self._event(tx, Kind.MERGE, task_id, attempt, state=MergeEvent.MERGED, commit=commit)
             self._set_state(tx, task_id, TaskState.DONE, commit=commit, reason="")
             owner = self.pipelines.landed(tx, task_id, commit, self._set_state)
             self._release(tx, task_id)
@@ -866,7 +889,9 @@ class Scheduler:
             return
         self.regression = _Regression(self._regression_job(self.tip, "check"), self.tip)
         with self._tx() as tx:
-            self._event(tx, "regression", None, None, state="checking", commit=self.tip)
+            self._event(
+                tx, Kind.REGRESSION, None, None, state=RegressionEvent.CHECKING, commit=self.tip
+            )
         self.executor.submit(self.regression.job, self.inbox.put)
 
     def _regression_job(self, commit: str, label: str) -> Job:
@@ -900,15 +925,22 @@ class Scheduler:
         if result.failure is Failure.INFRA_ERROR:  # it could not run: that says nothing
             self.regression, self.regression_infra = None, self.regression_infra + 1
             with self._tx() as tx:
-                self._event(tx, "regression", None, None, state="not run", detail=result.detail)
+                self._event(
+                    tx,
+                    Kind.REGRESSION,
+                    None,
+                    None,
+                    state=RegressionEvent.NOT_RUN,
+                    detail=result.detail,
+                )
                 if self.regression_infra >= INFRA_RETRIES:
                     self.regression_off = True
                     self._event(
                         tx,
-                        "regression",
+                        Kind.REGRESSION,
                         None,
                         None,
-                        state="off",
+                        state=RegressionEvent.OFF,
                         reason="the regression check could not run",
                     )
             self._pump_merges()
@@ -917,10 +949,10 @@ class Scheduler:
             with self._tx() as tx:
                 self._event(
                     tx,
-                    "regression",
+                    Kind.REGRESSION,
                     None,
                     None,
-                    state="passed" if passed else "failed",
+                    state=RegressionEvent.PASSED if passed else RegressionEvent.FAILED,
                     commit=reg.tip,
                     detail=result.detail,
                 )
@@ -946,10 +978,10 @@ class Scheduler:
             with self._tx() as tx:
                 self._event(
                     tx,
-                    "regression",
+                    Kind.REGRESSION,
                     None,
                     None,
-                    state="off",
+                    state=RegressionEvent.OFF,
                     reason="the regression command already fails on the run's base",
                 )
             self._pump_merges()
@@ -969,7 +1001,14 @@ class Scheduler:
         parent = self.integrator.parent(culprit)
         if culprit_task is None or not self.integrator.reset(parent, self.tip):
             with self._tx() as tx:
-                self._event(tx, "regression", None, None, state="unresolved", commit=culprit)
+                self._event(
+                    tx,
+                    Kind.REGRESSION,
+                    None,
+                    None,
+                    state=RegressionEvent.UNRESOLVED,
+                    commit=culprit,
+                )
             self.last_green, self.merges_unchecked = self.tip, 0
             self._pump_merges()
             return
@@ -978,10 +1017,10 @@ class Scheduler:
         with self._tx() as tx:
             self._event(
                 tx,
-                "regression",
+                Kind.REGRESSION,
                 culprit_task,
                 None,
-                state="culprit",
+                state=RegressionEvent.CULPRIT,
                 commit=culprit,
                 probes=len(reg.bisect.probes) if reg.bisect else 0,
                 reason=f"first failing merge: {culprit[:12]}",
@@ -1045,7 +1084,7 @@ class Scheduler:
             return
         self.stopping = stop
         with self._tx() as tx:
-            self._event(tx, "run", None, None, state="stopping", reason=stop.reason)
+            self._event(tx, Kind.RUN, None, None, state=RunEvent.STOPPING, reason=stop.reason)
             # Verified patches waiting to merge stay ``merging``: a resume merges them from the
             # saved patch instead of running their agents again.
             self.merge_queue.clear()
@@ -1060,7 +1099,13 @@ class Scheduler:
         if moved != self.tip and self.integrator.reset(self.tip, moved):
             with self._tx() as tx:
                 self._event(
-                    tx, "merge", None, None, state="branch_moved", found=moved, restored=True
+                    tx,
+                    Kind.MERGE,
+                    None,
+                    None,
+                    state=MergeEvent.BRANCH_MOVED,
+                    found=moved,
+                    restored=True,
                 )
         with self._tx() as tx:
             if self.stopping is not None:
@@ -1082,7 +1127,7 @@ class Scheduler:
             tx.set_run(self.run_id, state=state, finished_at=self.clock(), reason=reason)
             self._event(
                 tx,
-                "run",
+                Kind.RUN,
                 None,
                 None,
                 state=state.value,
@@ -1105,7 +1150,13 @@ class Scheduler:
         restored = self.integrator.recreate(self.tip)
         with self._tx() as tx:
             self._event(
-                tx, "merge", None, None, state="branch_deleted", restored=restored, tip=self.tip
+                tx,
+                Kind.MERGE,
+                None,
+                None,
+                state=MergeEvent.BRANCH_DELETED,
+                restored=restored,
+                tip=self.tip,
             )
         tip = self.integrator.current()
         if tip is None:
@@ -1223,10 +1274,10 @@ class Scheduler:
             data["reason"] = reason
         if "commit" in changes:
             data["commit"] = changes["commit"]
-        self._event(tx, "task", task_id, None, **data)
+        self._event(tx, Kind.TASK, task_id, None, **data)
 
     def _event(
-        self, tx: Transaction, kind: str, task_id: str | None, attempt: int | None, **data: object
+        self, tx: Transaction, kind: Kind, task_id: str | None, attempt: int | None, **data: object
     ) -> None:
         clean = {k: getattr(v, "value", v) for k, v in data.items() if v is not None}
         tx.emit(Event(self.run_id, kind, self.clock(), task_id, attempt, clean))
