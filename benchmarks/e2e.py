@@ -136,10 +136,12 @@ def run_orchardist(
     return wall, usage.ru_maxrss, usage.ru_utime, usage.ru_stime, text
 
 
-def floor(repo: Path, ids: list[str], workers: int, scratch: Path, ref: str) -> float:
+def floor(
+    repo: Path, ids: list[str], workers: int, scratch: Path, ref: str, start: str = "HEAD"
+) -> float:
     """Wall seconds of the raw git work of ``ids`` tasks, ``workers`` at a time, on ``ref``
-    (made at the repository's HEAD)."""
-    base = git("rev-parse", "HEAD", cwd=repo)
+    (made at ``start``)."""
+    base = git("rev-parse", start, cwd=repo)
     git("update-ref", ref, base, cwd=repo)
     scratch.mkdir(parents=True, exist_ok=True)
 
@@ -190,7 +192,13 @@ def bench_run(args: argparse.Namespace, shape: str, n: int, workers: int, tmp: P
     if args.no_floor:
         floor_ms = float("nan")
     else:
-        floor_s += floor(repo, task_ids(sample), workers, folder / "f1", "refs/heads/floor1")
+        # the whole floor grows the repository as the run did; a sample at the end starts
+        # from the run branch, grown by the run's files
+        start, ids = "HEAD", task_ids(sample)
+        if sample < n:
+            tip = git("for-each-ref", "--format=%(refname)", "refs/heads/orchardist/", cwd=repo)
+            start, ids = tip.split()[0], [f"end-{task}" for task in ids]
+        floor_s += floor(repo, ids, workers, folder / "f1", "refs/heads/floor1", start)
         floor_ms = floor_s / (sample * (2 if sample < n else 1)) * 1e3
     note = f"; floor sampled: {sample} tasks at the start and the end" if sample < n else ""
     print(
