@@ -16,7 +16,7 @@ from pathlib import Path
 from ..agents import AgentContext, make_agent
 from ..procs import CancelToken, new_marker
 from ..records import AgentProfile
-from .findings import Finding, ScanOutputError, ToolInfo, parse_findings_json
+from .findings import Finding, ScanJobError, ScanOutputError, ToolInfo, parse_findings_json
 from .profiles import ScannerProfile
 
 MAX_FINDINGS_BYTES = 16 << 20
@@ -43,8 +43,6 @@ def run_agent_scanner(
     writable: tuple[Path, ...] | None,
 ) -> tuple[list[Finding], ToolInfo | None]:
     """Run the agent over ``tree``; the findings it wrote."""
-    from .engine import ScanJobError
-
     findings_file = folder / "findings.json"
     prompt = profile.prompt.replace("{files}", " ".join(files)) + FINDINGS_INSTRUCTIONS
     prompt_file = folder / "prompt.md"

@@ -34,6 +34,7 @@ from ..records import AgentProfile, Event
 from ..store import Store
 from .findings import (
     Finding,
+    ScanJobError,
     ScanOutputError,
     ToolInfo,
     normalize_source,
@@ -391,10 +392,6 @@ class Scanner:
             misses=tally.misses,
             invocations=tally.invocations,
         )
-
-
-class ScanJobError(Exception):
-    """A scanner process failed; the message says how."""
 
 
 def run_scanner(

@@ -39,6 +39,10 @@ _SEVERITY_WORDS = {
 }
 
 
+class ScanJobError(Exception):
+    """A scanner process failed; the message says how."""
+
+
 class ScanOutputError(OrchardistError):
     """A scanner's output could not be read."""
 
