@@ -1,0 +1,66 @@
+"""The scheduler built directly on the in-package fakes: the inline executor, the in-memory
+integrator and an in-memory store. No git, no process, no file: what is left is the loop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchardist.clocks import WallTimers
+from orchardist.executors.inline import InlineExecutor
+from orchardist.merge import MemoryIntegrator
+from orchardist.plan import Plan, RunConfig, TaskSpec
+from orchardist.records import AgentProfile, AttemptState, Run, RunState, TaskRecord, TaskState
+from orchardist.scheduler import Scheduler
+from orchardist.store import Store
+
+BASE = "b" * 40
+
+
+def diamond() -> Plan:
+    """a -> (b, c) -> d, one retry each; the profile never runs (the inline executor stands in)."""
+    deps = {"a": (), "b": ("a",), "c": ("a",), "d": ("b", "c")}
+    tasks = tuple(
+        TaskSpec(id=t, title=f"task {t}", prompt=t, agent="fake", index=i, depends_on=d, retries=1)
+        for i, (t, d) in enumerate(deps.items())
+    )
+    profile = AgentProfile("fake", "shell", options={"command": "false"})
+    run = RunConfig(max_parallel=2, retry_backoff_s=0.01)
+    return Plan(
+        Path("/nonexistent/plan.toml"), Path("/nonexistent"), run, {"fake": profile}, tasks, ""
+    )
+
+
+def test_a_diamond_runs_to_done_on_the_fakes_retrying_a_failure_in_dependency_order() -> None:
+    # Given: a run of the diamond in an in-memory store; b's first attempt fails
+    plan = diamond()
+    store = Store.in_memory()
+    run = Run("r1", "plan.toml", "", "/nonexistent", BASE, "orchardist/r1", RunState.RUNNING, 0.0)
+    with store.transaction() as tx:
+        tx.add_run(run)
+        for task in plan.tasks:
+            tx.add_task(TaskRecord(run.id, task.id, TaskState.PENDING, task.index))
+    timers = WallTimers()
+    executor = InlineExecutor(timers, failures={"b": 1})
+    integrator = MemoryIntegrator(BASE)
+    # When: the scheduler drives it
+    try:
+        state = Scheduler(plan, run, store, executor, integrator).run()
+    finally:
+        executor.close()
+        timers.close()
+    # Then: done, every task merged once, b after its retry
+    assert state is RunState.DONE
+    assert {t.task_id: t.state for t in store.tasks(run.id)} == dict.fromkeys(
+        "abcd", TaskState.DONE
+    )
+    attempts = [(a.task_id, a.n, a.state) for a in store.attempts(run.id)]
+    assert ("b", 1, AttemptState.FAILED) in attempts and ("b", 2, AttemptState.MERGED) in attempts
+    assert sorted(a.task_id for a in store.attempts(run.id) if a.won) == ["a", "b", "c", "d"]
+    # And: the branch holds one commit per task, each after what it depends on
+    landed = integrator.first_parent_commits(BASE, integrator.tip())
+    order = [integrator.messages[c].splitlines()[0].removeprefix("task ") for c in landed]
+    assert sorted(order) == ["a", "b", "c", "d"]
+    assert order[0] == "a" and order[-1] == "d"
+    # And: each task's commit is the one on the branch
+    assert {t.commit for t in store.tasks(run.id)} == set(landed)
+    store.close()
