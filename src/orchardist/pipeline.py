@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .events import EscalationEvent, Kind
 from .plan import MAX_TASK_ID, StageSpec, TaskSpec
 from .records import AgentProfile, AttemptRecord, AttemptState, Failure, TaskState
 from .safeio import read_capped
@@ -493,7 +494,7 @@ class Pipelines:
 
     def _escalation(self, owner: str) -> dict[str, Any]:
         for event in reversed(self.store.events(self.run_id)):
-            if event.kind == "escalation" and event.task_id == owner:
+            if event.kind == Kind.ESCALATION and event.task_id == owner:
                 return {k: event.data[k] for k in ("detail", "output") if k in event.data}
         return {}
 
@@ -527,7 +528,7 @@ class Pipelines:
         if attempts and attempts[-1].log_path:  # what the agent printed, and verify did
             output = tail_of(Path(attempts[-1].log_path)) or output
         data = {
-            "state": "escalated",
+            "state": EscalationEvent.ESCALATED,
             "to": "debug",
             "shot": task_id,
             "detail": detail,
