@@ -556,6 +556,8 @@ class Scheduler:
         elif failure is not Failure.RATE_LIMITED:
             return False
         self.ready.push(_unit(job.task_id, job.candidate))
+        # a rate limit's reset time, as the agent reported it (None: the profile backs off)
+        reset = outcome.retry_after_s if failure is Failure.RATE_LIMITED else None
         self._event(
             tx,
             Kind.ATTEMPT,
@@ -563,6 +565,7 @@ class Scheduler:
             job.attempt,
             state=AttemptEvent.REQUEUED,
             failure=failure.value,
+            retry_after_s=reset,
         )
         return True
 

@@ -71,14 +71,23 @@ def run_task(
     return task
 
 
-def breaker_states(project: Path) -> list[str]:
-    """The states the run's circuit breakers went through, from its events."""
+def run_events(project: Path, kind: str) -> list[dict[str, Any]]:
+    """The data of the run's events of one kind, from its store."""
     ws = Workspace.open(project)
     try:
-        events = ws.store.events(only_run(project))
-        return [str(e.data.get("state")) for e in events if e.kind == "breaker"]
+        return [dict(e.data) for e in ws.store.events(only_run(project)) if e.kind == kind]
     finally:
         ws.store.close()
+
+
+def breaker_states(project: Path) -> list[str]:
+    """The states the run's circuit breakers went through."""
+    return [str(data.get("state")) for data in run_events(project, "breaker")]
+
+
+def requeued(project: Path) -> list[dict[str, Any]]:
+    """The attempts requeued without counting a retry (rate limits), from the events."""
+    return [data for data in run_events(project, "attempt") if data.get("state") == "requeued"]
 
 
 def workdir_root() -> dict[str, str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_support import BUGGY, VERIFY, breaker_states, buggy_project, run_task
+from real_support import BUGGY, VERIFY, breaker_states, buggy_project, requeued, run_task
 
 from e2e_support import log_of
 from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, OpenAiServer, Text, rate_limited
@@ -109,6 +109,10 @@ def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
     # Then the first attempt was rate limited with the reset time aider printed, the second merged
     first, second = task["attempts"]
     assert first["failure"] == "rate_limited", first
+    # paused for the reset time the tool reported, not counted against the task's retries
+    assert [(e["failure"], e.get("retry_after_s")) for e in requeued(project)] == [
+        ("rate_limited", 1.0)
+    ]
     assert "try again in 1s" in log_of(first)
     assert (task["state"], second["state"]) == ("done", "merged"), task
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_support import BUGGY, breaker_states, buggy_project, run_task
+from real_support import BUGGY, breaker_states, buggy_project, requeued, run_task
 
 from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, Call, OpenAiServer, Text, rate_limited
 from modelapi.openai import unauthorized as refused_key
@@ -123,6 +123,11 @@ def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
     # Then the first attempt was rate limited, the second merged the fix
     first, second = task["attempts"]
     assert first["failure"] == "rate_limited", first
+    # requeued, not counted against the task's retries; codex prints no reset time (its last
+    # words are "exceeded retry limit, last status: 429"), so the profile backs off
+    assert [(e["failure"], e.get("retry_after_s")) for e in requeued(project)] == [
+        ("rate_limited", None)
+    ]
     assert (task["state"], second["state"]) == ("done", "merged"), task
 
 

@@ -119,7 +119,9 @@ def test_a_rate_limit_pauses_and_relaunches_without_counting_a_retry(
     task = only_task(doc)
     assert task["attempts"][0]["failure"] == "rate_limited", task
     assert task["state"] == "done", task
-    assert "requeued" in [e.get("state") for e in events(doc, "attempt")]
+    # paused for the delay the API suggested ("Suggested retry after 1s."), not counted
+    pauses = [e for e in events(doc, "attempt") if e.get("state") == "requeued"]
+    assert [(e["failure"], e.get("retry_after_s")) for e in pauses] == [("rate_limited", 1.0)]
 
 
 def test_a_turn_limit_stops_gemini_and_keeps_the_tokens_it_reported(

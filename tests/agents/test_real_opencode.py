@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_support import BUGGY, breaker_states, buggy_project, run_task
+from real_support import BUGGY, breaker_states, buggy_project, requeued, run_task
 
 from e2e_support import log_of
 from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, Call, OpenAiServer, Text, rate_limited
@@ -108,6 +108,10 @@ def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
     # Then the first attempt was rate limited (reset read from its headers), the second merged
     first, second = task["attempts"]
     assert first["failure"] == "rate_limited", first
+    # paused for the reset time the tool reported, not counted against the task's retries
+    assert [(e["failure"], e.get("retry_after_s")) for e in requeued(project)] == [
+        ("rate_limited", 1.0)
+    ]
     assert (task["state"], second["state"]) == ("done", "merged"), task
 
 
