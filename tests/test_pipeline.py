@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,12 +22,16 @@ from orchardist.pipeline import (
     REPRODUCE,
     HandoffError,
     Judgement,
+    Pipelines,
     StageRun,
     judge_stage,
     read_handoff,
     stage_prompt,
 )
+from orchardist.plan import TaskSpec, load_plan
 from orchardist.procs import CancelToken
+from orchardist.records import AttemptRecord, AttemptState
+from orchardist.store import Store
 
 PATH = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}  # python is this interpreter
 
@@ -175,8 +182,8 @@ def test_read_handoff_refuses_a_handoff_that_is_not_an_object(tmp_path: Path) ->
 
 def test_a_stage_prompt_holds_the_report_the_duty_the_inputs_and_how_to_hand_over() -> None:
     inputs = {
-        REPRODUCE: {"repro_cmd": "pytest -q tests/test_bug.py"},
-        LOCALIZE: {"files": ["a.py"]},
+        "reproduce": {"repro_cmd": "pytest -q tests/test_bug.py"},
+        "localize": {"files": ["a.py"]},
     }
     localize = stage_prompt(LOCALIZE, "the bug report", {})
     assert localize.startswith("the bug report\n\n## Pipeline stage: localize")
@@ -186,3 +193,85 @@ def test_a_stage_prompt_holds_the_report_the_duty_the_inputs_and_how_to_hand_ove
     assert "$ORCHARDIST_INPUTS" in fix and '"a.py"' in fix
     assert "The reproduction `pytest -q tests/test_bug.py` must pass" in fix
     assert "## Your handoff" not in fix  # the fix is judged by its diff
+
+
+# -- shaping a stage's job from the store ------------------------------------------------------
+
+R0, REPRO_COMMIT, AUDITED, TIP, START = ("0" * 40, "1" * 40, "2" * 40, "3" * 40, "4" * 40)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = Store(tmp_path / "state.db")
+    yield opened
+    opened.close()
+
+
+def debug_specs(tmp_path: Path) -> dict[str, TaskSpec]:
+    """The stage tasks of one debug task, as load_plan expands them."""
+    (tmp_path / "repo").mkdir(exist_ok=True)
+    subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
+    plan = tmp_path / "repo" / "plan.toml"
+    plan.write_text(
+        '[agents.bot]\nkind = "shell"\ncommand = "true"\n\n'
+        '[[task]]\nid = "bug"\nprompt = "the report"\npipeline = "debug"\ncandidates = 3\n'
+    )
+    return {t.id: t for t in load_plan(plan).tasks}
+
+
+def won(store: Store, task_id: str, base: str, patch: str, handoff: dict[str, Any]) -> None:
+    """Record a stage's winning attempt, as the scheduler leaves it."""
+    with store.transaction() as tx:
+        tx.add_attempt(
+            AttemptRecord(
+                "run", task_id, 1, 0, "bot", AttemptState.MERGED, base, 0.0,
+                patch_commit=patch, selection="won: only passing candidate", won=True,
+                handoff=json.dumps(handoff),
+            )
+        )  # fmt: skip
+
+
+def job_for(spec: TaskSpec) -> Job:
+    return Job(
+        id=f"{spec.id}.1", run_id="run", task_id=spec.id, attempt=1, candidate=0,
+        base_commit=TIP, title=spec.title, prompt=spec.prompt, profile=None, verify=spec.verify,
+        workdir=".", timeout_s=60, message="m", marker="mk", baseline=TIP, check=spec.check,
+    )  # fmt: skip
+
+
+def test_each_stage_starts_where_the_earlier_ones_left_and_sees_their_handoffs(
+    tmp_path: Path, store: Store
+) -> None:
+    # Given: a reproduction (on R0) and an audit of it (on top of the reproduction) that won
+    specs = debug_specs(tmp_path)
+    asked: list[tuple[str, str, str, str]] = []
+
+    def prepare(base: str, patch: str, message: str, tip: str) -> str:
+        asked.append((base, patch, message, tip))
+        return START
+
+    pipelines = Pipelines(specs, store, "run", prepare)
+    won(store, "bug.reproduce", R0, REPRO_COMMIT, {"repro_cmd": "pytest -q t.py"})
+    won(store, "bug.audit", REPRO_COMMIT, AUDITED, {"verdict": "weak", "repro_cmd": "pytest t2.py"})
+    won(store, "bug.localize", AUDITED, AUDITED, {"files": ["a.py"]})
+
+    # When: the localize and fix stages' jobs are shaped
+    localize = pipelines.shape(job_for(specs["bug.localize"]), specs["bug.localize"])
+    fixes = [pipelines.shape(job_for(specs["bug"]), specs["bug"]) for _ in range(3)]
+
+    # Then: localize reads the audited reproduction's tree, with both handoffs
+    assert (localize.stage, localize.base_commit) == ("localize", AUDITED)
+    assert set(json.loads(localize.inputs)) == {"reproduce", "audit"}
+    # and each fix candidate starts from the run branch plus the audited reproduction (made
+    # once for all three), lands on the branch, is verified against it, and is checked with the
+    # audit's command against the branch plus the reproduction
+    fix = fixes[0]
+    assert asked == [(R0, AUDITED, "reproduction", TIP)]
+    assert (fix.stage, fix.base_commit, fix.start_commit) == ("fix", TIP, START)
+    assert (fix.baseline, fix.check, fix.check_baseline) == (TIP, "pytest t2.py", START)
+    assert set(json.loads(fix.inputs)) == {"reproduce", "audit", "localize"}
+    assert "The reproduction `pytest t2.py` must pass" in fix.prompt
+    assert all(f == fix for f in fixes)
+    # and a plain task's job is left as it was
+    plain = replace(specs["bug"], stage="", pipeline_task="")
+    assert pipelines.shape(job_for(plain), plain) == job_for(plain)
