@@ -7,10 +7,11 @@ apply to each stage unchanged::
     ID.reproduce ─► ID.audit ─► ID.localize ─► ID (the fix: the one dependents wait for)
 
 ``pipeline = "fix"`` puts a single shot first, ``ID.shot``: when it lands, the other stages are
-skipped and ``ID`` is done with its commit; when it fails, the task *escalates* to the stages
-above, with the shot's output as context. A task that names a failing ``check`` has no
-reproduce and no audit stage. Only the shot and the fix land on the run branch: the other stages
-leave a handoff (and the reproduction's files, as a commit the fix starts from).
+skipped and ``ID`` is done (the commit stays the shot's); when it changed nothing or failed
+verification, the task *escalates* to the stages above, with the shot's output as context. A
+task that names a failing ``check`` has no reproduce and no audit stage. Only the shot and the
+fix land on the run branch: the other stages leave a handoff (and the reproduction's files, as a
+commit the fix starts from).
 
 The handoff contract, the same for every agent kind: a stage's agent gets ``ORCHARDIST_STAGE``
 and the earlier handoffs both in its prompt and as JSON at ``$ORCHARDIST_INPUTS``; it leaves its
