@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .agents import Agent
 from .executors import Executor
@@ -37,6 +37,21 @@ from .oracle import CommandOutcome
 from .procs import CancelToken
 from .records import AttemptRecord, Event, Run, TaskRecord
 from .verify import Verdict
+
+if TYPE_CHECKING:  # the implementations, for the check at the end of this module
+    from .agents.aider import AiderAgent
+    from .agents.claude import ClaudeAgent
+    from .agents.codex import CodexAgent
+    from .agents.gemini import GeminiAgent
+    from .agents.llm import LlmAgent
+    from .agents.opencode import OpenCodeAgent
+    from .agents.scripted import ScriptedAgent
+    from .agents.shell import ShellAgent
+    from .executors.inline import InlineExecutor
+    from .executors.local import LocalExecutor
+    from .merge import GitIntegrator, MemoryIntegrator
+    from .store import Store as SqliteStore
+    from .verify import CommandVerifier
 
 __all__ = ["Agent", "Executor", "Integrator", "Store", "Transaction", "Verifier"]
 
@@ -183,3 +198,28 @@ class Integrator(Protocol):
     def first_parent_commits(self, since: str, until: str) -> list[str]:
         """Commits in ``since..until`` along first parents, oldest first."""
         ...
+
+
+if TYPE_CHECKING:  # mypy checks that every implementation fits its seam; nothing runs
+
+    def _implementations(
+        agents: tuple[
+            AiderAgent,
+            ClaudeAgent,
+            CodexAgent,
+            GeminiAgent,
+            LlmAgent,
+            OpenCodeAgent,
+            ScriptedAgent,
+            ShellAgent,
+        ],
+        executors: tuple[LocalExecutor, InlineExecutor],
+        stores: tuple[SqliteStore],
+        verifiers: tuple[CommandVerifier],
+        integrators: tuple[GitIntegrator, MemoryIntegrator],
+    ) -> None:
+        _agents: tuple[Agent, ...] = agents
+        _executors: tuple[Executor, ...] = executors
+        _stores: tuple[Store, ...] = stores
+        _verifiers: tuple[Verifier, ...] = verifiers
+        _integrators: tuple[Integrator, ...] = integrators
