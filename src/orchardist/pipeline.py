@@ -499,7 +499,9 @@ class Pipelines:
                 return {k: event.data[k] for k in ("detail", "output") if k in event.data}
         return {}
 
-    def landed(self, tx: Transaction, task_id: str, commit: str | None, set_state: Any) -> str:
+    def landed(
+        self, tx: Transaction, task_id: str, commit: str | None, set_state: Callable[..., None]
+    ) -> str:
         """A fix pipeline's shot landed: its other stages are skipped and the task is done.
         The commit stays the shot's own (a regression rewind takes it off and re-runs the shot,
         as for any task). Returns the task whose dependents to release ("" if none)."""
