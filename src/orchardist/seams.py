@@ -3,7 +3,8 @@
 Everything else (the scheduler's loop, candidate rounds, the merge train, budgets) is plain code
 that talks to the world only through these. Each seam has real implementations and an
 in-package fake that is a real implementation too, not a mock: the same contract tests
-(``tests/contracts/``) run against every one of them.
+(``tests/contracts/``) run against every one of them, and mypy checks each against its
+Protocol (the end of this module).
 
 - **Agent**: turn a task into changes in a worktree. Kinds in ``agents/*.py``, picked by name
   from ``agents.KINDS``. Fake: ``agents/scripted.py`` (ScriptedAgent: canned edits, sleeps,
