@@ -215,7 +215,7 @@ exec {real_git} "$@"
 
     # Then: the run stops as from any other Ctrl-C (if the signal is lost, ``launch`` stops
     # the run afterwards)
-    assert proc.wait(timeout=5) == 130
+    assert proc.wait(timeout=60) == 130
     run_id = only_run(repo)
     assert status(repo, run_id)["state"] == "interrupted"
     assert leftovers(repo, run_id) == []
