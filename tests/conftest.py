@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from orchardist import Workspace, create_run, execute, load_plan, status_document
+from orchardist.executors.local import SHARE_READONLY_VAR, SHARE_WRITABLE_VAR
 from orchardist.procs import kill_by_env
 from orchardist.worktree import ROOT_VAR
 from run_support import spawn
@@ -43,6 +44,15 @@ def _private_workdirs(
     root = tmp_path_factory.mktemp("workdirs")
     monkeypatch.setenv(ROOT_VAR, str(root))
     return root
+
+
+@pytest.fixture(autouse=True)
+def _host_view_of_tmp(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Confined attempts see the tests' temporary folders read-only, as they see the rest of
+    the host: in a real run, the repository and the agents' tools are not under /tmp."""
+    monkeypatch.setenv(SHARE_READONLY_VAR, str(tmp_path_factory.getbasetemp()))
 
 
 @pytest.fixture
@@ -95,10 +105,11 @@ def run_plan() -> Iterator[Callable[..., Finished]]:
 
 
 @pytest.fixture
-def sync(tmp_path: Path) -> Path:
+def sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A folder outside the repository where agents leave evidence and wait for each other."""
     path = tmp_path / "sync"
     path.mkdir()
+    monkeypatch.setenv(SHARE_WRITABLE_VAR, str(path))  # writable inside confined attempts too
     return path
 
 

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,18 +24,10 @@ from orchardist import GitError, RunState, sandbox
 from orchardist.gitrepo import Repo
 from orchardist.procs import marked_processes
 from run_support import leftovers, orchardist, run_folder, task_trailers
-from support import Finished, alive, git, make_repo, toml_str, write_plan
+from support import Finished, git, make_repo, running_with_arg, toml_str, write_plan
 
 GiB = 1024**3
 RunPlan = Callable[..., Finished]
-
-
-@pytest.fixture
-def sync(tmp_path: Path) -> Path:
-    """A folder outside the repository where agents leave evidence."""
-    path = tmp_path / "sync"
-    path.mkdir()
-    return path
 
 
 def attempt(run: Finished, task_id: str, n: int = 1) -> dict[str, Any]:
@@ -89,10 +82,12 @@ def test_a_daemon_an_agent_leaves_behind_is_killed_when_the_attempt_ends(
 ) -> None:
     # Given: a scripted agent that leaves a setsid daemon ignoring SIGTERM, and a shell agent
     # that does the same and tells us its daemon's pid; both then finish normally
+    # (tagged with an argument of its own: its pid inside a pid namespace means nothing here)
+    tag = f"daemon-{uuid.uuid4().hex}"
     daemon = (
-        f"setsid sh -c 'trap \"\" TERM; echo $$ > {sync}/daemon.pid; exec sleep 600' "
+        f"setsid sh -c 'trap \"\" TERM; touch {sync}/daemon; sleep 600; :' {tag} "
         "</dev/null >/dev/null 2>&1 &\n"
-        f"until [ -s {sync}/daemon.pid ]; do sleep 0.01; done\n"
+        f"until [ -e {sync}/daemon ]; do sleep 0.01; done\n"
         "echo shell > shell.txt\n"
     )
     plan = write_plan(
@@ -124,8 +119,8 @@ def test_a_daemon_an_agent_leaves_behind_is_killed_when_the_attempt_ends(
 
     # Then: both tasks done; the daemons are gone (one of them provably existed)
     assert run.state is RunState.DONE, run.doc
-    pid = int((sync / "daemon.pid").read_text())
-    assert not alive(pid)
+    assert (sync / "daemon").exists()
+    assert not running_with_arg(tag)
     nothing_left(run)
 
 

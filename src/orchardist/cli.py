@@ -506,6 +506,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _print_forecast(plan, args)
     _check_tasks(plan, [*args.only, *args.skip])
+    _isolation_note(plan)  # "required" without namespaces: refused before anything is made
     # Read-only until every check passed: a refused run leaves nothing behind.
     existing = Workspace.open(plan.repo) if _has_runs(plan.repo) else None
     unfinished = [] if args.fresh or existing is None else unfinished_runs(existing, plan)
@@ -653,14 +654,12 @@ def _drive(
     return codes.get(state, EXIT_FAILED)
 
 
-def _sandbox_note(plan: Any) -> str:
-    from . import sandbox
+def _isolation_note(plan: Any) -> str:
+    """Which isolation the run gets, for its first line; IsolationError (exit 2) when
+    ``[run] isolation = "required"`` and namespaces cannot be made here."""
+    from . import isolation
 
-    if not plan.run.sandbox:
-        return "sandbox off: [run] sandbox = false"
-    if not sandbox.available():
-        return "sandbox off: this kernel has no Landlock; writes are only detected afterwards"
-    return f"sandbox on: Landlock ABI {sandbox.abi_version()}"
+    return isolation.describe(plan.run.isolation, isolation.choose(plan.run.isolation))
 
 
 class _StopRelay:
@@ -696,7 +695,7 @@ def _execute(
 ) -> RunState:
     from .runs import execute, reconcile
 
-    header = f"run {run.id} → branch {run.branch}  ({_sandbox_note(plan)})"
+    header = f"run {run.id} → branch {run.branch}  ({_isolation_note(plan)})"
     states = {t.task_id: t.state.value for t in ws.store.tasks(run.id)}
     hooks = _progress_hooks(plan, args, header, states)
     try:

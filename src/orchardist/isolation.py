@@ -18,9 +18,10 @@ plan's ``[run] isolation`` policy and :func:`describe` says which one a run got.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
@@ -152,6 +153,20 @@ def wrap(argv: Sequence[str], spec: Spec, cwd: Path | None = None) -> list[str]:
         # bwrap would silently start in $HOME when the directory is not visible inside
         wrapped += ["--chdir", str(cwd)]
     return [*wrapped, "--", *argv]
+
+
+def hidden_by_tmp(paths: Iterable[Path | str]) -> tuple[Path, ...]:
+    """Those of ``paths`` that live under the host's ``/tmp``, resolved: the private ``/tmp``
+    hides them, so whatever a confined process must still read there (the interpreter, tools
+    on ``PATH``, the user's objects) is bound again, read-only."""
+    found = []
+    for path in paths:
+        if not path:
+            continue
+        real = Path(os.path.realpath(path))
+        if real.is_relative_to("/tmp") and real != Path("/tmp"):
+            found.append(real)
+    return tuple(dict.fromkeys(found))
 
 
 def _base(bwrap: str, spec: Spec) -> list[str]:

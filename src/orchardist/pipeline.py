@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .events import EscalationEvent, Kind
+from .isolation import Spec
 from .plan import MAX_TASK_ID, StageSpec, TaskSpec
 from .records import AgentProfile, AttemptRecord, AttemptState, Failure, TaskState
 from .safeio import read_capped
@@ -317,6 +318,7 @@ class StageRun:
     deadline: float
     cancel: CancelToken
     writable: tuple[Path, ...] | None
+    confine: Spec | None = None  # how its commands are isolated (see isolation.py)
 
 
 @dataclass(frozen=True)
@@ -358,6 +360,7 @@ def _judge_reproduction(command: str, handoff: dict[str, Any], run: StageRun) ->
         deadline=run.deadline,
         cancel=run.cancel,
         writable=run.writable,
+        confine=run.confine,
     )
     tail = output[-OUTPUT_CHARS:]
     code = result.exit_code

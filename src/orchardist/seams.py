@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .agents import Agent
 from .executors import Executor
+from .isolation import Spec
 from .merge import Prepared
 from .oracle import CommandOutcome
 from .procs import CancelToken
@@ -159,6 +160,8 @@ class Verifier(Protocol):
         marker: str | None = None,
         writable: Sequence[Path] | None = None,
         check_baseline: str | None = None,
+        confine: Spec | None = None,
+        network: bool = False,
     ) -> Verdict:
         """Every command must pass, or fail only where ``baseline`` already failed; the check
         must fail on ``check_baseline`` (default: ``baseline``) and pass here."""

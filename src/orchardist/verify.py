@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
+from .isolation import Spec
 from .oracle import (
     CommandOutcome,
     TestReport,
@@ -89,6 +90,7 @@ def run_one(
     marker: str | None = None,
     junit: Path | None = None,
     writable: Sequence[Path] | None = None,
+    confine: Spec | None = None,
 ) -> tuple[CommandResult, TestReport | None, str]:
     """Run one command with ``/bin/sh -c``; with ``junit``, pytest runs report per test.
 
@@ -113,6 +115,7 @@ def run_one(
         cancel=cancel,
         marker=marker,
         writable=writable,
+        confine=confine,
     )
     result = CommandResult(command, proc.exit_code, proc.duration_s, proc.timed_out, proc.cancelled)
     report = parse_junit(junit) if junit is not None else None
@@ -155,6 +158,7 @@ class Baselines(Protocol):
         timeout_s: float,
         run_id: str = "",
         cancel: CancelToken | None = None,
+        network: bool = False,
     ) -> CommandOutcome:
         """The command's outcome on ``commit`` (run now if not cached)."""
         ...
@@ -188,6 +192,7 @@ class Runner(Protocol):
         marker: str | None = None,
         junit: Path | None = None,
         writable: Sequence[Path] | None = None,
+        confine: Spec | None = None,
     ) -> tuple[CommandResult, TestReport | None, str]: ...
 
 
@@ -216,10 +221,13 @@ class CommandVerifier:
         cancel: CancelToken | None = None,
         marker: str | None = None,
         writable: Sequence[Path] | None = None,
+        confine: Spec | None = None,
         check_baseline: str | None = None,
+        network: bool = False,
     ) -> Verdict:
         """Every command must pass, or fail only where the base already failed; the check must
-        fail on ``check_baseline`` (default: ``baseline``) and pass here."""
+        fail on ``check_baseline`` (default: ``baseline``) and pass here. ``confine`` isolates
+        each command (see isolation.py); the base is run with the same ``network``."""
         if not commands and check is None:
             return Verdict(True, "unverified", "no verify commands: merged unchecked")
         scratch.mkdir(parents=True, exist_ok=True)
@@ -232,6 +240,7 @@ class CommandVerifier:
             cancel=cancel,
             marker=marker,
             writable=writable,
+            confine=confine,
         )
         notes: list[str] = []
         run_id = env.get("ORCHARDIST_RUN", "")  # tags baseline processes for crash cleanup
@@ -244,7 +253,9 @@ class CommandVerifier:
             outcome = CommandOutcome(command, result.exit_code, result.timed_out, report)
             base = None
             if self.baselines is not None and baseline is not None and not result.timed_out:
-                base = self.baselines.outcome(baseline, command, workdir, timeout_s, run_id, cancel)
+                base = self.baselines.outcome(
+                    baseline, command, workdir, timeout_s, run_id, cancel, network=network
+                )
             judgement = judge(outcome, base)
             if judgement.passed:
                 notes.append(f"{command}: {judgement.reason}")
@@ -264,7 +275,7 @@ class CommandVerifier:
         if check is not None:
             run = partial(run, junit=scratch / "check.xml")
             on = check_baseline or baseline
-            verdict = self._check(check, on, workdir, timeout_s, run_id, run, cancel)
+            verdict = self._check(check, on, workdir, timeout_s, run_id, run, cancel, network)
             if verdict is not None:
                 return verdict
         detail = f"{len(commands)} verify command(s) passed" + (" and the check" if check else "")
@@ -279,6 +290,7 @@ class CommandVerifier:
         run_id: str,
         run: Callable[..., tuple[CommandResult, TestReport | None, str]],
         cancel: CancelToken | None,
+        network: bool = False,
     ) -> Verdict | None:
         result, report, tail = run(check)
         if result.cancelled:
@@ -295,7 +307,9 @@ class CommandVerifier:
                 result.exit_code,
                 result.timed_out,
             )
-        on_base = self.baselines.outcome(baseline, check, workdir, timeout_s, run_id, cancel)
+        on_base = self.baselines.outcome(
+            baseline, check, workdir, timeout_s, run_id, cancel, network=network
+        )
         judgement = judge_check(on_base, here)
         if judgement.passed:
             return None
@@ -346,6 +360,7 @@ class PythonCommands:
         marker: str | None = None,
         junit: Path | None = None,
         writable: Sequence[Path] | None = None,
+        confine: Spec | None = None,
     ) -> tuple[CommandResult, TestReport | None, str]:
         """Run ``command``'s function in ``cwd``; no per-test report."""
         if cancel is not None and cancel.cancelled:
@@ -376,6 +391,7 @@ class MemoryBaselines:
         timeout_s: float,
         run_id: str = "",
         cancel: CancelToken | None = None,
+        network: bool = False,
     ) -> CommandOutcome:
         """The given outcome, or a pass."""
         self.asked.append((commit, command))

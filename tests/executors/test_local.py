@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pytest
 
 from orchardist import RunState
 from orchardist.procs import CancelToken
-from support import Finished, alive, git, make_repo, toml_str, write_plan
+from support import Finished, git, make_repo, running_with_arg, toml_str, write_plan
 
 RunPlan = Callable[..., Finished]
 Scripts = Callable[..., str]
@@ -389,13 +390,15 @@ def test_processes_an_agent_leaves_behind_are_ended(
 ) -> None:
     # Given: an agent that starts a background child and a setsid daemon ignoring SIGTERM,
     # then exits 0; and one that starts a background child, then hangs past its timeout
-    child = """\
-    sleep 60 &
-    echo $! > "$SYNC/child-$ORCHARDIST_TASK"
+    # (each tagged with an argument of its own: pids from inside a pid namespace mean nothing)
+    tag = f"leftover-{uuid.uuid4().hex}"
+    child = f"""\
+    sh -c 'touch "$1"; sleep 60; :' {tag}-child-$ORCHARDIST_TASK "$SYNC/child-$ORCHARDIST_TASK" &
+    wait_for test -e "$SYNC/child-$ORCHARDIST_TASK"
     """
-    daemon = """\
-    setsid sh -c 'trap "" TERM; echo $$ > "$1"; exec sleep 60' sh "$SYNC/daemon-$ORCHARDIST_TASK" &
-    wait_for test -s "$SYNC/daemon-$ORCHARDIST_TASK"
+    daemon = f"""\
+    setsid sh -c 'trap "" TERM; touch "$1"; sleep 60; :' {tag}-daemon-exits "$SYNC/daemon" &
+    wait_for test -e "$SYNC/daemon"
     """
     command = shell_scripts(exits=child + daemon, hangs=child + "    sleep 60\n")
     plan = write_plan(
@@ -421,9 +424,9 @@ def test_processes_an_agent_leaves_behind_are_ended(
     run = run_plan(plan)
 
     assert run.states() == {"exits": "done", "hangs": "failed"}
+    assert {p.name for p in sync.iterdir()} >= {"child-exits", "child-hangs", "daemon"}
     for name in ("child-exits", "daemon-exits", "child-hangs"):
-        pid = int((sync / name).read_text())
-        assert not alive(pid), f"{name} (pid {pid}) outlived its attempt"
+        assert not running_with_arg(f"{tag}-{name}"), f"{name} outlived its attempt"
 
 
 # -- many attempts at once --------------------------------------------------------------------

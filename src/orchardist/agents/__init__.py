@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from ..errors import AgentError
+from ..isolation import Spec
 from ..procs import CancelToken
 from ..records import AgentProfile, Failure, Usage
 from ..worktree import AttemptPaths
@@ -70,6 +71,7 @@ class AgentContext:
     cancel: CancelToken
     marker: str  # shared by every process of the attempt
     writable: tuple[Path, ...] | None = None  # where its processes may write (None: anywhere)
+    confine: Spec | None = None  # how its processes are isolated (None: by ``writable`` alone)
     paths: AttemptPaths | None = None  # the attempt's folders (None: a bare worktree, in tests)
     max_cost_usd: float | None = None  # what the attempt may spend (the task's budget left)
 

@@ -270,6 +270,7 @@ class CliAgent(abc.ABC):
                 on_line=on_line,
                 marker=ctx.marker,
                 writable=ctx.writable,
+                confine=ctx.confine,
             )
         finally:
             stop.close()

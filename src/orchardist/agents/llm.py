@@ -284,6 +284,7 @@ class _Loop:
             on_line=output.add,
             marker=self.ctx.marker,
             writable=self.ctx.writable,
+            confine=self.ctx.confine,
         )
         note = f" (killed: timed out after {timeout:g}s)" if proc.timed_out else ""
         return f"exit code: {proc.exit_code}{note}\n<output>\n{output.text()}</output>"

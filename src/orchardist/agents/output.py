@@ -59,6 +59,7 @@ def run_agent_process(argv: Sequence[str], ctx: AgentContext) -> AgentResult:
         cancel=ctx.cancel,
         marker=ctx.marker,
         writable=ctx.writable,
+        confine=ctx.confine,
     )
     return process_result(proc, ctx)
 

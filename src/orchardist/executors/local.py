@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import sys
 import tempfile
 import threading
 import time
@@ -14,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import sandbox
-from .. import sandbox as _sandbox  # the module, where a parameter shadows its name
 from ..agents import Agent, AgentContext, AgentResult, agent_class, make_agent, scrubbed_env
 from ..discover import auto_commands, discover_tests
 from ..errors import GitError, OrchardistError
 from ..gitrepo import Repo
+from ..isolation import Mode, Policy, Spec, choose, hidden_by_tmp
 from ..oracle import CommandOutcome, baseline_key
 from ..pipeline import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
 from ..plan import RunConfig
@@ -37,6 +38,10 @@ NO_CHANGES_FEEDBACK = (
     "only described, or written outside the working tree do not count."
 )
 MAX_ENV_PROMPT_BYTES = 64 * 1024  # larger prompts are only in the prompt file (exec limits)
+# Folders (separated like PATH) shown to every confined process although the private /tmp would
+# hide them, read-only or writable: for test harnesses, and caches the user means to share.
+SHARE_READONLY_VAR = "ORCHARDIST_SHARE_READONLY"
+SHARE_WRITABLE_VAR = "ORCHARDIST_SHARE_WRITABLE"
 
 
 class LocalExecutor:
@@ -53,6 +58,7 @@ class LocalExecutor:
         guard_checkout: bool = True,
         sandbox: bool = True,
         workspace: Path | None = None,
+        isolation: Policy | None = None,
     ) -> None:
         self.repo = repo
         self.layout = Layout(repo, workdir_root(workspace), Path(state_dir))
@@ -73,11 +79,14 @@ class LocalExecutor:
         baselines = None if store is None else LocalBaselines(self, store)
         self.verifier = CommandVerifier(baselines)
         self.store = store
+        # ``sandbox = False`` is the older spelling of isolation "off".
+        self.policy = isolation or (Policy.AUTO if sandbox else Policy.OFF)
+        self.mode = choose(self.policy)  # IsolationError when "required" cannot be met
         # Confined agents cannot write to the user's checkout or git directory: whatever
         # changes there is the user's own doing, so the guard has nothing to look for.
-        self._guard = guard_checkout and not (sandbox and _sandbox.available())
+        self._guard = guard_checkout and self.mode is Mode.NONE
         self._theirs: list[Path] | None = None
-        self.sandbox = sandbox
+        self._hidden: tuple[Path, ...] | None = None
         # The checkout guard's own lock: its look at the checkout reads the store, so it must not
         # be ``_lock``, which the scheduler takes (cancel) while it holds a store transaction.
         self._guard_lock = threading.Lock()
@@ -104,6 +113,7 @@ class LocalExecutor:
             guard_checkout=settings.guard_checkout,
             sandbox=settings.sandbox,
             workspace=settings.workspace,
+            isolation=settings.isolation,
         )
 
     def submit(self, job: Job, notify: Notify) -> None:
@@ -182,16 +192,16 @@ class LocalExecutor:
                 detail = f"workdir {job.workdir!r} does not exist at {job.base_commit[:10]}"
                 return end(AttemptState.FAILED, Failure.INFRA_ERROR, detail=detail)
             # Decided before the agent runs: it could rewrite its .git file to point anywhere.
-            writable = self._writable(paths)
-            if job.stage in READ_ONLY_STAGES and writable is not None:
-                writable = tuple(p for p in writable if p != paths.tree)
+            agent_spec = self._confinement(paths, network=True)
+            if job.stage in READ_ONLY_STAGES and agent_spec is not None:
+                agent_spec = _without(agent_spec, paths.tree)
             gitfile = (worktree / ".git").read_text(errors="replace")
             env = self._env(job, paths)
             patch, changed, usage, summary = job.base_commit, 0, Usage(), ""
             if job.profile is not None:
                 kind = agent_class(job.profile.kind)
                 fill_home(paths, self._real_home(), kind.home_files, kind.home_state)
-                ctx = self._context(job, paths, cwd, env, log, deadline, token, writable)
+                ctx = self._context(job, paths, cwd, env, log, deadline, token, agent_spec)
                 with self._guard_lock:
                     self._in_agent.add(job.id)  # until its own look at the checkout
                 result = self._agent(job.profile).run(ctx)
@@ -238,9 +248,13 @@ class LocalExecutor:
             if job.stage in JUDGED_STAGES:
                 notify(Phase(job, "verifying"))
                 env = {**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"}
+                spec = self._confinement(paths, network=job.network)
+                writable = None if spec is None else _writable_of(spec)
                 judged = judge_stage(
                     job,
-                    StageRun(worktree, cwd, paths.output_file, env, log, deadline, token, writable),
+                    StageRun(
+                        worktree, cwd, paths.output_file, env, log, deadline, token, writable, spec
+                    ),
                     unchanged=self._unchanged(job, patch),
                 )
                 done: dict[str, Any] = {
@@ -287,7 +301,8 @@ class LocalExecutor:
                 timeout_s=job.timeout_s,
                 cancel=token,
                 marker=job.marker,
-                writable=writable,
+                confine=self._confinement(paths, network=job.network),
+                network=job.network,
             )
             common: dict[str, Any] = {
                 "patch_commit": patch,
@@ -444,7 +459,7 @@ class LocalExecutor:
         log: Path,
         deadline: float,
         token: CancelToken,
-        writable: tuple[Path, ...] | None,
+        confine: Spec | None,
     ) -> AgentContext:
         assert job.profile is not None
         prompt_file = log.with_suffix(".prompt.md")
@@ -479,13 +494,60 @@ class LocalExecutor:
             timeout_s=timeout,
             cancel=token,
             marker=job.marker,
-            writable=writable,
+            writable=None if confine is None else _writable_of(confine),
+            confine=confine,
             paths=paths,
             max_cost_usd=job.max_cost_usd,
         )
 
-    def _writable(self, paths: AttemptPaths) -> tuple[Path, ...] | None:
-        """Where a job's processes may write, or None where the sandbox is off or unavailable.
+    def _confinement(self, paths: AttemptPaths, network: bool) -> Spec | None:
+        """How a process of the attempt at ``paths`` is confined, in the executor's mode.
+
+        With namespaces: writable only the attempt's tree, git directory, io folder, home and
+        tmp (which becomes /tmp); the rest of the host read-only, the user's object store
+        included (the private git directory reads it through alternates). ``network`` False
+        leaves loopback only.
+        """
+        if self.mode is Mode.NONE:
+            return None
+        if self.mode is Mode.LANDLOCK:
+            return Spec(self._landlock_writable(paths), mode=Mode.LANDLOCK)
+        return Spec(
+            writable=(paths.tree, paths.git, paths.io, *self._shared(SHARE_WRITABLE_VAR)),
+            readonly=self._hidden_needs(),
+            home=paths.home,
+            tmp=paths.tmp,
+            network=network,
+        )
+
+    def _hidden_needs(self) -> tuple[Path, ...]:
+        """What confined processes must still read beneath the host's /tmp (looked up once):
+        the user's repository (as elsewhere on the host, read-only: the attempts' git
+        directories read its objects, the agents their prompt files among its logs), the
+        alternates of its objects, this interpreter and orchardist itself, the folders on PATH
+        and the toolchain roots."""
+        if self._hidden is None:
+            objects = self.repo.common_dir / "objects"
+            needs: list[Path | str] = [self.repo.root, self.repo.common_dir, objects]
+            needs += [sys.prefix, sys.base_prefix]
+            with contextlib.suppress(OSError):
+                alternates = (objects / "info" / "alternates").read_text().splitlines()
+                needs += [objects / line for line in alternates if line.strip()]
+            needs.append(Path(__file__).resolve().parents[2])  # orchardist's own source
+            env = self._source_env()
+            needs += env.get("PATH", os.defpath).split(os.pathsep)
+            needs += tool_homes(env, self._real_home()).values()
+            needs += self._shared(SHARE_READONLY_VAR)
+            self._hidden = hidden_by_tmp(p for p in needs if Path(p).exists())
+        return self._hidden
+
+    def _shared(self, var: str) -> tuple[Path, ...]:
+        """The existing folders the user lists in ``var`` (absolute, separated like PATH)."""
+        listed = self._source_env().get(var, "").split(os.pathsep)
+        return tuple(Path(p) for p in listed if p and Path(p).is_absolute() and Path(p).is_dir())
+
+    def _landlock_writable(self, paths: AttemptPaths) -> tuple[Path, ...]:
+        """Where a job's processes may write under Landlock.
 
         The attempt's own folders (tree, private git directory, home, tmp, io), /dev, and the
         temporary folders and the caller's home except what must stay read-only: the
@@ -493,8 +555,6 @@ class LocalExecutor:
         folders, and the files that would run code in the user's shell or git (shell profiles,
         ~/.gitconfig, ~/.ssh, ~/.local/bin, ...).
         """
-        if not self.sandbox or not sandbox.available():
-            return None
         writable = [*paths.writable, Path("/dev")]
         home = Path((self.environ or os.environ).get("HOME", "/nonexistent"))
         protected = [self.repo.root, self.repo.common_dir, self.layout.folder]
@@ -536,6 +596,17 @@ _HOME_PROTECTED = (
 )
 
 
+def _without(spec: Spec, path: Path) -> Spec:
+    """``spec`` with ``path`` read-only (a stage that must not change its tree)."""
+    kept = tuple(p for p in spec.writable if p != path)
+    return replace(spec, writable=kept, readonly=(*spec.readonly, path))
+
+
+def _writable_of(spec: Spec) -> tuple[Path, ...]:
+    """Everything a spec lets its processes write (for agents that tell their CLI so)."""
+    return (*spec.writable, *(p for p in (spec.home, spec.tmp) if p is not None))
+
+
 def _clip(text: str, limit: int) -> str:
     data = text.encode("utf-8")
     return text if len(data) <= limit else data[:limit].decode("utf-8", errors="ignore")
@@ -563,9 +634,15 @@ class LocalBaselines:
         timeout_s: float,
         run_id: str = "",
         cancel: CancelToken | None = None,
+        network: bool = False,
     ) -> CommandOutcome:
-        """The cached outcome, or run it now (concurrent callers for one key wait for one run)."""
-        key = baseline_key(commit, f"[{workdir}] {command}")
+        """The cached outcome, or run it now (concurrent callers for one key wait for one run).
+
+        With ``network`` the base is run with network, as the commands it is compared with
+        were: a base failing for want of network must not excuse a failure of the change.
+        """
+        scope = f"[{workdir}]" + (" [network]" if network else "")
+        key = baseline_key(commit, f"{scope} {command}")
         with self._lock:
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         # Across processes too: two orchestrators on one repository run a baseline once.
@@ -573,7 +650,9 @@ class LocalBaselines:
             cached = self.store.baseline(key)
             if cached is not None:
                 return cached
-            outcome, cancelled = self._run(key, commit, command, workdir, timeout_s, run_id, cancel)
+            outcome, cancelled = self._run(
+                key, commit, command, workdir, timeout_s, run_id, cancel, network
+            )
             if not cancelled:  # a cut-short run says nothing about the base
                 with self.store.transaction() as tx:
                     tx.put_baseline(key, commit, outcome, self.executor.clock())
@@ -588,6 +667,7 @@ class LocalBaselines:
         timeout_s: float,
         run_id: str,
         cancel: CancelToken | None,
+        network: bool,
     ) -> tuple[CommandOutcome, bool]:
         ex = self.executor
         name = f"baseline-{key[:16]}"
@@ -599,7 +679,6 @@ class LocalBaselines:
             env = scrubbed_env((), ex.environ)
             env.update(ORCHARDIST_PHASE="baseline", ORCHARDIST_RUN=run_id)
             env.update(ex._private_env(paths))
-            writable = ex._writable(paths)
             result, report, _ = run_one(
                 command,
                 cwd=paths.tree / workdir,
@@ -607,7 +686,7 @@ class LocalBaselines:
                 log=log,
                 deadline=time.monotonic() + timeout_s,
                 junit=paths.io / "junit.xml",
-                writable=writable,
+                confine=ex._confinement(paths, network=network),
                 cancel=cancel,
             )
         finally:
