@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from orchardist import isolation
 from orchardist.errors import IsolationError, UsageError
 from orchardist.isolation import Mode, Policy, Probe, Spec, choose, describe, wrap
 from orchardist.procs import CancelToken, ProcessResult, processes_with_env, run_process
+from support import write_plan
 
 ENV = {"PATH": os.environ["PATH"]}
 WAIT_LOOP = 'i=0; until {cond}; do i=$((i+1)); [ "$i" -lt 1000 ] || exit 9; sleep 0.01; done'
@@ -306,3 +308,73 @@ def test_a_confined_command_gets_its_grace_period_on_cancel(
     assert result.cancelled
     assert "cleaned up" in (tmp_path / "out.log").read_text()
     assert result.exit_code == 7
+
+
+# -- through the command line ----------------------------------------------------------------
+
+SCRIPTED_PLAN = """
+[run]
+isolation = "{policy}"
+
+[agents.fake]
+kind = "scripted"
+script = {{ "*" = {{ write = {{ "done.txt" = "done\\n" }} }} }}
+
+[[task]]
+id = "t"
+"""
+
+
+def cli(repo: Path, path: str) -> subprocess.CompletedProcess[str]:
+    """``orchardist run plan.toml`` in ``repo`` with ``path`` as PATH."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchardist", "run", "plan.toml"],
+        cwd=repo,
+        env={**os.environ, "PATH": path},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_run_s_first_line_says_it_got_namespaces(repo: Path, namespaces: None) -> None:
+    write_plan(repo, SCRIPTED_PLAN.format(policy="required"))
+
+    done = cli(repo, os.environ["PATH"])
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("run ") and "isolation: namespaces (bubblewrap" in first
+
+
+def test_required_isolation_without_bwrap_exits_2_and_creates_no_run(
+    repo: Path, tmp_path: Path
+) -> None:
+    # Given: a PATH with git but no bwrap, and a plan that requires namespaces
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
+    write_plan(repo, SCRIPTED_PLAN.format(policy="required"))
+
+    done = cli(repo, str(bin_dir))
+
+    # Then: a usage error naming the cause and the way out; nothing was created
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert 'isolation = "required"' in done.stderr
+    assert "install bubblewrap" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (repo / ".git" / "orchardist" / "state.db").exists()
+
+
+def test_auto_without_bwrap_runs_with_the_fallback_and_says_so(repo: Path, tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
+    write_plan(repo, SCRIPTED_PLAN.format(policy="auto"))
+
+    done = cli(repo, str(bin_dir))
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    first = done.stdout.splitlines()[0]
+    assert "namespaces unavailable: bwrap not found on PATH" in first
