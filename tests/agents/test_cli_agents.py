@@ -418,6 +418,7 @@ def test_a_tool_past_its_budget_is_stopped_and_keeps_its_usage(
         f"{kind} stopped by orchardist: budget spent (${spent:.4f} of max_cost_usd=0.001)"
     )
     assert result.usage.cost_usd == pytest.approx(spent)
+    assert ctx.log.read_text().endswith(f"orchardist: {result.detail}\n")
     assert result.duration_s < 10
     assert marked_processes(ctx.marker) == set()
 

@@ -302,6 +302,8 @@ class CliAgent(abc.ABC):
             return AgentResult(proc.exit_code, proc.duration_s, Failure.TIMEOUT, detail, usage)
         if proc.cancelled and "budget" in seen.state and not ctx.cancel.cancelled:
             detail = seen.state["budget"]
+            with ctx.log.open("a", encoding="utf-8") as log:  # the tool's own output says nothing
+                log.write(f"orchardist: {detail}\n")
             return AgentResult(
                 proc.exit_code or 1, proc.duration_s, Failure.AGENT_ERROR, detail, usage
             )
