@@ -235,7 +235,10 @@ def run_process(
             if not exited and deadline is not None and clock() >= deadline:
                 timed_out = True
                 break
-        kill_tree(proc.pid, marker, grace_s=0.0 if exited else grace_s, spare_leader=spare)
+        # A namespace whose bwrap ended is empty: its init died, and the kernel reaps every
+        # process in it before that death is reported. Nothing to look for in /proc.
+        if not (exited and spare):
+            kill_tree(proc.pid, marker, grace_s=0.0 if exited else grace_s, spare_leader=spare)
         proc.wait()
         _drain(pipe, sink, seconds=2.0)
     finally:
