@@ -244,3 +244,21 @@ def test_the_agent_cannot_reach_the_index_copy_the_snapshot_lists_from(tmp_path:
     layout.tidy()
     assert layout.checkout(paths, "run1") is None
     assert not list((tmp_path / "workdirs").rglob("listing.git"))
+
+
+def test_an_index_copy_changed_behind_orchardists_back_is_not_trusted(tmp_path: Path) -> None:
+    # Given an attempt without the sandbox, whose agent edited a file and rewrote the index
+    # copy to record the edited file's stat data (hiding the edit from the listing)
+    repo, layout, paths, base = _attempt(tmp_path, FILES)
+    (paths.tree / "src" / "app.py").write_text("print('changed')\n")
+    env = {**os.environ, "GIT_INDEX_FILE": str(paths.checkout_index)}
+    subprocess.run(
+        ["git", "--git-dir", str(paths.git), "--work-tree", str(paths.tree), "add", "src/app.py"],
+        check=True,
+        env=env,
+    )
+
+    # Then orchardist does not use it, and the snapshot reading every file has the edit
+    assert layout.checkout(paths, "run1") is None
+    snap = repo.snapshot(paths.tree, base, "task", layout.checkout(paths, "run1"))
+    assert repo.changed_files(base, snap) == ["src/app.py"]

@@ -131,6 +131,7 @@ class Layout:
         self._config: str | None = None
         self._recorded: set[str] = set()
         self._lock = threading.Lock()
+        self._indexes: dict[Path, bytes] = {}  # digest of each attempt's checkout.index
 
     def attempt(self, run_id: str, job_id: str) -> AttemptPaths:
         """The folders of a run's job (not created)."""
@@ -174,12 +175,22 @@ class Layout:
             "-u",
             commit,
         )
-        shutil.copyfile(git / "index", paths.checkout_index)
+        index = (git / "index").read_bytes()
+        paths.checkout_index.write_bytes(index)
+        with self._lock:
+            self._indexes[paths.root] = hashlib.sha256(index).digest()
 
     def checkout(self, paths: AttemptPaths, run_id: str) -> Checkout | None:
         """How ``paths`` was checked out, for a snapshot that reads only what changed; None
-        where the layout did not check it out (then the snapshot reads every file)."""
-        if not paths.checkout_index.is_file():
+        where the layout did not check it out, or the index copy is not the one it wrote (an
+        agent without the sandbox can write anywhere): then the snapshot reads every file."""
+        with self._lock:
+            digest = self._indexes.get(paths.root)
+        try:
+            index = paths.checkout_index.read_bytes()
+        except OSError:
+            return None
+        if digest is None or hashlib.sha256(index).digest() != digest:
             return None
         return Checkout(paths.checkout_index, self._listing(run_id))
 
@@ -201,6 +212,8 @@ class Layout:
 
     def remove(self, paths: AttemptPaths) -> None:
         """Remove an attempt's folders, whatever the agent did to them."""
+        with self._lock:
+            self._indexes.pop(paths.root, None)
         remove_tree(paths.root)
 
     def tidy(self) -> None:
