@@ -171,6 +171,10 @@ def gemini() -> None:
     def to(url: str) -> dict[str, str]:
         return {"GEMINI_API_KEY": "test-gemini-key", "GOOGLE_GEMINI_BASE_URL": url}
 
+    outside = ToolUse("write_file", {"file_path": "{cwd}/../calc.py", "content": "x = 1\n"})
+    opts_refused = {"model": "gemini-2.5-pro"}
+    refused = GeminiServer([outside, GeminiText("I could not write the file.")])
+    record("gemini", "refused.jsonl", refused, to, opts_refused)
     reads = [ToolUse("read_file", {"file_path": "{cwd}/calc.py"})] * 4 + [GeminiText("Done.")]
     opts = {"model": "gemini-2.5-pro", "max_turns": 2}
     record("gemini", "turn_limit.jsonl", GeminiServer(reads), to, opts)

@@ -95,6 +95,7 @@ def test_an_edit_gemini_refuses_fails_the_attempt(
     assert task["state"] == "failed", task
     assert attempt["failure"] == "no_changes", attempt
     assert "Path not in workspace" in log_of(attempt)
+    assert "gemini refused 1 tool call(s)" in attempt["detail"], attempt["detail"]
     assert not (Path(doc["_repo"]).parent / "calc.py").exists()
 
 

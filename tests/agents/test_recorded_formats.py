@@ -243,7 +243,14 @@ def test_aider_failures_are_classified_though_it_exits_0(
     assert result.retry_after_s == retry_after_s
 
 
-# -- gemini's turn limit ----------------------------------------------------------------------
+# -- gemini's turn limit and refusals ---------------------------------------------------------
+
+
+def test_gemini_says_which_tool_calls_it_refused(tmp_path: Path) -> None:
+    _, result = replay("refused.jsonl", 0, tmp_path, "gemini")
+    assert result.failure is None  # it ends normally: "changed nothing" fails the attempt
+    assert result.detail.startswith("gemini refused 1 tool call(s):\n- write_file: Path not in")
+    assert result.detail.endswith("I could not write the file.")
 
 
 def test_gemini_turn_limit_keeps_its_tokens(tmp_path: Path) -> None:

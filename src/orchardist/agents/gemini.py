@@ -24,6 +24,7 @@ Variables it reads: ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``, Vertex's), ``GOOG
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,6 +45,7 @@ EXIT_CODES = {
     53: (Failure.AGENT_ERROR, "turn limit exceeded"),
 }
 STDIN_PROMPT = "Carry out the task given above."
+REFUSAL = re.compile(r"not in workspace|denied|policy", re.IGNORECASE)  # a refused tool call
 MAX_ATTEMPTS = 3  # its own tries of one request (default 10, with long waits on a 429)
 LOGIN_FILES = ("oauth_creds.json", "google_accounts.json")  # copied from the user's ~/.gemini
 
@@ -158,8 +160,14 @@ class GeminiAgent(CliAgent):
             seen.summary += str(event.get("content") or "")
         elif kind == "tool_use":
             self._model_spoke(seen)
+            tools = seen.state.setdefault("tools", {})
+            tools[str(event.get("tool_id"))] = str(event.get("tool_name") or "a tool")
         elif kind == "tool_result" or (kind == "message" and event.get("role") == "user"):
             seen.state["model_turn"] = False
+            message = str((event.get("error") or {}).get("message") or "")
+            if event.get("status") == "error" and REFUSAL.search(message):
+                tool = seen.state.get("tools", {}).get(str(event.get("tool_id")), "a tool")
+                seen.state.setdefault("refused", []).append(f"{tool}: {message[:200]}")
         elif kind == "error" and event.get("severity") == "error":
             seen.error(event.get("message"), fatal=False)
         elif kind == "result":
@@ -174,6 +182,16 @@ class GeminiAgent(CliAgent):
             seen.count_turn()
             seen.summary = ""
             seen.state["model_turn"] = True
+
+    def result(self, proc: ProcessResult, seen: Seen, ctx: AgentContext) -> AgentResult:
+        """The base verdict, with the tool calls gemini refused in the summary."""
+        refused = seen.state.get("refused")
+        if refused:
+            head = f"gemini refused {len(refused)} tool call(s):\n" + "\n".join(
+                f"- {r}" for r in refused[:5]
+            )
+            seen.summary = f"{head}\n{seen.summary}" if seen.summary else head
+        return super().result(proc, seen, ctx)
 
     def verdict(self, proc: ProcessResult, seen: Seen) -> tuple[Failure, str]:
         """Gemini's documented exit codes first; otherwise classify what it said."""
