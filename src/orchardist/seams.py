@@ -4,7 +4,7 @@ Everything else (the scheduler's loop, candidate rounds, the merge train, budget
 that talks to the world only through these. Each seam has real implementations and an
 in-package fake that is a real implementation too, not a mock: the same contract tests
 (``tests/contracts/``) run against every one of them, and mypy checks each against its
-Protocol (the end of this module).
+Protocol (``seams_check.py``).
 
 - **Agent**: turn a task into changes in a worktree. Kinds in ``agents/*.py``, picked by name
   from ``agents.KINDS``. Fake: ``agents/scripted.py`` (ScriptedAgent: canned edits, sleeps,
@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .agents import Agent
 from .executors import Executor
@@ -39,21 +39,6 @@ from .oracle import CommandOutcome
 from .procs import CancelToken
 from .records import AttemptRecord, Event, Run, TaskRecord
 from .verify import Verdict
-
-if TYPE_CHECKING:  # the implementations, for the check at the end of this module
-    from .agents.aider import AiderAgent
-    from .agents.claude import ClaudeAgent
-    from .agents.codex import CodexAgent
-    from .agents.gemini import GeminiAgent
-    from .agents.llm import LlmAgent
-    from .agents.opencode import OpenCodeAgent
-    from .agents.scripted import ScriptedAgent
-    from .agents.shell import ShellAgent
-    from .executors.inline import InlineExecutor
-    from .executors.local import LocalExecutor
-    from .merge import GitIntegrator, MemoryIntegrator
-    from .store import Store as SqliteStore
-    from .verify import CommandVerifier
 
 __all__ = ["Agent", "Executor", "Integrator", "Store", "Transaction", "Verifier"]
 
@@ -202,28 +187,3 @@ class Integrator(Protocol):
     def first_parent_commits(self, since: str, until: str) -> list[str]:
         """Commits in ``since..until`` along first parents, oldest first."""
         ...
-
-
-if TYPE_CHECKING:  # mypy checks that every implementation fits its seam; nothing runs
-
-    def _implementations(
-        agents: tuple[
-            AiderAgent,
-            ClaudeAgent,
-            CodexAgent,
-            GeminiAgent,
-            LlmAgent,
-            OpenCodeAgent,
-            ScriptedAgent,
-            ShellAgent,
-        ],
-        executors: tuple[LocalExecutor, InlineExecutor],
-        stores: tuple[SqliteStore],
-        verifiers: tuple[CommandVerifier],
-        integrators: tuple[GitIntegrator, MemoryIntegrator],
-    ) -> None:
-        _agents: tuple[Agent, ...] = agents
-        _executors: tuple[Executor, ...] = executors
-        _stores: tuple[Store, ...] = stores
-        _verifiers: tuple[Verifier, ...] = verifiers
-        _integrators: tuple[Integrator, ...] = integrators
