@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from orchardist import PlanError, load_plan
-from orchardist.config import load_config, user_config
+from orchardist.config import user_config
+from orchardist.plan import load_config
 from support import git, write_plan
 
 

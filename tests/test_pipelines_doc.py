@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from orchardist import load_plan
-from orchardist.config import load_config, user_config
+from orchardist.config import user_config
+from orchardist.plan import load_config
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "pipelines.md"
 

@@ -329,8 +329,8 @@ def _parser() -> argparse.ArgumentParser:
     from .oneshot import add_parsers as add_oneshot_parsers
     from .scan.cli import add_parser as add_scan_parser
 
-    add_scan_parser(sub, _positive)
-    add_oneshot_parsers(sub)
+    add_scan_parser(sub, _positive, _drive_as_run)
+    add_oneshot_parsers(sub, main)
 
     p = sub.add_parser(
         "completion",
@@ -621,6 +621,13 @@ def _dashboard(ws: Any, args: argparse.Namespace) -> contextlib.AbstractContextM
             yield url
 
     return serving()
+
+
+def _drive_as_run(ws: Any, plan: Any, run: Any, *, json: bool, max_parallel: int | None) -> int:
+    """``_drive`` with the options ``orchardist run PLAN`` would have, but for these two."""
+    driven = _parser().parse_args(["run", str(plan.path)])
+    driven.json, driven.max_parallel = json, max_parallel
+    return _drive(ws, plan, run, driven)
 
 
 def _drive(
@@ -1262,9 +1269,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """``orchardist plan SPEC --agent P``."""
     import time
 
-    from .config import load_config
     from .forecast import forecast, render
     from .gitrepo import Repo, find_toplevel
+    from .plan import load_config
     from .planner import make_plan
 
     root = find_toplevel(args.repo)

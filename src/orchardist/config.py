@@ -4,6 +4,9 @@ Two files, the first winning: ``.orchardist.toml`` at the repository's root, the
 ``~/.config/orchardist/config.toml`` (``$XDG_CONFIG_HOME`` when set). Each holds
 ``[agents.NAME]`` tables exactly as a plan does, and nothing else. A plan sees these profiles
 too; its own ``[agents]`` win. A problem in a config file is reported against that file.
+
+Where the files are and what they hold; reading them (with the plan's checks) is
+:func:`orchardist.plan.read_config` and :func:`orchardist.plan.load_config`.
 """
 
 from __future__ import annotations
@@ -13,8 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import PlanError, Problem
-from .plan import AgentProfile, read_profiles_file
+from .records import AgentProfile
 
 CONFIG_NAME = ".orchardist.toml"
 
@@ -45,31 +47,3 @@ class Config:
         """The files, for a message: the ones that exist, or where the repository's would be."""
         shown = self.files or (repo_root / CONFIG_NAME, user_config())
         return " or ".join(str(p) for p in shown)
-
-
-def load_config(repo_root: Path, environ: Mapping[str, str] | None = None) -> Config:
-    """Read the config files; raise :class:`PlanError` naming the file of each problem.
-    (A profile's ``fallback`` is checked where the profiles are used, against all of them.)"""
-    config, problems = read_config(repo_root, environ)
-    if problems:
-        raise PlanError(problems)
-    return config
-
-
-def read_config(
-    repo_root: Path, environ: Mapping[str, str] | None = None
-) -> tuple[Config, list[Problem]]:
-    """The config files' profiles that could be read, and every problem found in them."""
-    files = config_files(repo_root, environ)
-    profiles: dict[str, AgentProfile] = {}
-    origins: dict[str, Path] = {}
-    problems: list[Problem] = []
-    texts = []
-    for path in reversed(files):  # the winner last
-        found, wrong = read_profiles_file(path)
-        problems += wrong
-        profiles.update(found)
-        origins.update(dict.fromkeys(found, path))
-        if found:
-            texts.append(f"# from {path}\n" + path.read_text(encoding="utf-8", errors="replace"))
-    return Config(profiles, origins, tuple(files), "\n".join(reversed(texts))), problems

@@ -10,6 +10,7 @@ and the plan read, copied or run again.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -17,13 +18,13 @@ import secrets
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import Config, load_config
+from .config import Config
 from .errors import PlanError, Problem, UsageError
-from .plan import PIPELINES, STAGE_NAMES, load_plan, parse_duration
+from .plan import PIPELINES, STAGE_NAMES, load_config, load_plan, parse_duration
 
 __all__ = ["OneShot", "add_parsers", "choose_agents", "plan_text", "write_plan"]
 
@@ -171,8 +172,11 @@ docs/pipelines.md.
 """
 
 
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The ``fix`` and ``debug`` commands."""
+def add_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    main: Callable[[Sequence[str]], int],
+) -> None:
+    """The ``fix`` and ``debug`` commands; ``main`` is the command line's, to run the plan."""
     for pipeline in PIPELINES:
         p = sub.add_parser(
             pipeline,
@@ -233,12 +237,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         p.add_argument(
             "-C", dest="repo", type=Path, default=Path("."), help="repository (default .)"
         )
-        p.set_defaults(func=cmd_oneshot, pipeline=pipeline)
+        p.set_defaults(func=functools.partial(cmd_oneshot, main=main), pipeline=pipeline)
 
 
-def cmd_oneshot(args: argparse.Namespace) -> int:
-    """``orchardist fix|debug REPORT``."""
-    from .cli import main
+def cmd_oneshot(args: argparse.Namespace, main: Callable[[Sequence[str]], int]) -> int:
+    """``orchardist fix|debug REPORT``: write the plan, then ``main(["run", PLAN, ...])``."""
     from .gitrepo import Repo, find_toplevel
 
     root = find_toplevel(args.repo)

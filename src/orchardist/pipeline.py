@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from .events import EscalationEvent, Kind
 from .isolation import Spec
-from .plan import MAX_TASK_ID, StageSpec, TaskSpec
 from .records import AgentProfile, AttemptRecord, AttemptState, Failure, TaskState
 from .safeio import read_capped
+from .specs import MAX_TASK_ID, StageSpec, TaskSpec
 
 if TYPE_CHECKING:
     from .executors import Job

@@ -12,26 +12,31 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .config import Config, config_files
 from .errors import PlanError, Problem, unknown_key
 from .executors import EXECUTORS
 from .graph import find_cycles
 from .isolation import Policy
 from .records import AgentProfile as AgentProfile  # its home; kept importable from here
-from .scan.profiles import ScannerProfile, validate_scanners
+from .scan.profiles import validate_scanners
+from .specs import DEFAULT_BRANCH as DEFAULT_BRANCH  # the records live in specs.py; kept
+from .specs import DEFAULT_TASK_TIMEOUT_S as DEFAULT_TASK_TIMEOUT_S  # importable from here
+from .specs import MAX_DURATION_S as MAX_DURATION_S
+from .specs import MAX_TASK_ID as MAX_TASK_ID
+from .specs import Plan as Plan
+from .specs import RunConfig as RunConfig
+from .specs import StageSpec as StageSpec
+from .specs import TaskSpec as TaskSpec
+from .specs import parse_duration as parse_duration
 
 TASK_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
-MAX_TASK_ID = 64  # task ids name refs and folders: keep them short
-MAX_DURATION_S = 366 * 86400.0  # a year: longer is a typo, and overflows the scheduler's waits
 # Placeholders a verify or check command may use, filled when the plan is read.
 VERIFY_PLACEHOLDERS = ("task",)
 AGENT_ONLY_PLACEHOLDERS = ("candidate", "attempt", "prompt_file", "worktree", "run")
 _PLACEHOLDER = re.compile(r"(?<![${])\{(" + "|".join(("task", *AGENT_ONLY_PLACEHOLDERS)) + r")\}")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 RUN_KEYS = {
     "base",
@@ -91,137 +96,6 @@ TASK_KEYS = {
 PIPELINES = ("debug", "fix")  # pipeline = "debug" | "fix": a task run as stages (pipeline.py)
 STAGE_NAMES = ("reproduce", "audit", "localize", "fix")  # stages.NAME tables, in run order
 STAGE_KEYS = {"agent", "timeout", "retries", "candidates"}
-DEFAULT_TASK_TIMEOUT_S = 3600.0
-DEFAULT_BRANCH = "orchardist/{run}"
-
-
-@dataclass(frozen=True)
-class StageSpec:
-    """``stages.NAME`` of a pipeline task: what overrides the task's own routing for a stage."""
-
-    name: str  # one of STAGE_NAMES
-    agents: tuple[str, ...] = ()  # one profile per candidate; empty: the task's agent(s)
-    timeout_s: float | None = None  # None: the task's timeout
-    retries: int | None = None  # None: the task's retries
-    candidates: int | None = None  # None: 1 (the fix stage: the task's candidates)
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """One task of a plan, as written (defaults applied)."""
-
-    id: str
-    title: str
-    prompt: str
-    agent: str
-    index: int
-    depends_on: tuple[str, ...] = ()
-    verify: tuple[str, ...] = ()  # empty: opted out with verify = "none"
-    retries: int = 0
-    timeout_s: float = DEFAULT_TASK_TIMEOUT_S
-    priority: int = 0
-    estimate: float = 1.0
-    workdir: str = "."
-    candidates: int = 1
-    agents: tuple[str, ...] = ()  # one profile per candidate when ``agent`` is a list
-    select: str = "smallest"  # "smallest": best of all passing; "first": first to pass
-    check: str | None = None  # a reproduction: must fail on the base, pass on the candidate
-    auto_verify: bool = False  # verify = "auto": tests discovered from the changed files
-    max_cost_usd: float | None = None
-    allow_empty: bool = False  # an attempt that changes nothing may pass (else: no_changes)
-    network: bool = False  # its verify commands and check may use the network
-    pipeline: str | None = None  # "debug" or "fix": run as stages (see pipeline.py)
-    stages: Mapping[str, StageSpec] = field(default_factory=dict)  # stages.NAME overrides
-    audit: bool = True  # stages.audit = false: the debug pipeline skips its audit stage
-    stage: str = ""  # set on the tasks a pipeline task expands into (see pipeline.expand)
-    pipeline_task: str = ""  # the pipeline task a stage task belongs to
-
-    def agent_for(self, candidate: int) -> str:
-        """The profile that runs candidate ``candidate``."""
-        return self.agents[candidate % len(self.agents)] if self.agents else self.agent
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """The ``[run]`` table."""
-
-    base: str = "HEAD"
-    branch: str = DEFAULT_BRANCH
-    max_parallel: int = field(default_factory=lambda: os.cpu_count() or 2)
-    verify: tuple[str, ...] = ()
-    workdir: str = "."
-    deadline_s: float | None = None  # wall time from the run's creation
-    max_cost_usd: float | None = None
-    retry_backoff_s: float = 1.0  # first retry delay; doubles per failure, with jitter
-    candidates: int = 1
-    select: str = "smallest"
-    regression: tuple[str, ...] = ()  # run on the run branch after merges
-    regression_every: int = 1
-    max_patch_mb: float = 50.0  # a patch with a larger file fails
-    guard_checkout: bool = True  # fail an attempt during which the user's checkout changed
-    sandbox: bool = True  # false: the same as isolation = "off"
-    isolation: Policy = Policy.AUTO  # namespaces, Landlock or nothing (see isolation.py)
-    network: bool = False  # verify commands, checks and baselines may use the network
-    workspace: Path | None = None  # root of the attempt folders (None: see worktree.workdir_root)
-    executor: str = "local"  # where attempts run: a name in executors.EXECUTORS
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A validated plan: tasks in file order, profiles by name, and where it came from."""
-
-    path: Path
-    repo: Path
-    run: RunConfig
-    agents: Mapping[str, AgentProfile]
-    tasks: tuple[TaskSpec, ...]
-    digest: str  # sha256 of the file's bytes, recorded with the run (resume compares task ids)
-    scanners: Mapping[str, ScannerProfile] = field(default_factory=dict)  # [scanners.NAME]
-    config_agents: frozenset[str] = frozenset()  # profiles from the config files, not the plan
-
-    def used_agents(self) -> set[str]:
-        """The profiles its tasks and scanners run, and their fallbacks."""
-        used = {name for t in self.tasks for name in (t.agent, *t.agents)}
-        used |= {s.agent for s in self.scanners.values() if s.agent is not None}
-        while True:
-            fallbacks = (self.agents[n].fallback for n in used if n in self.agents)
-            more = {n for n in fallbacks if n is not None} - used
-            if not more:
-                return used
-            used |= more
-
-    def task(self, task_id: str) -> TaskSpec:
-        """Return the task called ``task_id``."""
-        for task in self.tasks:
-            if task.id == task_id:
-                return task
-        raise KeyError(task_id)
-
-
-def parse_duration(value: object) -> float:
-    """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h30m"``; raises ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration")
-    if isinstance(value, int | float):
-        if not math.isfinite(value) or value <= 0:  # TOML and YAML can spell inf and nan
-            raise ValueError("a duration must be positive and finite")
-        if value > MAX_DURATION_S:
-            raise ValueError("a duration must be at most 366d")
-        return float(value)
-    if not isinstance(value, str):
-        raise ValueError("expected a duration such as 90, '90s', '5m' or '1h'")
-    text = value.strip().lower().replace(" ", "")
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return parse_duration(float(text))
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"bad duration {value!r}: use e.g. 90, '90s', '5m', '1h' or '1h30m'")
-    total = sum(float(n) * _UNIT_S[u] for n, u in parts)
-    if total <= 0:
-        raise ValueError("a duration must be positive")
-    if not total <= MAX_DURATION_S:
-        raise ValueError(f"bad duration {value!r}: at most 366d")
-    return total
 
 
 def load_plan(path: str | os.PathLike[str], require_tasks: bool = True) -> Plan:
@@ -253,6 +127,34 @@ def read_profiles_file(path: Path) -> tuple[dict[str, AgentProfile], list[Proble
     except PlanError as exc:
         return {}, exc.problems
     return _Validator(str(path), path, data, "").profiles_file()
+
+
+def load_config(repo_root: Path, environ: Mapping[str, str] | None = None) -> Config:
+    """Read the config files; raise :class:`PlanError` naming the file of each problem.
+    (A profile's ``fallback`` is checked where the profiles are used, against all of them.)"""
+    config, problems = read_config(repo_root, environ)
+    if problems:
+        raise PlanError(problems)
+    return config
+
+
+def read_config(
+    repo_root: Path, environ: Mapping[str, str] | None = None
+) -> tuple[Config, list[Problem]]:
+    """The config files' profiles that could be read, and every problem found in them."""
+    files = config_files(repo_root, environ)
+    profiles: dict[str, AgentProfile] = {}
+    origins: dict[str, Path] = {}
+    problems: list[Problem] = []
+    texts = []
+    for path in reversed(files):  # the winner last
+        found, wrong = read_profiles_file(path)
+        problems += wrong
+        profiles.update(found)
+        origins.update(dict.fromkeys(found, path))
+        if found:
+            texts.append(f"# from {path}\n" + path.read_text(encoding="utf-8", errors="replace"))
+    return Config(profiles, origins, tuple(files), "\n".join(reversed(texts))), problems
 
 
 def _parse(shown: str, plan_path: Path, raw: bytes) -> dict[str, Any]:
@@ -370,8 +272,6 @@ class _Validator:
         self, own: dict[str, AgentProfile], repo: Path | None
     ) -> dict[str, AgentProfile]:
         """The config files' profiles under the plan's own (which win); every fallback known."""
-        from .config import read_config
-
         origins: Mapping[str, Path] = {}
         agents = dict(own)
         if repo is not None:

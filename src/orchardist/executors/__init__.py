@@ -20,7 +20,7 @@ from ..records import AgentProfile, AttemptState, Failure, Usage
 from ..store import Store
 
 if TYPE_CHECKING:  # plan.py validates [run] executor against EXECUTORS: no import at run time
-    from ..plan import RunConfig
+    from ..specs import RunConfig
 
 EXECUTORS: dict[str, str] = {
     "local": "orchardist.executors.local:LocalExecutor",

@@ -24,7 +24,7 @@ from ..store import Store
 from . import Job, Notify, Outcome, Phase
 
 if TYPE_CHECKING:
-    from ..plan import RunConfig
+    from ..specs import RunConfig
 
 
 class InlineExecutor:

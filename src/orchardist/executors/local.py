@@ -22,10 +22,10 @@ from ..gitrepo import Repo
 from ..isolation import Mode, Policy, Spec, choose, hidden_by_tmp
 from ..oracle import CommandOutcome, baseline_key
 from ..pipeline import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
-from ..plan import RunConfig
 from ..procs import CancelToken
 from ..records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
 from ..safeio import flocked
+from ..specs import RunConfig
 from ..store import Store
 from ..verify import CommandVerifier, run_one, tail_of
 from ..worktree import AttemptPaths, Layout, empty_home, fill_home, tool_homes, workdir_root

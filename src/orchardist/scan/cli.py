@@ -7,19 +7,23 @@ failed (its results are incomplete); 2 bad plan or usage.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .findings import LEVELS, level_rank
+from .sarif import render, write_whole
+
+if TYPE_CHECKING:  # the fix run is imported only for --fix
+    from .fix_run import DriveRun
 
 DEFAULT_PLANS = ("orchardist.toml", "plan.toml")
 
 
-def add_parser(sub: Any, positive: Any) -> None:
+def add_parser(sub: Any, positive: Any, drive: DriveRun) -> None:
     """Register ``scan`` on the main parser's subcommands."""
     p = sub.add_parser(
         "scan",
@@ -86,11 +90,11 @@ def add_parser(sub: Any, positive: Any) -> None:
         default="file",
         help="one task per file (default) or per rule",
     )
-    p.set_defaults(func=cmd_scan)
+    p.set_defaults(func=functools.partial(cmd_scan, drive=drive))
 
 
-def cmd_scan(args: argparse.Namespace) -> int:
-    """``orchardist scan``."""
+def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
+    """``orchardist scan``; ``drive`` runs the fix run of ``--fix``."""
     from ..gitrepo import Repo
     from ..plan import load_plan
     from ..runs import Workspace
@@ -126,11 +130,11 @@ def cmd_scan(args: argparse.Namespace) -> int:
     if args.fix:
         from .fix_run import fix_findings
 
-        return fix_findings(args, plan, ws, scanner, profiles, result)
+        return fix_findings(args, plan, ws, scanner, profiles, result, drive)
     fmt = args.format or ("sarif" if args.output else "table")
     document = render(result, fmt, ws.repo.root)
     if args.output is not None:
-        _write(args.output, document)
+        write_whole(args.output, document)
     elif not args.json:
         print(document)
     failing = [m for m in result.merged if level_rank(m.finding.level) >= level_rank(args.fail_on)]
@@ -150,21 +154,6 @@ def _plan_path(given: Path | None) -> Path:
         if Path(name).is_file():
             return Path(name)
     raise UsageError(f"no plan given and no {' or '.join(DEFAULT_PLANS)} here")
-
-
-def render(result: Any, fmt: str, root: Path) -> str:
-    """The findings as SARIF, JSON or a table."""
-    from .sarif import to_json, to_sarif, to_table
-
-    if fmt == "sarif":
-        return json.dumps(
-            to_sarif(result.reports, result.merged, root, result.base_commit), indent=2
-        )
-    if fmt == "json":
-        return json.dumps(
-            {"base": result.base_commit, "findings": to_json(result.merged)}, indent=2
-        )
-    return to_table(result.merged)
 
 
 def summary(result: Any, code: int, output: Path | None) -> dict[str, Any]:
@@ -216,14 +205,3 @@ def _print_summary(result: Any, stats: bool, out: Any) -> None:
                 f"({report.invocations} process(es)), {len(report.findings)} reported",
                 file=out,
             )
-
-
-def _write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

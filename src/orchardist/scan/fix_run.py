@@ -7,14 +7,23 @@ import contextlib
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ..plan import Plan, load_plan
 from .engine import Scanner, ScanResult
 from .findings import level_rank
 from .fix import fix_folder, group_findings, verifiable_scanners, write_fix_plan
 from .profiles import ScannerProfile
-from .sarif import MergedFinding
+from .sarif import MergedFinding, render, write_whole
+
+
+class DriveRun(Protocol):
+    """Drive a run to its end as ``orchardist run PLAN`` would (its defaults but for these
+    options); the exit code. The command line passes its own: it imports this package."""
+
+    def __call__(
+        self, ws: Any, plan: Plan, run: Any, *, json: bool, max_parallel: int | None
+    ) -> int: ...
 
 
 def fix_findings(
@@ -24,11 +33,10 @@ def fix_findings(
     scanner: Scanner,
     profiles: Sequence[ScannerProfile],
     before: ScanResult,
+    drive: DriveRun,
 ) -> int:
     """Run fix tasks for ``before``'s findings; report fixed and open; the exit code."""
-    from ..cli import _drive, _parser
     from ..runs import create_run
-    from .cli import render
 
     out = sys.stderr if args.json else sys.stdout
     if before.failed:
@@ -60,11 +68,8 @@ def fix_findings(
             f"run {run.id}, plan {plan_path}",
             file=out,
         )
-        # the options `orchardist run` would have, with its defaults for all but these
-        driven = _parser().parse_args(["run", str(plan_path)])
-        driven.json, driven.max_parallel = args.json, args.max_parallel
         with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-            _drive(ws, fix_plan, run, driven)
+            drive(ws, fix_plan, run, json=args.json, max_parallel=args.max_parallel)
         run = ws.resolve_run(run.id)
         run_doc = {
             "run": run.id,
@@ -75,12 +80,10 @@ def fix_findings(
         after = scanner.scan(profiles, f"refs/heads/{run.branch}", plan.run.workdir)
     outcome = _outcome(before, after, groups, unfixable, run_doc)
     if args.output is not None:
-        from .cli import _write
-
         fmt = args.format or "sarif"
         before_path = args.output.with_name(f"{args.output.stem}.before{args.output.suffix}")
-        _write(before_path, render(before, fmt, ws.repo.root))
-        _write(args.output, render(after, fmt, ws.repo.root))
+        write_whole(before_path, render(before, fmt, ws.repo.root))
+        write_whole(args.output, render(after, fmt, ws.repo.root))
         outcome["before_log"], outcome["after_log"] = str(before_path), str(args.output)
     failing = [f for f in outcome["open"] if level_rank(f["level"]) >= level_rank(args.fail_on)]
     code = 1 if failing or after.failed or run_doc.get("state") not in (None, "done") else 0

@@ -9,12 +9,15 @@ scanner (plan order) that reported it, with the others listed in its ``propertie
 
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import UsageError
 from .findings import Finding, ToolInfo, level_rank
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -183,3 +186,27 @@ def to_table(merged: Sequence[MergedFinding]) -> str:
         where = f"{f.path}:{f.start_line}" + (f":{f.start_column}" if f.start_column else "")
         lines.append(f"{where}  {f.level:<7} {f.rule}  {f.message}  [{', '.join(m.reporters)}]")
     return "\n".join(lines)
+
+
+def render(result: Any, fmt: str, root: Path) -> str:
+    """The findings as SARIF, JSON or a table."""
+    if fmt == "sarif":
+        return json.dumps(
+            to_sarif(result.reports, result.merged, root, result.base_commit), indent=2
+        )
+    if fmt == "json":
+        return json.dumps(
+            {"base": result.base_commit, "findings": to_json(result.merged)}, indent=2
+        )
+    return to_table(result.merged)
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -1,0 +1,154 @@
+"""What a validated plan is: the frozen records :mod:`orchardist.plan` builds from a plan file.
+
+They live apart from the validator so that the modules a plan drives (executors, pipelines,
+agents) can use them without importing the code that reads plan files.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .isolation import Policy
+from .records import AgentProfile
+from .scan.profiles import ScannerProfile
+
+MAX_TASK_ID = 64  # task ids name refs and folders: keep them short
+MAX_DURATION_S = 366 * 86400.0  # a year: longer is a typo, and overflows the scheduler's waits
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+DEFAULT_TASK_TIMEOUT_S = 3600.0
+DEFAULT_BRANCH = "orchardist/{run}"
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """``stages.NAME`` of a pipeline task: what overrides the task's own routing for a stage."""
+
+    name: str  # one of STAGE_NAMES
+    agents: tuple[str, ...] = ()  # one profile per candidate; empty: the task's agent(s)
+    timeout_s: float | None = None  # None: the task's timeout
+    retries: int | None = None  # None: the task's retries
+    candidates: int | None = None  # None: 1 (the fix stage: the task's candidates)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a plan, as written (defaults applied)."""
+
+    id: str
+    title: str
+    prompt: str
+    agent: str
+    index: int
+    depends_on: tuple[str, ...] = ()
+    verify: tuple[str, ...] = ()  # empty: opted out with verify = "none"
+    retries: int = 0
+    timeout_s: float = DEFAULT_TASK_TIMEOUT_S
+    priority: int = 0
+    estimate: float = 1.0
+    workdir: str = "."
+    candidates: int = 1
+    agents: tuple[str, ...] = ()  # one profile per candidate when ``agent`` is a list
+    select: str = "smallest"  # "smallest": best of all passing; "first": first to pass
+    check: str | None = None  # a reproduction: must fail on the base, pass on the candidate
+    auto_verify: bool = False  # verify = "auto": tests discovered from the changed files
+    max_cost_usd: float | None = None
+    allow_empty: bool = False  # an attempt that changes nothing may pass (else: no_changes)
+    network: bool = False  # its verify commands and check may use the network
+    pipeline: str | None = None  # "debug" or "fix": run as stages (see pipeline.py)
+    stages: Mapping[str, StageSpec] = field(default_factory=dict)  # stages.NAME overrides
+    audit: bool = True  # stages.audit = false: the debug pipeline skips its audit stage
+    stage: str = ""  # set on the tasks a pipeline task expands into (see pipeline.expand)
+    pipeline_task: str = ""  # the pipeline task a stage task belongs to
+
+    def agent_for(self, candidate: int) -> str:
+        """The profile that runs candidate ``candidate``."""
+        return self.agents[candidate % len(self.agents)] if self.agents else self.agent
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The ``[run]`` table."""
+
+    base: str = "HEAD"
+    branch: str = DEFAULT_BRANCH
+    max_parallel: int = field(default_factory=lambda: os.cpu_count() or 2)
+    verify: tuple[str, ...] = ()
+    workdir: str = "."
+    deadline_s: float | None = None  # wall time from the run's creation
+    max_cost_usd: float | None = None
+    retry_backoff_s: float = 1.0  # first retry delay; doubles per failure, with jitter
+    candidates: int = 1
+    select: str = "smallest"
+    regression: tuple[str, ...] = ()  # run on the run branch after merges
+    regression_every: int = 1
+    max_patch_mb: float = 50.0  # a patch with a larger file fails
+    guard_checkout: bool = True  # fail an attempt during which the user's checkout changed
+    sandbox: bool = True  # false: the same as isolation = "off"
+    isolation: Policy = Policy.AUTO  # namespaces, Landlock or nothing (see isolation.py)
+    network: bool = False  # verify commands, checks and baselines may use the network
+    workspace: Path | None = None  # root of the attempt folders (None: see worktree.workdir_root)
+    executor: str = "local"  # where attempts run: a name in executors.EXECUTORS
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated plan: tasks in file order, profiles by name, and where it came from."""
+
+    path: Path
+    repo: Path
+    run: RunConfig
+    agents: Mapping[str, AgentProfile]
+    tasks: tuple[TaskSpec, ...]
+    digest: str  # sha256 of the file's bytes, recorded with the run (resume compares task ids)
+    scanners: Mapping[str, ScannerProfile] = field(default_factory=dict)  # [scanners.NAME]
+    config_agents: frozenset[str] = frozenset()  # profiles from the config files, not the plan
+
+    def used_agents(self) -> set[str]:
+        """The profiles its tasks and scanners run, and their fallbacks."""
+        used = {name for t in self.tasks for name in (t.agent, *t.agents)}
+        used |= {s.agent for s in self.scanners.values() if s.agent is not None}
+        while True:
+            fallbacks = (self.agents[n].fallback for n in used if n in self.agents)
+            more = {n for n in fallbacks if n is not None} - used
+            if not more:
+                return used
+            used |= more
+
+    def task(self, task_id: str) -> TaskSpec:
+        """Return the task called ``task_id``."""
+        for task in self.tasks:
+            if task.id == task_id:
+                return task
+        raise KeyError(task_id)
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from ``90``, ``"90s"``, ``"5m"``, ``"1h30m"``; raises ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration")
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or value <= 0:  # TOML and YAML can spell inf and nan
+            raise ValueError("a duration must be positive and finite")
+        if value > MAX_DURATION_S:
+            raise ValueError("a duration must be at most 366d")
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError("expected a duration such as 90, '90s', '5m' or '1h'")
+    text = value.strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return parse_duration(float(text))
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"bad duration {value!r}: use e.g. 90, '90s', '5m', '1h' or '1h30m'")
+    total = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if total <= 0:
+        raise ValueError("a duration must be positive")
+    if not total <= MAX_DURATION_S:
+        raise ValueError(f"bad duration {value!r}: at most 366d")
+    return total
