@@ -15,7 +15,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["flocked", "read_capped"]
+__all__ = ["flocked", "read_capped", "read_tail"]
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -39,6 +39,23 @@ def read_capped(path: Path, max_bytes: int) -> bytes | None:
             chunks.append(chunk)
             total += len(chunk)
         return None if total > max_bytes else b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_tail(path: Path, offset: int, max_bytes: int) -> bytes | None:
+    """At most ``max_bytes`` of the regular file at ``path`` from ``offset`` on (a log that
+    grows, read a slice per look); None when it is missing, a symlink or not a regular file."""
+    try:
+        fd = os.open(path, _FLAGS)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.pread(fd, max_bytes, offset)
     except OSError:
         return None
     finally:

@@ -163,6 +163,27 @@ def test_codex_session_log_gives_the_same_totals_as_its_stream(tmp_path: Path) -
     assert spent == pytest.approx((3000 * 1.25 + 150 * 10.0) / 1e6)
 
 
+@pytest.mark.parametrize("trap", ["fifo", "link to /dev/zero"])
+def test_a_session_log_made_a_trap_by_the_agent_is_not_read(tmp_path: Path, trap: str) -> None:
+    # Given a "session log" the agent left in its (writable) home: a FIFO, or a link to an
+    # endless file
+    sessions = tmp_path / "home" / ".codex" / "sessions" / "2026" / "12" / "02"
+    sessions.mkdir(parents=True)
+    log = sessions / "rollout-2026-12-02T03-56-04-abc.jsonl"
+    if trap == "fifo":
+        os.mkfifo(log)
+    else:
+        log.symlink_to("/dev/zero")
+    # When the adapter looks for the running totals (a blocking open would never return)
+    agent = make_agent(AgentProfile("codex", "codex", options=PRICES))
+    running = Seen(session_id="abc")
+    spent = agent.spent_usd(running, _ctx(tmp_path, {"HOME": str(tmp_path / "home")}))
+    # Then it returns at once, having read nothing
+    assert "session_tokens" not in running.state
+    assert running.state.get("session_offset", 0) == 0
+    assert spent is None or spent == 0
+
+
 @pytest.mark.parametrize(
     ("name", "failure", "said"),
     [

@@ -30,11 +30,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..procs import ProcessResult
+from ..safeio import read_tail
 from . import AgentContext, AgentResult
 from .cli import SUMMARY_CHARS, CliAgent, Seen, check_choice
 
 SANDBOX_MODES = ("auto", "read-only", "workspace-write", "danger-full-access")
 PROVIDER = "orchardist"  # the provider entry declared for OPENAI_BASE_URL
+SESSION_LOG_SLICE = 4 << 20  # bytes of codex's session log read per look
 REJECTED = "patch rejected:"  # codex's stderr line for a patch its sandbox refused
 
 
@@ -177,13 +179,13 @@ def _read_session_log(seen: Seen, ctx: AgentContext) -> None:
         if not found:
             return
         log = seen.state["session_log"] = found[-1]
-    try:
-        with log.open("rb") as file:
-            file.seek(seen.state.get("session_offset", 0))
-            data = file.read()
-    except OSError:
+    # The log is in the agent's home: never an open that blocks (a FIFO) or reads without end.
+    data = read_tail(log, seen.state.get("session_offset", 0), SESSION_LOG_SLICE)
+    if data is None:
         return
     complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for next time
+    if not complete and len(data) == SESSION_LOG_SLICE:
+        complete = data  # one line longer than a slice holds no token count: skip it
     seen.state["session_offset"] = seen.state.get("session_offset", 0) + len(complete)
     for line in complete.splitlines():
         try:
