@@ -111,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --dry-run: how to draw the graph (default: text)",
     )
     _selection_args(p)
+    _executor_args(p)
     choice = p.add_mutually_exclusive_group()
     choice.add_argument(
         "--resume", action="store_true", help="resume this plan's unfinished run without asking"
@@ -409,12 +410,45 @@ def _driving_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-parallel", type=_positive, metavar="N")
     p.add_argument("--json", action="store_true", help="print the final status as JSON")
     _fail_fast_arg(p)
+    _executor_args(p)
     p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
     p.add_argument(
         "--serve",
         action="store_true",
         help="serve the live web dashboard while the run goes on (prints its URL)",
     )
+
+
+def _executor_args(p: argparse.ArgumentParser) -> None:
+    """Where attempts run: overrides of [run] executor (run, resume, retry)."""
+    from .executors import EXECUTORS
+
+    p.add_argument(
+        "--executor",
+        choices=sorted(EXECUTORS),
+        help="where attempts run (overrides [run] executor; ray: see docs/ray.md)",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="the Ray cluster to run on, host:port or auto (default auto; executor ray only)",
+    )
+
+
+def _with_executor(plan: Any, args: argparse.Namespace) -> Any:
+    """The plan with the command line's --executor and --ray-address applied."""
+    from dataclasses import replace
+
+    settings = plan.run
+    if getattr(args, "executor", None):
+        settings = replace(settings, executor=args.executor)
+    if getattr(args, "ray_address", None):
+        if settings.executor != "ray":
+            raise UsageError(
+                '--ray-address needs the ray executor: add --executor ray or [run] executor = "ray"'
+            )
+        settings = replace(settings, ray_address=args.ray_address)
+    return replace(plan, run=settings)
 
 
 def _fail_fast_arg(p: argparse.ArgumentParser) -> None:
@@ -502,7 +536,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``orchardist run PLAN``."""
     from .runs import Workspace, create_run, unfinished_runs
 
-    plan = load_plan(args.plan)
+    plan = _with_executor(load_plan(args.plan), args)
     if args.dry_run:
         return _print_forecast(plan, args)
     _check_tasks(plan, [*args.only, *args.skip])
@@ -643,6 +677,7 @@ def _drive(
     from .report import status_document
     from .runs import run_lock
 
+    plan = _with_executor(plan, args)
     relay = _StopRelay()
     restore = _on_signals(relay.request, relay.cancel)  # before anything slow: no signal lost
     try:

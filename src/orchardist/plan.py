@@ -59,6 +59,7 @@ RUN_KEYS = {
     "network",
     "workspace",
     "executor",
+    "ray_address",
 }
 PROFILE_KEYS = {
     "kind",
@@ -364,6 +365,13 @@ class _Validator:
             values["workspace"] = self._workspace(raw["workspace"], repo)
         if "executor" in raw:
             values["executor"] = self._executor(raw["executor"])
+        if "ray_address" in raw:
+            address = self._str(raw["ray_address"], "run.ray_address")
+            if address is not None and not address.strip():
+                self.problem(
+                    "must not be empty (auto finds a cluster started here)", fld="run.ray_address"
+                )
+            values["ray_address"] = address.strip() if address else None
         if "isolation" in raw:
             values["isolation"] = self._isolation(raw["isolation"])
         elif raw.get("sandbox") is False:

@@ -98,6 +98,7 @@ RUN_FIELDS: dict[str, Schema] = {
     "network": _doc(BOOL, "verify commands, checks and baselines may use the network"),
     "workspace": _doc(NONEMPTY, "root of the attempt folders, outside the repository"),
     "executor": _choice(sorted(EXECUTORS), "where attempts run"),
+    "ray_address": _doc(NONEMPTY, "the Ray cluster of executor ray: host:port, or auto"),
 }
 
 PROFILE_FIELDS: dict[str, Schema] = {

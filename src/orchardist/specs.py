@@ -94,6 +94,7 @@ class RunConfig:
     network: bool = False  # verify commands, checks and baselines may use the network
     workspace: Path | None = None  # root of the attempt folders (None: see worktree.workdir_root)
     executor: str = "local"  # where attempts run: a name in executors.EXECUTORS
+    ray_address: str = "auto"  # the Ray cluster of executor "ray" (run --ray-address)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # plan.py validates [run] executor against EXECUTORS: no impo
 
 EXECUTORS: dict[str, str] = {
     "local": "orchardist.executors.local:LocalExecutor",
+    "ray": "orchardist.executors.ray:RayExecutor",  # needs the extra: orchardist[ray]
 }
 
 

@@ -1,0 +1,486 @@
+"""Run attempts on a Ray cluster (``[run] executor = "ray"``): only where an attempt runs changes.
+
+The orchestrator (the Ray driver, on the head) keeps the scheduler, the oracle, the store and
+the merge train. Per job it sends one Ray task to a worker node, which:
+
+1. makes sure its cache (a bare repository in ``<workdir root>/ray/<repo key>/cache.git``)
+   has the job's commits: the head sends each commit as a git bundle put in Ray's object
+   store once; a node pulls a bundle only when its cache lacks the commit, so each travels
+   once per node (the run's first base in full, later bases as increments on top of it);
+2. runs the job with the local executor's own code (:class:`LocalExecutor`: its attempt
+   folders, process control, sandbox, verify and snapshot) on that cache;
+3. sends back the outcome, the patch commit as a bundle (the very commit: new, deleted,
+   renamed, binary files and modes are what git recorded), and the log, capped.
+
+Failures are orchardist's to judge: Ray's task retries are off. A task whose worker or node
+died is the attempt's ``infra_error`` (the scheduler retries it by its usual budget). A
+cancelled job's task gets Ray's cancel, which the node turns into the local executor's cancel:
+the attempt's whole process tree ends there. See docs/ray.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import GitError, UsageError
+from ..gitrepo import Repo
+from ..specs import RunConfig
+from ..procs import MARKER_VAR, kill_by_env
+from ..records import AttemptState, Failure
+from ..safeio import flocked
+from ..store import Store
+from ..worktree import Layout, repo_key, workdir_root
+from . import Job, Notify, Outcome, Phase
+
+RAY_MISSING = "the ray executor needs Ray on this machine: pip install 'orchardist[ray]'"
+MAX_LOG_BYTES = 2 * 1024 * 1024  # of an attempt's log sent back (its head and its tail)
+NUM_CPUS = 1.0  # Ray CPUs an attempt holds on its node
+JOB_ENDED = b"ended"  # what a worker tells its reaper when the job ended normally
+LOST_GRACE_S = 300.0  # past its timeout, a job whose task never reports is given up
+
+
+def import_ray() -> Any:
+    """The ``ray`` module; a UsageError saying how to install it when it is missing."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError as exc:
+        raise UsageError(f"{RAY_MISSING} ({exc})") from None
+
+
+# -- what travels ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)  # one per commit, compared by identity
+class Bundle:
+    """A commit's bundle in Ray's object store; ``prerequisite`` must be fetched before it."""
+
+    commit: str
+    ref: list[Any]  # [ObjectRef]: wrapped, so Ray fetches it only when a node asks (ray.get)
+    prerequisite: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    """What a worker node gets for one job."""
+
+    job: Job
+    repo_key: str
+    identity: tuple[str, str]  # the head's git identity, for the commits made on the node
+    settings: RunConfig
+    bundles: tuple[Bundle, ...]  # prerequisites first
+    max_log_bytes: int = MAX_LOG_BYTES
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """What a worker node sends back for one job."""
+
+    outcome: Outcome  # its log_path is the node's, meaningless on the head
+    patch: bytes  # a bundle of refs/orchardist/patch (the patch commit); b"" when none
+    log: bytes
+    node: str  # the node's Ray id
+    fetched: tuple[str, ...]  # the commits this job had to pull into the node's cache
+
+
+# -- on the worker node ------------------------------------------------------------------------
+
+
+def run_on_node(spec: NodeJob) -> NodeResult:
+    """Run one job on this node with the local executor's code (the Ray task's body)."""
+    from .local import LocalExecutor
+
+    ray = import_ray()
+    node = str(ray.get_runtime_context().get_node_id())
+    root = workdir_root() / "ray" / spec.repo_key
+    cache = NodeCache(root / "cache.git", spec.identity)
+    job = spec.job
+    fetched = cache.ensure(spec.bundles, lambda refs: bytes(ray.get(refs[0])))
+    repo = Repo(cache.path)
+    settings = replace(spec.settings, guard_checkout=False, workspace=root / "work")
+    store = Store(root / "state" / "baselines.db")  # baselines run once per node (docs/ray.md)
+    executor = LocalExecutor.for_run(repo, root / "state", store, settings, time.time)
+    ended = threading.Event()
+    box: list[Outcome] = []
+
+    def notify(message: Phase | Outcome) -> None:
+        if isinstance(message, Outcome):
+            box.append(message)
+            ended.set()
+
+    reaper = _start_reaper(job.marker)
+    try:
+        executor.submit(job, notify)
+        try:
+            _wait_cancellable(ended, lambda: executor.cancel(job.id, "cancelled on the head"))
+        finally:
+            executor.close()
+            store.close()
+    finally:
+        _stop_reaper(reaper)
+    outcome = box[0]
+    log = Path(outcome.log_path)
+    text = _capped(log, spec.max_log_bytes)
+    for leftover in (log, log.with_suffix(".prompt.md"), log.with_suffix(".inputs.json")):
+        leftover.unlink(missing_ok=True)
+    patch = b""
+    if outcome.patch_commit and outcome.patch_commit != job.base_commit:
+        patch = cache.bundle(outcome.patch_commit, job.base_commit)
+    cache.forget(f"refs/orchardist/runs/{job.run_id}/{job.id}")
+    return NodeResult(replace(outcome, log_path=""), patch, text, node, fetched)
+
+
+def _start_reaper(marker: str) -> subprocess.Popen[bytes]:
+    """A process of its own session that kills the job's processes (by their marker) when
+    this Ray worker dies before the job ended: its end of our pipe closes either way."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchardist.executors.ray", "reap", marker],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},  # no marker of ours
+        start_new_session=True,
+    )
+
+
+def _stop_reaper(reaper: subprocess.Popen[bytes]) -> None:
+    """The job ended here: tell the reaper so, and let it go."""
+    assert reaper.stdin is not None
+    with contextlib.suppress(OSError):
+        reaper.stdin.write(JOB_ENDED)
+        reaper.stdin.close()
+    reaper.wait()
+
+
+def reap(marker: str) -> int:
+    """The reaper's body: wait for the worker's pipe to close; unless the job ended, kill
+    every process carrying the job's marker."""
+    said = sys.stdin.buffer.read()
+    if said != JOB_ENDED:
+        kill_by_env(MARKER_VAR, marker)
+    return 0
+
+
+def _wait_cancellable(ended: threading.Event, cancel: Callable[[], None]) -> None:
+    """Wait for the job; Ray's cancel arrives as KeyboardInterrupt: pass it on, wait again."""
+    while True:
+        try:
+            ended.wait()
+            return
+        except KeyboardInterrupt:
+            cancel()
+
+
+def _capped(path: Path, max_bytes: int) -> bytes:
+    """A log's bytes; a larger one as its head and tail with a line saying what was cut."""
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(max_bytes + 1)
+            if len(data) <= max_bytes:
+                return data
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - max_bytes // 2))
+            tail = fh.read()
+    except OSError:
+        return b""
+    note = f"\n[orchardist: {size - max_bytes:,} bytes of this log left on the node]\n"
+    return data[: max_bytes // 2] + note.encode() + tail
+
+
+class NodeCache:
+    """A node's bare repository of the commits it was sent, shared by its jobs (flock)."""
+
+    def __init__(self, path: Path, identity: tuple[str, str]) -> None:
+        self.path = path
+        self.lock = path.parent / "cache.lock"
+        with flocked(self.lock):
+            if not (path / "HEAD").is_file():
+                path.mkdir(parents=True, exist_ok=True)
+                _git(path, "init", "-q", "--bare", str(path))
+                _git(path, "config", "gc.auto", "0")  # the attempts' alternates point here
+            name, email = identity
+            _git(path, "config", "user.name", name)
+            _git(path, "config", "user.email", email)
+
+    def has(self, commit: str) -> bool:
+        """Whether the commit (and so its history) is here."""
+        probe = _run_git(self.path, "cat-file", "-e", f"{commit}^{{commit}}")
+        return probe.returncode == 0
+
+    def ensure(
+        self, bundles: Sequence[Bundle], fetch: Callable[[list[Any]], bytes]
+    ) -> tuple[str, ...]:
+        """Fetch the bundles of the commits missing here, in order; returns those fetched."""
+        fetched = []
+        with flocked(self.lock):
+            for bundle in bundles:
+                if self.has(bundle.commit):
+                    continue
+                data = fetch(bundle.ref)
+                with tempfile.NamedTemporaryFile(dir=self.path, suffix=".bundle") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    _git(self.path, "bundle", "unbundle", fh.name)
+                _git(
+                    self.path, "update-ref", f"refs/orchardist/have/{bundle.commit}", bundle.commit
+                )
+                fetched.append(bundle.commit)
+        return tuple(fetched)
+
+    def bundle(self, commit: str, since: str) -> bytes:
+        """``commit`` as a bundle of what it adds to ``since`` (which the head has)."""
+        return _bundle_bytes(self.path, commit, [since])
+
+    def forget(self, ref: str) -> None:
+        """Drop a ref the attempt left (its objects go with the next gc)."""
+        _run_git(self.path, "update-ref", "-d", ref)
+
+
+# -- on the head -------------------------------------------------------------------------------
+
+
+class RayExecutor:
+    """Jobs as Ray tasks on a cluster's worker nodes; patches come back into the repository."""
+
+    def __init__(
+        self,
+        repo: Repo,
+        state_dir: Path,
+        settings: RunConfig,
+        clock: Callable[[], float] = time.time,
+        address: str = "auto",
+    ) -> None:
+        self.ray = import_ray()
+        self.repo = repo
+        self.settings = settings
+        self.clock = clock
+        self.log_root = Path(state_dir) / "logs"
+        self.identity = Layout(repo, workdir_root(), Path(state_dir)).identity()
+        self.repo_key = repo_key(repo.common_dir)
+        self._owns_connection = not self.ray.is_initialized()
+        if self._owns_connection:
+            try:
+                self.ray.init(
+                    address=address,
+                    namespace="orchardist",
+                    log_to_driver=False,
+                    logging_level="ERROR",
+                )
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise UsageError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
+        self._remote = self.ray.remote(max_retries=0, retry_exceptions=False)(run_on_node)
+        self._lock = threading.Lock()
+        self._threads: dict[str, threading.Thread] = {}
+        self._tasks: dict[str, Any] = {}  # job id -> its Ray task (ObjectRef)
+        self._cancelled: dict[str, str] = {}  # job id -> reason
+        self._bundles: dict[str, Bundle] = {}  # commit -> its bundle, put once
+        self._root: str | None = None  # the first base: later ones travel as increments on it
+        self.nodes_used: dict[str, set[str]] = {}  # node id -> commits it fetched (for tests)
+
+    @classmethod
+    def for_run(
+        cls,
+        repo: Repo,
+        state_dir: Path,
+        store: Store,
+        settings: RunConfig,
+        clock: Callable[[], float],
+    ) -> RayExecutor:
+        """The executor ``[run] executor = "ray"`` asks for, on ``settings.ray_address``."""
+        return cls(repo, state_dir, settings, clock, settings.ray_address)
+
+    def submit(self, job: Job, notify: Notify) -> None:
+        """Start the job's thread, which sends it to the cluster and waits for it."""
+        thread = threading.Thread(
+            target=self._main, args=(job, notify), name=f"ray-{job.id}", daemon=True
+        )
+        with self._lock:
+            self._threads[job.id] = thread
+        thread.start()
+
+    def cancel(self, job_id: str, reason: str) -> None:
+        """Cancel a job: its node ends the attempt's process trees; unknown jobs are ignored."""
+        with self._lock:
+            if job_id not in self._threads:
+                return
+            self._cancelled.setdefault(job_id, reason)
+            task = self._tasks.get(job_id)
+        if task is not None:
+            with contextlib.suppress(Exception):  # a task that already ended
+                self.ray.cancel(task, force=False)
+
+    def close(self) -> None:
+        """Wait for every job's thread; disconnect when this executor connected."""
+        with self._lock:
+            threads = list(self._threads.values())
+        for thread in threads:
+            thread.join()
+        if self._owns_connection:
+            self.ray.shutdown()
+
+    def log_path(self, run_id: str, job_id: str) -> Path:
+        """Where a job's log (as its node sent it) is kept on the head."""
+        return self.log_root / run_id / f"{job_id}.log"
+
+    # -- one job -------------------------------------------------------------------------
+
+    def _main(self, job: Job, notify: Notify) -> None:
+        started = self.clock()
+        log = self.log_path(job.run_id, job.id)
+        try:
+            outcome = self._run(job, notify, started, log)
+        except Exception as exc:  # the scheduler must hear back whatever happens
+            outcome = self._failed(job, started, log, f"{type(exc).__name__}: {exc}")
+        finally:
+            with self._lock:
+                self._threads.pop(job.id, None)
+                self._tasks.pop(job.id, None)
+                reason = self._cancelled.pop(job.id, None)
+        if reason is not None and outcome.state is not AttemptState.PASSED:
+            outcome = replace(outcome, state=AttemptState.CANCELLED, failure=None, detail=reason)
+        notify(outcome)
+
+    def _run(self, job: Job, notify: Notify, started: float, log: Path) -> Outcome:
+        errors = self.ray.exceptions
+        spec = NodeJob(job, self.repo_key, self.identity, self.settings, self._bundles_for(job))
+        with self._lock:
+            if job.id in self._cancelled:
+                return Outcome(job, AttemptState.CANCELLED, started, self.clock(), log_path="")
+            task = self._remote.options(name=f"orchardist-{job.id}", num_cpus=NUM_CPUS).remote(spec)
+            self._tasks[job.id] = task
+        try:
+            result: NodeResult = self.ray.get(task, timeout=job.timeout_s + LOST_GRACE_S)
+        except errors.TaskCancelledError:
+            return Outcome(job, AttemptState.CANCELLED, started, self.clock(), log_path=str(log))
+        except errors.GetTimeoutError:
+            with contextlib.suppress(Exception):
+                self.ray.cancel(task, force=True)
+            detail = f"its Ray task did not report within {job.timeout_s + LOST_GRACE_S:g}s"
+            return self._failed(job, started, log, detail)
+        except errors.RayTaskError as exc:  # orchardist's code raised on the node
+            cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+            detail = f"on its Ray node: {type(cause).__name__}: {cause}"
+            return self._failed(job, started, log, detail)
+        except errors.RayError as exc:  # its worker process or its node died
+            detail = f"lost on the Ray cluster: {type(exc).__name__}: {_first_line(exc)}"
+            return self._failed(job, started, log, detail)
+        with self._lock:
+            self.nodes_used.setdefault(result.node, set()).update(result.fetched)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_bytes(result.log)
+        outcome = replace(result.outcome, job=job, log_path=str(log))
+        if outcome.patch_commit and result.patch:
+            self._receive(job, outcome.patch_commit, result.patch)
+        if outcome.verdict or job.stage:
+            notify(Phase(job, "verifying"))  # it happened on the node; heard of only now
+        return outcome
+
+    def _failed(self, job: Job, started: float, log: Path, detail: str) -> Outcome:
+        return Outcome(
+            job,
+            AttemptState.FAILED,
+            started,
+            self.clock(),
+            Failure.INFRA_ERROR,
+            detail,
+            log_path=str(log),
+        )
+
+    def _receive(self, job: Job, commit: str, data: bytes) -> None:
+        """Put the node's patch commit into the repository, under the job's ref."""
+        with tempfile.NamedTemporaryFile(dir=self.repo.common_dir, suffix=".bundle") as fh:
+            fh.write(data)
+            fh.flush()
+            self.repo.git("bundle", "unbundle", fh.name)
+        if self.repo.try_rev_parse(commit) != commit:
+            raise GitError(f"the patch bundle from the node lacks commit {commit}")
+        self.repo.set_ref(f"refs/orchardist/runs/{job.run_id}/{job.id}", commit)
+
+    def _bundles_for(self, job: Job) -> tuple[Bundle, ...]:
+        """The bundles a node needs for the job's commits, each put in the object store once."""
+        commits = [job.base_commit, job.start_commit, job.baseline]
+        wanted: list[Bundle] = []
+        with self._lock:
+            for commit in dict.fromkeys(c for c in commits if c):
+                if self._root is None:
+                    self._root = commit
+                root = self._root
+                increment = commit != root and self.repo.is_ancestor(root, commit)
+                if increment and root not in self._bundles:
+                    self._bundles[root] = self._put(root, None)
+                if commit not in self._bundles:
+                    self._bundles[commit] = self._put(commit, root if increment else None)
+                bundle = self._bundles[commit]
+                if bundle.prerequisite is not None:
+                    wanted.append(self._bundles[bundle.prerequisite])
+                wanted.append(bundle)
+        return tuple(dict.fromkeys(wanted))
+
+    def _put(self, commit: str, since: str | None) -> Bundle:
+        data = _bundle_bytes(self.repo.common_dir, commit, [since] if since else [])
+        return Bundle(commit, [self.ray.put(data)], since)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+# -- git on raw paths (the node's cache has no Repo until it exists) ---------------------------
+
+
+def _run_git(git_dir: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null", GIT_TERMINAL_PROMPT="0")
+    try:
+        return subprocess.run(
+            ["git", f"--git-dir={git_dir}", *args],
+            capture_output=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except OSError as exc:
+        raise GitError(f"cannot run git: {exc}") from exc
+
+
+def _git(git_dir: Path, *args: str) -> bytes:
+    proc = _run_git(git_dir, *args)
+    if proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip()
+        raise GitError(f"git {' '.join(args)} failed ({proc.returncode}): {err}")
+    return proc.stdout
+
+
+def _bundle_bytes(git_dir: Path, commit: str, prerequisites: Sequence[str]) -> bytes:
+    """``commit`` (named by a ref, which a bundle needs) as a bundle, without ``prerequisites``."""
+    ref = f"refs/orchardist/bundle/{commit}-{os.getpid()}-{threading.get_ident()}"
+    _git(git_dir, "update-ref", ref, commit)
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            out = Path(folder) / "out.bundle"
+            _git(
+                git_dir, "bundle", "create", "-q", str(out), ref, *(f"^{p}" for p in prerequisites)
+            )
+            return out.read_bytes()
+    finally:
+        _run_git(git_dir, "update-ref", "-d", ref)
+
+
+__all__ = ["NodeJob", "NodeResult", "RayExecutor", "import_ray", "run_on_node"]
+
+
+if __name__ == "__main__":  # python -m orchardist.executors.ray reap MARKER (see _start_reaper)
+    if sys.argv[1:2] != ["reap"] or len(sys.argv) != 3:
+        sys.exit("usage: python -m orchardist.executors.ray reap MARKER")
+    sys.exit(reap(sys.argv[2]))
