@@ -1,0 +1,234 @@
+"""The Ray executor on a real local cluster: a head with no CPUs and two worker nodes.
+
+The quickstart runs on it and must give the run branch the local executor gives: the same
+tree, the same number of commits, the same subjects. Skipped only where Ray is not installed
+and CI is not set (under CI it is part of the dev extra, and a missing Ray fails).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchardist.cli import main
+from orchardist.procs import processes_with_env
+from ray_support import RayCluster, ray_available
+from run_support import spawn
+from support import git
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
+START_S = 180.0  # for an attempt to start on the cluster (a loaded 2-core machine)
+RUN_S = 600.0  # for a whole run
+
+pytestmark = pytest.mark.skipif(
+    not ray_available() and not os.environ.get("CI"),
+    reason="Ray is not installed (pip install -e '.[dev]' installs it)",
+)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    """A local cluster for the whole session, always torn down."""
+    started = RayCluster(tmp_path_factory.mktemp("ray-cluster"))
+    try:
+        started.start(workers=2, cpus_per_worker=2)
+        yield started
+    finally:
+        started.stop()
+    assert started.leftovers() == set()
+
+
+def quickstart_repo(folder: Path) -> Path:
+    """The example as a repository of its own."""
+    repo = folder / "quickstart"
+    shutil.copytree(EXAMPLE, repo, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "textkit 0.1.0")
+    return repo
+
+
+def run_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    doc: dict[str, object] = json.loads(out)
+    return doc
+
+
+def subjects(repo: Path, since: str, branch: str) -> list[str]:
+    return git(repo, "log", "--reverse", "--format=%s", f"{since}..{branch}").splitlines()
+
+
+@pytest.mark.slow
+def test_the_quickstart_on_a_two_node_cluster_gives_the_local_run_branch(
+    cluster: RayCluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given the quickstart twice, `python` meaning this interpreter (it has pytest)
+    bin_dir = Path(sys.executable).parent
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    local = quickstart_repo(tmp_path / "local")
+    remote = quickstart_repo(tmp_path / "ray")
+    base = git(local, "rev-parse", "HEAD")
+    assert git(remote, "rev-parse", "HEAD^{tree}") == git(local, "rev-parse", "HEAD^{tree}")
+
+    # When one runs with the local executor and the other on the cluster
+    on_local = run_json(["run", str(local / "plan.toml"), "--json"], capsys)
+    on_ray = run_json(
+        [
+            "run",
+            str(remote / "plan.toml"),
+            "--json",
+            "--executor",
+            "ray",
+            "--ray-address",
+            cluster.address,
+        ],
+        capsys,
+    )
+
+    # Then both runs are done, stats retried once in each
+    assert on_local["state"] == on_ray["state"] == "done"
+    attempts = {t["id"]: len(t["attempts"]) for t in on_ray["tasks"]}  # type: ignore[attr-defined]
+    assert attempts["stats"] == 2
+    assert {n for task, n in attempts.items() if task != "stats"} == {1}
+
+    # And the run branches have the same tree and the same commits, one per task (in the
+    # order they merged, which parallel tasks decide by finishing first)
+    tree = git(local, "rev-parse", f"{on_local['branch']}^{{tree}}")
+    assert git(remote, "rev-parse", f"{on_ray['branch']}^{{tree}}") == tree
+    local_subjects = subjects(local, base, str(on_local["branch"]))
+    assert sorted(subjects(remote, base, str(on_ray["branch"]))) == sorted(local_subjects)
+    assert len(local_subjects) == 9
+
+    # And the attempts ran on the worker nodes, not here: their logs came back from there
+    logs = list((remote / ".git" / "orchardist" / "logs").rglob("*.log"))
+    assert any(b"passed" in log.read_bytes() for log in logs)
+    node_caches = [
+        node.root / "work" / "ray"
+        for node in cluster.nodes.values()
+        if (node.root / "work" / "ray").is_dir()
+    ]
+    assert node_caches, "no worker node made a repository cache"
+
+    # And the user's checkout is untouched
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=remote, capture_output=True, text=True, check=True
+    )
+    assert status.stdout == ""
+
+
+HANGING_AGENT = """\
+import os, pathlib, socket, sys
+
+# The first attempt to reach the test's socket reports where it runs and hangs until its
+# process dies; every later one finds no listener and does the task.
+try:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(sys.argv[1])
+except OSError:
+    pathlib.Path("done.txt").write_text("done\\n")
+else:
+    sock.sendall(os.environ["ORCHARDIST_WORKTREE"].encode() + b"\\n")
+    sock.recv(1)
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_node_killed_mid_attempt_costs_a_retry_and_nothing_else(
+    cluster: RayCluster, tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a third worker node (the other tests keep two), and a task whose first attempt
+    # hangs on whichever node runs it
+    cluster.add_worker()
+    bin_dir = Path(sys.executable).parent
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    folder = Path(tempfile.mkdtemp(prefix="ort-sock", dir="/tmp"))  # a short socket path
+    address = folder / "s"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(address))
+    listener.listen(1)
+    listener.settimeout(START_S)
+    (repo / "agent.py").write_text(HANGING_AGENT)
+    (repo / "plan.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            [run]
+            executor = "ray"
+            ray_address = "{cluster.address}"
+            [agents.hang]
+            kind = "shell"
+            command = "python agent.py {address}"
+            timeout = "5m"
+            [[task]]
+            id = "one"
+            title = "Write done.txt"
+            prompt = "Write done.txt"
+            agent = "hang"
+            verify = "test -f done.txt"
+            """
+        )
+    )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the plan")
+    base = git(repo, "rev-parse", "HEAD")
+    out = tmp_path / "run.out"
+    try:
+        proc = spawn(
+            repo,
+            "run",
+            "plan.toml",
+            "--json",
+            "--executor",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            log=out,
+        )
+        try:
+            # When the node running the first attempt dies while its agent hangs
+            conn, _ = listener.accept()
+            listener.close()
+            address.unlink()
+            with conn, conn.makefile("rb") as reader:
+                conn.settimeout(START_S)
+                worktree = Path(reader.readline().decode().strip())
+                cluster.kill_node(cluster.node_of(worktree))
+
+                # Then the agent's process is gone with its node (its end of the socket closed)
+                assert reader.read(1) == b""
+
+            # And the run completes, the attempt retried on another node
+            assert proc.wait(timeout=RUN_S) == 0, out.read_text()
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    finally:
+        listener.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    doc = json.loads(out.read_text()[out.read_text().index("{") :])
+    (task,) = doc["tasks"]
+    states = [(a["state"], a["failure"]) for a in task["attempts"]]
+    assert states[0] == ("failed", "infra_error"), states
+    assert states[-1][0] == "merged", states
+    assert "lost on the Ray cluster" in task["attempts"][0]["detail"]
+
+    # And the change is on the branch once, and no process of the run is left anywhere
+    assert git(repo, "rev-list", "--count", f"{base}..{doc['branch']}") == "1"
+    assert git(repo, "show", f"{doc['branch']}:done.txt") == "done"
+    assert processes_with_env("ORCHARDIST_RUN", doc["run"]) == set()

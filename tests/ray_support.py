@@ -1,0 +1,192 @@
+"""A real local Ray cluster for tests: a head with no CPUs and worker nodes on 127.0.0.1.
+
+Each node is a ``ray start --block`` in its own session, with its own attempt root
+(``ORCHARDIST_WORKDIR_ROOT``) so that the nodes' caches are as separate as on two machines, and
+a marker variable every process of the cluster inherits: teardown kills the sessions and then
+whatever still carries the marker, so nothing of the cluster survives a test run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchardist.procs import kill_by_env, processes_with_env
+
+CLUSTER_VAR = "ORCHARDIST_TEST_RAY_CLUSTER"
+NODE_VAR = "ORCHARDIST_TEST_RAY_NODE"
+START_TIMEOUT_S = 180.0
+
+
+def ray_available() -> bool:
+    """Whether Ray is installed in this interpreter's environment."""
+    return shutil.which("ray", path=str(Path(sys.executable).parent)) is not None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Node:
+    name: str
+    proc: subprocess.Popen[str]
+    root: Path  # its ORCHARDIST_WORKDIR_ROOT
+    alive: bool = True
+
+
+@dataclass
+class RayCluster:
+    """Start with :meth:`start`; always :meth:`stop`."""
+
+    folder: Path
+    marker: str = field(default_factory=lambda: uuid.uuid4().hex)
+    port: int = field(default_factory=_free_port)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    temp: Path | None = None  # Ray's session folder
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, workers: int = 2, cpus_per_worker: int = 2) -> None:
+        """The head, then the worker nodes, each up when ``ray start`` says so."""
+        temp = self.temp = Path(tempfile.mkdtemp(prefix="ort", dir="/tmp"))  # short socket paths
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._start(
+            "head",
+            [
+                "--head",
+                f"--port={self.port}",
+                "--num-cpus=0",
+                f"--temp-dir={temp}",
+                f"--dashboard-port={_free_port()}",
+                "--include-dashboard=false",
+            ],
+        )
+        for n in range(1, workers + 1):
+            self._start(
+                f"worker{n}", [f"--address={self.address}", f"--num-cpus={cpus_per_worker}"]
+            )
+
+    def add_worker(self, cpus: int = 2) -> str:
+        """One more worker node; returns its name."""
+        name = f"worker{len(self.nodes)}"
+        self._start(name, [f"--address={self.address}", f"--num-cpus={cpus}"])
+        return name
+
+    def node_of(self, path: Path) -> str:
+        """The node whose attempt root holds ``path``."""
+        for node in self.nodes.values():
+            if path.is_relative_to(node.root):
+                return node.name
+        raise AssertionError(f"{path} is on no node of the cluster")
+
+    def _start(self, name: str, args: list[str]) -> None:
+        root = self.folder / name
+        home = root / "home"
+        home.mkdir(parents=True)
+        bin_dir = Path(sys.executable).parent
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("GIT_", "RAY_", "ORCHARDIST_"))
+        }
+        env.update(
+            HOME=str(home),
+            PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}",
+            RAY_USAGE_STATS_ENABLED="0",
+            ORCHARDIST_WORKDIR_ROOT=str(root / "work"),
+            PYTHONDONTWRITEBYTECODE="1",
+            **{CLUSTER_VAR: self.marker, NODE_VAR: f"{self.marker}-{name}"},
+        )
+        ports = [
+            f"--node-manager-port={_free_port()}",
+            f"--object-manager-port={_free_port()}",
+            f"--metrics-export-port={_free_port()}",
+            f"--dashboard-agent-listen-port={_free_port()}",
+            f"--dashboard-agent-grpc-port={_free_port()}",
+            f"--runtime-env-agent-port={_free_port()}",
+        ]
+        proc = subprocess.Popen(
+            [
+                str(bin_dir / "ray"),
+                "start",
+                "--block",
+                "--node-ip-address=127.0.0.1",
+                "--disable-usage-stats",
+                *ports,
+                *args,
+            ],
+            env=env,
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.nodes[name] = Node(name, proc, root)
+        assert proc.stdout is not None
+        seen = []
+        # ray start prints this once the node is registered; a blocking read, no polling.
+        for line in proc.stdout:
+            seen.append(line)
+            if "Ray runtime started" in line:
+                break
+        else:
+            raise RuntimeError(f"ray node {name} did not start:\n{''.join(seen[-40:])}")
+        log = (self.folder / f"{name}.out").open("w")
+        _drain(proc, log)
+
+    def kill_node(self, name: str) -> None:
+        """SIGKILL a node's processes, as a machine that loses power."""
+        node = self.nodes[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node.proc.pid, signal.SIGKILL)
+        kill_by_env(NODE_VAR, f"{self.marker}-{name}", grace_s=0)
+        node.proc.wait(timeout=60)
+        node.alive = False
+
+    def leftovers(self) -> set[int]:
+        """Live processes of the cluster."""
+        return processes_with_env(CLUSTER_VAR, self.marker)
+
+    def stop(self) -> None:
+        """End every node (a test cluster keeps nothing: SIGKILL to their sessions), then kill
+        whatever still carries the marker, and remove the session folder."""
+        for node in reversed(self.nodes.values()):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(node.proc.pid, signal.SIGKILL)
+            node.proc.wait(timeout=60)
+        kill_by_env(CLUSTER_VAR, self.marker, grace_s=0)
+        if self.temp is not None:
+            shutil.rmtree(self.temp, ignore_errors=True)
+        for node in self.nodes.values():
+            if node.proc.stdout is not None:
+                node.proc.stdout.close()
+
+
+def _drain(proc: subprocess.Popen[str], log: object) -> None:
+    """Keep reading a node's output into its log file (a full pipe would stall the node)."""
+    import threading
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        with contextlib.suppress(ValueError, OSError), log:  # type: ignore[attr-defined]
+            for line in proc.stdout:
+                log.write(line)  # type: ignore[attr-defined]
+                log.flush()  # type: ignore[attr-defined]
+
+    threading.Thread(target=pump, daemon=True).start()
