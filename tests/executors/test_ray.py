@@ -16,13 +16,18 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from orchardist.cli import main
+from orchardist.executors import executor_class
+from orchardist.gitrepo import Repo
+from orchardist.plan import RunConfig
 from orchardist.procs import processes_with_env
+from orchardist.store import Store
 from ray_support import RayCluster, ray_available
 from run_support import spawn
 from support import git
@@ -232,3 +237,20 @@ def test_a_worker_node_killed_mid_attempt_costs_a_retry_and_nothing_else(
     assert git(repo, "rev-list", "--count", f"{base}..{doc['branch']}") == "1"
     assert git(repo, "show", f"{doc['branch']}:done.txt") == "done"
     assert processes_with_env("ORCHARDIST_RUN", doc["run"]) == set()
+
+
+def test_the_ray_executor_builds_from_a_runs_settings_on_a_cluster(
+    cluster: RayCluster, repo: Path, tmp_path: Path
+) -> None:
+    # Given: [run] settings naming the cluster (the executor table's contract, see
+    # tests/contracts/test_contract_executor.py)
+    settings = RunConfig(executor="ray", ray_address=cluster.address)
+    store = Store.in_memory()
+    # When: the executor is built by its name
+    executor = executor_class("ray").for_run(
+        Repo(repo), tmp_path / "state", store, settings, time.time
+    )
+    # Then: it is an executor, and closes with nothing submitted
+    assert callable(executor.submit) and callable(executor.cancel)
+    executor.close()
+    store.close()
