@@ -162,7 +162,8 @@ def test_a_worker_node_killed_mid_attempt_costs_a_retry_and_nothing_else(
     cluster.add_worker()
     bin_dir = Path(sys.executable).parent
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
-    folder = Path(tempfile.mkdtemp(prefix="ort-sock", dir="/tmp"))  # a short socket path
+    # A short path outside /tmp (an agent in namespaces has a /tmp of its own)
+    folder = Path(tempfile.mkdtemp(prefix="ort-sock", dir="/var/tmp"))
     address = folder / "s"
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(address))
