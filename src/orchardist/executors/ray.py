@@ -35,10 +35,10 @@ from typing import Any
 
 from ..errors import GitError, UsageError
 from ..gitrepo import Repo
-from ..specs import RunConfig
 from ..procs import MARKER_VAR, kill_by_env
 from ..records import AttemptState, Failure
 from ..safeio import flocked
+from ..specs import RunConfig
 from ..store import Store
 from ..worktree import Layout, repo_key, workdir_root
 from . import Job, Notify, Outcome, Phase
