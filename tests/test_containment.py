@@ -568,6 +568,7 @@ HOSTILE = {
         "the agent deleted or damaged its worktree",
     ),
     "removes_git_file": ("rm .git", "the agent deleted or damaged its worktree"),
+    "fifo_git_file": ("rm .git && mkfifo .git", "the agent deleted or damaged its worktree"),
     "links_etc_passwd": (
         "ln -s /etc/passwd x",
         "patch refused: x is a symlink pointing outside the repository",

@@ -24,7 +24,7 @@ from ..oracle import CommandOutcome, baseline_key
 from ..pipeline import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
 from ..procs import CancelToken
 from ..records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
-from ..safeio import flocked
+from ..safeio import flocked, read_capped
 from ..specs import RunConfig
 from ..store import Store
 from ..verify import CommandVerifier, run_one, tail_of
@@ -38,6 +38,7 @@ NO_CHANGES_FEEDBACK = (
     "only described, or written outside the working tree do not count."
 )
 MAX_ENV_PROMPT_BYTES = 64 * 1024  # larger prompts are only in the prompt file (exec limits)
+GIT_FILE_MAX_BYTES = 4096  # the worktree's .git file: one "gitdir: ..." line
 # Folders (separated like PATH) shown to every confined process although the private /tmp would
 # hide them, read-only or writable: for test harnesses, and caches the user means to share.
 SHARE_READONLY_VAR = "ORCHARDIST_SHARE_READONLY"
@@ -195,7 +196,9 @@ class LocalExecutor:
             agent_spec = self._confinement(paths, network=True)
             if job.stage in READ_ONLY_STAGES and agent_spec is not None:
                 agent_spec = _without(agent_spec, paths.tree)
-            gitfile = (worktree / ".git").read_text(errors="replace")
+            gitfile = (read_capped(worktree / ".git", GIT_FILE_MAX_BYTES) or b"").decode(
+                errors="replace"
+            )
             env = self._env(job, paths)
             patch, changed, usage, summary = job.base_commit, 0, Usage(), ""
             if job.profile is not None:
@@ -341,10 +344,8 @@ class LocalExecutor:
     def _take_patch(self, job: Job, paths: AttemptPaths, gitfile: str) -> str:
         """Snapshot the agent's work, refusing what it must not do or produce."""
         worktree = paths.tree
-        try:
-            intact = (worktree / ".git").read_text(errors="replace") == gitfile
-        except OSError:
-            intact = False
+        # Never a plain open: the agent may have left a FIFO there (an open would block for good).
+        intact = read_capped(worktree / ".git", GIT_FILE_MAX_BYTES) == gitfile.encode()
         if not intact:
             raise _Contained("the agent deleted or damaged its worktree")
         if self._guard:
