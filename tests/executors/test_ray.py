@@ -7,6 +7,7 @@ and CI is not set (under CI it is part of the dev extra, and a missing Ray fails
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -255,3 +256,87 @@ def test_the_ray_executor_builds_from_a_runs_settings_on_a_cluster(
     assert callable(executor.submit) and callable(executor.cancel)
     executor.close()
     store.close()
+
+
+RACING_AGENT = """\
+import os, pathlib, socket, sys
+
+# Both candidates report to the test; candidate 0 does the task when the test says so,
+# candidate 1 hangs until its process is killed.
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(sys.argv[1])
+sock.sendall(os.environ["ORCHARDIST_CANDIDATE"].encode() + b"\\n")
+sock.recv(1)
+pathlib.Path("done.txt").write_text("done\\n")
+"""
+
+
+@pytest.mark.slow
+def test_a_first_wins_round_kills_the_loser_on_its_node(
+    cluster: RayCluster, tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a task with two candidates, the first to pass wins, on the cluster
+    bin_dir = Path(sys.executable).parent
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    folder = Path(tempfile.mkdtemp(prefix="ort-sock", dir="/var/tmp"))
+    address = folder / "s"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(address))
+    listener.listen(2)
+    listener.settimeout(START_S)
+    (repo / "agent.py").write_text(RACING_AGENT)
+    (repo / "plan.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            [run]
+            executor = "ray"
+            candidates = 2
+            select = "first"
+            [agents.race]
+            kind = "shell"
+            command = "python agent.py {address}"
+            timeout = "5m"
+            [[task]]
+            id = "one"
+            title = "Write done.txt"
+            prompt = "Write done.txt"
+            agent = "race"
+            verify = "test -f done.txt"
+            """
+        )
+    )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the plan")
+    base = git(repo, "rev-parse", "HEAD")
+    out = tmp_path / "run.out"
+    proc = spawn(repo, "run", "plan.toml", "--json", "--ray-address", cluster.address, log=out)
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.callback(shutil.rmtree, folder, True)
+            stack.callback(listener.close)
+            readers = {}
+            for _ in range(2):  # both candidates are under way
+                conn, _ = listener.accept()
+                stack.enter_context(conn)
+                conn.settimeout(START_S)
+                reader = stack.enter_context(conn.makefile("rb"))
+                readers[reader.readline().strip()] = (conn, reader)
+            assert sorted(readers) == [b"0", b"1"]
+
+            # When candidate 0 finishes and passes
+            readers[b"0"][0].sendall(b"go")
+
+            # Then candidate 1's agent is killed on its node (its end of the socket closed)
+            assert readers[b"1"][1].read(1) == b""
+            assert proc.wait(timeout=RUN_S) == 0, out.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    doc = json.loads(out.read_text()[out.read_text().index("{") :])
+    (task,) = doc["tasks"]
+    by_candidate = {a["candidate"]: a["state"] for a in task["attempts"]}
+    assert by_candidate[0] == "merged", task["attempts"]
+    assert by_candidate[1] == "cancelled", task["attempts"]
+    assert git(repo, "rev-list", "--count", f"{base}..{doc['branch']}") == "1"
+    assert processes_with_env("ORCHARDIST_RUN", doc["run"]) == set()

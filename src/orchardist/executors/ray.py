@@ -171,6 +171,11 @@ def reap(marker: str) -> int:
     return 0
 
 
+def kill_marked(marker: str) -> int:
+    """Kill this node's processes carrying ``marker`` (a cancelled job's); how many there were."""
+    return kill_by_env(MARKER_VAR, marker)
+
+
 def _wait_cancellable(ended: threading.Event, cancel: Callable[[], None]) -> None:
     """Wait for the job; Ray's cancel arrives as KeyboardInterrupt: pass it on, wait again."""
     while True:
@@ -279,8 +284,10 @@ class RayExecutor:
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise UsageError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
         self._remote = self.ray.remote(max_retries=0, retry_exceptions=False)(run_on_node)
+        self._killer = self.ray.remote(max_retries=0)(kill_marked)
         self._lock = threading.Lock()
         self._threads: dict[str, threading.Thread] = {}
+        self._markers: dict[str, str] = {}  # job id -> its processes' marker
         self._tasks: dict[str, Any] = {}  # job id -> its Ray task (ObjectRef)
         self._cancelled: dict[str, str] = {}  # job id -> reason
         self._bundles: dict[str, Bundle] = {}  # commit -> its bundle, put once
@@ -306,6 +313,7 @@ class RayExecutor:
         )
         with self._lock:
             self._threads[job.id] = thread
+            self._markers[job.id] = job.marker
         thread.start()
 
     def cancel(self, job_id: str, reason: str) -> None:
@@ -318,6 +326,19 @@ class RayExecutor:
         if task is not None:
             with contextlib.suppress(Exception):  # a task that already ended
                 self.ray.cancel(task, force=False)
+            # Ray's cancel does not reach a task blocked in a wait: the attempt's processes
+            # are ended by their marker on every node, as the local executor ends them.
+            self._kill_everywhere(self._markers[job_id])
+
+    def _kill_everywhere(self, marker: str) -> None:
+        """Kill the processes carrying ``marker`` on every live node (does not wait)."""
+        strategies = importlib.import_module("ray.util.scheduling_strategies")
+        with contextlib.suppress(Exception):  # a node that just died has nothing left
+            for node in self.ray.nodes():
+                if not node.get("Alive"):
+                    continue
+                pinned = strategies.NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+                self._killer.options(num_cpus=0, scheduling_strategy=pinned).remote(marker)
 
     def close(self) -> None:
         """Wait for every job's thread; disconnect when this executor connected."""
@@ -345,6 +366,7 @@ class RayExecutor:
             with self._lock:
                 self._threads.pop(job.id, None)
                 self._tasks.pop(job.id, None)
+                self._markers.pop(job.id, None)
                 reason = self._cancelled.pop(job.id, None)
         if reason is not None and outcome.state is not AttemptState.PASSED:
             outcome = replace(outcome, state=AttemptState.CANCELLED, failure=None, detail=reason)
