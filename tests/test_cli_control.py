@@ -237,11 +237,9 @@ depends_on = ["a"]
 
 
 def test_cancel_ends_a_live_run_from_another_terminal(
-    repo: Path, tmp_path: Path, launch: Launch
+    repo: Path, sync: Path, launch: Launch
 ) -> None:
     # Given: a run whose agent is at work
-    sync = tmp_path / "sync"
-    sync.mkdir()
     hanging_plan(repo, sync)
     proc = launch("run", "plan.toml")
     wait_until("the agent to start", (sync / "started").exists)
@@ -265,10 +263,8 @@ def test_cancel_ends_a_live_run_from_another_terminal(
 
 
 def test_cancel_of_a_run_whose_orchestrator_died_cleans_it_up(
-    repo: Path, tmp_path: Path, launch: Launch
+    repo: Path, sync: Path, launch: Launch
 ) -> None:
-    sync = tmp_path / "sync"
-    sync.mkdir()
     hanging_plan(repo, sync)
     proc = launch("run", "plan.toml")
     wait_until("the agent to start", (sync / "started").exists)
