@@ -325,6 +325,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also make one tiny real request per profile (costs one small model call each)",
     )
+    _executor_args(p)
     p.set_defaults(func=cmd_doctor)
 
     from .oneshot import add_parsers as add_oneshot_parsers
@@ -1111,13 +1112,26 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """``orchardist doctor PLAN``."""
     from .doctor import check_plan, render, to_json
 
-    plan = load_plan(args.plan)
+    plan = _with_executor(load_plan(args.plan), args)
+    if plan.run.executor == "ray":
+        return _doctor_cluster(plan, args)
     reports = check_plan(plan, probe=args.probe)
     if args.json:
         print(json.dumps(to_json(str(args.plan), reports), indent=2))
     else:
         print(render(str(args.plan), reports))
     return EXIT_OK if all(r.ok for r in reports) else EXIT_FAILED
+
+
+def _doctor_cluster(plan: Any, args: argparse.Namespace) -> int:
+    """``doctor --executor ray``: the cluster reachable, its worker nodes, and on each: git,
+    orchardist's version and every profile the plan uses (executables, credentials)."""
+    from .executors.ray import check_cluster, render_cluster
+
+    profiles = [plan.agents[name] for name in sorted(plan.used_agents()) if name in plan.agents]
+    report = check_cluster(plan.run.ray_address, profiles)
+    print(json.dumps(report, indent=2) if args.json else render_cluster(report))
+    return EXIT_OK if not report["problems"] else EXIT_FAILED
 
 
 # -- helpers -------------------------------------------------------------------------------

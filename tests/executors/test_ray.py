@@ -340,3 +340,37 @@ def test_a_first_wins_round_kills_the_loser_on_its_node(
     assert by_candidate[1] == "cancelled", task["attempts"]
     assert git(repo, "rev-list", "--count", f"{base}..{doc['branch']}") == "1"
     assert processes_with_env("ORCHARDIST_RUN", doc["run"]) == set()
+
+
+def test_doctor_checks_every_worker_node_of_the_cluster(
+    cluster: RayCluster, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a plan whose shell profile needs nothing, and one whose claude profile needs its CLI
+    # and a key that no node has
+    fine = repo / "fine.toml"
+    fine.write_text(
+        '[agents.sh]\nkind = "shell"\ncommand = "true"\n'
+        '[[task]]\nid = "a"\ntitle = "A"\nprompt = "p"\nagent = "sh"\n'
+    )
+    needy = repo / "needy.toml"
+    needy.write_text(
+        '[agents.c]\nkind = "claude"\n[[task]]\nid = "a"\ntitle = "A"\nprompt = "p"\nagent = "c"\n'
+    )
+    flags = ["--executor", "ray", "--ray-address", cluster.address, "--json"]
+
+    # When doctor checks the cluster for each
+    fine_code = main(["doctor", str(fine), *flags])
+    fine_report = json.loads(capsys.readouterr().out)
+    needy_code = main(["doctor", str(needy), *flags])
+    needy_report = json.loads(capsys.readouterr().out)
+
+    # Then every live worker node answered: git found, orchardist's version, no problem
+    alive = [n for n in cluster.nodes.values() if n.alive and n.name != "head"]
+    assert fine_code == 0, fine_report
+    assert len(fine_report["nodes"]) == len(alive)
+    assert all(node["git"] and not node["problems"] for node in fine_report["nodes"])
+
+    # And the claude profile's missing CLI or key is a problem on each node: exit 1
+    assert needy_code == 1
+    assert len(needy_report["nodes"]) == len(alive)
+    assert all(node["problems"] for node in needy_report["nodes"])

@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -36,7 +38,7 @@ from typing import Any
 from ..errors import GitError, UsageError
 from ..gitrepo import Repo
 from ..procs import MARKER_VAR, kill_by_env
-from ..records import AttemptState, Failure
+from ..records import AgentProfile, AttemptState, Failure
 from ..safeio import flocked
 from ..specs import RunConfig
 from ..store import Store
@@ -48,6 +50,7 @@ MAX_LOG_BYTES = 2 * 1024 * 1024  # of an attempt's log sent back (its head and i
 NUM_CPUS = 1.0  # Ray CPUs an attempt holds on its node
 JOB_ENDED = b"ended"  # what a worker tells its reaper when the job ended normally
 LOST_GRACE_S = 300.0  # past its timeout, a job whose task never reports is given up
+DOCTOR_TIMEOUT_S = 120.0  # for every node to answer doctor --executor ray
 
 
 def import_ray() -> Any:
@@ -451,6 +454,78 @@ class RayExecutor:
     def _put(self, commit: str, since: str | None) -> Bundle:
         data = _bundle_bytes(self.repo.common_dir, commit, [since] if since else [])
         return Bundle(commit, [self.ray.put(data)], since)
+
+
+# -- doctor --executor ray ---------------------------------------------------------------------
+
+
+def node_report(profiles: Sequence[AgentProfile]) -> dict[str, Any]:
+    """What a worker node has for the plan (a Ray task's body): git, orchardist, each profile."""
+    from .. import __version__
+    from ..doctor import check_profile
+
+    ray = import_ray()
+    git = shutil.which("git")
+    checked = [check_profile(profile) for profile in profiles]
+    problems = [] if git else ["`git` not found on PATH"]
+    problems += [f"{r.name}: {m}" for r in checked for m in r.missing]
+    return {
+        "node": str(ray.get_runtime_context().get_node_id()),
+        "host": socket.gethostname(),
+        "orchardist": __version__,
+        "git": git,
+        "workdir_root": str(workdir_root()),
+        "problems": problems,
+    }
+
+
+def check_cluster(address: str, profiles: Sequence[AgentProfile]) -> dict[str, Any]:
+    """Connect to the cluster and ask every live node with CPUs what it has for the plan."""
+    from .. import __version__
+
+    ray = import_ray()
+    try:
+        ray.init(
+            address=address, namespace="orchardist", log_to_driver=False, logging_level="ERROR"
+        )
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise UsageError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
+    try:
+        strategies = importlib.import_module("ray.util.scheduling_strategies")
+        remote = ray.remote(max_retries=0)(node_report)
+        nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU")]
+        tasks = [
+            remote.options(
+                num_cpus=0,
+                scheduling_strategy=strategies.NodeAffinitySchedulingStrategy(
+                    n["NodeID"], soft=False
+                ),
+            ).remote(list(profiles))
+            for n in nodes
+        ]
+        reports = list(ray.get(tasks, timeout=DOCTOR_TIMEOUT_S))
+    finally:
+        ray.shutdown()
+    problems = [] if reports else ["no live worker node with CPUs: attempts could not start"]
+    for report in reports:
+        if report["orchardist"] != __version__:
+            report["problems"].append(
+                f"orchardist {report['orchardist']} on the node, {__version__} here"
+            )
+        problems += [f"node {report['host']} {report['node'][:8]}: {p}" for p in report["problems"]]
+    return {"address": address, "nodes": reports, "problems": problems}
+
+
+def render_cluster(report: dict[str, Any]) -> str:
+    """The cluster report for a person."""
+    lines = [f"Ray cluster at {report['address']}: {len(report['nodes'])} worker node(s)"]
+    for node in report["nodes"]:
+        state = "ok" if not node["problems"] else "PROBLEMS"
+        lines.append(f"  {node['host']} {node['node'][:8]}: {state} (git {node['git'] or '-'})")
+        lines += [f"    - {p}" for p in node["problems"]]
+    if not report["nodes"]:
+        lines += [f"  - {p}" for p in report["problems"]]
+    return "\n".join(lines)
 
 
 def _first_line(exc: BaseException) -> str:
