@@ -25,10 +25,8 @@ Launch = Callable[..., subprocess.Popen[bytes]]
 
 
 @pytest.fixture
-def live_run(repo: Path, tmp_path: Path, launch: Launch) -> tuple[str, Path]:
+def live_run(repo: Path, sync: Path, launch: Launch) -> tuple[str, Path]:
     """A run whose task ``slow`` printed ``part one`` and waits for ``sync/go``."""
-    sync = tmp_path / "sync"
-    sync.mkdir()
     go = shlex.quote(str(sync / "go"))
     agent = (
         f"echo part one; touch {shlex.quote(str(sync / 'started'))}; "

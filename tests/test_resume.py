@@ -127,10 +127,10 @@ fi
 
 
 @pytest.fixture
-def dirs(tmp_path: Path) -> tuple[Path, Path]:
-    """The ``sync`` folder agents leave evidence in, and a folder for agent scripts."""
-    sync, scripts = tmp_path / "sync", tmp_path / "scripts"
-    sync.mkdir()
+def dirs(sync: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """The ``sync`` folder agents leave evidence in (writable inside the namespaces too), and a
+    folder for agent scripts."""
+    scripts = tmp_path / "scripts"
     scripts.mkdir()
     return sync, scripts
 
@@ -280,12 +280,11 @@ def test_a_crashed_orchestrator_does_not_keep_the_lock(
     # When: it is resumed
     resumed = orchardist(repo, "resume", run_id)
 
-    # Then: the lock was free; the orphans were killed, their worktrees removed, their attempts
+    # Then: the lock was free; the orphans were killed (in namespaces the kernel did it as the
+    # orchestrator died, so resume may find none), their worktrees removed, their attempts
     # recorded interrupted, and the run finished
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert re.search(
-        r"killed [1-9]\d* leftover process\(es\), removed 2 worktree\(s\)", resumed.stdout
-    )
+    assert re.search(r"killed \d+ leftover process\(es\), removed 2 worktree\(s\)", resumed.stdout)
     doc = status(repo, run_id)
     assert doc["state"] == "done"
     for task_id in ("a", "b"):
