@@ -12,6 +12,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -27,6 +28,25 @@ RunPlan = Callable[..., Finished]
 Scripts = Callable[..., str]
 PY = shlex.quote(sys.executable)
 DUMP_ENV = f"{PY} -c \"import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'))\""
+
+
+# The agent side of a handshake: says it started, then waits (bounded) for the test's "go".
+WAIT_FOR_GO = """\
+import pathlib, sys, time
+sync = pathlib.Path(sys.argv[1])
+(sync / "started").touch()
+deadline = time.monotonic() + 120
+while not (sync / "go").exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+
+def wait_for(path: Path, timeout_s: float = 120.0) -> None:
+    """Until ``path`` exists (a generous bound: the machine may be loaded)."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
 
 
 # -- patches -----------------------------------------------------------------------------------
@@ -238,13 +258,17 @@ def test_the_agent_gets_a_scrubbed_environment_with_the_orchardist_variables(
 def test_the_agent_runs_detached_at_the_tip_with_stdin_closed_in_its_own_session(
     repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
 ) -> None:
+    # The agent's session is read from outside, in /proc: inside its pid namespace a session
+    # led from outside reads as 0, and so may the test's own (a CI container's pid namespace).
+    tag = f"session-{uuid.uuid4().hex}"
+    (sync / "wait.py").write_text(WAIT_FOR_GO)
     command = shell_scripts(
-        look="""\
+        look=f"""\
         echo "$ORCHARDIST_WORKTREE" > "$SYNC/worktree"
         git rev-parse HEAD > "$SYNC/head"
         if git symbolic-ref -q HEAD; then echo attached > "$SYNC/attached"; fi
         cat > "$SYNC/stdin"
-        "$PY" -c "import os; print(os.getsid(0))" > "$SYNC/sid"
+        "$PY" "$SYNC/wait.py" "$SYNC" {tag}
         echo to-stdout
         echo to-stderr >&2
         """
@@ -264,13 +288,25 @@ def test_the_agent_runs_detached_at_the_tip_with_stdin_closed_in_its_own_session
         """,
     )
 
-    run = run_plan(plan)
+    finished: list[Finished] = []
+    runner = threading.Thread(target=lambda: finished.append(run_plan(plan)))
+    runner.start()
+    try:
+        wait_for(sync / "started")
+        (agent,) = running_with_arg(tag)
+        fields = Path(f"/proc/{agent}/stat").read_text().rsplit(")", 1)[1].split()
+        session, tty = int(fields[3]), int(fields[4])
+    finally:
+        (sync / "go").touch()
+        runner.join()
+    run = finished[0]
 
     assert run.state is RunState.DONE, run.doc
     assert (sync / "head").read_text().strip() == run.run.base_commit
     assert not (sync / "attached").exists()
     assert (sync / "stdin").read_text() == ""
-    assert int((sync / "sid").read_text()) != os.getsid(0)
+    assert session not in (0, os.getsid(0))
+    assert tty == 0
     worktree = Path((sync / "worktree").read_text().strip())
     assert not worktree.exists()
     assert len(git(repo, "worktree", "list").splitlines()) == 1

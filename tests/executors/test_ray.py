@@ -374,3 +374,28 @@ def test_doctor_checks_every_worker_node_of_the_cluster(
     assert needy_code == 1
     assert len(needy_report["nodes"]) == len(alive)
     assert all(node["problems"] for node in needy_report["nodes"])
+
+
+def test_a_node_that_dies_while_doctor_asks_it_is_reported_lost_not_a_crash() -> None:
+    # Given: Ray listed two nodes as alive, and one died before its report could be scheduled
+    # (its heartbeats had not yet timed out: what a loaded CI machine showed)
+    pytest.importorskip("ray")
+    from ray.exceptions import TaskUnschedulableError
+
+    from orchardist.executors.ray import _answers
+
+    class Answering:
+        def get(self, task: object, timeout: float) -> dict[str, object]:
+            if task == "dead":
+                raise TaskUnschedulableError("The node specified ... doesn't exist any more")
+            return {"node": "n1", "problems": []}
+
+    nodes = [{"NodeID": "n1" * 20}, {"NodeID": "n2" * 20}]
+
+    # When the answers are collected
+    reports, lost = _answers(Answering(), nodes, ["fine", "dead"])
+
+    # Then the live node's report is kept and the dead one is named as lost
+    assert reports == [{"node": "n1", "problems": []}]
+    assert [entry["node"] for entry in lost] == ["n2" * 20]
+    assert "exist" in lost[0]["error"]

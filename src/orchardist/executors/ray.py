@@ -56,9 +56,25 @@ DOCTOR_TIMEOUT_S = 120.0  # for every node to answer doctor --executor ray
 def import_ray() -> Any:
     """The ``ray`` module; a UsageError saying how to install it when it is missing."""
     try:
-        return importlib.import_module("ray")
+        ray = importlib.import_module("ray")
     except ImportError as exc:
         raise UsageError(f"{RAY_MISSING} ({exc})") from None
+    _driver_messages_to_stderr(importlib.import_module("ray._private.worker"))
+    return ray
+
+
+def _driver_messages_to_stderr(worker: Any) -> None:
+    """Ray's driver prints the cluster's messages ("node ... marked dead") on stdout from a
+    background thread; stdout is orchardist's own (``--json``), so they go to stderr."""
+    original = worker.print_to_stdstream
+    if getattr(original, "orchardist", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.orchardist = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
 
 
 # -- what travels ------------------------------------------------------------------------------
@@ -503,7 +519,7 @@ def check_cluster(address: str, profiles: Sequence[AgentProfile]) -> dict[str, A
             ).remote(list(profiles))
             for n in nodes
         ]
-        reports = list(ray.get(tasks, timeout=DOCTOR_TIMEOUT_S))
+        reports, lost = _answers(ray, nodes, tasks)
     finally:
         ray.shutdown()
     problems = [] if reports else ["no live worker node with CPUs: attempts could not start"]
@@ -513,7 +529,26 @@ def check_cluster(address: str, profiles: Sequence[AgentProfile]) -> dict[str, A
                 f"orchardist {report['orchardist']} on the node, {__version__} here"
             )
         problems += [f"node {report['host']} {report['node'][:8]}: {p}" for p in report["problems"]]
-    return {"address": address, "nodes": reports, "problems": problems}
+    return {"address": address, "nodes": reports, "lost": lost, "problems": problems}
+
+
+def _answers(
+    ray: Any, nodes: Sequence[dict[str, Any]], tasks: Sequence[Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Each node's report; a node that died while it was being asked (Ray still listed it as
+    alive: its heartbeats had not yet timed out) is lost, not a crash of the whole check."""
+    exceptions = importlib.import_module("ray.exceptions")
+    reports: list[dict[str, Any]] = []
+    lost: list[dict[str, str]] = []
+    deadline = time.monotonic() + DOCTOR_TIMEOUT_S
+    for node, task in zip(nodes, tasks, strict=True):
+        try:
+            reports.append(ray.get(task, timeout=max(0.0, deadline - time.monotonic())))
+        except exceptions.GetTimeoutError:
+            raise
+        except exceptions.RayError as exc:
+            lost.append({"node": str(node["NodeID"]), "error": _first_line(exc)})
+    return reports, lost
 
 
 def render_cluster(report: dict[str, Any]) -> str:
@@ -523,6 +558,8 @@ def render_cluster(report: dict[str, Any]) -> str:
         state = "ok" if not node["problems"] else "PROBLEMS"
         lines.append(f"  {node['host']} {node['node'][:8]}: {state} (git {node['git'] or '-'})")
         lines += [f"    - {p}" for p in node["problems"]]
+    for node in report.get("lost", []):
+        lines.append(f"  {node['node'][:8]}: lost while being checked ({node['error']})")
     if not report["nodes"]:
         lines += [f"  - {p}" for p in report["problems"]]
     return "\n".join(lines)
