@@ -357,12 +357,12 @@ def test_resume_with_a_deadline_already_passed_launches_nothing(repo: Path, aban
 def test_ctrl_d_at_the_resume_prompt_is_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from orchardist import cli
+    from orchardist.cli import drive
     from orchardist.errors import UsageError
 
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # input() meets end of file
     with pytest.raises(UsageError, match=r"no answer: pass --resume .* or --fresh"):
-        cli._confirm("resume it?")
+        drive.confirm("resume it?")
 
 
 def test_a_run_whose_lock_is_held_is_running_and_dead_once_it_is_released(

@@ -48,9 +48,9 @@ verify = "exit 3"
 def test_every_subcommand_and_argument_has_help_text(repo: Path) -> None:
     import argparse
 
-    from orchardist.cli import _parser
+    from orchardist.cli import build_parser
 
-    (sub,) = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     for name, command in sub.choices.items():
         assert command.description, name
         for action in command._actions:

@@ -226,13 +226,13 @@ def _doc(states: list[str]) -> dict[str, object]:
 def test_a_large_runs_summary_gives_counts_and_the_first_few_tasks_not_every_id(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from orchardist.cli import SUMMARY_ROWS, _print_summary
+    from orchardist.cli.summary import SUMMARY_ROWS, print_summary
 
     # Given a run of 10,000 tasks, two of which failed late in the plan
     states = ["done"] * 10_000
     states[7000] = states[9000] = "failed"
     # When its final summary is printed
-    _print_summary(_doc(states), limit=SUMMARY_ROWS)
+    print_summary(_doc(states), limit=SUMMARY_ROWS)
     out = capsys.readouterr().out
     # Then it is short, counts by state, and shows the failures first
     lines = out.splitlines()
@@ -245,9 +245,9 @@ def test_a_large_runs_summary_gives_counts_and_the_first_few_tasks_not_every_id(
 
 
 def test_a_small_runs_summary_lists_every_task(capsys: pytest.CaptureFixture[str]) -> None:
-    from orchardist.cli import SUMMARY_ROWS, _print_summary
+    from orchardist.cli.summary import SUMMARY_ROWS, print_summary
 
-    _print_summary(_doc(["done", "failed", "done"]), limit=SUMMARY_ROWS)
+    print_summary(_doc(["done", "failed", "done"]), limit=SUMMARY_ROWS)
     out = capsys.readouterr().out
     assert "tasks:" not in out and "more" not in out
     assert [line.split()[0] for line in out.splitlines()[1:4]] == ["t00000", "t00001", "t00002"]

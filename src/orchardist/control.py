@@ -15,7 +15,7 @@ import select
 import signal
 from pathlib import Path
 
-CANCEL_SIGNAL = signal.SIGUSR1  # the orchestrator's handler cancels the run (see cli._drive)
+CANCEL_SIGNAL = signal.SIGUSR1  # the orchestrator's handler cancels the run (see cli.drive)
 
 
 def lock_path(state_dir: Path, run_id: str) -> Path:

@@ -1,0 +1,71 @@
+"""The command line: ``orchardist run | resume | show | gc | validate | status | runs | logs |
+doctor | scan``.
+
+Exit codes: 0 every task done; 1 some task failed or blocked, the run was stopped by a deadline
+or budget, or git or the store failed; 2 bad plan or usage, or the run is locked by another
+orchardist; 130 interrupted.
+
+Each command is a pair of small functions in the module of its group: ``add_NAME`` registers
+its parser, ``cmd_NAME`` runs it.
+
+    parsing.py   the top-level parser, with every command in the order ``--help`` lists them
+    options.py   exit codes and the options several commands share
+    running.py   run, resume, retry, cancel
+    drive.py     driving a run: its lock, signals, progress display and summary
+    reading.py   show, logs, status, events, runs
+    upkeep.py    gc, stats, serve
+    plans.py     validate, schema, graph, doctor, plan, completion
+    summary.py   what ``status`` and a run's end print
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from ..errors import OrchardistError, PlanError, RunLockedError, UsageError
+from ..terminal import visible
+from .options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from .parsing import build
+
+__all__ = ["build_parser", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``orchardist`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        code: int = args.func(args)
+        return code
+    except BrokenPipeError:  # `orchardist status | head`: the reader left; so do we, quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except PlanError as exc:
+        print(f"error: the plan has {len(exc.problems)} problem(s):", file=sys.stderr)
+        for problem in exc.problems:  # a key may hold escape sequences: shown, never obeyed
+            print(f"  {visible(str(problem))}", file=sys.stderr)
+        return EXIT_USAGE
+    except (UsageError, RunLockedError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OrchardistError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line's parser (commands that run a plan call back into ``main``)."""
+    return build(main)

@@ -1,0 +1,7 @@
+"""``python -m orchardist.cli``: the same as the ``orchardist`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,232 @@
+"""Driving a run: hold its lock, route signals to a graceful stop or a cancel, show progress,
+execute it, then print its summary (``run``, ``resume``, ``retry`` and ``scan --fix``)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any
+
+from ..control import CANCEL_SIGNAL
+from ..errors import UsageError
+from ..hooks import Hook, Hooks
+from ..plan import load_plan
+from ..records import RunState
+from .options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, with_executor
+from .summary import SUMMARY_ROWS, lock_held, print_next, print_summary
+
+
+class StopRelay:
+    """Passes a stop request to the scheduler, or keeps it until the scheduler exists."""
+
+    def __init__(self) -> None:
+        self.pending: tuple[str, RunState] | None = None
+        self.scheduler: Any = None
+
+    def request(self, reason: str = "interrupted", state: RunState = RunState.INTERRUPTED) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop(reason, state)
+        elif self.pending is None or state is RunState.CANCELLED:
+            self.pending = (reason, state)
+
+    def cancel(self) -> None:
+        self.request("cancelled by orchardist cancel", RunState.CANCELLED)
+
+    def attach(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        if self.pending is not None:
+            scheduler.stop(*self.pending)
+
+
+def drive(
+    ws: Any,
+    plan: Any,
+    run: Any,
+    args: argparse.Namespace,
+    resuming: bool = False,
+    prepare: Callable[[Any], list[Any]] | None = None,
+) -> int:
+    """Hold the run's lock, reconcile if resuming, ``prepare`` the run, and execute it with
+    progress and signals (SIGINT/SIGTERM interrupt it, SIGUSR1 from ``cancel`` cancels it)."""
+    from ..report import status_document
+    from ..runs import run_lock
+
+    plan = with_executor(plan, args)
+    relay = StopRelay()
+    restore = _on_signals(relay.request, relay.cancel)  # before anything slow: no signal lost
+    try:
+        with run_lock(ws, run.id), dashboard(ws, args):
+            state = _execute(ws, plan, run, args, resuming, relay, prepare)
+    finally:
+        restore()
+    doc = status_document(ws.store, ws.resolve_run(run.id))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print_summary(doc, quiet=args.quiet, limit=SUMMARY_ROWS)
+        if not args.quiet:
+            print_next(doc)
+    codes = {RunState.DONE: EXIT_OK, RunState.INTERRUPTED: EXIT_INTERRUPTED}
+    return codes.get(state, EXIT_FAILED)
+
+
+def _execute(
+    ws: Any,
+    plan: Any,
+    run: Any,
+    args: argparse.Namespace,
+    resuming: bool,
+    relay: StopRelay,
+    prepare: Callable[[Any], list[Any]] | None,
+) -> RunState:
+    from ..runs import execute, reconcile
+
+    header = f"run {run.id} → branch {run.branch}  ({isolation_note(plan)})"
+    states = {t.task_id: t.state.value for t in ws.store.tasks(run.id)}
+    hooks = _progress_hooks(plan, args, header, states)
+    try:
+        if resuming:
+            summary = reconcile(ws, run)
+            out = sys.stderr if args.json else sys.stdout
+            print(
+                f"resuming run {run.id}: killed {summary['killed']} leftover process(es), "
+                f"removed {summary['worktrees_removed']} worktree(s)",
+                file=out,
+            )
+            for line in summary["fixed"]:
+                print(f"  {line}", file=out)
+        if prepare is not None:
+            hooks.emit(prepare(run))  # the progress display hears of skipped or reset tasks
+        return execute(
+            ws,
+            plan,
+            ws.resolve_run(run.id),
+            hooks=hooks,
+            max_parallel=args.max_parallel,
+            on_scheduler=relay.attach,
+            fail_fast=getattr(args, "fail_fast", False),
+        )
+    finally:
+        hooks.close()
+
+
+def dashboard(ws: Any, args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:
+    """With ``--serve``, the dashboard of the run's repository while the run goes on."""
+    if not getattr(args, "serve", False):
+        return contextlib.nullcontext()
+    from ..web.serve import serving_in_background
+
+    @contextlib.contextmanager
+    def serving() -> Iterator[object]:
+        with serving_in_background(ws.repo.root) as url:
+            print(f"dashboard: {url}", file=sys.stderr, flush=True)
+            yield url
+
+    return serving()
+
+
+def isolation_note(plan: Any) -> str:
+    """Which isolation the run gets, for its first line; IsolationError (exit 2) when
+    ``[run] isolation = "required"`` and namespaces cannot be made here."""
+    from .. import isolation
+
+    return isolation.describe(plan.run.isolation, isolation.choose(plan.run.isolation))
+
+
+def _progress_hooks(
+    plan: Any, args: argparse.Namespace, header: str, states: dict[str, str] | None = None
+) -> Hooks:
+    from ..display import LiveTable, PlainLines
+
+    hooks: list[Hook]
+    if args.quiet:
+        hooks = []
+    elif not args.json and sys.stdout.isatty():
+        from rich.console import Console
+
+        # NO_COLOR in the environment is honoured by rich itself; --no-color is passed here and
+        # never put into the environment, which agents inherit.
+        hooks = [LiveTable(plan, Console(no_color=args.no_color or None), header, states)]
+    else:
+        stream = sys.stderr if args.json else sys.stdout
+        print(header, file=stream, flush=True)
+        hooks = [PlainLines(stream, verbose=args.verbose > 0)]
+    return Hooks(hooks)
+
+
+def _on_signals(stop: Callable[[], object], cancel: Callable[[], object]) -> Callable[[], None]:
+    """Route SIGINT/SIGTERM to a graceful stop and SIGUSR1 (``orchardist cancel``) to a
+    cancel; a second signal is not needed to end."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if signum == CANCEL_SIGNAL:
+            cancel()
+        else:
+            stop()
+
+    signals = (signal.SIGINT, signal.SIGTERM, CANCEL_SIGNAL)
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
+
+
+def interactive() -> bool:
+    """Whether a person can be asked (a terminal on both ends, not --json)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def confirm(question: str) -> bool:
+    """Ask on the terminal; Enter means yes."""
+    try:
+        answer = input(f"{question} [Y/n] ").strip().lower()
+    except EOFError:  # Ctrl-D: no answer is not a yes, nor a licence to start afresh
+        print(file=sys.stderr)
+        raise UsageError("no answer: pass --resume to continue that run or --fresh") from None
+    return answer in ("", "y", "yes")
+
+
+def refuse_if_driven(ws: Any, run: Any) -> None:
+    """A run another orchardist drives can be watched or cancelled, not resumed."""
+    from ..control import lock_path
+
+    path = lock_path(ws.state_dir, run.id)
+    if lock_held(path):
+        pid = path.read_text(errors="replace").strip() or "?"
+        raise UsageError(
+            f"run {run.id} is being driven by another orchardist process (pid {pid}): "
+            f"watch it with `orchardist status {run.id} --watch`, stop it with "
+            f"`orchardist cancel {run.id}`, or start another run with --fresh"
+        )
+
+
+def select(ws: Any, plan: Any, args: argparse.Namespace) -> Callable[[Any], list[Any]]:
+    """Apply --only/--skip to a run (under its lock, before it executes)."""
+    from ..runs import select_tasks
+
+    def prepare(run: Any) -> list[Any]:
+        if args.only or args.skip:
+            return select_tasks(ws, plan, run, args.only, args.skip)
+        return []
+
+    return prepare
+
+
+def plan_of(ws: Any, run: Any) -> Any:
+    """The run's plan file, reloaded; its task ids must still be the run's."""
+    plan = load_plan(run.plan_path)
+    known = {t.task_id for t in ws.store.tasks(run.id)}
+    if {t.id for t in plan.tasks} != known:
+        raise UsageError(
+            f"{run.plan_path} no longer has the tasks run {run.id} was started with; "
+            "start a new run instead"
+        )
+    return plan

@@ -1,0 +1,174 @@
+"""Exit codes, the top-level parser's own options, and the options several commands share."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TypeAlias
+
+from .. import __version__
+from ..errors import UsageError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def root_parser() -> argparse.ArgumentParser:
+    """``orchardist`` itself, before any command is added."""
+    parser = argparse.ArgumentParser(
+        prog="orchardist",
+        description="Run coding agents in parallel git worktrees; keep only what real runs prove.",
+        epilog="Exit codes: 0 all tasks done, 1 a task failed or was blocked or the run was "
+        "stopped by a budget, 2 bad plan or usage (or the run is locked by another orchardist), "
+        "130 interrupted. State lives under $(git rev-parse --git-common-dir)/orchardist.",
+    )
+    parser.add_argument("--version", action="version", version=f"orchardist {__version__}")
+    output_args(parser, argparse.SUPPRESS)
+    parser.set_defaults(quiet=False, verbose=0, no_color=False)
+    return parser
+
+
+def repo_arg(p: argparse.ArgumentParser) -> None:
+    """``-C REPO``, for the commands that work on a repository's runs."""
+    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
+
+
+def duration(option: str, text: str) -> float:
+    """A duration option's value in seconds; a usage error naming ``option`` if it is not one."""
+    from ..plan import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def output_args(p: argparse.ArgumentParser, default: Any) -> None:
+    p.add_argument(
+        "-q", "--quiet", action="store_true", default=default, help="no progress; a short summary"
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=default,
+        help="every event with its details, and debug logging on stderr",
+    )
+    p.add_argument(
+        "--no-color",
+        action="store_true",
+        default=default,
+        help="no colours (also when NO_COLOR is set)",
+    )
+
+
+def selection_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="TASK",
+        default=[],
+        help="run only these tasks and what they depend on (done ones are reused)",
+    )
+    p.add_argument(
+        "--skip",
+        nargs="+",
+        metavar="TASK",
+        default=[],
+        help="leave these tasks out, and the tasks that depend on them (state skipped)",
+    )
+    fail_fast_arg(p)
+
+
+def driving_args(p: argparse.ArgumentParser) -> None:
+    """Options of the commands that drive an existing run (resume, retry)."""
+    p.add_argument("--max-parallel", type=positive, metavar="N")
+    p.add_argument("--json", action="store_true", help="print the final status as JSON")
+    fail_fast_arg(p)
+    executor_args(p)
+    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the live web dashboard while the run goes on (prints its URL)",
+    )
+
+
+def executor_args(p: argparse.ArgumentParser) -> None:
+    """Where attempts run: overrides of [run] executor (run, resume, retry)."""
+    from ..executors import EXECUTORS
+
+    p.add_argument(
+        "--executor",
+        choices=sorted(EXECUTORS),
+        help="where attempts run (overrides [run] executor; ray: see docs/ray.md)",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="the Ray cluster to run on, host:port or auto (default auto; executor ray only)",
+    )
+
+
+def with_executor(plan: Any, args: argparse.Namespace) -> Any:
+    """The plan with the command line's --executor and --ray-address applied."""
+    from dataclasses import replace
+
+    settings = plan.run
+    if getattr(args, "executor", None):
+        settings = replace(settings, executor=args.executor)
+    if getattr(args, "ray_address", None):
+        if settings.executor != "ray":
+            raise UsageError(
+                '--ray-address needs the ray executor: add --executor ray or [run] executor = "ray"'
+            )
+        settings = replace(settings, ray_address=args.ray_address)
+    return replace(plan, run=settings)
+
+
+def fail_fast_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-x",
+        "--fail-fast",
+        action="store_true",
+        help="end the run as soon as a task fails for good (unfinished tasks: cancelled)",
+    )
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number")
+    return value
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def check_tasks(plan: Any, tasks: Sequence[str]) -> None:
+    """Unknown task names are a usage error before anything is created."""
+    from ..runs import check_known
+
+    check_known(plan, tasks)
+
+
+def has_runs(path: Path) -> bool:
+    """Whether the repository at ``path`` has a store (reading never creates one)."""
+    from ..gitrepo import Repo, find_toplevel
+
+    root = find_toplevel(Path(path))
+    if root is None:
+        raise UsageError(f"{path} is not inside a git repository")
+    return (Repo(root).common_dir / "orchardist" / "state.db").exists()

@@ -1,0 +1,110 @@
+"""``gc`` (remove what old runs left), ``stats`` (figures across runs) and ``serve`` (the web
+dashboard)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .options import EXIT_OK, Commands, duration, has_runs, repo_arg
+
+
+def add_gc(sub: Commands) -> None:
+    """Register ``orchardist gc``."""
+    p = sub.add_parser("gc", help="remove logs, worktrees and refs of old finished runs")
+    p.add_argument("--older-than", default="7d", metavar="AGE", help="age, e.g. 12h or 7d")
+    p.add_argument("--branches", action="store_true", help="also delete their run branches")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    repo_arg(p)
+    p.set_defaults(func=cmd_gc)
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    """``orchardist gc``."""
+    from ..gc import collect
+    from ..runs import Workspace
+
+    age_s = duration("--older-than", args.older_than)
+    if has_runs(args.repo):
+        ws = Workspace.open(args.repo)
+        report = collect(ws, age_s, branches=args.branches, dry_run=args.dry_run)
+    else:  # nothing was ever run here: nothing to remove, and nothing to create
+        report = {"runs": [], "bytes": 0, "refs": 0, "branches": 0, "baselines": 0}
+        report["scan_results"] = 0
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return EXIT_OK
+    verb = "would remove" if args.dry_run else "removed"
+    for run_id in report["runs"]:
+        print(f"{verb} run {run_id}")
+    print(
+        f"{verb} {report['bytes'] / 1e6:.1f} MB, {report['refs']} ref(s), "
+        f"{report['branches']} branch(es), {report['baselines']} cached baseline(s), "
+        f"{report['scan_results']} cached scan result(s)"
+    )
+    return EXIT_OK
+
+
+def add_stats(sub: Commands) -> None:
+    """Register ``orchardist stats``."""
+    p = sub.add_parser(
+        "stats",
+        help="numbers across runs: green at first shot, retries, cost, durations per profile",
+        description="Figures across the runs of this repository, per agent profile and overall, "
+        "computed from the store and the event log: tasks, green at first shot, attempts per "
+        "task, retries by failure class, fallbacks, candidates per win and which profile wins, "
+        "cost and tokens per merged task, median and p90 durations of agent, verify and merge, "
+        "the slowest tasks, and the window compared with the one before it.",
+    )
+    p.add_argument("--since", metavar="DURATION", help="only runs created in this window (e.g. 7d)")
+    p.add_argument("--plan", type=Path, help="only runs of this plan file")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    repo_arg(p)
+    p.set_defaults(func=cmd_stats)
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """``orchardist stats``."""
+    import dataclasses
+    import time
+
+    from ..runs import Workspace
+    from ..stats import compute, render
+
+    since_s = None if args.since is None else duration("--since", args.since)
+    plan = str(args.plan.resolve()) if args.plan is not None else None
+    ws = Workspace.open(args.repo, create=False)
+    stats = compute(ws.store, time.time(), since_s, plan)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(stats), indent=2))
+    elif not stats.run_ids:
+        print("no runs" + (" in that window" if since_s is not None else " yet"))
+    else:
+        print(render(stats))
+    return EXIT_OK
+
+
+def add_serve(sub: Commands) -> None:
+    """Register ``orchardist serve``."""
+    p = sub.add_parser(
+        "serve",
+        help="a live web dashboard of this repository's runs (needs the web extra)",
+        description="Serve the dashboard: runs, each run's task graph, timeline and tasks, each "
+        "task's logs and diffs, updated live from the event log; JSON under /api and Prometheus "
+        "metrics at /metrics. Binds 127.0.0.1 and prints the URL to open, with a token every "
+        "request needs (generated unless --token is given).",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks one)")
+    p.add_argument("--token", help="the access token (default: a random one)")
+    repo_arg(p)
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``orchardist serve``."""
+    from ..web.serve import serve
+
+    return serve(args.repo, args.host, args.port, args.token)
