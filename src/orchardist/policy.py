@@ -1,16 +1,20 @@
-"""Failure policy: back-off with jitter, and a circuit breaker per agent profile.
+"""Failure policy: back-off with jitter, a circuit breaker and a rate gate per agent profile,
+the pools they make up, and the cost budgets.
 
-Both take the time as an argument (``now``) instead of reading a clock, so tests drive them
-through hours of cool-down without sleeping.
+The breaker and the gate take the time as an argument (``now``); :class:`Pools` reads an
+injected clock. Tests drive them through hours of cool-down without sleeping.
 """
 
 from __future__ import annotations
 
 import enum
 import random
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from .records import Failure
+from .records import AgentProfile, AttemptState, Failure, Usage
 
 # Failures that count against a task's ``retries``; the others have their own budgets.
 COUNTED = {
@@ -135,3 +139,145 @@ class RateGate:
     def succeeded(self) -> None:
         """A launch went through without a rate limit: reset the back-off."""
         self.limited = 0
+
+
+class Ended(Protocol):
+    """What the pools read of an attempt that ended (an executor's ``Outcome`` is one)."""
+
+    @property
+    def state(self) -> AttemptState: ...
+
+    @property
+    def failure(self) -> Failure | None: ...
+
+    @property
+    def verdict(self) -> str:
+        """Set when verification ran: a failure then is the patch's, not the backend's."""
+        ...
+
+    @property
+    def retry_after_s(self) -> float | None: ...
+
+
+class Pools:
+    """The agent profiles as pools: each with a breaker, a rate gate, a load and a fallback."""
+
+    def __init__(
+        self,
+        agents: Mapping[str, AgentProfile],
+        clock: Callable[[], float],
+        rng: random.Random,
+    ) -> None:
+        self.agents = agents
+        self.clock, self.rng = clock, rng
+        self.breakers = {
+            name: CircuitBreaker(p.breaker_threshold, p.breaker_cooldown_s)
+            for name, p in agents.items()
+        }
+        self.gates = {name: RateGate(p.launch_interval_s) for name, p in agents.items()}
+        self.load: Counter[str] = Counter()  # attempts running per pool
+        self.on_fallback: set[str] = set()  # tasks whose agent timed out: they use the fallback
+
+    def open(self, pool: str) -> bool:
+        """Whether the pool may launch now (breaker and rate gate)."""
+        now = self.clock()
+        return self.breakers[pool].allows(now) and self.gates[pool].allows(now)
+
+    def _capacity(self, pool: str) -> bool:
+        cap = self.agents[pool].max_parallel
+        return cap is None or self.load[pool] < cap
+
+    def has_room(self, pool: str) -> bool:
+        """Whether work of this pool may start now, on it or on its fallback."""
+        if self.open(pool):
+            return self._capacity(pool)
+        fallback = self.agents[pool].fallback
+        return fallback is not None and self.open(fallback) and self._capacity(fallback)
+
+    def profile_for(self, task_id: str, name: str) -> str:
+        """The profile an attempt of ``task_id`` planned on ``name`` runs on."""
+        fallback = self.agents[name].fallback
+        if fallback is not None and (task_id in self.on_fallback or not self.open(name)):
+            return fallback
+        return name
+
+    def started(self, pool: str) -> None:
+        """An attempt started on the pool."""
+        now = self.clock()
+        self.breakers[pool].started(now)
+        self.gates[pool].launched(now)
+        self.load[pool] += 1
+
+    def ended(self, pool: str, task_id: str, ended: Ended) -> bool:
+        """Breakers count backend failures; a verify failure is the patch's, not the backend's.
+        Returns True when this attempt opened the pool's breaker."""
+        self.load[pool] -= 1
+        now, failure = self.clock(), ended.failure
+        breaker = self.breakers[pool]
+        if ended.state is AttemptState.CANCELLED:
+            breaker.abandoned()
+            return False
+        if failure is Failure.RATE_LIMITED:
+            self.gates[pool].rate_limited(now, ended.retry_after_s, self.rng)
+            breaker.abandoned()
+            return False
+        self.gates[pool].succeeded()
+        agent_fault = not ended.verdict
+        opened = False
+        if agent_fault and failure in (Failure.AGENT_ERROR, Failure.TIMEOUT, Failure.AUTH_ERROR):
+            # Retrying a refused credential will not help: that one opens the breaker at once.
+            refused = failure is Failure.AUTH_ERROR
+            opened = breaker.failed_for_good(now) if refused else breaker.failed(now)
+        else:
+            breaker.succeeded()
+        if agent_fault and failure is Failure.TIMEOUT and self.agents[pool].fallback:
+            self.on_fallback.add(task_id)
+        return opened
+
+    def wake_in(self, pools: Iterable[str]) -> float | None:
+        """Seconds until one of ``pools`` opens again (breaker cool-down, rate limit)."""
+        now = self.clock()
+        times = []
+        for name in pools:
+            reopen = self.breakers[name].reopens_at()
+            if reopen is not None and reopen > now:
+                times.append(reopen)
+            if self.gates[name].next_at > now:
+                times.append(self.gates[name].next_at)
+        return min(times) - now if times else None
+
+
+class Budgets:
+    """What each task and the whole run spent, against their cost limits (USD)."""
+
+    def __init__(self, run_limit: float | None, task_limits: Mapping[str, float | None]) -> None:
+        self.run_limit = run_limit
+        self.task_limits = task_limits
+        self.cost: defaultdict[str, float] = defaultdict(float)
+        self.held: set[str] = set()  # tasks out of their budget
+
+    @property
+    def total(self) -> float:
+        """What the run spent so far."""
+        return sum(self.cost.values())
+
+    def spend(self, task_id: str, usage: Usage) -> None:
+        """An attempt of the task used this much."""
+        self.cost[task_id] += usage.cost_usd or 0.0
+
+    def task_spent(self, task_id: str) -> bool:
+        """Whether the task may start no further attempt."""
+        limit = self.task_limits[task_id]
+        return limit is not None and self.cost[task_id] >= limit
+
+    def task_left(self, task_id: str) -> float | None:
+        """What the task's attempts may still spend (an agent that can be stopped is, there)."""
+        limit = self.task_limits[task_id]
+        return None if limit is None else max(0.0, limit - self.cost[task_id])
+
+    def run_spent(self) -> str | None:
+        """Why the run may launch nothing new, once its budget is spent."""
+        limit = self.run_limit
+        if limit is None or self.total < limit:
+            return None
+        return f"run cost budget spent (${self.total:.2f} of ${limit:.2f})"

@@ -16,7 +16,7 @@ import heapq
 import queue
 import random
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -39,7 +39,7 @@ from .merge import Prepared
 from .oracle import CHECK_DOES_NOT_REPRODUCE
 from .pipeline import Pipelines
 from .plan import Plan, TaskSpec
-from .policy import COUNTED, INFRA_RETRIES, Backoff, CircuitBreaker, RateGate
+from .policy import COUNTED, INFRA_RETRIES, Backoff, Budgets, Pools
 from .procs import new_marker
 from .records import (
     AttemptRecord,
@@ -141,7 +141,6 @@ class Scheduler:
         self.waiting: dict[str, int] = {}
         self.rounds: dict[str, _Round] = {}
         self.active: dict[str, Job] = {}
-        self.pool_load: Counter[str] = Counter()
         self.merge_queue: deque[Outcome] = deque()
         self.merging: _Merge | None = None
         self.parked: dict[str, Outcome] = {}  # verified patches waiting for a dependency
@@ -152,16 +151,10 @@ class Scheduler:
         self.regression_infra = 0
         self.feedback: dict[str, str] = {}
         self.summaries: dict[str, str] = {}
-        self.cost: defaultdict[str, float] = defaultdict(float)
         self.infra_failures: Counter[str] = Counter()
-        self.on_fallback: set[str] = set()
-        self.held: set[str] = set()  # tasks out of cost budget
         self.backoff = Backoff(base_s=plan.run.retry_backoff_s)
-        self.breakers = {
-            name: CircuitBreaker(p.breaker_threshold, p.breaker_cooldown_s)
-            for name, p in plan.agents.items()
-        }
-        self.gates = {name: RateGate(p.launch_interval_s) for name, p in plan.agents.items()}
+        self.pools = Pools(plan.agents, clock, self.rng)
+        self.budgets = Budgets(plan.run.max_cost_usd, {t.id: t.max_cost_usd for t in plan.tasks})
         self.timers: list[tuple[float, str, str]] = []  # (due, kind, task) on self.monotonic
         self.stopping: Stop | None = None  # hard stop: cancel what runs
         self.soft_stop: str | None = None  # budget: launch nothing new, finish what runs
@@ -261,17 +254,8 @@ class Scheduler:
         """When a pool that ready work waits for opens again (breaker cool-down, rate limit)."""
         if not self.ready or self.stopping is not None or self.soft_stop is not None:
             return None
-        now_wall = self.clock()
-        times = []
-        for name in self.ready.pools():
-            reopen = self.breakers[name].reopens_at()
-            if reopen is not None and reopen > now_wall:
-                times.append(reopen)
-            if self.gates[name].next_at > now_wall:
-                times.append(self.gates[name].next_at)
-        if not times:
-            return None
-        return self.monotonic() + (min(times) - now_wall)
+        wait_s = self.pools.wake_in(self.ready.pools())
+        return None if wait_s is None else self.monotonic() + wait_s
 
     # -- starting attempts ---------------------------------------------------------------
 
@@ -281,22 +265,19 @@ class Scheduler:
         while self.stopping is None and len(self.active) < self.max_parallel:
             if self._run_budget_spent():
                 return
-            unit = self.ready.pop(self._has_room)
+            unit = self.ready.pop(self.pools.has_room)
             if unit is None:
                 return
             task_id, candidate = _task(unit), _candidate(unit)
             spec = self.specs[task_id]
-            if spec.max_cost_usd is not None and self.cost[task_id] >= spec.max_cost_usd:
-                self._hold(task_id, f"cost budget spent (${self.cost[task_id]:.2f})")
+            if self.budgets.task_spent(task_id):
+                self._hold(task_id, f"cost budget spent (${self.budgets.cost[task_id]:.2f})")
                 continue
             self._start_attempt(spec, candidate)
 
     def _run_budget_spent(self) -> bool:
-        limit = self.plan.run.max_cost_usd
-        if self.soft_stop is None and limit is not None and sum(self.cost.values()) >= limit:
-            self.soft_stop = (
-                f"run cost budget spent (${sum(self.cost.values()):.2f} of ${limit:.2f})"
-            )
+        if self.soft_stop is None and (spent := self.budgets.run_spent()) is not None:
+            self.soft_stop = spent
             with self._tx() as tx:
                 self._event(
                     tx, Kind.RUN, None, None, state=RunEvent.STOPPING, reason=self.soft_stop
@@ -304,7 +285,7 @@ class Scheduler:
         return self.soft_stop is not None
 
     def _hold(self, task_id: str, reason: str) -> None:
-        self.held.add(task_id)
+        self.budgets.held.add(task_id)
         for k in range(self.specs[task_id].candidates):
             self.ready.discard(_unit(task_id, k))
         round_ = self.rounds.get(task_id)
@@ -319,28 +300,6 @@ class Scheduler:
                 ):
                     self._decide(tx, task_id, round_)  # the loop merges the winner
 
-    def _open(self, pool: str) -> bool:
-        """Whether the pool may launch now (breaker and rate gate)."""
-        now = self.clock()
-        return self.breakers[pool].allows(now) and self.gates[pool].allows(now)
-
-    def _capacity(self, pool: str) -> bool:
-        cap = self.plan.agents[pool].max_parallel
-        return cap is None or self.pool_load[pool] < cap
-
-    def _has_room(self, pool: str) -> bool:
-        if self._open(pool):
-            return self._capacity(pool)
-        fallback = self.plan.agents[pool].fallback
-        return fallback is not None and self._open(fallback) and self._capacity(fallback)
-
-    def _profile_for(self, spec: TaskSpec, candidate: int) -> str:
-        name = spec.agent_for(candidate)
-        fallback = self.plan.agents[name].fallback
-        if fallback is not None and (spec.id in self.on_fallback or not self._open(name)):
-            return fallback
-        return name
-
     def _log_path(self, job: Job) -> str:
         """Where the executor will write the job's output, if it says in advance (so that a
         running attempt's log can be followed)."""
@@ -350,10 +309,9 @@ class Scheduler:
     def _start_attempt(self, spec: TaskSpec, candidate: int) -> None:
         self.attempts[spec.id] += 1
         n = self.attempts[spec.id]
-        agent = self._profile_for(spec, candidate)
+        agent = self.pools.profile_for(spec.id, spec.agent_for(candidate))
         now = self.clock()
-        self.breakers[agent].started(now)
-        self.gates[agent].launched(now)
+        self.pools.started(agent)
         job = Job(
             id=f"{spec.id}.{n}",
             run_id=self.run_id,
@@ -375,7 +333,7 @@ class Scheduler:
             max_patch_bytes=int(self.plan.run.max_patch_mb * 1024 * 1024),
             network=spec.network,
             allow_empty=spec.allow_empty,
-            max_cost_usd=self._budget_left(spec),
+            max_cost_usd=self.budgets.task_left(spec.id),
         )
         job = self.pipelines.shape(job, spec)  # a pipeline's stage: handoffs, where it starts
         record = AttemptRecord(
@@ -405,14 +363,7 @@ class Scheduler:
             if self.tasks[spec.id].state is not TaskState.RUNNING:
                 self._set_state(tx, spec.id, TaskState.RUNNING)
         self.active[job.id] = job
-        self.pool_load[agent] += 1
         self.executor.submit(job, self.inbox.put)
-
-    def _budget_left(self, spec: TaskSpec) -> float | None:
-        """What the task's attempts may still spend (an agent that can be stopped is, there)."""
-        if spec.max_cost_usd is None:
-            return None
-        return max(0.0, spec.max_cost_usd - self.cost[spec.id])
 
     def _prompt(self, spec: TaskSpec) -> str:
         parts = [spec.prompt]
@@ -449,11 +400,20 @@ class Scheduler:
         job = outcome.job
         if self.active.pop(job.id, None) is None or job.profile is None:
             return
-        self.pool_load[job.profile.name] -= 1
         usage, dropped = checked_usage(outcome.usage)
         outcome = replace(outcome, usage=usage)
-        self.cost[job.task_id] += usage.cost_usd or 0.0
-        self._feed_policies(job.profile.name, job.task_id, outcome)
+        self.budgets.spend(job.task_id, usage)
+        if self.pools.ended(job.profile.name, job.task_id, outcome):
+            with self._tx() as tx:
+                self._event(
+                    tx,
+                    Kind.BREAKER,
+                    job.task_id,
+                    None,
+                    state=BreakerEvent.OPEN,
+                    agent=job.profile.name,
+                    until=self.pools.breakers[job.profile.name].reopens_at(),
+                )
         state = outcome.state
         if state is AttemptState.CANCELLED and self.stopping is not None:
             state = AttemptState.INTERRUPTED
@@ -514,39 +474,6 @@ class Scheduler:
             flag=outcome.flag or None,
             cost_usd=outcome.usage.cost_usd,
         )
-
-    def _feed_policies(self, profile: str, task_id: str, outcome: Outcome) -> None:
-        """Breakers count backend failures; a verify failure is the patch's, not the backend's."""
-        now = self.clock()
-        failure = outcome.failure
-        if outcome.state is AttemptState.CANCELLED:
-            self.breakers[profile].abandoned()
-            return
-        if failure is Failure.RATE_LIMITED:
-            self.gates[profile].rate_limited(now, outcome.retry_after_s, self.rng)
-            self.breakers[profile].abandoned()
-            return
-        self.gates[profile].succeeded()
-        breaker = self.breakers[profile]
-        agent_fault = not outcome.verdict  # a failure during verification is the patch's
-        if agent_fault and failure in (Failure.AGENT_ERROR, Failure.TIMEOUT, Failure.AUTH_ERROR):
-            # Retrying a refused credential will not help: that one opens the breaker at once.
-            refused = failure is Failure.AUTH_ERROR
-            if breaker.failed_for_good(now) if refused else breaker.failed(now):
-                with self._tx() as tx:
-                    self._event(
-                        tx,
-                        Kind.BREAKER,
-                        task_id,
-                        None,
-                        state=BreakerEvent.OPEN,
-                        agent=profile,
-                        until=breaker.reopens_at(),
-                    )
-        else:
-            breaker.succeeded()
-        if agent_fault and failure is Failure.TIMEOUT and self.plan.agents[profile].fallback:
-            self.on_fallback.add(task_id)
 
     def _retry_unit(self, tx: Transaction, outcome: Outcome) -> bool:
         """Re-queue one candidate without a counted failure (rate limit, infra, within budget)."""
@@ -1117,9 +1044,10 @@ class Scheduler:
                     for task_id, record in self.tasks.items():
                         if not record.state.terminal:
                             self._set_state(tx, task_id, TaskState.CANCELLED, reason=reason)
-            elif self.soft_stop is not None or self.held:
+            elif self.soft_stop is not None or self.budgets.held:
                 state = RunState.STOPPED
-                reason = self.soft_stop or f"cost budget spent for: {', '.join(sorted(self.held))}"
+                held = ", ".join(sorted(self.budgets.held))
+                reason = self.soft_stop or f"cost budget spent for: {held}"
             else:
                 for task_id, record in self.tasks.items():
                     if not record.state.terminal:  # unreachable unless the graph logic is wrong
@@ -1136,7 +1064,7 @@ class Scheduler:
                 state=state.value,
                 reason=reason,
                 tip=self.tip,
-                cost_usd=round(sum(self.cost.values()), 6) or None,
+                cost_usd=round(self.budgets.total, 6) or None,
             )
         return state
 
@@ -1179,7 +1107,7 @@ class Scheduler:
         passed: dict[str, AttemptRecord] = {}
         for attempt in self.store.attempts(self.run_id):
             self.attempts[attempt.task_id] = max(self.attempts[attempt.task_id], attempt.n)
-            self.cost[attempt.task_id] += checked_usage(attempt.usage)[0].cost_usd or 0.0
+            self.budgets.spend(attempt.task_id, checked_usage(attempt.usage)[0])
             if attempt.state is AttemptState.PASSED and attempt.patch_commit and attempt.won:
                 passed[attempt.task_id] = attempt  # the round's winner, never a loser
         done = {t for t, r in self.tasks.items() if r.state is TaskState.DONE}

@@ -1,0 +1,120 @@
+"""The pools (breakers, rate gates, load, fallback) and the cost budgets, alone on a fake clock."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from orchardist.clocks import FakeClock
+from orchardist.policy import Budgets, Pools
+from orchardist.records import AgentProfile, AttemptState, Failure, Usage
+
+
+@dataclass(frozen=True)
+class Ended:
+    state: AttemptState
+    failure: Failure | None = None
+    verdict: str = ""
+    retry_after_s: float | None = None
+
+
+FAILED = Ended(AttemptState.FAILED, Failure.AGENT_ERROR)
+PASSED = Ended(AttemptState.PASSED)
+
+
+def pools(
+    clock: FakeClock,
+    breaker_threshold: int = 3,
+    breaker_cooldown_s: float = 60.0,
+    max_parallel: int | None = None,
+) -> Pools:
+    """A pool ``main`` with the fallback ``spare``."""
+    main = AgentProfile(
+        "main",
+        "shell",
+        max_parallel=max_parallel,
+        fallback="spare",
+        breaker_threshold=breaker_threshold,
+        breaker_cooldown_s=breaker_cooldown_s,
+    )
+    agents = {"main": main, "spare": AgentProfile("spare", "shell")}
+    return Pools(agents, clock, random.Random(0))
+
+
+def test_a_pool_whose_breaker_opened_sends_its_work_to_the_fallback_until_the_cool_down_ends() -> (
+    None
+):
+    # Given: a pool that opens after two failures and cools down for a minute
+    clock = FakeClock(1000.0)
+    p = pools(clock, breaker_threshold=2, breaker_cooldown_s=60.0)
+    # When: two attempts fail on it
+    p.started("main")
+    assert p.ended("main", "t", FAILED) is False
+    p.started("main")
+    assert p.ended("main", "t", FAILED) is True
+    # Then: it is closed, its work goes to the fallback, and it wakes the loop in a minute
+    assert not p.open("main") and p.has_room("main")
+    assert p.profile_for("t", "main") == "spare"
+    assert p.wake_in(["main"]) == 60.0
+    # When: the minute passes, one probe goes through and succeeds
+    clock.advance(60.0)
+    assert p.open("main") and p.profile_for("t", "main") == "main"
+    p.started("main")
+    assert not p.open("main")  # one probe at a time
+    p.ended("main", "t", PASSED)
+    # Then: the pool is open again and has nothing to wake for
+    assert p.open("main") and p.wake_in(["main"]) is None
+
+
+def test_a_pool_counts_its_load_against_its_max_parallel() -> None:
+    clock = FakeClock()
+    p = pools(clock, max_parallel=1)
+    p.started("main")
+    # Then: main is full; its work may not go to the fallback while main is open
+    assert p.open("main") and p.has_room("main") is False
+    assert p.profile_for("t", "main") == "main"
+    p.ended("main", "t", PASSED)
+    assert p.has_room("main")
+
+
+def test_a_rate_limit_pauses_launches_without_counting_against_the_breaker() -> None:
+    clock = FakeClock(50.0)
+    p = pools(clock, breaker_threshold=1)
+    p.started("main")
+    limited = Ended(AttemptState.FAILED, Failure.RATE_LIMITED, retry_after_s=30.0)
+    assert p.ended("main", "t", limited) is False
+    assert p.breakers["main"].failures == 0
+    assert not p.open("main") and p.wake_in(["main"]) == 30.0
+    clock.advance(30.0)
+    assert p.open("main")
+
+
+def test_a_failure_during_verification_is_the_patchs_and_leaves_the_breaker_closed() -> None:
+    clock = FakeClock()
+    p = pools(clock, breaker_threshold=1)
+    p.started("main")
+    assert p.ended("main", "t", Ended(AttemptState.FAILED, Failure.TIMEOUT, "failed")) is False
+    assert p.open("main") and p.profile_for("t", "main") == "main"
+
+
+def test_a_timeout_moves_that_task_alone_onto_the_fallback() -> None:
+    clock = FakeClock()
+    p = pools(clock, breaker_threshold=0)  # breaker off
+    p.started("main")
+    p.ended("main", "slow", Ended(AttemptState.FAILED, Failure.TIMEOUT))
+    assert p.profile_for("slow", "main") == "spare"
+    assert p.profile_for("other", "main") == "main"
+
+
+def test_budgets_hold_a_task_at_its_limit_and_stop_the_run_at_the_runs() -> None:
+    budgets = Budgets(1.0, {"a": 0.5, "b": None})
+    budgets.spend("a", Usage(cost_usd=0.25))
+    assert budgets.task_left("a") == 0.25 and not budgets.task_spent("a")
+    assert budgets.task_left("b") is None
+    budgets.spend("a", Usage(cost_usd=0.25))
+    assert budgets.task_spent("a") and budgets.task_left("a") == 0.0
+    assert budgets.run_spent() is None
+    budgets.spend("b", Usage(cost_usd=0.5))
+    budgets.spend("b", Usage())  # an agent that said nothing spent nothing
+    assert not budgets.task_spent("b")
+    assert budgets.run_spent() == "run cost budget spent ($1.00 of $1.00)"
