@@ -4,6 +4,7 @@ One database per repository, under the git common directory, so nothing appears 
 tree. WAL mode with a busy timeout lets ``orchardist status`` read while a run writes. Every
 state change goes through :meth:`Store.transaction`, which opens an immediate transaction and
 rolls back on error, so a crash at any instant leaves the last committed step, never half of one.
+The tables themselves, and how rows become records, are in :mod:`orchardist.tables`.
 """
 
 from __future__ import annotations
@@ -14,117 +15,16 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .errors import StoreError
 from .oracle import CommandOutcome, TestReport
-from .records import (
-    AttemptRecord,
-    AttemptState,
-    Event,
-    Failure,
-    Run,
-    RunState,
-    TaskRecord,
-    TaskState,
-    Usage,
-)
-
-SCHEMA = """
-create table if not exists runs (
-    id text primary key,
-    plan_path text not null,
-    plan_digest text not null,
-    repo text not null,
-    base_commit text not null,
-    branch text not null,
-    state text not null,
-    created_at real not null,
-    finished_at real,
-    reason text not null default ''
-);
-create table if not exists tasks (
-    run_id text not null references runs(id),
-    task_id text not null,
-    state text not null,
-    idx integer not null,
-    commit_sha text,
-    reason text not null default '',
-    failures integer not null default 0,
-    reruns integer not null default 0,
-    stage text not null default '',
-    pipeline_task text not null default '',
-    primary key (run_id, task_id)
-);
-create table if not exists attempts (
-    run_id text not null,
-    task_id text not null,
-    n integer not null,
-    candidate integer not null,
-    agent text not null,
-    state text not null,
-    base_commit text not null,
-    started_at real not null,
-    ended_at real,
-    exit_code integer,
-    failure text,
-    detail text not null default '',
-    patch_commit text,
-    changed_lines integer,
-    log_path text not null default '',
-    marker text not null default '',
-    cost_usd real,
-    input_tokens integer,
-    output_tokens integer,
-    turns integer,
-    session_id text,
-    verdict text not null default '',
-    selection text not null default '',
-    won integer not null default 0,
-    handoff text not null default '',
-    primary key (run_id, task_id, n)
-);
-create table if not exists events (
-    seq integer primary key autoincrement,
-    run_id text not null,
-    ts real not null,
-    kind text not null,
-    task_id text,
-    attempt integer,
-    data text not null default '{}'
-);
-create index if not exists events_run on events(run_id, seq);
-create table if not exists baselines (
-    key text primary key,
-    commit_sha text not null,
-    command text not null,
-    exit_code integer not null,
-    timed_out integer not null,
-    report text,
-    created_at real not null
-);
-create table if not exists scan_cache (
-    key text primary key,
-    scanner text not null,
-    value text not null,
-    used_at real not null
-);
-create index if not exists scan_cache_used on scan_cache(used_at);
--- Commits orchardist is about to put on a run branch, written before the ref moves: resume
--- trusts a task's commit on the branch only if it is here (a trailer anyone can write).
-create table if not exists branch_commits (
-    run_id text not null,
-    commit_sha text not null,
-    task_id text not null,
-    attempt integer not null,
-    primary key (run_id, commit_sha)
-);
-"""
+from .records import AttemptRecord, Event, Run, TaskRecord, Usage
+from .tables import SCHEMA, USAGE_FIELDS, attempt_of, attempt_row, migrate, run_of, task_of
 
 MEMORY = ":memory:"  # the path of an in-memory store
-_USAGE_FIELDS = [f.name for f in fields(Usage)]
 
 
 class Transaction:
@@ -183,7 +83,7 @@ class Transaction:
 
     def add_attempt(self, attempt: AttemptRecord) -> None:
         """Insert an attempt."""
-        row = _attempt_row(attempt)
+        row = attempt_row(attempt)
         marks = ",".join("?" * len(row))
         self._conn.execute(
             f"insert into attempts ({','.join(row)}) values ({marks})", tuple(row.values())
@@ -193,7 +93,7 @@ class Transaction:
         """Update columns of an attempt; a ``usage`` value is spread over its columns."""
         usage = changes.pop("usage", None)
         if isinstance(usage, Usage):
-            changes.update({k: getattr(usage, k) for k in _USAGE_FIELDS})
+            changes.update({k: getattr(usage, k) for k in USAGE_FIELDS})
         self._update("attempts", {"run_id": run_id, "task_id": task_id, "n": n}, changes)
 
     def put_baseline(self, key: str, commit: str, outcome: CommandOutcome, now: float) -> None:
@@ -285,26 +185,9 @@ class Store:
             self._conn.execute("pragma synchronous=normal")
             self._conn.execute("pragma foreign_keys=on")
             self._conn.executescript(SCHEMA)
-            self._migrate()
+            migrate(self._conn)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
-
-    def _migrate(self) -> None:
-        """Add columns that newer versions introduced to stores made by older ones."""
-        for table, columns in (
-            ("attempts", ("verdict", "selection", "handoff")),
-            ("tasks", ("stage", "pipeline_task")),
-        ):
-            have = {row[1] for row in self._conn.execute(f"pragma table_info({table})")}
-            for column in columns:
-                if column not in have:
-                    self._conn.execute(
-                        f"alter table {table} add column {column} text not null default ''"
-                    )
-        have = {row[1] for row in self._conn.execute("pragma table_info(attempts)")}
-        if "won" not in have:  # winners were told only in the selection's words before
-            self._conn.execute("alter table attempts add column won integer not null default 0")
-            self._conn.execute("update attempts set won = 1 where selection like 'won%'")
 
     @classmethod
     def in_memory(cls) -> Store:
@@ -354,16 +237,18 @@ class Store:
     def run(self, run_id: str) -> Run | None:
         """A run by id, or None."""
         rows = self._rows("select * from runs where id = ?", (run_id,))
-        return _run(rows[0]) if rows else None
+        return run_of(rows[0]) if rows else None
 
     def runs(self) -> list[Run]:
         """All runs, newest first."""
-        return [_run(r) for r in self._rows("select * from runs order by created_at desc, id desc")]
+        return [
+            run_of(r) for r in self._rows("select * from runs order by created_at desc, id desc")
+        ]
 
     def tasks(self, run_id: str) -> list[TaskRecord]:
         """A run's tasks in plan order."""
         rows = self._rows("select * from tasks where run_id = ? order by idx", (run_id,))
-        return [_task(r) for r in rows]
+        return [task_of(r) for r in rows]
 
     def attempts(self, run_id: str, task_id: str | None = None) -> list[AttemptRecord]:
         """A run's attempts (of one task, if given), oldest first."""
@@ -372,7 +257,7 @@ class Store:
         if task_id is not None:
             sql += " and task_id = ?"
             args.append(task_id)
-        return [_attempt(r) for r in self._rows(sql + " order by started_at, n", args)]
+        return [attempt_of(r) for r in self._rows(sql + " order by started_at, n", args)]
 
     def branch_commits(self, run_id: str) -> dict[str, tuple[str, int]]:
         """``{commit: (task, attempt)}`` orchardist recorded before putting them on the branch."""
@@ -464,70 +349,3 @@ class Store:
             )
             for r in rows
         ]
-
-
-def _run(r: sqlite3.Row) -> Run:
-    return Run(
-        id=r["id"],
-        plan_path=r["plan_path"],
-        plan_digest=r["plan_digest"],
-        repo=r["repo"],
-        base_commit=r["base_commit"],
-        branch=r["branch"],
-        state=RunState(r["state"]),
-        created_at=r["created_at"],
-        finished_at=r["finished_at"],
-        reason=r["reason"],
-    )
-
-
-def _task(r: sqlite3.Row) -> TaskRecord:
-    return TaskRecord(
-        run_id=r["run_id"],
-        task_id=r["task_id"],
-        state=TaskState(r["state"]),
-        index=r["idx"],
-        commit=r["commit_sha"],
-        reason=r["reason"],
-        failures=r["failures"],
-        reruns=r["reruns"],
-        stage=r["stage"],
-        pipeline_task=r["pipeline_task"],
-    )
-
-
-def _attempt_row(a: AttemptRecord) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        f.name: getattr(a, f.name) for f in fields(AttemptRecord) if f.name != "usage"
-    }
-    row["state"] = a.state.value
-    row["failure"] = a.failure.value if a.failure else None
-    row.update({k: getattr(a.usage, k) for k in _USAGE_FIELDS})
-    return row
-
-
-def _attempt(r: sqlite3.Row) -> AttemptRecord:
-    keys = r.keys()
-    return AttemptRecord(
-        run_id=r["run_id"],
-        task_id=r["task_id"],
-        n=r["n"],
-        candidate=r["candidate"],
-        agent=r["agent"],
-        state=AttemptState(r["state"]),
-        base_commit=r["base_commit"],
-        started_at=r["started_at"],
-        ended_at=r["ended_at"],
-        exit_code=r["exit_code"],
-        failure=Failure(r["failure"]) if r["failure"] else None,
-        detail=r["detail"],
-        patch_commit=r["patch_commit"],
-        changed_lines=r["changed_lines"],
-        log_path=r["log_path"],
-        marker=r["marker"],
-        usage=Usage(**{k: r[k] for k in _USAGE_FIELDS if k in keys}),
-        verdict=r["verdict"],
-        selection=r["selection"],
-        won=bool(r["won"]),
-        handoff=r["handoff"],
-    )
