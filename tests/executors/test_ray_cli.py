@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -68,3 +70,55 @@ def test_an_empty_ray_address_in_the_plan_is_a_located_error(
 
     assert code == 2
     assert "run.ray_address" in capsys.readouterr().err
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A port on every address of this machine that refuses connections (bound, not listening)."""
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        yield int(sock.getsockname()[1])
+
+
+def test_an_unreachable_ray_address_fails_the_run_fast_and_makes_no_run(
+    repo: Path, closed_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a plan for the ray executor, and an address where nothing listens
+    pytest.importorskip("ray")
+    plan = write_plan(repo, PLAN.format(run='executor = "ray"'), commit=True)
+    address = f"127.0.0.1:{closed_port}"
+
+    # When it is run there
+    code = main(["run", str(plan), "--ray-address", address])
+
+    # Then it is a usage error naming the address, and no run was made
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"cannot reach the Ray cluster at '{address}'" in err
+    assert "refused" in err
+    assert not (repo / ".git" / "orchardist").exists()
+
+
+def test_doctor_gives_up_on_an_address_where_no_ray_cluster_answers(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an address that accepts connections and never answers (Ray's own connect would
+    # retry it for many minutes)
+    pytest.importorskip("ray")
+    from orchardist.executors import ray as ray_executor
+
+    monkeypatch.setattr(ray_executor, "CONNECT_TIMEOUT_S", 2.0)  # nothing ever answers there
+    plan = write_plan(repo, PLAN.format(run=""), commit=True)
+    with socket.socket() as silent:
+        silent.bind(("0.0.0.0", 0))
+        silent.listen(8)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+
+        # When doctor checks the cluster there
+        code = main(["doctor", str(plan), "--executor", "ray", "--ray-address", address])
+
+    # Then it is a usage error naming the address and saying nothing answered
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"cannot reach the Ray cluster at '{address}'" in err
+    assert "no Ray cluster answered" in err

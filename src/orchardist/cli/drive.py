@@ -194,6 +194,14 @@ def confirm(question: str) -> bool:
     return answer in ("", "y", "yes")
 
 
+def cluster_reachable(plan: Any) -> None:
+    """With the ray executor, a UsageError (exit 2) unless the cluster's address answers."""
+    if plan.run.executor == "ray":
+        from ..executors.ray import reachable
+
+        reachable(plan.run.ray_address)
+
+
 def refuse_if_driven(ws: Any, run: Any) -> None:
     """A run another orchardist drives can be watched or cancelled, not resumed."""
     from ..control import lock_path

@@ -11,7 +11,16 @@ from typing import Any
 from ..errors import PlanError, UsageError
 from ..plan import load_plan
 from ..records import RunState
-from .drive import confirm, drive, interactive, isolation_note, plan_of, refuse_if_driven, select
+from .drive import (
+    cluster_reachable,
+    confirm,
+    drive,
+    interactive,
+    isolation_note,
+    plan_of,
+    refuse_if_driven,
+    select,
+)
 from .options import (
     EXIT_FAILED,
     EXIT_OK,
@@ -89,6 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return print_forecast(plan, args)
     check_tasks(plan, [*args.only, *args.skip])
     isolation_note(plan)  # "required" without namespaces: refused before anything is made
+    cluster_reachable(plan)  # an unreachable Ray cluster too
     # Read-only until every check passed: a refused run leaves nothing behind.
     existing = Workspace.open(plan.repo) if has_runs(plan.repo) else None
     unfinished = [] if args.fresh or existing is None else unfinished_runs(existing, plan)

@@ -51,6 +51,7 @@ NUM_CPUS = 1.0  # Ray CPUs an attempt holds on its node
 JOB_ENDED = b"ended"  # what a worker tells its reaper when the job ended normally
 LOST_GRACE_S = 300.0  # past its timeout, a job whose task never reports is given up
 DOCTOR_TIMEOUT_S = 120.0  # for every node to answer doctor --executor ray
+CONNECT_TIMEOUT_S = 30.0  # for the cluster's address to connect, and as long to answer
 
 
 def import_ray() -> Any:
@@ -75,6 +76,69 @@ def _driver_messages_to_stderr(worker: Any) -> None:
 
     to_stderr.orchardist = True  # type: ignore[attr-defined]
     worker.print_to_stdstream = to_stderr
+
+
+def reachable(address: str, timeout_s: float | None = None) -> str:
+    """The ``host:port`` Ray would dial for ``address`` (``auto``: the cluster ``ray start``
+    made here), once a Ray cluster answers there; a UsageError naming the address otherwise.
+
+    Ray's own connect retries an address that does not answer for many minutes; this look
+    takes at most ``timeout_s`` for the TCP connection plus as long for Ray's answer.
+    """
+    timeout_s = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
+    services = importlib.import_module("ray._private.services")
+    try:
+        resolved = str(services.canonicalize_bootstrap_address_or_die(address))
+        host, _, port = resolved.rpartition(":")
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+        problem = _gcs_answers(resolved, timeout_s)
+    except (OSError, ValueError) as exc:  # ConnectionError is an OSError
+        problem = _first_line(exc) or type(exc).__name__
+    if problem:
+        raise UsageError(
+            f"cannot reach the Ray cluster at {address!r}: {problem} "
+            "(start one with `ray start --head`, or name it with --ray-address; docs/ray.md)"
+        )
+    return resolved
+
+
+def _gcs_answers(resolved: str, timeout_s: float) -> str:
+    """Why the Ray cluster at ``resolved`` (which accepts connections) is not one, or ""."""
+    client = getattr(importlib.import_module("ray._raylet"), "GcsClient", None)
+    if client is None:  # another Ray: its own connect will say
+        return ""
+    box: list[BaseException | None] = []
+
+    def ask() -> None:
+        try:
+            client(address=resolved, cluster_id=None)
+        except Exception as exc:
+            box.append(exc)
+        else:
+            box.append(None)
+
+    # Ray's client blocks in native code and cannot be interrupted: a daemon thread it may
+    # stay in while this process goes on to exit 2.
+    thread = threading.Thread(target=ask, name="ray-probe", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not box:
+        return f"{resolved} accepts connections but no Ray cluster answered within {timeout_s:g}s"
+    error = box[0]
+    return "" if error is None else f"{resolved} is not a Ray cluster ({_first_line(error)})"
+
+
+def connect(ray: Any, address: str) -> None:
+    """Connect this process to the cluster at ``address`` as its driver (fails fast: see
+    :func:`reachable`)."""
+    reachable(address)
+    try:
+        ray.init(
+            address=address, namespace="orchardist", log_to_driver=False, logging_level="ERROR"
+        )
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise UsageError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
 
 
 # -- what travels ------------------------------------------------------------------------------
@@ -293,15 +357,7 @@ class RayExecutor:
         self.repo_key = repo_key(repo.common_dir)
         self._owns_connection = not self.ray.is_initialized()
         if self._owns_connection:
-            try:
-                self.ray.init(
-                    address=address,
-                    namespace="orchardist",
-                    log_to_driver=False,
-                    logging_level="ERROR",
-                )
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise UsageError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
+            connect(self.ray, address)
         self._remote = self.ray.remote(max_retries=0, retry_exceptions=False)(run_on_node)
         self._killer = self.ray.remote(max_retries=0)(kill_marked)
         self._lock = threading.Lock()
@@ -500,12 +556,7 @@ def check_cluster(address: str, profiles: Sequence[AgentProfile]) -> dict[str, A
     from .. import __version__
 
     ray = import_ray()
-    try:
-        ray.init(
-            address=address, namespace="orchardist", log_to_driver=False, logging_level="ERROR"
-        )
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise UsageError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
+    connect(ray, address)
     try:
         strategies = importlib.import_module("ray.util.scheduling_strategies")
         remote = ray.remote(max_retries=0)(node_report)
