@@ -14,7 +14,11 @@ from typing import Any
 import pytest
 
 from orchardist.executors import Job
-from orchardist.pipeline import (
+from orchardist.pipeline import Pipelines
+from orchardist.plan import TaskSpec, load_plan
+from orchardist.procs import CancelToken
+from orchardist.records import AttemptRecord, AttemptState
+from orchardist.stages import (
     AUDIT,
     DOES_NOT_REPRODUCE,
     FIX,
@@ -22,15 +26,11 @@ from orchardist.pipeline import (
     REPRODUCE,
     HandoffError,
     Judgement,
-    Pipelines,
     StageRun,
     judge_stage,
     read_handoff,
     stage_prompt,
 )
-from orchardist.plan import TaskSpec, load_plan
-from orchardist.procs import CancelToken
-from orchardist.records import AttemptRecord, AttemptState
 from orchardist.store import Store
 
 PATH = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}  # python is this interpreter

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchardist import PlanError, load_plan
-from orchardist.pipeline import (
+from orchardist.stages import (
     AUDIT,
     FIX,
     JUDGED_STAGES,

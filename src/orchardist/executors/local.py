@@ -21,11 +21,11 @@ from ..errors import GitError, OrchardistError
 from ..gitrepo import Repo
 from ..isolation import Mode, Policy, Spec, choose, hidden_by_tmp
 from ..oracle import CommandOutcome, baseline_key
-from ..pipeline import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
 from ..procs import CancelToken
 from ..records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
 from ..safeio import flocked, read_capped
 from ..specs import RunConfig
+from ..stages import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
 from ..store import Store
 from ..verify import CommandVerifier, run_one, tail_of
 from ..worktree import AttemptPaths, Layout, empty_home, fill_home, tool_homes, workdir_root
