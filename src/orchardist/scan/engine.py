@@ -6,19 +6,15 @@ processes. Each scanner gets its own export of the base tree, read-only (files a
 without write bits, and Landlock when the kernel has it); afterwards the export is compared
 with the base tree, so a scanner that changed a file is caught and its results are neither
 used nor cached. Processes run through :func:`procs.run_process`: own session, timeout,
-cancellation, nothing left behind.
+cancellation, nothing left behind. One process is :mod:`.runner`'s, the exports are
+:mod:`.trees`' and the file selection :mod:`.globs`'.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import re
-import shlex
-import shutil
-import stat
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -32,22 +28,16 @@ from ..gitrepo import Repo
 from ..procs import CancelToken, run_process
 from ..records import AgentProfile, Event
 from ..store import Store
-from .findings import (
-    Finding,
-    ScanJobError,
-    ScanOutputError,
-    ToolInfo,
-    normalize_source,
-    parse_findings_json,
-    parse_sarif,
-)
-from .profiles import Format, ScannerProfile, Scope
+from .findings import Finding, ScanJobError, ToolInfo
+from .globs import compile_globs, select_files
+from .profiles import ScannerProfile, Scope
+from .runner import run_scanner, scanner_env
 from .sarif import MergedFinding, ScannerReport, merge
+from .trees import changed_files, export, ls_tree, remove, with_source
 
 CACHE_SCHEMA = 1  # bump when what a cache entry holds changes
 MAX_CACHE_ENTRIES = 200_000
 MAX_ENTRY_BYTES = 1 << 20  # a larger per-file result is not cached
-MAX_OUTPUT_BYTES = 64 << 20
 MAX_BATCH_FILES = 256
 VERSION_TIMEOUT_S = 60.0
 
@@ -136,7 +126,7 @@ class Scanner:
         self.workdir = prefix.rstrip("/") or "."
         entries = {
             path[len(prefix) :]: blob
-            for path, blob in _ls_tree(self.repo, commit).items()
+            for path, blob in ls_tree(self.repo, commit).items()
             if path.startswith(prefix)
         }
         self._entries = entries
@@ -153,7 +143,7 @@ class Scanner:
                 jobs += self._plan_jobs(profile, entries, tree, work, tallies[profile.name])
             self._run_jobs(jobs, commit, tree, work, tallies)
         finally:
-            _remove(work)
+            remove(work)
         reports = tuple(self._report(p, tallies[p.name], prefix) for p in profiles)
         for r in reports:
             self._emit(
@@ -261,7 +251,7 @@ class Scanner:
         for name, folder in exports.items():
             (folder / "tree" / self.workdir).mkdir(parents=True)  # before it is made read-only
             paths = exported[name]
-            _export(self.repo, commit, folder, None if paths is None else sorted(paths))
+            export(self.repo, commit, folder, None if paths is None else sorted(paths))
         # tree scans first: they usually take longest
         ordered = sorted(jobs, key=lambda j: j.profile.scope is not Scope.TREE)
         pool = ThreadPoolExecutor(max_workers=self.max_parallel, thread_name_prefix="scan")
@@ -280,7 +270,7 @@ class Scanner:
         finally:
             pool.shutdown(wait=True)
         for name, folder in exports.items():
-            changed = _changed_files(self.repo, folder, exported[name])
+            changed = changed_files(self.repo, folder, exported[name])
             if changed:
                 tally = tallies[name]
                 shown = ", ".join(changed[:5]) + (" …" if len(changed) > 5 else "")
@@ -394,232 +384,8 @@ class Scanner:
         )
 
 
-def run_scanner(
-    profile: ScannerProfile,
-    files: Sequence[str],
-    cwd: Path,
-    folder: Path,
-    env: Mapping[str, str],
-    cancel: CancelToken,
-    writable: tuple[Path, ...] | None,
-    agent: AgentProfile | None = None,
-) -> tuple[list[Finding], ToolInfo | None]:
-    """Run one scanner process in ``cwd`` over ``files``; its findings (paths relative to
-    ``cwd``, without source) and tool. ``folder`` is its private, writable folder."""
-    for sub in ("home", "tmp", "cache"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
-    if profile.format is Format.AGENT:
-        from .agent_scan import run_agent_scanner
-
-        assert agent is not None
-        return run_agent_scanner(profile, agent, files, cwd, folder, env, cancel, writable)
-    output = folder / "output"
-    command = profile.command.replace("{files}", " ".join(shlex.quote(f) for f in files))
-    command = command.replace("{output}", shlex.quote(str(output)))
-    stdout, stderr = folder / "stdout", folder / "stderr"
-    argv = ["/bin/sh", "-c", f"exec 2>>{shlex.quote(str(stderr))}\n{command}"]
-    proc = run_process(
-        argv,
-        cwd=cwd,
-        env=env,
-        log=stdout,
-        timeout_s=profile.timeout_s,
-        cancel=cancel,
-        max_log_bytes=MAX_OUTPUT_BYTES,
-        writable=writable,
-    )
-    if proc.cancelled:
-        raise ScanJobError(f"{profile.name}: cancelled")
-    if proc.timed_out:
-        raise ScanJobError(f"{profile.name}: timed out after {profile.timeout_s:g}s")
-    if proc.truncated:
-        raise ScanJobError(f"{profile.name}: output larger than {MAX_OUTPUT_BYTES} bytes")
-    data = (output if "{output}" in profile.command else stdout).read_bytes()
-    tail = _tail(stderr)
-    if not data.strip() and proc.exit_code != 0:
-        raise ScanJobError(
-            f"{profile.name}: exit {proc.exit_code} and no output" + (f": {tail}" if tail else "")
-        )
-    try:
-        if profile.format is Format.SARIF:
-            return parse_sarif(data, cwd)
-        return parse_findings_json(data, profile.fields), None
-    except ScanOutputError as exc:
-        raise ScanJobError(
-            f"{profile.name}: exit {proc.exit_code}, unreadable output ({exc})"
-            + (f": {tail}" if tail else "")
-        ) from None
-
-
-def scanner_env(
-    profile: ScannerProfile,
-    folder: Path,
-    environ: Mapping[str, str],
-    agent: AgentProfile | None = None,
-) -> dict[str, str]:
-    """A scanner's environment: scrubbed, with its own HOME, TMPDIR and caches in ``folder``."""
-    from ..agents import agent_class, scrubbed_env
-
-    allow: tuple[str, ...] = profile.env
-    if agent is not None:
-        allow = (*allow, *agent.env, *agent_class(agent.kind).env_keys)
-    env = scrubbed_env(allow, environ)
-    env.update(
-        HOME=str(folder / "home"),
-        TMPDIR=str(folder / "tmp"),
-        XDG_CACHE_HOME=str(folder / "cache"),
-        PYTHONDONTWRITEBYTECODE="1",
-        ORCHARDIST_PHASE="scan",
-        ORCHARDIST_SCANNER=profile.name,
-    )
-    return env
-
-
-# -- trees ---------------------------------------------------------------------------------
-
-
-def _ls_tree(repo: Repo, commit: str) -> dict[str, str]:
-    """Regular files of a commit: path -> blob id."""
-    out = repo.git("ls-tree", "-r", "-z", "--full-tree", commit)
-    entries: dict[str, str] = {}
-    for record in out.split("\0"):
-        if not record:
-            continue
-        meta, _, path = record.partition("\t")
-        mode, kind, oid = meta.split()
-        if kind == "blob" and mode in ("100644", "100755"):
-            entries[path] = oid
-    return entries
-
-
-def _export(repo: Repo, commit: str, folder: Path, paths: Sequence[str] | None = None) -> None:
-    """Write ``commit``'s tree (or only ``paths`` of it) to ``folder/tree``, its index beside
-    it, then make it read-only."""
-    tree = folder / "tree"
-    tree.mkdir(parents=True, exist_ok=True)
-    env = _index_env(repo, folder)
-    repo.git("read-tree", commit, env=env)
-    if paths is None:
-        repo.git("checkout-index", "-a", "-f", env=env, cwd=tree)
-    elif paths:
-        repo.git("checkout-index", "-f", "-z", "--stdin", input="\0".join(paths), env=env, cwd=tree)
-    for root, _dirs, files in os.walk(tree):
-        for name in files:
-            path = os.path.join(root, name)
-            mode = os.lstat(path).st_mode
-            if stat.S_ISREG(mode):
-                os.chmod(path, mode & ~0o222)
-        os.chmod(root, 0o555)
-
-
-def _changed_files(repo: Repo, folder: Path, exported: set[str] | None) -> list[str]:
-    """Paths of the export in ``folder`` that differ from the base: changed, removed, added
-    (``exported``: the paths a partial export holds; the others are absent by design).
-
-    Content is compared by hashing, and nothing is written to the object store.
-    """
-    env = _index_env(repo, folder)
-    tree = folder / "tree"
-    repo.git("update-index", "-q", "--refresh", env=env, cwd=tree, ok=(0, 1))
-    changed = repo.git("diff-files", "--name-only", "-z", env=env, cwd=tree)
-    added = repo.git("ls-files", "--others", "-z", env=env, cwd=tree)
-    differ = [p for p in changed.split("\0") if p]
-    if exported is not None:  # an unexported file is "deleted"; one that appeared was added
-        differ = [p for p in differ if p in exported or os.path.lexists(tree / p)]
-    return sorted({*differ, *(p for p in added.split("\0") if p)})
-
-
-def _index_env(repo: Repo, folder: Path) -> dict[str, str]:
-    """git pointed at the repository's objects, an export's work tree and its own index."""
-    return {
-        "GIT_DIR": str(repo.common_dir),
-        "GIT_WORK_TREE": str(folder / "tree"),
-        "GIT_INDEX_FILE": str(folder / "index"),
-    }
-
-
-def _remove(folder: Path) -> None:
-    """Delete a scan folder, read-only parts included."""
-    for root, dirs, _files in os.walk(folder):
-        for name in dirs:
-            with contextlib.suppress(OSError):
-                os.chmod(os.path.join(root, name), 0o755)
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def with_source(finding: Finding, tree: Path) -> Finding:
-    """The finding with the normalized source of its lines, read from the tree."""
-    if finding.start_line < 1:
-        return finding
-    try:
-        text = (tree / finding.path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return finding
-    return replace(finding, source=normalize_source(text, finding.start_line, finding.end_line))
-
-
-def _tail(path: Path, limit: int = 400) -> str:
-    try:
-        text = path.read_bytes()[-limit:].decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return " ".join(text.split())
-
-
 def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
-
-
-# -- globs ---------------------------------------------------------------------------------
-
-
-def select_files(
-    entries: Mapping[str, str], include: Sequence[str], exclude: Sequence[str]
-) -> list[str]:
-    """Paths matching an ``include`` glob and no ``exclude`` glob, sorted."""
-    inc, exc = compile_globs(include), compile_globs(exclude)
-    return sorted(p for p in entries if inc.match(p) and not (exclude and exc.match(p)))
-
-
-def compile_globs(patterns: Sequence[str]) -> re.Pattern[str]:
-    """One regex for globs: ``**`` spans folders, ``*`` and ``?`` stay in one; a pattern
-    without ``/`` matches a file name at any depth, unless it starts with ``/``."""
-    parts = [_glob_regex(p) for p in patterns]
-    return re.compile("|".join(f"(?:{p})" for p in parts) or "(?!)")
-
-
-def _glob_regex(pattern: str) -> str:
-    anchored = pattern.startswith("/")
-    pattern = pattern.strip("/")
-    if not anchored and "/" not in pattern and pattern != "**":
-        pattern = "**/" + pattern
-    out, i = "", 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out += "(?:.*/)?"
-            i += 3
-        elif pattern.startswith("**", i):
-            out += ".*"
-            i += 2
-        elif pattern[i] == "*":
-            out += "[^/]*"
-            i += 1
-        elif pattern[i] == "?":
-            out += "[^/]"
-            i += 1
-        elif pattern[i] == "[":
-            end = pattern.find("]", i + 1)
-            if end < 0:
-                out += re.escape("[")
-                i += 1
-            else:
-                body = pattern[i + 1 : end].replace("\\", "\\\\")
-                out += "[" + ("^" + body[1:] if body.startswith("!") else body) + "]"
-                i = end + 1
-        else:
-            out += re.escape(pattern[i])
-            i += 1
-    return out + r"\Z"
 
 
 __all__ = ["ScanJobError", "ScanResult", "Scanner", "compile_globs", "scan_root", "select_files"]

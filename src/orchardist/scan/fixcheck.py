@@ -29,9 +29,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..procs import CancelToken
-from .engine import ScanJobError, run_scanner, scanner_env, select_files, with_source
+from .findings import ScanJobError
+from .globs import select_files
 from .profiles import ScannerProfile, Scope
+from .runner import run_scanner, scanner_env
 from .sarif import MergedFinding, ScannerReport, merge
+from .trees import with_source
 
 
 def counts(merged: Sequence[MergedFinding]) -> dict[str, Counter[str]]:

@@ -1,0 +1,111 @@
+"""One scanner process: its command over a batch of files, in a scrubbed environment with its
+own HOME, TMPDIR and caches; its output parsed into findings (or a clear ScanJobError)."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..procs import CancelToken, run_process
+from ..records import AgentProfile
+from .findings import (
+    Finding,
+    ScanJobError,
+    ScanOutputError,
+    ToolInfo,
+    parse_findings_json,
+    parse_sarif,
+)
+from .profiles import Format, ScannerProfile
+
+MAX_OUTPUT_BYTES = 64 << 20
+
+
+def run_scanner(
+    profile: ScannerProfile,
+    files: Sequence[str],
+    cwd: Path,
+    folder: Path,
+    env: Mapping[str, str],
+    cancel: CancelToken,
+    writable: tuple[Path, ...] | None,
+    agent: AgentProfile | None = None,
+) -> tuple[list[Finding], ToolInfo | None]:
+    """Run one scanner process in ``cwd`` over ``files``; its findings (paths relative to
+    ``cwd``, without source) and tool. ``folder`` is its private, writable folder."""
+    for sub in ("home", "tmp", "cache"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    if profile.format is Format.AGENT:
+        from .agent_scan import run_agent_scanner
+
+        assert agent is not None
+        return run_agent_scanner(profile, agent, files, cwd, folder, env, cancel, writable)
+    output = folder / "output"
+    command = profile.command.replace("{files}", " ".join(shlex.quote(f) for f in files))
+    command = command.replace("{output}", shlex.quote(str(output)))
+    stdout, stderr = folder / "stdout", folder / "stderr"
+    argv = ["/bin/sh", "-c", f"exec 2>>{shlex.quote(str(stderr))}\n{command}"]
+    proc = run_process(
+        argv,
+        cwd=cwd,
+        env=env,
+        log=stdout,
+        timeout_s=profile.timeout_s,
+        cancel=cancel,
+        max_log_bytes=MAX_OUTPUT_BYTES,
+        writable=writable,
+    )
+    if proc.cancelled:
+        raise ScanJobError(f"{profile.name}: cancelled")
+    if proc.timed_out:
+        raise ScanJobError(f"{profile.name}: timed out after {profile.timeout_s:g}s")
+    if proc.truncated:
+        raise ScanJobError(f"{profile.name}: output larger than {MAX_OUTPUT_BYTES} bytes")
+    data = (output if "{output}" in profile.command else stdout).read_bytes()
+    tail = _tail(stderr)
+    if not data.strip() and proc.exit_code != 0:
+        raise ScanJobError(
+            f"{profile.name}: exit {proc.exit_code} and no output" + (f": {tail}" if tail else "")
+        )
+    try:
+        if profile.format is Format.SARIF:
+            return parse_sarif(data, cwd)
+        return parse_findings_json(data, profile.fields), None
+    except ScanOutputError as exc:
+        raise ScanJobError(
+            f"{profile.name}: exit {proc.exit_code}, unreadable output ({exc})"
+            + (f": {tail}" if tail else "")
+        ) from None
+
+
+def scanner_env(
+    profile: ScannerProfile,
+    folder: Path,
+    environ: Mapping[str, str],
+    agent: AgentProfile | None = None,
+) -> dict[str, str]:
+    """A scanner's environment: scrubbed, with its own HOME, TMPDIR and caches in ``folder``."""
+    from ..agents import agent_class, scrubbed_env
+
+    allow: tuple[str, ...] = profile.env
+    if agent is not None:
+        allow = (*allow, *agent.env, *agent_class(agent.kind).env_keys)
+    env = scrubbed_env(allow, environ)
+    env.update(
+        HOME=str(folder / "home"),
+        TMPDIR=str(folder / "tmp"),
+        XDG_CACHE_HOME=str(folder / "cache"),
+        PYTHONDONTWRITEBYTECODE="1",
+        ORCHARDIST_PHASE="scan",
+        ORCHARDIST_SCANNER=profile.name,
+    )
+    return env
+
+
+def _tail(path: Path, limit: int = 400) -> str:
+    try:
+        text = path.read_bytes()[-limit:].decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return " ".join(text.split())

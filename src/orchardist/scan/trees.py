@@ -1,0 +1,95 @@
+"""The trees scanners read: read-only exports of a commit (whole, or only some paths), what a
+scanner changed in one, and the source lines a finding points at."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ..gitrepo import Repo
+from .findings import Finding, normalize_source
+
+
+def ls_tree(repo: Repo, commit: str) -> dict[str, str]:
+    """Regular files of a commit: path -> blob id."""
+    out = repo.git("ls-tree", "-r", "-z", "--full-tree", commit)
+    entries: dict[str, str] = {}
+    for record in out.split("\0"):
+        if not record:
+            continue
+        meta, _, path = record.partition("\t")
+        mode, kind, oid = meta.split()
+        if kind == "blob" and mode in ("100644", "100755"):
+            entries[path] = oid
+    return entries
+
+
+def export(repo: Repo, commit: str, folder: Path, paths: Sequence[str] | None = None) -> None:
+    """Write ``commit``'s tree (or only ``paths`` of it) to ``folder/tree``, its index beside
+    it, then make it read-only."""
+    tree = folder / "tree"
+    tree.mkdir(parents=True, exist_ok=True)
+    env = _index_env(repo, folder)
+    repo.git("read-tree", commit, env=env)
+    if paths is None:
+        repo.git("checkout-index", "-a", "-f", env=env, cwd=tree)
+    elif paths:
+        repo.git("checkout-index", "-f", "-z", "--stdin", input="\0".join(paths), env=env, cwd=tree)
+    for root, _dirs, files in os.walk(tree):
+        for name in files:
+            path = os.path.join(root, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode):
+                os.chmod(path, mode & ~0o222)
+        os.chmod(root, 0o555)
+
+
+def changed_files(repo: Repo, folder: Path, exported: set[str] | None) -> list[str]:
+    """Paths of the export in ``folder`` that differ from the base: changed, removed, added
+    (``exported``: the paths a partial export holds; the others are absent by design).
+
+    Content is compared by hashing, and nothing is written to the object store.
+    """
+    env = _index_env(repo, folder)
+    tree = folder / "tree"
+    repo.git("update-index", "-q", "--refresh", env=env, cwd=tree, ok=(0, 1))
+    changed = repo.git("diff-files", "--name-only", "-z", env=env, cwd=tree)
+    added = repo.git("ls-files", "--others", "-z", env=env, cwd=tree)
+    differ = [p for p in changed.split("\0") if p]
+    if exported is not None:  # an unexported file is "deleted"; one that appeared was added
+        differ = [p for p in differ if p in exported or os.path.lexists(tree / p)]
+    return sorted({*differ, *(p for p in added.split("\0") if p)})
+
+
+def _index_env(repo: Repo, folder: Path) -> dict[str, str]:
+    """git pointed at the repository's objects, an export's work tree and its own index."""
+    return {
+        "GIT_DIR": str(repo.common_dir),
+        "GIT_WORK_TREE": str(folder / "tree"),
+        "GIT_INDEX_FILE": str(folder / "index"),
+    }
+
+
+def remove(folder: Path) -> None:
+    """Delete a scan folder, read-only parts included."""
+    for root, dirs, _files in os.walk(folder):
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(root, name), 0o755)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def with_source(finding: Finding, tree: Path) -> Finding:
+    """The finding with the normalized source of its lines, read from the tree."""
+    if finding.start_line < 1:
+        return finding
+    try:
+        text = (tree / finding.path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return finding
+    return replace(finding, source=normalize_source(text, finding.start_line, finding.end_line))
