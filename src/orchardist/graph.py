@@ -7,8 +7,11 @@ Edges point from a task to the tasks it depends on. "Dependents" of a task are t
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T", bound=Hashable)  # what a ReadySet holds (orderable too: ties break on it)
 
 
 def find_cycles(ids: Sequence[str], deps: Mapping[str, Sequence[str]]) -> list[list[str]]:
@@ -193,18 +196,18 @@ class Graph:
         return [t for t in self.order if t in seen]
 
 
-class ReadySet:
+class ReadySet(Generic[T]):
     """Ready tasks, one heap per pool (agent profile), best rank first.
 
     ``pop`` takes the best task among pools that ``has_room`` allows, so a full pool never
     holds back tasks of another pool.
     """
 
-    def __init__(self, ranks: Mapping[str, Rank], pool_of: Callable[[str], str]) -> None:
+    def __init__(self, ranks: Mapping[T, Rank], pool_of: Callable[[T], str]) -> None:
         self._ranks = ranks
         self._pool_of = pool_of
-        self._heaps: dict[str, list[tuple[tuple[float, int, int, int], str]]] = {}
-        self._members: set[str] = set()
+        self._heaps: dict[str, list[tuple[tuple[float, int, int, int], T]]] = {}
+        self._members: set[T] = set()
 
     def __len__(self) -> int:
         return len(self._members)
@@ -212,7 +215,7 @@ class ReadySet:
     def __contains__(self, task: object) -> bool:
         return task in self._members
 
-    def push(self, task: str) -> None:
+    def push(self, task: T) -> None:
         """Add a ready task (no-op if present)."""
         if task in self._members:
             return
@@ -220,18 +223,18 @@ class ReadySet:
         pool = self._pool_of(task)
         heapq.heappush(self._heaps.setdefault(pool, []), (self._ranks[task].key(), task))
 
-    def extend(self, tasks: Iterable[str]) -> None:
+    def extend(self, tasks: Iterable[T]) -> None:
         """Add several ready tasks."""
         for task in tasks:
             self.push(task)
 
-    def discard(self, task: str) -> None:
+    def discard(self, task: T) -> None:
         """Forget a task (lazily: its heap entry is skipped when reached)."""
         self._members.discard(task)
 
-    def pop(self, has_room: Callable[[str], bool]) -> str | None:
+    def pop(self, has_room: Callable[[str], bool]) -> T | None:
         """Remove and return the best ready task whose pool has room, or None."""
-        best: tuple[tuple[float, int, int, int], str] | None = None
+        best: tuple[tuple[float, int, int, int], T] | None = None
         best_pool = ""
         for pool, heap in self._heaps.items():
             while heap and heap[0][1] not in self._members:

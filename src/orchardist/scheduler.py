@@ -19,7 +19,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from .errors import GitError
 from .events import (
@@ -33,10 +33,9 @@ from .events import (
 )
 from .executors import Executor, Job, Outcome, Phase
 from .gitrepo import commit_message
-from .graph import Graph, ReadySet
+from .graph import Graph
 from .hooks import Hooks
 from .merge import Prepared
-from .oracle import CHECK_DOES_NOT_REPRODUCE
 from .pipeline import Pipelines
 from .plan import Plan, TaskSpec
 from .policy import COUNTED, INFRA_RETRIES, Backoff, Budgets, Pools
@@ -53,6 +52,7 @@ from .records import (
     checked_usage,
 )
 from .regression import Bisect
+from .rounds import Decision, Rounds
 from .seams import Integrator, Store, Transaction
 
 _OK = {TaskState.DONE, TaskState.SKIPPED}  # a run whose tasks all end so is done
@@ -67,17 +67,6 @@ class Stop:
 
     reason: str
     state: RunState = RunState.INTERRUPTED
-
-
-@dataclass
-class _Round:
-    """One round of candidates for a task."""
-
-    size: int
-    pending: set[int]  # candidates not finished yet (queued or running)
-    after: int = 0  # attempts numbered up to this belong to earlier rounds
-    outcomes: dict[int, Outcome] = field(default_factory=dict)
-    decided: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,16 +119,11 @@ class Scheduler:
             {t.id: t.estimate for t in plan.tasks},
             {t.id: t.priority for t in plan.tasks},
         )
-        units = {_unit(t.id, k): t for t in plan.tasks for k in range(t.candidates)}
-        self.ready = ReadySet(
-            {u: self.graph.ranks[t.id] for u, t in units.items()},
-            lambda u: units[u].agent_for(_candidate(u)),
-        )
+        self.rounds = Rounds(self.specs, self.graph.ranks)
+        self.ready = self.rounds.ready
         self.inbox: queue.SimpleQueue[Phase | Outcome | Stop] = queue.SimpleQueue()
         self.tasks: dict[str, TaskRecord] = {}
-        self.attempts: Counter[str] = Counter()
         self.waiting: dict[str, int] = {}
-        self.rounds: dict[str, _Round] = {}
         self.active: dict[str, Job] = {}
         self.merge_queue: deque[Outcome] = deque()
         self.merging: _Merge | None = None
@@ -268,12 +252,11 @@ class Scheduler:
             unit = self.ready.pop(self.pools.has_room)
             if unit is None:
                 return
-            task_id, candidate = _task(unit), _candidate(unit)
-            spec = self.specs[task_id]
+            task_id = unit.task_id
             if self.budgets.task_spent(task_id):
                 self._hold(task_id, f"cost budget spent (${self.budgets.cost[task_id]:.2f})")
                 continue
-            self._start_attempt(spec, candidate)
+            self._start_attempt(self.specs[task_id], unit.candidate)
 
     def _run_budget_spent(self) -> bool:
         if self.soft_stop is None and (spent := self.budgets.run_spent()) is not None:
@@ -286,19 +269,12 @@ class Scheduler:
 
     def _hold(self, task_id: str, reason: str) -> None:
         self.budgets.held.add(task_id)
-        for k in range(self.specs[task_id].candidates):
-            self.ready.discard(_unit(task_id, k))
-        round_ = self.rounds.get(task_id)
+        running = [j.candidate for j in self.active.values() if j.task_id == task_id]
+        decision = self.rounds.hold(task_id, running)
         with self._tx() as tx:
             self._set_state(tx, task_id, TaskState.READY, reason=reason, held=True)
-            if round_ is not None and not round_.decided:
-                # Candidates that will not start now are out; the round ends with the others.
-                running = {j.candidate for j in self.active.values() if j.task_id == task_id}
-                round_.pending &= running
-                if not round_.pending and any(
-                    o.state is AttemptState.PASSED for o in round_.outcomes.values()
-                ):
-                    self._decide(tx, task_id, round_)  # the loop merges the winner
+            if decision is not None:
+                self._decided(tx, decision)  # the loop merges the winner
 
     def _log_path(self, job: Job) -> str:
         """Where the executor will write the job's output, if it says in advance (so that a
@@ -307,8 +283,7 @@ class Scheduler:
         return str(where(job.run_id, job.id)) if callable(where) else ""
 
     def _start_attempt(self, spec: TaskSpec, candidate: int) -> None:
-        self.attempts[spec.id] += 1
-        n = self.attempts[spec.id]
+        n = self.rounds.next_attempt(spec.id)
         agent = self.pools.profile_for(spec.id, spec.agent_for(candidate))
         now = self.clock()
         self.pools.started(agent)
@@ -417,13 +392,12 @@ class Scheduler:
         state = outcome.state
         if state is AttemptState.CANCELLED and self.stopping is not None:
             state = AttemptState.INTERRUPTED
-        round_ = self.rounds.get(job.task_id)
+        round_ = self.rounds.current(job)
         with self._tx() as tx:
             if dropped:  # ignored, and said so: an agent must not switch a budget off
                 self._event(tx, Kind.USAGE_IGNORED, job.task_id, job.attempt, fields=list(dropped))
             self._record_attempt(tx, outcome, state)
-            if round_ is None or round_.decided or job.attempt <= round_.after:
-                # A loser still running when the winner was picked, or work a rewind dropped.
+            if round_ is None:  # a loser still running when the winner was picked, or dropped
                 tx.set_attempt(self.run_id, job.task_id, job.attempt, selection="cancelled")
                 return
             if state is AttemptState.INTERRUPTED:
@@ -431,13 +405,9 @@ class Scheduler:
                 return
             if self._retry_unit(tx, outcome):
                 return
-            round_.outcomes[job.candidate] = outcome
-            round_.pending.discard(job.candidate)
-            spec = self.specs[job.task_id]
-            if state is AttemptState.PASSED and spec.select == "first":
-                self._decide(tx, job.task_id, round_, outcome, "first candidate to pass")
-            elif not round_.pending:
-                self._decide(tx, job.task_id, round_)
+            decision = self.rounds.record(outcome)
+            if decision is not None:
+                self._decided(tx, decision)
         self._pump_merges()
 
     def _record_attempt(self, tx: Transaction, outcome: Outcome, state: AttemptState) -> None:
@@ -482,7 +452,7 @@ class Scheduler:
             self.infra_failures[job.task_id] += 1
         elif failure is not Failure.RATE_LIMITED:
             return False
-        self.ready.push(_unit(job.task_id, job.candidate))
+        self.rounds.requeue(job)
         # a rate limit's reset time, as the agent reported it (None: the profile backs off)
         reset = outcome.retry_after_s if failure is Failure.RATE_LIMITED else None
         self._event(
@@ -496,30 +466,10 @@ class Scheduler:
         )
         return True
 
-    def _decide(
-        self,
-        tx: Transaction,
-        task_id: str,
-        round_: _Round,
-        winner: Outcome | None = None,
-        why: str = "",
-    ) -> None:
-        """End the round: pick the winner by rule, record why each candidate won or lost."""
-        round_.decided = True
-        passing = [o for o in round_.outcomes.values() if o.state is AttemptState.PASSED]
-        if winner is None and passing:
-            winner = min(passing, key=_smallest)
-            why = "only passing candidate" if len(passing) == 1 else "smallest passing diff"
-        for outcome in round_.outcomes.values():
-            if outcome is winner:
-                selection = f"won: {why}"
-            elif outcome.state is AttemptState.PASSED:
-                assert winner is not None
-                selection = f"lost to candidate {winner.job.candidate}: " + _lost_because(
-                    outcome, winner
-                )
-            else:
-                selection = "failed"
+    def _decided(self, tx: Transaction, decision: Decision) -> None:
+        """Record why each candidate won or lost; merge the winner, or count the failure."""
+        task_id, winner = decision.task_id, decision.winner
+        for outcome, selection in decision.selections:
             tx.set_attempt(
                 self.run_id,
                 task_id,
@@ -527,37 +477,25 @@ class Scheduler:
                 selection=selection,
                 won=outcome is winner,
             )
-        self._cancel_round(task_id, round_)
-        if winner is not None:
-            self._event(
-                tx,
-                Kind.ROUND,
-                task_id,
-                winner.job.attempt,
-                state=RoundEvent.WON,
-                candidate=winner.job.candidate,
-                reason=why,
-            )
-            self._set_state(tx, task_id, TaskState.MERGING)
-            self.summaries[task_id] = winner.summary
-            self.merge_queue.append(winner)
-            return
-        failed = [o for o in round_.outcomes.values() if o.state is AttemptState.FAILED]
-        last = max(failed, key=lambda o: o.ended_at) if failed else None
-        failure = last.failure if last else Failure.AGENT_ERROR
-        detail = last.detail if last else "no candidate finished"
-        if len(round_.outcomes) > 1:
-            detail = f"no candidate passed ({len(round_.outcomes)} tried); last: {detail}"
-        # A check that passes on the base needs a person: no new candidate can change that.
-        final = bool(failed) and all(o.flag == CHECK_DOES_NOT_REPRODUCE for o in failed)
-        self._failed(tx, task_id, failure, detail, last.feedback if last else "", final)
-
-    def _cancel_round(self, task_id: str, round_: _Round) -> None:
-        for k in round_.pending:
-            self.ready.discard(_unit(task_id, k))
         for job in list(self.active.values()):
             if job.task_id == task_id and job.profile is not None:
                 self.executor.cancel(job.id, "another candidate was chosen")
+        if winner is None:
+            why, output = decision.detail, decision.feedback
+            self._failed(tx, task_id, decision.failure, why, output, decision.final)
+            return
+        self._event(
+            tx,
+            Kind.ROUND,
+            task_id,
+            winner.job.attempt,
+            state=RoundEvent.WON,
+            candidate=winner.job.candidate,
+            reason=decision.why,
+        )
+        self._set_state(tx, task_id, TaskState.MERGING)
+        self.summaries[task_id] = winner.summary
+        self.merge_queue.append(winner)
 
     def _failed(
         self,
@@ -605,8 +543,7 @@ class Scheduler:
     def _block_dependents(self, tx: Transaction, task_id: str) -> None:
         for child in self.graph.descendants(task_id):
             if not self.tasks[child].state.terminal:
-                for k in range(self.specs[child].candidates):
-                    self.ready.discard(_unit(child, k))
+                self.rounds.unready(child)
                 self.parked.pop(child, None)
                 self._set_state(tx, child, TaskState.BLOCKED, reason=f"dependency {task_id} failed")
 
@@ -616,12 +553,7 @@ class Scheduler:
             self._set_state(tx, task_id, TaskState.MERGING, reason="re-verifying its patch")
             self.merge_queue.append(self.parked.pop(task_id))
             return
-        spec = self.specs[task_id]
-        self.rounds[task_id] = _Round(
-            spec.candidates, set(range(spec.candidates)), after=self.attempts[task_id]
-        )
-        for k in range(spec.candidates):
-            self.ready.push(_unit(task_id, k))
+        self.rounds.start(task_id)
         if self.tasks[task_id].state is not TaskState.READY:
             self._set_state(tx, task_id, TaskState.READY)
 
@@ -996,9 +928,7 @@ class Scheduler:
 
     def _reset_in_flight(self, tx: Transaction, task_id: str) -> None:
         """A task whose dependency was taken off the branch waits for it again."""
-        for k in range(self.specs[task_id].candidates):
-            self.ready.discard(_unit(task_id, k))
-        self.rounds.pop(task_id, None)
+        self.rounds.drop(task_id)
         for job in list(self.active.values()):
             if job.task_id == task_id:
                 self.executor.cancel(job.id, "a dependency was taken off the run branch")
@@ -1106,7 +1036,8 @@ class Scheduler:
         self.tasks = {r.task_id: r for r in self.store.tasks(self.run_id)}
         passed: dict[str, AttemptRecord] = {}
         for attempt in self.store.attempts(self.run_id):
-            self.attempts[attempt.task_id] = max(self.attempts[attempt.task_id], attempt.n)
+            attempts = self.rounds.attempts
+            attempts[attempt.task_id] = max(attempts[attempt.task_id], attempt.n)
             self.budgets.spend(attempt.task_id, checked_usage(attempt.usage)[0])
             if attempt.state is AttemptState.PASSED and attempt.patch_commit and attempt.won:
                 passed[attempt.task_id] = attempt  # the round's winner, never a loser
@@ -1212,32 +1143,6 @@ class Scheduler:
     ) -> None:
         clean = {k: getattr(v, "value", v) for k, v in data.items() if v is not None}
         tx.emit(Event(self.run_id, kind, self.clock(), task_id, attempt, clean))
-
-
-def _unit(task_id: str, candidate: int) -> str:
-    return f"{task_id}#{candidate}"
-
-
-def _task(unit: str) -> str:
-    return unit.rpartition("#")[0]
-
-
-def _candidate(unit: str) -> int:
-    return int(unit.rpartition("#")[2])
-
-
-def _smallest(outcome: Outcome) -> tuple[int, float, int]:
-    """The ``smallest`` rule: fewest changed lines, then shortest duration, then lowest index."""
-    duration = outcome.ended_at - outcome.started_at
-    return (outcome.changed_lines or 0, duration, outcome.job.candidate)
-
-
-def _lost_because(loser: Outcome, winner: Outcome) -> str:
-    if (loser.changed_lines or 0) != (winner.changed_lines or 0):
-        return f"larger diff ({loser.changed_lines} vs {winner.changed_lines} lines)"
-    if loser.ended_at - loser.started_at != winner.ended_at - winner.started_at:
-        return "same diff size, slower"
-    return "same diff size and duration, higher index"
 
 
 def _feedback(detail: str, output: str) -> str:

@@ -1,0 +1,140 @@
+"""Candidate rounds alone: which candidate wins, why each lost, and how a round without a winner
+ends. No executor, no store: outcomes are built here as an executor would report them."""
+
+from __future__ import annotations
+
+from orchardist.executors import Job, Outcome
+from orchardist.graph import Graph
+from orchardist.records import AttemptState, Failure
+from orchardist.rounds import Rounds, Unit
+from orchardist.specs import TaskSpec
+
+
+def rounds_of(*specs: TaskSpec) -> Rounds:
+    by_id = {s.id: s for s in specs}
+    graph = Graph(list(by_id), {s.id: s.depends_on for s in specs})
+    return Rounds(by_id, graph.ranks)
+
+
+def spec(task_id: str, candidates: int = 1, select: str = "smallest", index: int = 0) -> TaskSpec:
+    return TaskSpec(
+        id=task_id,
+        title=task_id,
+        prompt="",
+        agent="bot",
+        index=index,
+        candidates=candidates,
+        select=select,
+    )
+
+
+def ended(
+    rounds: Rounds,
+    unit: Unit,
+    state: AttemptState,
+    lines: int = 1,
+    took_s: float = 1.0,
+    failure: Failure | None = None,
+) -> Outcome:
+    n = rounds.next_attempt(unit.task_id)
+    job = Job(f"{unit.task_id}.{n}", "r", unit.task_id, n, unit.candidate, "b", "", "", None, (),
+              ".", 60.0, "", "m")  # fmt: skip
+    return Outcome(job, state, 0.0, took_s, failure=failure, changed_lines=lines, detail=f"#{n}")
+
+
+def drain(rounds: Rounds) -> list[Unit]:
+    units = []
+    while (unit := rounds.ready.pop(lambda pool: True)) is not None:
+        units.append(unit)
+    return units
+
+
+def test_a_round_makes_each_candidate_ready_as_its_own_unit() -> None:
+    rounds = rounds_of(spec("a", candidates=3))
+    rounds.start("a")
+    assert drain(rounds) == [Unit("a", 0), Unit("a", 1), Unit("a", 2)]
+
+
+def test_the_smallest_passing_diff_wins_once_every_candidate_finished() -> None:
+    # Given: three candidates; 0 passes with 5 lines, 1 fails, 2 passes with 2 lines
+    rounds = rounds_of(spec("a", candidates=3))
+    rounds.start("a")
+    big = ended(rounds, Unit("a", 0), AttemptState.PASSED, lines=5)
+    bad = ended(rounds, Unit("a", 1), AttemptState.FAILED, failure=Failure.VERIFY_FAILED)
+    small = ended(rounds, Unit("a", 2), AttemptState.PASSED, lines=2)
+    # When: they finish; Then: the round is decided only by the last
+    assert rounds.record(big) is None
+    assert rounds.record(bad) is None
+    decision = rounds.record(small)
+    assert decision is not None and decision.winner is small
+    assert decision.why == "smallest passing diff"
+    assert dict((o.job.candidate, why) for o, why in decision.selections) == {
+        0: "lost to candidate 2: larger diff (5 vs 2 lines)",
+        1: "failed",
+        2: "won: smallest passing diff",
+    }
+    # And: an attempt of the decided round no longer belongs to it
+    assert rounds.current(big.job) is None
+
+
+def test_select_first_decides_at_the_first_pass_and_takes_the_rest_off_the_ready_set() -> None:
+    rounds = rounds_of(spec("a", candidates=3, select="first"))
+    rounds.start("a")
+    assert rounds.ready.pop(lambda pool: True) == Unit("a", 0)
+    first = ended(rounds, Unit("a", 0), AttemptState.PASSED, lines=9)
+    decision = rounds.record(first)
+    assert decision is not None and decision.winner is first
+    assert decision.why == "first candidate to pass"
+    assert drain(rounds) == []
+
+
+def test_a_round_without_a_pass_reports_the_last_failure_to_end() -> None:
+    rounds = rounds_of(spec("a", candidates=2))
+    rounds.start("a")
+    late = ended(rounds, Unit("a", 0), AttemptState.FAILED, took_s=9.0, failure=Failure.TIMEOUT)
+    early = ended(rounds, Unit("a", 1), AttemptState.FAILED, failure=Failure.AGENT_ERROR)
+    assert rounds.record(late) is None
+    decision = rounds.record(early)
+    assert decision is not None and decision.winner is None
+    assert decision.failure is Failure.TIMEOUT
+    assert decision.detail == "no candidate passed (2 tried); last: #1"
+    assert not decision.final
+
+
+def test_attempts_of_an_earlier_round_do_not_belong_to_the_next() -> None:
+    rounds = rounds_of(spec("a"))
+    rounds.start("a")
+    old = ended(rounds, Unit("a", 0), AttemptState.FAILED, failure=Failure.AGENT_ERROR)
+    rounds.start("a")  # a retry
+    assert rounds.current(old.job) is None
+    new = ended(rounds, Unit("a", 0), AttemptState.PASSED)
+    assert rounds.current(new.job) is not None
+
+
+def test_holding_a_task_ends_its_round_with_the_pass_it_has_when_nothing_else_runs() -> None:
+    # Given: two candidates; 0 passed, 1 is still queued
+    rounds = rounds_of(spec("a", candidates=2))
+    rounds.start("a")
+    passed = ended(rounds, Unit("a", 0), AttemptState.PASSED)
+    assert rounds.record(passed) is None
+    # When: the task is held with nothing running
+    decision = rounds.hold("a", running=[])
+    # Then: the pass wins and the queued candidate never starts
+    assert decision is not None and decision.winner is passed
+    assert drain(rounds) == []
+
+
+def test_holding_a_task_with_a_candidate_running_waits_for_it() -> None:
+    rounds = rounds_of(spec("a", candidates=3))
+    rounds.start("a")
+    assert rounds.hold("a", running=[1]) is None
+    assert drain(rounds) == []
+    decision = rounds.record(ended(rounds, Unit("a", 1), AttemptState.FAILED))
+    assert decision is not None and decision.winner is None
+
+
+def test_units_order_by_task_rank_then_candidate_number() -> None:
+    rounds = rounds_of(spec("a", candidates=12, index=0), spec("b", index=1))
+    rounds.start("b")
+    rounds.start("a")
+    assert drain(rounds) == [*(Unit("a", k) for k in range(12)), Unit("b", 0)]
