@@ -24,12 +24,15 @@ the stats (not for timing: cProfile slows Python down); ``--py-spy FILE`` sample
 with py-spy (``pip install py-spy``) into a raw flame-graph file.
 
 ``--large``: attempt setup on a generated repository of ``--large-files`` files against one of
-100 files, each way there is: orchardist's attempt folder (``Layout.create``), ``git worktree
-add``, ``--no-checkout`` + a sparse checkout of the one folder the task touches (the agent does
-not see the other files), ``cp --reflink=auto`` of a pristine checkout, and an overlay mount of
-a pristine checkout in a user namespace (``unshare -Urm``; timed beyond starting the namespace).
+100 files, each way there is: orchardist's attempt folder (``Layout.create``) as an overlay of
+the run's pristine checkout (where it can mount, see worktree.py; the pristine's own cost on a
+line of its own) and as a checkout of its own, ``git worktree add``, ``--no-checkout`` + a
+sparse checkout of the one folder the task touches (the agent does not see the other files),
+``cp --reflink=auto`` of a pristine checkout, and a bare overlay mount of a pristine checkout in
+a user namespace (``unshare -Urm``; timed beyond starting the namespace).
 Median ms to make and to remove one, and the disk one attempt uses after a one-line edit. Then
 the snapshot of a one-line edit, reading what changed against reading every file.
+``--setups`` picks some of them (overlay, layout, worktree, sparse, reflink, unshare).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from orchardist import mounts
 from orchardist.gitrepo import Repo
 from orchardist.worktree import Layout
 
@@ -228,10 +232,12 @@ def stretches(repo: Path, size: int) -> list[tuple[str, float]]:
 
 
 def disk_kib(root: Path) -> int:
-    """Allocated KiB under ``root``, each inode counted once (``du`` semantics)."""
+    """Allocated KiB under ``root``, each inode counted once (``du`` semantics); mounted
+    folders (an overlaid tree: its changes are in the attempt's upper folder) not entered."""
     seen: set[tuple[int, int]] = set()
     total = 0
     for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not os.path.ismount(os.path.join(folder, d))]
         for name in [*dirs, *files]:
             st = os.lstat(os.path.join(folder, name))
             if (st.st_dev, st.st_ino) in seen:
@@ -272,6 +278,21 @@ class LayoutSetup(Setup):
 
     def remove(self, i: int) -> None:
         self.layout.remove(self.layout.attempt("bench", f"t.{i}"))
+
+
+class OverlaySetup(LayoutSetup):
+    """orchardist's attempt folder as an overlay of the run's pristine checkout of the base
+    commit. The pristine is made before the timing (once per base; its cost is printed on its
+    own line, with the cost of moving an unused one to the next commit)."""
+
+    def __init__(self, repo: Path, tmp: Path) -> None:
+        Setup.__init__(self, repo, tmp)
+        self.layout = Layout(Repo(repo), tmp / "workdirs", tmp / "state", overlays=True)
+        first = self.layout.attempt("bench", "first")
+        start = time.perf_counter()
+        self.layout.create(first, self.head, "bench")
+        self.first_ms = (time.perf_counter() - start) * 1e3
+        self.layout.remove(first)
 
 
 class WorktreeSetup(Setup):
@@ -325,6 +346,15 @@ class ReflinkSetup(Setup):
         return self.tmp / f"a{i}"
 
 
+SETUPS: dict[str, type[Setup]] = {
+    "overlay": OverlaySetup,
+    "layout": LayoutSetup,
+    "worktree": WorktreeSetup,
+    "sparse": SparseSetup,
+    "reflink": ReflinkSetup,
+}
+
+
 def setup_cost(setup: Setup, rounds: int) -> tuple[float, float, int]:
     """Median ms to make and to remove an attempt, and the most KiB one held after an edit."""
     made, removed, disk = [], [], 0
@@ -338,6 +368,24 @@ def setup_cost(setup: Setup, rounds: int) -> tuple[float, float, int]:
         setup.remove(i)
         removed.append(time.perf_counter() - start)
     return statistics.median(made) * 1e3, statistics.median(removed) * 1e3, disk
+
+
+def next_base_ms(setup: OverlaySetup) -> float:
+    """ms of the first attempt on a new commit (one file changed) when the pristine of the
+    last one is unused: it is moved to the new commit, only the changed file rewritten."""
+    tree = setup.tmp / "next"
+    git("worktree", "add", "-q", "--detach", str(tree), setup.head, cwd=setup.repo)
+    (tree / "pkg0" / "mod0.py").write_text("# next base\n")
+    git("commit", "-qam", "next", cwd=tree)
+    head = git("rev-parse", "HEAD", cwd=tree)
+    git("worktree", "remove", "--force", str(tree), cwd=setup.repo)
+    paths = setup.layout.attempt("bench", "next")
+    start = time.perf_counter()
+    setup.layout.create(paths, head, "bench")
+    took = (time.perf_counter() - start) * 1e3
+    setup.layout.remove(paths)
+    setup.layout.tidy()
+    return took
 
 
 OVERLAY = """
@@ -376,13 +424,21 @@ def bench_large(args: argparse.Namespace, tmp: Path) -> None:
     print(f"\nattempt setup, {args.rounds} rounds: median ms to make | to remove; disk of one")
     print("attempt after a one-line edit (KiB); whole = the agent sees every file")
     print(f"{'setup':<34} {'100 files':>17} {large:>9} files {'ratio':>6} {'disk':>9} whole")
-    kinds: list[type[Setup]] = [LayoutSetup, WorktreeSetup, SparseSetup, ReflinkSetup]
+    chosen = set(args.setups.split(","))
+    kinds: list[type[Setup]] = [k for name, k in SETUPS.items() if name in chosen]
+    if OverlaySetup in kinds and not mounts.enter():
+        kinds.remove(OverlaySetup)
+        print("(orchardist's overlays: cannot mount here; the copy is what attempts get)")
+    pristine = {}
     for kind in kinds:
         rows = {}
         for n, repo in repos.items():
             folder = tmp / f"{kind.__name__}-{n}"
             folder.mkdir()
-            rows[n] = setup_cost(kind(repo, folder), args.rounds)
+            setup = kind(repo, folder)
+            rows[n] = setup_cost(setup, args.rounds)
+            if isinstance(setup, OverlaySetup):
+                pristine[n] = (setup.first_ms, next_base_ms(setup))
         (small_ms, small_rm, _), (large_ms, large_rm, disk) = rows[100], rows[large]
         print(
             f"{kind.__name__:<34} {small_ms:7.1f} | {small_rm:6.1f} "
@@ -390,9 +446,19 @@ def bench_large(args: argparse.Namespace, tmp: Path) -> None:
             f"{'yes' if kind.whole else 'NO'}",
             flush=True,
         )
-    costs = {n: overlay_cost(repo, tmp / f"overlay-{n}", args.rounds) for n, repo in repos.items()}
+    for n, (first_ms, next_ms) in pristine.items():
+        print(
+            f"  overlay, {n} files: first attempt on a base (pristine checkout made) "
+            f"{first_ms:.1f} ms; first on the next base (one file differs) {next_ms:.1f} ms"
+        )
+    costs = {
+        n: overlay_cost(repo, tmp / f"overlay-{n}", args.rounds) if "unshare" in chosen else None
+        for n, repo in repos.items()
+    }
     small, big = costs[100], costs[large]
-    if small is None or big is None:
+    if "unshare" not in chosen:
+        pass
+    elif small is None or big is None:
         print("overlay over a pristine checkout: cannot mount here (no user namespaces?)")
     else:
         print(
@@ -410,7 +476,7 @@ def bench_large(args: argparse.Namespace, tmp: Path) -> None:
 
 def snapshot_cost(repo: Path, tmp: Path, rounds: int) -> tuple[float, float]:
     """Median ms of the snapshot of a one-line edit, reading what changed and reading all."""
-    layout = Layout(Repo(repo), tmp / "workdirs", tmp / "state")
+    layout = Layout(Repo(repo), tmp / "workdirs", tmp / "state", overlays=mounts.usable())
     head = git("rev-parse", "HEAD", cwd=repo)
     fast, full = [], []
     for i in range(rounds):
@@ -445,6 +511,9 @@ def main() -> None:
     parser.add_argument("--large", action="store_true", help="also the large-repository case")
     parser.add_argument("--large-only", action="store_true", help="only the large case")
     parser.add_argument("--large-files", type=int, default=30_000)
+    parser.add_argument(
+        "--setups", default="overlay,layout,worktree,sparse,reflink,unshare", help="--large's"
+    )
     parser.add_argument("--rounds", type=int, default=10, help="attempts per setup measure")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="orchardist-e2e-") as name:

@@ -7,6 +7,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from orchardist import mounts
 from orchardist.gitrepo import Repo
 from orchardist.treehash import escaping_symlinks, refused_path
 from orchardist.worktree import AttemptPaths, Layout, remove_tree
@@ -116,9 +119,20 @@ def test_paths_are_refused_exactly_as_git_refuses_them(tmp_path: Path) -> None:
 # -- the snapshot that reads only what changed ---------------------------------------------------
 
 
-def _attempt(tmp_path: Path, files: dict[str, str]) -> tuple[Repo, Layout, AttemptPaths, str]:
+@pytest.fixture(params=[False, True], ids=["checkout", "overlay"])
+def overlaid(request: pytest.FixtureRequest) -> bool:
+    """Each snapshot test on an attempt tree of its own, and on an overlay of a pristine one."""
+    if request.param and not mounts.enter():
+        pytest.skip("overlays cannot be mounted here (no CAP_SYS_ADMIN for a mount namespace)")
+    return bool(request.param)
+
+
+def _attempt(
+    tmp_path: Path, files: dict[str, str], overlaid: bool
+) -> tuple[Repo, Layout, AttemptPaths, str]:
     """A repository of ``files`` (plus a binary, an executable, a symlink and a submodule
-    entry), and an attempt folder checked out at its head the way the executor makes one."""
+    entry), and an attempt folder at its head the way the executor makes one: a checkout of
+    its own, or an overlay of the run's pristine checkout."""
     root = make_repo(tmp_path / "repo", files)
     (root / "logo.bin").write_bytes(bytes(range(256)))
     (root / "run.sh").write_text("#!/bin/sh\n")
@@ -129,10 +143,11 @@ def _attempt(tmp_path: Path, files: dict[str, str]) -> tuple[Repo, Layout, Attem
     git(root, "update-index", "--add", "--cacheinfo", f"160000,{sub},vendor/sub")
     git(root, "commit", "-qm", "more kinds")
     repo = Repo(root)
-    layout = Layout(repo, tmp_path / "workdirs", tmp_path / "state")
+    layout = Layout(repo, tmp_path / "workdirs", tmp_path / "state", overlays=overlaid)
     paths = layout.attempt("run1", "t.1")
     base = repo.rev_parse("HEAD")
     layout.create(paths, base, "run1")
+    assert os.path.ismount(paths.tree) is overlaid
     return repo, layout, paths, base
 
 
@@ -160,11 +175,11 @@ FILES = {
 
 
 def test_reading_only_what_changed_gives_the_tree_reading_everything_gives(
-    tmp_path: Path,
+    tmp_path: Path, overlaid: bool
 ) -> None:
     # Given an attempt whose agent made every kind of change, same-size edits right after the
     # checkout (one clock tick: the stat data alone cannot tell), and played with its own git
-    repo, layout, paths, base = _attempt(tmp_path, FILES)
+    repo, layout, paths, base = _attempt(tmp_path, FILES, overlaid)
     tree = paths.tree
     (tree / "README.md").write_text("HELLO\n")  # same size, same tick as the checkout
     (tree / "src" / "old_name.py").rename(tree / "src" / "new_name.py")
@@ -197,8 +212,10 @@ def test_reading_only_what_changed_gives_the_tree_reading_everything_gives(
     assert mode == "100755"
 
 
-def test_an_untouched_attempt_and_one_emptied_of_everything_agree_too(tmp_path: Path) -> None:
-    repo, layout, paths, base = _attempt(tmp_path, FILES)
+def test_an_untouched_attempt_and_one_emptied_of_everything_agree_too(
+    tmp_path: Path, overlaid: bool
+) -> None:
+    repo, layout, paths, base = _attempt(tmp_path, FILES, overlaid)
     fast, full = _both(repo, layout, paths, base)
     assert fast == full == repo.tree_of(base)
 
@@ -211,11 +228,11 @@ def test_an_untouched_attempt_and_one_emptied_of_everything_agree_too(tmp_path: 
 
 
 def test_the_snapshot_of_a_change_writes_only_the_changed_files_and_their_folders(
-    tmp_path: Path,
+    tmp_path: Path, overlaid: bool
 ) -> None:
     # Given a repository of 300 files, all packed, and an attempt that edits one deep file
     files = {f"pkg{i // 30}/sub/mod{i}.py": f"x = {i}\n" for i in range(300)}
-    repo, layout, paths, base = _attempt(tmp_path, files)
+    repo, layout, paths, base = _attempt(tmp_path, files, overlaid)
     git(repo.root, "gc", "-q")
     objects = repo.common_dir / "objects"
 
@@ -236,20 +253,25 @@ def test_the_snapshot_of_a_change_writes_only_the_changed_files_and_their_folder
     assert repo.changed_files(base, snap) == ["pkg3/sub/mod99.py"]
 
 
-def test_the_agent_cannot_reach_the_index_copy_the_snapshot_lists_from(tmp_path: Path) -> None:
-    _, layout, paths, _ = _attempt(tmp_path, FILES)
+def test_the_agent_cannot_reach_the_index_copy_the_snapshot_lists_from(
+    tmp_path: Path, overlaid: bool
+) -> None:
+    _, layout, paths, _ = _attempt(tmp_path, FILES, overlaid)
     assert paths.checkout_index.is_file()
     assert not any(paths.checkout_index.is_relative_to(folder) for folder in paths.writable)
     layout.remove(paths)
     layout.tidy()
     assert layout.checkout(paths, "run1") is None
     assert not list((tmp_path / "workdirs").rglob("listing.git"))
+    assert not list((tmp_path / "workdirs").rglob("pristine"))
 
 
-def test_an_index_copy_changed_behind_orchardists_back_is_not_trusted(tmp_path: Path) -> None:
+def test_an_index_copy_changed_behind_orchardists_back_is_not_trusted(
+    tmp_path: Path, overlaid: bool
+) -> None:
     # Given an attempt without the sandbox, whose agent edited a file and rewrote the index
     # copy to record the edited file's stat data (hiding the edit from the listing)
-    repo, layout, paths, base = _attempt(tmp_path, FILES)
+    repo, layout, paths, base = _attempt(tmp_path, FILES, overlaid)
     (paths.tree / "src" / "app.py").write_text("print('changed')\n")
     env = {**os.environ, "GIT_INDEX_FILE": str(paths.checkout_index)}
     subprocess.run(

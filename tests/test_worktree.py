@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchardist import Workspace, isolation, load_plan
+from orchardist import Workspace, isolation, load_plan, mounts
 from orchardist.agents import KINDS, agent_class
 from orchardist.errors import PlanError
 from orchardist.gc import collect
@@ -110,6 +110,113 @@ def test_commits_refs_and_config_written_inside_an_attempt_never_reach_the_users
     assert git(paths.tree, "log", "-1", "--format=%s") == "agent commit"
     assert user_state() == before
     assert (paths.git / "refs" / "tags" / "sneaky").exists()
+
+
+# -- overlays of a pristine checkout ------------------------------------------------------------
+
+
+@pytest.fixture
+def overlays(repo: Path, tmp_path: Path) -> Layout:
+    if not mounts.enter():
+        pytest.skip("overlays cannot be mounted here (no CAP_SYS_ADMIN for a mount namespace)")
+    return Layout(Repo(repo), tmp_path / "root", tmp_path / "state", overlays=True)
+
+
+def _commit(repo: Path, name: str, text: str) -> str:
+    (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", name)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def _pristines(layout: Layout, run_id: str) -> list[Path]:
+    return sorted((layout.run_folder(run_id) / "pristine").glob("*"))
+
+
+def test_attempts_on_one_base_share_one_pristine_checkout_and_hold_only_their_changes(
+    repo: Path, overlays: Layout
+) -> None:
+    # Given: two attempts on the repository's HEAD
+    head = git(repo, "rev-parse", "HEAD")
+    one, two = overlays.attempt("run1", "a.1"), overlays.attempt("run1", "b.1")
+    overlays.create(one, head, "run1")
+    overlays.create(two, head, "run1")
+
+    # When: one of them edits a file, adds one and deletes one
+    (one.tree / "README.md").write_text("changed\n")
+    (one.tree / "new.txt").write_text("new\n")
+    (one.tree / ".gitignore").unlink()
+
+    # Then: both trees are overlays of a single pristine checkout, which nothing changed
+    assert os.path.ismount(one.tree) and os.path.ismount(two.tree)
+    [pristine] = _pristines(overlays, "run1")
+    assert (pristine / "tree" / "README.md").read_text() == "hello\n"
+    assert (pristine / "tree" / ".gitignore").exists()
+    assert (two.tree / "README.md").read_text() == "hello\n"
+    # the changes are in the first attempt's own folder, the rest of its files are not copied
+    assert sorted(p.name for p in one.upper.iterdir()) == [
+        ".git",
+        ".gitignore",
+        "README.md",
+        "new.txt",
+    ]
+    assert sorted(p.name for p in two.upper.iterdir()) == [".git"]
+    # and git in the tree sees exactly the agent's changes
+    status = {line.strip() for line in git(one.tree, "status", "--porcelain").splitlines()}
+    assert status == {"D .gitignore", "M README.md", "?? new.txt"}
+    assert git(two.tree, "status", "--porcelain") == ""
+
+    # When: both are removed and the run tidied: nothing is left mounted or on disk
+    overlays.remove(one)
+    overlays.remove(two)
+    assert not one.root.exists() and not two.root.exists()
+    overlays.tidy()
+    assert not (overlays.run_folder("run1") / "pristine").exists()
+
+
+def test_an_unused_pristine_moves_to_the_next_base_and_a_used_one_never_changes(
+    repo: Path, overlays: Layout
+) -> None:
+    # Given: an attempt on the first commit, still running
+    first = git(repo, "rev-parse", "HEAD")
+    running = overlays.attempt("run1", "a.1")
+    overlays.create(running, first, "run1")
+    second = _commit(repo, "README.md", "second\n")
+
+    # When: an attempt starts on the second commit while the first is in use
+    later = overlays.attempt("run1", "b.1")
+    overlays.create(later, second, "run1")
+
+    # Then: it gets a pristine of its own; the running attempt still sees the first commit
+    assert len(_pristines(overlays, "run1")) == 2
+    assert (running.tree / "README.md").read_text() == "hello\n"
+    assert (later.tree / "README.md").read_text() == "second\n"
+
+    # When: both end, and an attempt starts on a third commit
+    overlays.remove(running)
+    overlays.remove(later)
+    third = _commit(repo, "other.txt", "third\n")
+    last = overlays.attempt("run1", "c.1")
+    overlays.create(last, third, "run1")
+
+    # Then: an unused pristine was moved to it (no third one), with the third commit's files
+    assert len(_pristines(overlays, "run1")) == 2
+    assert (last.tree / "README.md").read_text() == "second\n"
+    assert (last.tree / "other.txt").read_text() == "third\n"
+    assert git(last.tree, "status", "--porcelain") == ""
+    assert git(last.tree, "rev-parse", "HEAD") == third
+    overlays.remove(last)
+    overlays.tidy()
+
+
+def test_without_overlays_each_attempt_has_a_full_checkout_of_its_own(
+    repo: Path, layout: Layout
+) -> None:
+    paths = layout.attempt("run1", "a.1")
+    layout.create(paths, git(repo, "rev-parse", "HEAD"), "run1")
+    assert not os.path.ismount(paths.tree)
+    assert not (layout.run_folder("run1") / "pristine").exists()
+    assert (paths.tree / "README.md").read_text() == "hello\n"
 
 
 def test_removing_an_attempt_removes_folders_the_agent_made_read_only(

@@ -13,7 +13,17 @@ edit there), so an attempt's files never live inside the user's git directory::
         checkout.index  the index git wrote with the checkout, out of the agent's reach: the
                snapshot reads only the files whose stat changed since (see gitrepo.Checkout)
     <root>/<repo-key>/runs/<run>/listing.git/  the git directory the snapshots list changes in
+    <root>/<repo-key>/runs/<run>/pristine/<k>/   a checkout of one base commit (tree/, git/),
+               shared read-only by the overlays of the attempts on that commit
     <root>/<repo-key>/baselines/<name>/...   the same, for a baseline run
+
+Where orchardist can mount overlays (see mounts.py) and the attempt's processes are confined
+(so no agent can write the pristine checkout beneath its neighbours), an attempt's ``tree/`` is an
+overlay of the pristine checkout of its base commit and ``upper/`` (its changes; ``work/`` is
+the overlay's scratch folder): making it costs a mount and copies of a few small files, whatever
+the repository's size. A pristine is made once (a full checkout), and moved to the next base
+commit with a two-tree ``read-tree -m -u`` (only the files that differ) when no overlay uses it.
+Otherwise ``tree/`` is a full checkout of its own.
 
 ``<root>`` is ``[run] workspace``, else ``$ORCHARDIST_WORKDIR_ROOT``, else
 ``${XDG_CACHE_HOME:-~/.cache}/orchardist``. Nothing an agent does in its git directory reaches
@@ -26,17 +36,21 @@ import contextlib
 import hashlib
 import os
 import re
+import secrets
 import shutil
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import mounts
+from .errors import OrchardistError
 from .gitrepo import Checkout, Repo
 from .safeio import read_capped
 
 ROOT_VAR = "ORCHARDIST_WORKDIR_ROOT"
 LISTING = "listing.git"  # in a run folder; job ids end in ".<number>", so none is named so
+PRISTINE = "pristine"  # in a run folder, likewise
 # The listing git directory's config: stat data compared in full, executable bits and symlinks
 # as on disk, no fsmonitor, caches or split index; and its attributes: no conversion or filter
 # ever, so a content comparison is of raw bytes, as the snapshot hashes them.
@@ -101,6 +115,16 @@ class AttemptPaths:
         return cls(root, root / "tree", root / "git", root / "home", root / "tmp", root / "io")
 
     @property
+    def upper(self) -> Path:
+        """Where an overlaid tree's changes are (outside every writable folder)."""
+        return self.root / "upper"
+
+    @property
+    def overlay_work(self) -> Path:
+        """The overlay's own scratch folder."""
+        return self.root / "work"
+
+    @property
     def checkout_index(self) -> Path:
         """The copy of the index the checkout wrote (outside every writable folder)."""
         return self.root / "checkout.index"
@@ -121,17 +145,35 @@ class AttemptPaths:
         return (self.tree, self.git, self.home, self.tmp, self.io)
 
 
+@dataclass
+class _Pristine:
+    """A checkout of one base commit that overlays share; changed only while none uses it."""
+
+    root: Path  # tree/ and git/
+    commit: str
+    users: int = 1
+    index: bytes = b""  # its git index, as the checkout wrote it
+    ready: threading.Event = field(default_factory=threading.Event)
+    failed: bool = False
+
+
 class Layout:
     """The attempt folders of one repository, and how to make and remove them."""
 
-    def __init__(self, repo: Repo, root: Path, state_dir: Path) -> None:
+    def __init__(self, repo: Repo, root: Path, state_dir: Path, overlays: bool = False) -> None:
         self.repo = repo
         self.folder = Path(root) / repo_key(repo.common_dir)  # everything of this repository
         self.state_dir = Path(state_dir)
+        # Overlays of a shared pristine checkout (see the module docstring): only where the
+        # attempts' processes cannot write the pristine (confined) and mounts are possible.
+        self.overlays = overlays
         self._config: str | None = None
         self._recorded: set[str] = set()
         self._lock = threading.Lock()
         self._indexes: dict[Path, bytes] = {}  # digest of each attempt's checkout.index
+        self._pristines: list[_Pristine] = []
+        self._lowers: dict[Path, _Pristine] = {}  # attempt root -> the pristine under it
+        self._removing: dict[Path, threading.Event] = {}  # attempt roots being removed
 
     def attempt(self, run_id: str, job_id: str) -> AttemptPaths:
         """The folders of a run's job (not created)."""
@@ -146,17 +188,120 @@ class Layout:
         return self.folder / "runs" / run_id
 
     def create(self, paths: AttemptPaths, commit: str, run_id: str | None = None) -> None:
-        """Fresh folders for ``paths`` with the tree checked out at ``commit``.
+        """Fresh folders for ``paths`` with the tree at ``commit``: an overlay of the run's
+        pristine checkout of ``commit`` where that can be done, else a checkout of its own.
 
-        The git directory is written by hand (it is a handful of small files) and filled by
-        one ``git read-tree``: cheaper than ``git init`` and a checkout.
+        The git directory is written by hand (it is a handful of small files); a checkout of
+        its own is filled by one ``git read-tree``: cheaper than ``git init`` and a checkout.
         """
+        with self._lock:
+            removing = self._removing.get(paths.root)
+        if removing is not None:  # the same job folder, still being removed after its end
+            removing.wait()
         if run_id is not None:
             self._record(run_id)
         remove_tree(paths.root)
+        if run_id is not None and self.overlays and mounts.usable():
+            if self._overlaid(paths, commit, run_id):
+                return
+            remove_tree(paths.root)
         for folder in (paths.tree, paths.home, paths.tmp, paths.io):
             folder.mkdir(parents=True)
-        git = paths.git
+        self._git_dir(paths.git, commit)
+        (paths.tree / ".git").write_text(f"gitdir: {paths.git.resolve()}\n")
+        index = self._read_tree(paths.git, paths.tree, commit)
+        self._checked_out(paths, index)
+
+    def _overlaid(self, paths: AttemptPaths, commit: str, run_id: str) -> bool:
+        """Make ``paths`` an overlay of the pristine checkout of ``commit``; False (nothing
+        mounted) where that fails."""
+        base = self._pristine(run_id, commit)
+        if base is None:
+            return False
+        try:
+            for folder in (paths.tree, paths.home, paths.tmp, paths.io):
+                folder.mkdir(parents=True)
+            paths.upper.mkdir()
+            paths.overlay_work.mkdir()
+            self._git_dir(paths.git, commit)
+            (paths.git / "index").write_bytes(base.index)
+            mounts.overlay(base.root / "tree", paths.upper, paths.overlay_work, paths.tree)
+        except OSError:
+            self._release(base)
+            return False
+        with self._lock:
+            self._lowers[paths.root] = base
+        (paths.tree / ".git").write_text(f"gitdir: {paths.git.resolve()}\n")
+        self._checked_out(paths, base.index)
+        return True
+
+    def _pristine(self, run_id: str, commit: str) -> _Pristine | None:
+        """A pristine checkout of ``commit``, in use by the caller until :meth:`_release`:
+        one already there, else an unused one moved to ``commit``, else a new one."""
+        with self._lock:
+            found = next((p for p in self._pristines if p.commit == commit), None)
+            if found is not None:
+                found.users += 1
+            else:
+                base, old = self._claim(run_id, commit)
+        if found is not None:
+            found.ready.wait()
+            if found.failed:
+                self._release(found)
+                return None
+            return found
+        try:
+            base.index = self._fill_pristine(base.root, commit, old)
+        except (OSError, OrchardistError):
+            with self._lock:
+                base.failed = True
+                self._pristines.remove(base)
+            base.ready.set()
+            remove_tree(base.root)
+            return None
+        base.ready.set()
+        return base
+
+    def _claim(self, run_id: str, commit: str) -> tuple[_Pristine, str | None]:
+        """An unused pristine, now for ``commit``, and the commit it holds (None: a new one,
+        empty). Called with the lock held."""
+        idle = next((p for p in self._pristines if p.users == 0), None)
+        if idle is None:
+            name = secrets.token_hex(4)  # never a resumed run's leftover
+            idle = _Pristine(self.run_folder(run_id) / PRISTINE / name, commit)
+            self._pristines.append(idle)
+            return idle, None
+        old = idle.commit
+        idle.commit, idle.users, idle.ready = commit, 1, threading.Event()
+        return idle, old
+
+    def _fill_pristine(self, root: Path, commit: str, old: str | None) -> bytes:
+        """Check ``commit`` out in ``root``: all of it, or from ``old`` only what differs."""
+        git, tree = root / "git", root / "tree"
+        if old is None:
+            tree.mkdir(parents=True)
+            self._git_dir(git, commit)
+            return self._read_tree(git, tree, commit)
+        self.repo.git(
+            f"--git-dir={git}",
+            f"--work-tree={tree}",
+            "-c",
+            "core.splitIndex=false",
+            "read-tree",
+            "-m",
+            "-u",
+            old,
+            commit,
+        )
+        (git / "HEAD").write_text(f"{commit}\n")
+        return (git / "index").read_bytes()
+
+    def _release(self, base: _Pristine) -> None:
+        with self._lock:
+            base.users -= 1
+
+    def _git_dir(self, git: Path, commit: str) -> None:
+        """A private git directory at ``commit``: objects read from the user's repository."""
         for sub in ("objects/info", "refs/heads", "refs/tags", "info"):
             (git / sub).mkdir(parents=True)
         objects = (self.repo.common_dir / "objects").resolve()
@@ -164,18 +309,23 @@ class Layout:
         (git / "HEAD").write_text(f"{commit}\n")
         (git / "config").write_text(self._git_config())
         copy_excludes(self.repo.common_dir, git)  # the agent's status matches the user's
-        (paths.tree / ".git").write_text(f"gitdir: {git.resolve()}\n")
+
+    def _read_tree(self, git: Path, tree: Path, commit: str) -> bytes:
+        """Check every file of ``commit`` out in ``tree``; the index written."""
         self.repo.git(
             f"--git-dir={git}",
-            f"--work-tree={paths.tree}",
+            f"--work-tree={tree}",
             "-c",
-            "core.splitIndex=false",  # the index copy below must stand alone
+            "core.splitIndex=false",  # the index copy must stand alone
             "read-tree",
             "--reset",
             "-u",
             commit,
         )
-        index = (git / "index").read_bytes()
+        return (git / "index").read_bytes()
+
+    def _checked_out(self, paths: AttemptPaths, index: bytes) -> None:
+        """Keep a copy of the index the checkout wrote, and its digest (see :meth:`checkout`)."""
         paths.checkout_index.write_bytes(index)
         with self._lock:
             self._indexes[paths.root] = hashlib.sha256(index).digest()
@@ -210,16 +360,36 @@ class Layout:
                 (gitdir / "HEAD").write_text("ref: refs/heads/none\n")
         return gitdir
 
+    def retire(self, paths: AttemptPaths) -> None:
+        """Say that ``paths`` will be removed soon: a new attempt in the same folder waits."""
+        with self._lock:
+            self._removing.setdefault(paths.root, threading.Event())
+
     def remove(self, paths: AttemptPaths) -> None:
         """Remove an attempt's folders, whatever the agent did to them."""
         with self._lock:
             self._indexes.pop(paths.root, None)
-        remove_tree(paths.root)
+            base = self._lowers.pop(paths.root, None)
+        try:
+            if base is not None:
+                mounts.unmount(paths.tree)
+            remove_tree(paths.root)
+        finally:
+            if base is not None:
+                self._release(base)
+            with self._lock:
+                removing = self._removing.pop(paths.root, None)
+            if removing is not None:
+                removing.set()
 
     def tidy(self) -> None:
         """Remove the run folders this layout made, and its parents, where they are empty."""
+        with self._lock:
+            self._pristines = [p for p in self._pristines if p.users > 0]
         for run_id in self._recorded:
             remove_tree(self.run_folder(run_id) / LISTING)
+            if not any(p.root.is_relative_to(self.run_folder(run_id)) for p in self._pristines):
+                remove_tree(self.run_folder(run_id) / PRISTINE)
             for folder in (self.run_folder(run_id), self.folder / "runs", self.folder):
                 try:
                     folder.rmdir()
@@ -325,7 +495,7 @@ def remove_run_folder(state_dir: Path, run_id: str) -> int:
     folder = recorded_run_folder(state_dir, run_id)
     if folder is None or not folder.is_dir():
         return 0
-    count = sum(1 for entry in folder.iterdir() if entry.name != LISTING)
+    count = sum(1 for entry in folder.iterdir() if entry.name not in (LISTING, PRISTINE))
     remove_tree(folder)
     return count
 

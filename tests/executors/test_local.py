@@ -21,7 +21,11 @@ from pathlib import Path
 import pytest
 
 from orchardist import RunState
-from orchardist.procs import CancelToken
+from orchardist.executors import Job, Outcome, Phase
+from orchardist.executors.local import LocalExecutor
+from orchardist.gitrepo import Repo
+from orchardist.procs import CancelToken, new_marker
+from orchardist.records import AgentProfile, AttemptState
 from support import Finished, git, make_repo, running_with_arg, toml_str, write_plan
 
 RunPlan = Callable[..., Finished]
@@ -511,3 +515,52 @@ def test_closing_a_cancel_token_twice_never_closes_a_reused_descriptor() -> None
     finally:
         os.close(read_fd)
         os.close(write_fd)
+
+
+# -- removal off the critical path -------------------------------------------------------------
+
+
+def test_an_attempt_folder_is_removed_after_its_outcome_is_heard_and_before_close_returns(
+    tmp_path: Path,
+) -> None:
+    # Given: a job whose agent writes a file, on an executor of its own
+    repo = Repo(make_repo(tmp_path / "repo", {"README.md": "hello\n"}))
+    executor = LocalExecutor(
+        repo, tmp_path / "state", guard_checkout=False, workspace=tmp_path / "work"
+    )
+    profile = AgentProfile("sh", "shell", options={"command": "echo done > done.txt"})
+    job = Job(
+        id="a.1",
+        run_id="run1",
+        task_id="a",
+        attempt=1,
+        candidate=0,
+        base_commit=repo.rev_parse("HEAD"),
+        title="a",
+        prompt="do a",
+        profile=profile,
+        verify=("test -f done.txt",),
+        workdir=".",
+        timeout_s=120.0,
+        message="a\n",
+        marker=new_marker(),
+    )
+    paths = executor.layout.attempt(job.run_id, job.id)
+    heard: list[tuple[AttemptState, bool]] = []
+    ended = threading.Event()
+
+    def notify(message: Phase | Outcome) -> None:
+        if isinstance(message, Outcome):
+            heard.append((message.state, (paths.tree / "done.txt").exists()))
+            ended.set()
+
+    # When: it runs and the executor is closed
+    executor.submit(job, notify)
+    assert ended.wait(120.0), "the job never reported"
+    executor.close()
+
+    # Then: its folder was still there when the outcome was heard (the removal comes after,
+    # off the scheduler's path), and close() returned only once it was gone
+    assert heard == [(AttemptState.PASSED, True)]
+    assert not paths.root.exists()
+    assert not executor.layout.run_folder("run1").exists()

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .. import sandbox
+from .. import mounts, sandbox
 from ..agents import Agent, AgentContext, AgentResult, agent_class, make_agent, scrubbed_env
 from ..discover import auto_commands, discover_tests
 from ..errors import GitError, OrchardistError
@@ -60,6 +60,7 @@ class LocalExecutor:
         sandbox: bool = True,
         workspace: Path | None = None,
         isolation: Policy | None = None,
+        overlays: bool = True,
     ) -> None:
         self.repo = repo
         self.layout = Layout(repo, workdir_root(workspace), Path(state_dir))
@@ -83,6 +84,8 @@ class LocalExecutor:
         # ``sandbox = False`` is the older spelling of isolation "off".
         self.policy = isolation or (Policy.AUTO if sandbox else Policy.OFF)
         self.mode = choose(self.policy)  # IsolationError when "required" cannot be met
+        # An unconfined agent could write the pristine checkout its neighbours' overlays share.
+        self.layout.overlays = overlays and self.mode is not Mode.NONE and mounts.enter(environ)
         # Confined agents cannot write to the user's checkout or git directory: whatever
         # changes there is the user's own doing, so the guard has nothing to look for.
         self._guard = guard_checkout and self.mode is Mode.NONE
@@ -104,8 +107,9 @@ class LocalExecutor:
         store: Store,
         settings: RunConfig,
         clock: Callable[[], float],
+        overlays: bool = True,
     ) -> LocalExecutor:
-        """The executor ``[run] executor = "local"`` asks for."""
+        """The executor ``[run] executor = "local"`` asks for (``overlays``: see worktree.py)."""
         return cls(
             repo,
             state_dir,
@@ -115,6 +119,7 @@ class LocalExecutor:
             sandbox=settings.sandbox,
             workspace=settings.workspace,
             isolation=settings.isolation,
+            overlays=overlays,
         )
 
     def submit(self, job: Job, notify: Notify) -> None:
@@ -152,8 +157,9 @@ class LocalExecutor:
     def _main(self, job: Job, notify: Notify, token: CancelToken) -> None:
         started = self.clock()
         log = self.log_path(job.run_id, job.id)
+        paths = self.layout.attempt(job.run_id, job.id)
         try:
-            outcome = self._run(job, notify, token, started, log)
+            outcome = self._run(job, notify, token, started, log, paths)
         except Exception as exc:  # the scheduler must hear back whatever happens
             outcome = Outcome(
                 job,
@@ -167,15 +173,29 @@ class LocalExecutor:
         finally:
             with self._lock:
                 self._cancels.pop(job.id, None)
-                self._threads.pop(job.id, None)
             token.close()
-        notify(outcome)
+            self.layout.retire(paths)
+        try:
+            notify(outcome)
+        finally:
+            # Off the critical path: the scheduler already has the outcome; close() still
+            # waits for this thread, so no folder outlives the executor.
+            try:
+                self.layout.remove(paths)
+            finally:
+                with self._lock:
+                    self._threads.pop(job.id, None)
 
     def _run(
-        self, job: Job, notify: Notify, token: CancelToken, started: float, log: Path
+        self,
+        job: Job,
+        notify: Notify,
+        token: CancelToken,
+        started: float,
+        log: Path,
+        paths: AttemptPaths,
     ) -> Outcome:
         deadline = time.monotonic() + job.timeout_s
-        paths = self.layout.attempt(job.run_id, job.id)
         worktree = paths.tree
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_bytes(b"")
@@ -339,7 +359,6 @@ class LocalExecutor:
             with self._guard_lock:
                 self._in_agent.discard(job.id)
                 self._suspects.discard(job.id)
-            self.layout.remove(paths)
 
     def _take_patch(self, job: Job, paths: AttemptPaths, gitfile: str) -> str:
         """Snapshot the agent's work, refusing what it must not do or produce."""

@@ -192,7 +192,10 @@ def run_on_node(spec: NodeJob) -> NodeResult:
     repo = Repo(cache.path)
     settings = replace(spec.settings, guard_checkout=False, workspace=root / "work")
     store = Store(root / "state" / "baselines.db")  # baselines run once per node (docs/ray.md)
-    executor = LocalExecutor.for_run(repo, root / "state", store, settings, time.time)
+    # One executor per job here: a pristine checkout for overlays would serve a single attempt.
+    executor = LocalExecutor.for_run(
+        repo, root / "state", store, settings, time.time, overlays=False
+    )
     ended = threading.Event()
     box: list[Outcome] = []
 

@@ -1,0 +1,111 @@
+"""Overlay mounts for attempt trees, in a mount namespace of orchardist's own.
+
+An attempt's tree can be an overlay of a pristine checkout of its base commit (shared, read-only)
+and an upper folder of its own: making one costs a mount, whatever the repository's size, and
+its disk holds only what the attempt changes (see worktree.Layout).
+
+The mounts live in a private mount namespace that :func:`enter` gives the calling thread (and
+the threads and processes it starts afterwards): nothing is mounted on the host, and whatever is
+left mounted goes away with the orchestrator's processes. Overlays are used only where the
+kernel lets us mount with ``redirect_dir=on`` (so an agent can rename a folder as on any file
+system); where it does not (no ``CAP_SYS_ADMIN``; an unprivileged user namespace refuses
+``redirect_dir``), attempts get a full checkout as before. ``ORCHARDIST_OVERLAY=0`` turns the
+overlays off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+OVERLAY_VAR = "ORCHARDIST_OVERLAY"
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID = 0x2
+_MS_NODEV = 0x4
+_MS_REC = 0x4000
+_MS_PRIVATE = 0x40000
+_MNT_DETACH = 0x2
+_UNSAFE = frozenset(",:\\\n")  # characters the overlay's option string cannot hold
+
+_lock = threading.Lock()
+_namespace: str | None = None  # the mount namespace enter() made ("mnt:[...]")
+_tried = False
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def _current() -> str:
+    return os.readlink("/proc/thread-self/ns/mnt")
+
+
+def enter(environ: Mapping[str, str] | None = None) -> bool:
+    """Give the calling thread a private mount namespace, once per process; True when it is
+    in it (now or from an earlier call) and overlays can be mounted there."""
+    global _namespace, _tried
+    env = os.environ if environ is None else environ
+    if env.get(OVERLAY_VAR, "1") == "0":
+        return False
+    with _lock:
+        if not _tried:
+            _tried = True
+            try:
+                libc = _libc()
+                _check(libc.unshare(_CLONE_NEWNS), "unshare")
+                # our mounts must not reach the host, nor the host's ours
+                _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount")
+                _namespace = _current()
+            except (OSError, AttributeError):
+                _namespace = None
+        return usable()
+
+
+def usable() -> bool:
+    """Whether the calling thread is in the namespace :func:`enter` made."""
+    if _namespace is None:
+        return False
+    try:
+        return _current() == _namespace
+    except OSError:
+        return False
+
+
+def mountable(*paths: Path) -> bool:
+    """Whether every path can be written into an overlay's options."""
+    return not any(_UNSAFE & set(str(path)) for path in paths)
+
+
+def overlay(lower: Path, upper: Path, work: Path, target: Path) -> None:
+    """Mount an overlay of ``lower`` (never written) and ``upper`` (where changes go) at
+    ``target``; OSError when the kernel refuses."""
+    if not usable():
+        raise OSError(errno.EPERM, "not in orchardist's mount namespace")
+    if not mountable(lower, upper, work, target):
+        raise OSError(errno.EINVAL, f"a path an overlay cannot name: {target}")
+    options = f"lowerdir={lower},upperdir={upper},workdir={work},redirect_dir=on"
+    result = _libc().mount(
+        b"overlay",
+        os.fsencode(target),
+        b"overlay",
+        _MS_NOSUID | _MS_NODEV,
+        options.encode(),
+    )
+    _check(result, f"mount overlay at {target}")
+
+
+def unmount(target: Path) -> None:
+    """Detach whatever is mounted at ``target`` (nothing when nothing is)."""
+    if _namespace is None:
+        return
+    _libc().umount2(os.fsencode(target), _MNT_DETACH)
