@@ -232,7 +232,10 @@ class Layout:
         with self._lock:
             self._lowers[paths.root] = base
         (paths.tree / ".git").write_text(f"gitdir: {paths.git.resolve()}\n")
-        self._checked_out(paths, base.index)
+        # a link, not a copy: the pristine never rewrites this file in place (see _fill_pristine)
+        os.link(base.root / "checkout.index", paths.checkout_index)
+        with self._lock:
+            self._indexes[paths.root] = hashlib.sha256(base.index).digest()
         return True
 
     def _pristine(self, run_id: str, commit: str) -> _Pristine | None:
@@ -252,6 +255,9 @@ class Layout:
             return found
         try:
             base.index = self._fill_pristine(base.root, commit, old)
+            fresh = base.root / "checkout.index.new"  # replaced whole: attempts link the old one
+            fresh.write_bytes(base.index)
+            fresh.replace(base.root / "checkout.index")
         except (OSError, OrchardistError):
             with self._lock:
                 base.failed = True
