@@ -155,6 +155,8 @@ def _both(repo: Repo, layout: Layout, paths: AttemptPaths, base: str) -> tuple[s
     """The tree of the snapshot that reads only what changed, and of the one that reads all."""
     checkout = layout.checkout(paths, "run1")
     assert checkout is not None
+    # an overlay's upper folder names what changed: nothing else is looked at
+    assert (checkout.only is not None) is os.path.ismount(paths.tree)
     fast = repo.snapshot(paths.tree, base, "task", checkout)
     full = repo.snapshot(paths.tree, base, "task")
     return repo.tree_of(fast), repo.tree_of(full)
@@ -171,6 +173,8 @@ FILES = {
     "becomes_dir": "file\n",
     "becomes_file/x.txt": "x\n",
     "ignored_but_tracked.log": "tracked\n",
+    "move_dir/in/y.txt": "y\n",
+    "emptied/z.txt": "z\n",
 }
 
 
@@ -199,6 +203,10 @@ def test_reading_only_what_changed_gives_the_tree_reading_everything_gives(
     (tree / "noise.log").write_text("ignored\n")
     (tree / "ignored_but_tracked.log").write_text("changed\n")
     (tree / "data.bin").write_bytes(b"\x00\xff\x00binary\x00")
+    (tree / "move_dir").rename(tree / "moved_dir")  # a folder renamed whole
+    shutil.rmtree(tree / "emptied")  # a folder deleted, then made again with other files
+    (tree / "emptied").mkdir()
+    (tree / "emptied" / "other.txt").write_text("other\n")
     git(tree, "add", "-A")
     git(tree, "commit", "-qm", "the agent's own commit")
 
@@ -207,6 +215,7 @@ def test_reading_only_what_changed_gives_the_tree_reading_everything_gives(
     assert fast == full
     changed = repo.changed_files(base, fast)
     assert "README.md" in changed and "noise.log" not in changed
+    assert {"move_dir/in/y.txt", "moved_dir/in/y.txt", "emptied/z.txt"} <= set(changed)
     assert "vendor/sub" not in changed  # the submodule stays as the base has it
     mode = git(repo.root, "ls-tree", fast, "src/app.py").split()[0]
     assert mode == "100755"

@@ -397,9 +397,21 @@ class Repo:
             "GIT_DIR": str(checkout.gitdir),
             "GIT_WORK_TREE": str(worktree),
         }
-        listed = self._git_bytes(
-            "ls-files", "-z", "-m", "-d", "-o", "--exclude-standard", cwd=worktree, env=env
-        )
+        listed = b""
+        if checkout.only is None or checkout.only:
+            env["GIT_LITERAL_PATHSPECS"] = "1"
+            only = [] if checkout.only is None else ["--", *map(os.fsdecode, checkout.only)]
+            listed = self._git_bytes(
+                "ls-files",
+                "-z",
+                "-m",
+                "-d",
+                "-o",
+                "--exclude-standard",
+                *only,
+                cwd=worktree,
+                env=env,
+            )
         # A trailing slash is a nested repository, which is not the task's to add.
         paths = dict.fromkeys(p for p in listed.split(b"\0") if p and not p.endswith(b"/"))
         writer = ObjectWriter(self.common_dir / "objects")
@@ -803,11 +815,13 @@ class Checkout:
     it was at the base). ``gitdir``: a git directory of orchardist's own to list changes in,
     whose ``info/attributes`` turns off every conversion and filter, so that where git has to
     compare contents (a file written in the same clock tick as the index) it compares raw
-    bytes, as the snapshot hashes them.
+    bytes, as the snapshot hashes them. ``only``: paths that cover every change (an overlaid
+    tree's upper folder says so), so that nothing else is looked at; None: look at all.
     """
 
     index: Path
     gitdir: Path
+    only: tuple[bytes, ...] | None = None
 
 
 def _tree_entries(body: bytes) -> dict[bytes, Entry]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -93,7 +94,8 @@ def overlay(lower: Path, upper: Path, work: Path, target: Path) -> None:
         raise OSError(errno.EPERM, "not in orchardist's mount namespace")
     if not mountable(lower, upper, work, target):
         raise OSError(errno.EINVAL, f"a path an overlay cannot name: {target}")
-    options = f"lowerdir={lower},upperdir={upper},workdir={work},redirect_dir=on"
+    # metacopy off: an upper file always holds its data (changed_paths reads only upper)
+    options = f"lowerdir={lower},upperdir={upper},workdir={work},redirect_dir=on,metacopy=off"
     result = _libc().mount(
         b"overlay",
         os.fsencode(target),
@@ -109,3 +111,47 @@ def unmount(target: Path) -> None:
     if _namespace is None:
         return
     _libc().umount2(os.fsencode(target), _MNT_DETACH)
+
+
+_OPAQUE = "trusted.overlay.opaque"
+_REDIRECT = "trusted.overlay.redirect"
+
+
+def changed_paths(upper: Path, lower: Path, limit: int) -> list[bytes] | None:
+    """Paths (relative, as pathspecs) that cover every change made in an overlay whose upper
+    folder is ``upper`` over ``lower``: what the upper folder holds, found without reading
+    the rest of the tree. A folder replaced whole (opaque, renamed, or where ``lower`` has a
+    file) is one path for all beneath it. None when there are more than ``limit`` or the
+    overlay's marks cannot be read: then the caller looks at every file."""
+    found: list[bytes] = []
+    stack = [b""]
+    try:
+        while stack:
+            rel = stack.pop()
+            with os.scandir(os.path.join(os.fsencode(upper), rel)) as entries:
+                for entry in entries:
+                    path = rel + b"/" + entry.name if rel else entry.name
+                    if path == b".git":  # orchardist's own pointer to the private git dir
+                        continue
+                    if entry.is_dir(follow_symlinks=False) and not _whole(entry.path, lower, path):
+                        stack.append(path)
+                        continue
+                    found.append(path)  # a file, link, whiteout, or a folder replaced whole
+                    if len(found) > limit:
+                        return None
+    except OSError:
+        return None
+    return found
+
+
+def _whole(folder: bytes, lower: Path, path: bytes) -> bool:
+    """Whether an upper folder stands for all beneath it: marked opaque or renamed by the
+    overlay, or a file (not a folder) in the lower tree."""
+    names = os.listxattr(folder, follow_symlinks=False)
+    if _OPAQUE in names or _REDIRECT in names:
+        return True
+    try:
+        below = os.lstat(os.path.join(os.fsencode(lower), path))
+    except FileNotFoundError:
+        return False  # a new folder: its entries are listed one by one
+    return not stat.S_ISDIR(below.st_mode)

@@ -51,6 +51,8 @@ from .safeio import read_capped
 ROOT_VAR = "ORCHARDIST_WORKDIR_ROOT"
 LISTING = "listing.git"  # in a run folder; job ids end in ".<number>", so none is named so
 PRISTINE = "pristine"  # in a run folder, likewise
+MAX_LISTED = 2000  # more changes than this in an overlay's upper folder: list every file
+MAX_LISTED_BYTES = 256 * 1024
 # The listing git directory's config: stat data compared in full, executable bits and symlinks
 # as on disk, no fsmonitor, caches or split index; and its attributes: no conversion or filter
 # ever, so a content comparison is of raw bytes, as the snapshot hashes them.
@@ -348,7 +350,14 @@ class Layout:
             return None
         if digest is None or hashlib.sha256(index).digest() != digest:
             return None
-        return Checkout(paths.checkout_index, self._listing(run_id))
+        with self._lock:
+            base = self._lowers.get(paths.root)
+        only = None
+        if base is not None and os.path.ismount(paths.tree):
+            found = mounts.changed_paths(paths.upper, base.root / "tree", MAX_LISTED)
+            if found is not None and sum(map(len, found)) <= MAX_LISTED_BYTES:  # argv room
+                only = tuple(found)
+        return Checkout(paths.checkout_index, self._listing(run_id), only)
 
     def _listing(self, run_id: str) -> Path:
         """The run's listing git directory (see the module docstring), made once."""
