@@ -1,0 +1,148 @@
+"""How orchardist runs git: the executable found once, and an environment in which nothing the
+user or an agent configured runs, with the user's identity and a few settings carried over as
+data. :class:`Plumbing` is what helpers outside :class:`gitrepo.Repo` need of one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+FALLBACK_NAME = "orchardist"
+FALLBACK_EMAIL = "orchardist@localhost"
+# Resolved once: a `git` an agent drops earlier on PATH later is never the one we run.
+GIT = shutil.which("git") or "git"
+# Outranking the repository's own config too: no command git would run on its own.
+FIXED_CONFIG = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.attributesFile", "/dev/null"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+)
+# Data, not commands, kept from the user's global configuration: which files they ignore
+# everywhere (a snapshot must not commit them), and repositories they trust though another
+# user owns them.
+CARRIED_CONFIG = r"^(core\.excludesfile|safe\.directory)$"
+
+
+class Plumbing(Protocol):
+    """The part of :class:`gitrepo.Repo` that snapshots and fingerprints use."""
+
+    root: Path
+    common_dir: Path
+
+    def git(
+        self,
+        *args: str,
+        cwd: Path | None = None,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+        ok: Sequence[int] = (0,),
+    ) -> str: ...
+
+    def run_git(
+        self,
+        *args: str,
+        cwd: Path | None = None,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]: ...
+
+    def git_bytes(
+        self, *args: str, cwd: Path, env: Mapping[str, str], stdin: bytes | None = None
+    ) -> bytes: ...
+
+    def tree_of(self, commit: str) -> str: ...
+
+    def commit_tree(self, tree: str, parents: Sequence[str], message: str) -> str: ...
+
+    def check_objects(self, oids: Sequence[str]) -> None: ...
+
+    def read_objects(self, oids: Sequence[str]) -> dict[str, tuple[str, bytes]]: ...
+
+
+def git_env(root: Path) -> dict[str, str]:
+    """orchardist's own git: a fixed configuration in which nothing configured runs.
+
+    No system or global configuration (an agent that could write ``~/.gitconfig.local``,
+    pulled in by an ``[include]``, would otherwise plant an fsmonitor, a filter driver or
+    a ``gpg.program`` that runs in the orchestrator, with its environment), no global
+    attributes, no hooks, no fsmonitor. What orchardist needs from the user's own
+    configuration is data, read once here: the identity and a few settings (FIXED_CONFIG,
+    CARRIED_CONFIG). The repository's own config is still read: only the user writes it.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+    carried = carried_config(root, env)
+    identity = identity_env(root, env)
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null", GIT_ATTR_NOSYSTEM="1")
+    env.update(config_env([*FIXED_CONFIG, *carried]))
+    env.update(identity)
+    return env
+
+
+def identity_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """Author and committer variables for commits: the identity the user's git has (read with
+    the user's own configuration), or orchardist's where git has none."""
+    out: dict[str, str] = {}
+    for role in ("AUTHOR", "COMMITTER"):
+        proc = subprocess.run(
+            [GIT, "var", f"GIT_{role}_IDENT"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            env={**env, "GIT_TERMINAL_PROMPT": "0"},
+            check=False,
+        )
+        name, _, email = proc.stdout.rsplit(" ", 2)[0].partition(" <")
+        email = email.removesuffix(">")
+        if proc.returncode != 0 or "@" not in email or "(none)" in email or not name.strip():
+            name, email = FALLBACK_NAME, FALLBACK_EMAIL
+        out[f"GIT_{role}_NAME"] = name.strip()
+        out[f"GIT_{role}_EMAIL"] = email.strip()
+    return out
+
+
+def carried_config(root: Path, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The settings of CARRIED_CONFIG as the user's git has them (system, global, includes)."""
+    proc = subprocess.run(
+        [GIT, "config", "-z", "--includes", "--get-regexp", CARRIED_CONFIG],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        env={**env, "GIT_TERMINAL_PROMPT": "0"},
+        check=False,
+    )
+    carried = []
+    for record in proc.stdout.split("\0"):
+        key, _, value = record.partition("\n")
+        if key:
+            if key == "core.excludesfile":
+                value = os.path.expanduser(value)
+                if not _regular_file(value):  # a FIFO there would hang every ls-files
+                    continue
+            carried.append((key, value))
+    return carried
+
+
+def _regular_file(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def config_env(settings: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """``GIT_CONFIG_COUNT``/``KEY``/``VALUE`` variables: command-line configuration, which
+    outranks every configuration file."""
+    env = {"GIT_CONFIG_COUNT": str(len(settings))}
+    for n, (key, value) in enumerate(settings):
+        env[f"GIT_CONFIG_KEY_{n}"] = key
+        env[f"GIT_CONFIG_VALUE_{n}"] = value
+    return env
