@@ -122,8 +122,9 @@ def test_paths_are_refused_exactly_as_git_refuses_them(tmp_path: Path) -> None:
 @pytest.fixture(params=[False, True], ids=["checkout", "overlay"])
 def overlaid(request: pytest.FixtureRequest) -> bool:
     """Each snapshot test on an attempt tree of its own, and on an overlay of a pristine one."""
-    if request.param and not mounts.enter():
-        pytest.skip("overlays cannot be mounted here (no CAP_SYS_ADMIN for a mount namespace)")
+    tmp_path: Path = request.getfixturevalue("tmp_path")
+    if request.param and not (mounts.enter() and mounts.probe(tmp_path / "probe")):
+        pytest.skip("overlays cannot be mounted here (no CAP_SYS_ADMIN, or tmp cannot be upper)")
     return bool(request.param)
 
 

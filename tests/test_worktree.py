@@ -117,8 +117,8 @@ def test_commits_refs_and_config_written_inside_an_attempt_never_reach_the_users
 
 @pytest.fixture
 def overlays(repo: Path, tmp_path: Path) -> Layout:
-    if not mounts.enter():
-        pytest.skip("overlays cannot be mounted here (no CAP_SYS_ADMIN for a mount namespace)")
+    if not (mounts.enter() and mounts.probe(tmp_path / "probe")):
+        pytest.skip("overlays cannot be mounted here (no CAP_SYS_ADMIN, or tmp cannot be upper)")
     return Layout(Repo(repo), tmp_path / "root", tmp_path / "state", overlays=True)
 
 

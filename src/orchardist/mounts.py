@@ -15,6 +15,7 @@ overlays off.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -104,6 +105,32 @@ def overlay(lower: Path, upper: Path, work: Path, target: Path) -> None:
         options.encode(),
     )
     _check(result, f"mount overlay at {target}")
+
+
+def probe(folder: Path) -> bool:
+    """Whether an overlay can be mounted here, with its folders beneath ``folder`` (made, then
+    removed): some file systems cannot be an overlay's upper layer (an overlay itself, as
+    the root of many containers)."""
+    if not usable():
+        return False
+    parts = [folder / name for name in ("lower", "upper", "work", "tree")]
+    try:
+        for part in parts:
+            part.mkdir(parents=True)
+        overlay(*parts)
+    except OSError:
+        return False
+    else:
+        unmount(parts[3])
+        return True
+    finally:
+        for part in parts:
+            with contextlib.suppress(OSError):
+                for leftover in part.iterdir():  # the overlay's own scratch under work/
+                    leftover.rmdir()
+                part.rmdir()
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def unmount(target: Path) -> None:

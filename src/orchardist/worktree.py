@@ -230,6 +230,7 @@ class Layout:
             mounts.overlay(base.root / "tree", paths.upper, paths.overlay_work, paths.tree)
         except OSError:
             self._release(base)
+            self.overlays = False  # the kernel or the file system refuses: full checkouts
             return False
         with self._lock:
             self._lowers[paths.root] = base
