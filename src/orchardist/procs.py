@@ -174,39 +174,15 @@ def run_process(
     spelling of a Landlock-only confinement.
     """
     marker = marker or new_marker()
-    if confine is None and writable is not None:
-        confine = Spec(tuple(writable), mode=Mode.LANDLOCK)
-    if confine is not None:
-        argv = wrap(argv, confine, cwd=cwd)
-    # bwrap dies of SIGTERM at once and takes its namespace along: spare it until SIGKILL,
-    # so that the command inside gets its grace period.
-    spare = confine is not None and confine.mode is Mode.NAMESPACES
-    full_env = {**env, MARKER_VAR: marker}
+    argv, spare = _confined(argv, cwd, writable, confine)
     start = clock()
     log.parent.mkdir(parents=True, exist_ok=True)
     sink = _CappedLog(log, max_log_bytes, on_line)
-    stdin = stdin_file.open("rb") if stdin_file is not None else None
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=full_env,
-            stdin=stdin if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
-    except OSError as exc:
-        sink.write(f"orchardist: cannot start {argv[0]!r}: {exc}\n".encode())
-        sink.close()
+    proc = _start(argv, cwd, {**env, MARKER_VAR: marker}, stdin_file, sink)
+    if proc is None:
         return ProcessResult(exit_code=127, duration_s=clock() - start)
-    finally:
-        if stdin is not None:
-            stdin.close()
     assert proc.stdout is not None
     deadline = None if timeout_s is None else start + timeout_s
-    timed_out = cancelled = False
     pidfd = os.pidfd_open(proc.pid)
     pipe = proc.stdout.fileno()
     os.set_blocking(pipe, False)
@@ -217,24 +193,7 @@ def run_process(
         if token is not None:
             sel.register(token.fileno(), selectors.EVENT_READ, "cancel")
     try:
-        exited = False
-        while not exited:
-            wait = None if deadline is None else max(0.0, deadline - clock())
-            events = sel.select(wait)
-            for key, _ in events:
-                if key.data == "out":
-                    if not _read_into(pipe, sink):
-                        sel.unregister(pipe)
-                elif key.data == "exit":
-                    exited = True
-                elif key.data == "cancel":
-                    cancelled = True
-            if cancelled:
-                break
-            # checked even when output keeps coming, or a chatty child would never time out
-            if not exited and deadline is not None and clock() >= deadline:
-                timed_out = True
-                break
+        exited, timed_out, cancelled = _wait(sel, pipe, sink, deadline, clock)
         # A namespace whose bwrap ended is empty: its init died, and the kernel reaps every
         # process in it before that death is reported. Nothing to look for in /proc.
         if not (exited and spare):
@@ -253,10 +212,81 @@ def run_process(
         exit_code=proc.returncode,
         duration_s=clock() - start,
         timed_out=timed_out,
-        cancelled=cancelled and not timed_out,
+        cancelled=cancelled,
         output_bytes=sink.total,
         truncated=truncated,
     )
+
+
+def _confined(
+    argv: Sequence[str], cwd: Path, writable: Sequence[Path] | None, confine: Spec | None
+) -> tuple[Sequence[str], bool]:
+    """``argv`` wrapped in its confinement, and whether its leader (bwrap) is to be spared."""
+    if confine is None and writable is not None:
+        confine = Spec(tuple(writable), mode=Mode.LANDLOCK)
+    if confine is not None:
+        argv = wrap(argv, confine, cwd=cwd)
+    # bwrap dies of SIGTERM at once and takes its namespace along: spare it until SIGKILL,
+    # so that the command inside gets its grace period.
+    return argv, confine is not None and confine.mode is Mode.NAMESPACES
+
+
+def _start(
+    argv: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    stdin_file: Path | None,
+    sink: _CappedLog,
+) -> subprocess.Popen[bytes] | None:
+    """The child in a session of its own, its output on a pipe; None, said in its log (then
+    closed), when it cannot be started."""
+    stdin = stdin_file.open("rb") if stdin_file is not None else None
+    try:
+        return subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdin=stdin if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        sink.write(f"orchardist: cannot start {argv[0]!r}: {exc}\n".encode())
+        sink.close()
+        return None
+    finally:
+        if stdin is not None:
+            stdin.close()
+
+
+def _wait(
+    sel: selectors.BaseSelector,
+    pipe: int,
+    sink: _CappedLog,
+    deadline: float | None,
+    clock: Callable[[], float],
+) -> tuple[bool, bool, bool]:
+    """Copy the child's output into ``sink`` until it exits, a token is set or the deadline
+    passes: ``(exited, timed_out, cancelled)``."""
+    exited = cancelled = False
+    while not exited:
+        wait = None if deadline is None else max(0.0, deadline - clock())
+        for key, _ in sel.select(wait):
+            if key.data == "out":
+                if not _read_into(pipe, sink):
+                    sel.unregister(pipe)
+            elif key.data == "exit":
+                exited = True
+            elif key.data == "cancel":
+                cancelled = True
+        if cancelled:
+            return exited, False, True
+        # checked even when output keeps coming, or a chatty child would never time out
+        if not exited and deadline is not None and clock() >= deadline:
+            return False, True, False
+    return True, False, False
 
 
 def _read_into(fd: int, sink: _CappedLog) -> bool:
