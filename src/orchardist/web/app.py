@@ -242,61 +242,64 @@ def _authorized(request: Request, token: str) -> bool:
     return hmac.compare_digest(given.encode(), token.encode())
 
 
-def create_app(settings: Settings) -> Starlette:
-    """The dashboard for one repository."""
-    data = _Data(settings)
-    watcher = StoreWatcher(settings.store_path.parent)
+class _Endpoints:
+    """The dashboard's pages, API, streams and request guard, over one repository's store."""
 
-    async def page(request: Request) -> Response:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.data = _Data(settings)
+        self.watcher = StoreWatcher(settings.store_path.parent)
+
+    async def page(self, request: Request) -> Response:
         return Response(_static("index.html"), media_type="text/html; charset=utf-8")
 
-    async def asset(request: Request) -> Response:
+    async def asset(self, request: Request) -> Response:
         name = request.path_params["name"]
         kinds = {"app.js": "text/javascript", "style.css": "text/css"}
         if name not in kinds:
             return PlainTextResponse("not found", status_code=404)
         return Response(_static(name), media_type=f"{kinds[name]}; charset=utf-8")
 
-    async def api_runs(request: Request) -> Response:
-        return JSONResponse(await asyncio.to_thread(data.runs))
+    async def api_runs(self, request: Request) -> Response:
+        return JSONResponse(await asyncio.to_thread(self.data.runs))
 
-    async def api_run(request: Request) -> Response:
-        run = await asyncio.to_thread(data.run, request.path_params["run"])
+    async def api_run(self, request: Request) -> Response:
+        run = await asyncio.to_thread(self.data.run, request.path_params["run"])
         if run is None:
             return JSONResponse({"error": "no such run"}, status_code=404)
-        return JSONResponse(await asyncio.to_thread(data.run_doc, run))
+        return JSONResponse(await asyncio.to_thread(self.data.run_doc, run))
 
-    async def api_task(request: Request) -> Response:
-        run = await asyncio.to_thread(data.run, request.path_params["run"])
+    async def api_task(self, request: Request) -> Response:
+        run = await asyncio.to_thread(self.data.run, request.path_params["run"])
         if run is None:
             return JSONResponse({"error": "no such run"}, status_code=404)
-        task = await asyncio.to_thread(data.task_doc, run, request.path_params["task"])
+        task = await asyncio.to_thread(self.data.task_doc, run, request.path_params["task"])
         if task is None:
             return JSONResponse({"error": "no such task"}, status_code=404)
         return JSONResponse(task)
 
-    async def api_events(request: Request) -> Response:
-        run = await asyncio.to_thread(data.run, request.path_params["run"])
+    async def api_events(self, request: Request) -> Response:
+        run = await asyncio.to_thread(self.data.run, request.path_params["run"])
         if run is None:
             return JSONResponse({"error": "no such run"}, status_code=404)
         after = _last_event_id(request)
         return StreamingResponse(
-            _event_stream(data.store, watcher, run.id, after, request.is_disconnected),
+            _event_stream(self.data.store, self.watcher, run.id, after, request.is_disconnected),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    async def api_log(request: Request) -> Response:
-        run = await asyncio.to_thread(data.run, request.path_params["run"])
+    async def api_log(self, request: Request) -> Response:
+        run = await asyncio.to_thread(self.data.run, request.path_params["run"])
         task, n = request.path_params["task"], request.path_params["n"]
-        records = await asyncio.to_thread(data.store.attempts, run.id, task) if run else []
+        records = await asyncio.to_thread(self.data.store.attempts, run.id, task) if run else []
         attempt = next((a for a in records if a.n == n), None)
         if run is None or attempt is None or not attempt.log_path:
             return JSONResponse({"error": "no such attempt"}, status_code=404)
 
         def ended() -> bool:
             return any(
-                a.n == n and a.ended_at is not None for a in data.store.attempts(run.id, task)
+                a.n == n and a.ended_at is not None for a in self.data.store.attempts(run.id, task)
             )
 
         return StreamingResponse(
@@ -305,20 +308,20 @@ def create_app(settings: Settings) -> Starlette:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    async def cancel(request: Request) -> Response:
-        run = await asyncio.to_thread(data.run, request.path_params["run"])
+    async def cancel(self, request: Request) -> Response:
+        run = await asyncio.to_thread(self.data.run, request.path_params["run"])
         if run is None:
             return JSONResponse({"error": "no such run"}, status_code=404)
         out = await asyncio.to_thread(
-            _orchardist, settings.repo_root, "cancel", run.id, "--no-wait"
+            _orchardist, self.settings.repo_root, "cancel", run.id, "--no-wait"
         )
         status = 202 if out.returncode == 0 else 409
         return JSONResponse(
             {"exit_code": out.returncode, "output": out.stdout + out.stderr}, status
         )
 
-    async def retry(request: Request) -> Response:
-        run = await asyncio.to_thread(data.run, request.path_params["run"])
+    async def retry(self, request: Request) -> Response:
+        run = await asyncio.to_thread(self.data.run, request.path_params["run"])
         if run is None:
             return JSONResponse({"error": "no such run"}, status_code=404)
         try:
@@ -328,72 +331,81 @@ def create_app(settings: Settings) -> Starlette:
         tasks = body.get("tasks", []) if isinstance(body, dict) else []
         if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
             return JSONResponse({"error": "tasks: a list of task ids"}, status_code=400)
-        known = {t.task_id for t in await asyncio.to_thread(data.store.tasks, run.id)}
+        known = {t.task_id for t in await asyncio.to_thread(self.data.store.tasks, run.id)}
         if unknown := [t for t in tasks if t not in known]:
             return JSONResponse({"error": f"unknown tasks: {', '.join(unknown)}"}, 400)
         if run.state not in (RunState.FAILED, RunState.CANCELLED):
             return JSONResponse({"error": f"run {run.id} is {run.state.value}"}, status_code=409)
         pid = await asyncio.to_thread(
-            _orchardist_detached, settings.repo_root, data.log_folder(), "retry", run.id, *tasks
+            _orchardist_detached,
+            self.settings.repo_root,
+            self.data.log_folder(),
+            "retry",
+            run.id,
+            *tasks,
         )
         return JSONResponse({"started": pid}, status_code=202)
 
-    async def metrics(request: Request) -> Response:
-        text = await asyncio.to_thread(prometheus_text, data.store if data.has_store() else None)
+    async def metrics(self, request: Request) -> Response:
+        text = await asyncio.to_thread(
+            prometheus_text, self.data.store if self.data.has_store() else None
+        )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     async def guard(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
-        if request.headers.get("host", "") not in settings.allowed_hosts:
+        if request.headers.get("host", "") not in self.settings.allowed_hosts:
             return PlainTextResponse("unknown host", status_code=400)
         token = request.query_params.get("token")
         if token is not None:
-            if not hmac.compare_digest(token.encode(), settings.token.encode()):
+            if not hmac.compare_digest(token.encode(), self.settings.token.encode()):
                 return PlainTextResponse("bad token", status_code=401)
             # Taken from the URL once, then kept in a cookie scripts on the page cannot read.
             response: Response = RedirectResponse(
                 str(request.url.remove_query_params("token")), 303
             )
-            response.set_cookie(COOKIE, settings.token, httponly=True, samesite="strict")
+            response.set_cookie(COOKIE, self.settings.token, httponly=True, samesite="strict")
             return response
-        if not _authorized(request, settings.token):
+        if not _authorized(request, self.settings.token):
             return PlainTextResponse("token required: open the URL orchardist serve printed", 401)
-        if request.method != "GET" and not _same_site(request, settings):
+        if request.method != "GET" and not _same_site(request, self.settings):
             return PlainTextResponse("cross-site request refused", status_code=403)
         return await call_next(request)
 
-    routes = [
-        Route("/", page),
-        Route("/runs/{run}", page),
-        Route("/runs/{run}/tasks/{task}", page),
-        Route("/static/{name}", asset),
-        Route("/api/runs", api_runs),
-        Route("/api/runs/{run}", api_run),
-        Route("/api/runs/{run}/tasks/{task}", api_task),
-        Route("/api/runs/{run}/events", api_events),
-        Route("/api/runs/{run}/tasks/{task}/attempts/{n:int}/log", api_log),
-        Route("/api/runs/{run}/cancel", cancel, methods=["POST"]),
-        Route("/api/runs/{run}/retry", retry, methods=["POST"]),
-        Route("/metrics", metrics),
-    ]
-
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await watcher.start()
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        await self.watcher.start()
         try:
             yield
         finally:
-            watcher.stop()
+            self.watcher.stop()
 
-    from contextlib import asynccontextmanager
 
+def create_app(settings: Settings) -> Starlette:
+    """The dashboard for one repository."""
     from starlette.middleware import Middleware
     from starlette.middleware.base import BaseHTTPMiddleware
 
+    ends = _Endpoints(settings)
+    routes = [
+        Route("/", ends.page),
+        Route("/runs/{run}", ends.page),
+        Route("/runs/{run}/tasks/{task}", ends.page),
+        Route("/static/{name}", ends.asset),
+        Route("/api/runs", ends.api_runs),
+        Route("/api/runs/{run}", ends.api_run),
+        Route("/api/runs/{run}/tasks/{task}", ends.api_task),
+        Route("/api/runs/{run}/events", ends.api_events),
+        Route("/api/runs/{run}/tasks/{task}/attempts/{n:int}/log", ends.api_log),
+        Route("/api/runs/{run}/cancel", ends.cancel, methods=["POST"]),
+        Route("/api/runs/{run}/retry", ends.retry, methods=["POST"]),
+        Route("/metrics", ends.metrics),
+    ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)],
-        lifespan=asynccontextmanager(lifespan),
+        middleware=[Middleware(BaseHTTPMiddleware, dispatch=ends.guard)],
+        lifespan=ends.lifespan,
     )
 
 
