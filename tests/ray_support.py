@@ -57,13 +57,18 @@ class RayCluster:
     temp: Path | None = None  # Ray's session folder
 
     @property
+    def shared(self) -> Path:
+        """A folder every node's attempts may write to (ORCHARDIST_SHARE_WRITABLE): evidence."""
+        return self.folder / "shared"
+
+    @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self, workers: int = 2, cpus_per_worker: int = 2) -> None:
         """The head, then the worker nodes, each up when ``ray start`` says so."""
         temp = self.temp = Path(tempfile.mkdtemp(prefix="ort", dir="/tmp"))  # short socket paths
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.shared.mkdir(parents=True, exist_ok=True)
         self._start(
             "head",
             [
@@ -108,6 +113,7 @@ class RayCluster:
             PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}",
             RAY_USAGE_STATS_ENABLED="0",
             ORCHARDIST_WORKDIR_ROOT=str(root / "work"),
+            ORCHARDIST_SHARE_WRITABLE=str(self.shared),
             PYTHONDONTWRITEBYTECODE="1",
             **{CLUSTER_VAR: self.marker, NODE_VAR: f"{self.marker}-{name}"},
         )

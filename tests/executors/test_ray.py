@@ -399,3 +399,79 @@ def test_a_node_that_dies_while_doctor_asks_it_is_reported_lost_not_a_crash() ->
     assert reports == [{"node": "n1", "problems": []}]
     assert [entry["node"] for entry in lost] == ["n2" * 20]
     assert "exist" in lost[0]["error"]
+
+
+KNOWN_FAILURE = """\
+import os, subprocess, tempfile
+
+def test_known_failure():
+    # Fails everywhere; a run on a base leaves a file naming the base commit.
+    if os.environ.get("ORCHARDIST_PHASE") == "baseline":
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        fd, _ = tempfile.mkstemp(prefix=f"base.{{head}}.", dir={evidence!r})
+        os.write(fd, os.getcwd().encode())
+        os.close(fd)
+    assert False, "known to fail on the base"
+"""
+
+
+@pytest.mark.slow
+def test_a_baseline_runs_once_per_base_commit_on_the_whole_cluster(
+    cluster: RayCluster, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given four tasks launched together on one base, each verified by a pytest suite whose
+    # one test already fails on the base (so every attempt asks for the base's results)
+    bin_dir = Path(sys.executable).parent
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    evidence = Path(tempfile.mkdtemp(prefix="baselines-", dir=cluster.shared))
+    (repo / "test_known.py").write_text(KNOWN_FAILURE.format(evidence=str(evidence)))
+    tasks = "".join(
+        f'[[task]]\nid = "t{n}"\ntitle = "T{n}"\nprompt = "p"\nagent = "edit"\n' for n in range(4)
+    )
+    (repo / "plan.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            [run]
+            executor = "ray"
+            max_parallel = 4
+            verify = "python -m pytest -q -p no:cacheprovider test_known.py"
+            [agents.edit]
+            kind = "shell"
+            command = "echo {{task}} > {{task}}.txt && pwd > {evidence}/agent.{{task}}"
+            timeout = "5m"
+            """
+        )
+        + tasks
+    )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the plan")
+    base = git(repo, "rev-parse", "HEAD")
+    out = tmp_path / "run.out"
+
+    # When it runs on the cluster
+    proc = spawn(repo, "run", "plan.toml", "--json", "--ray-address", cluster.address, log=out)
+    try:
+        assert proc.wait(timeout=RUN_S) == 0, out.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    # Then the first attempts ran on more than one node (two CPUs each, four at once)
+    nodes = {cluster.node_of(Path(f.read_text().strip())) for f in evidence.glob("agent.*")}
+    assert len(nodes) >= 2, nodes
+
+    # And the base's suite ran once for all of them, and every base commit once
+    runs: dict[str, int] = {}
+    for f in evidence.glob("base.*"):
+        commit = f.name.split(".")[1]
+        runs[commit] = runs.get(commit, 0) + 1
+    assert runs.get(base) == 1, runs
+    assert set(runs.values()) == {1}, runs
+
+    # And the run merged the four tasks, each once
+    doc = json.loads(out.read_text()[out.read_text().index("{") :])
+    assert {t["state"] for t in doc["tasks"]} == {"done"}, doc["tasks"]
+    assert git(repo, "rev-list", "--count", f"{base}..{doc['branch']}") == "4"

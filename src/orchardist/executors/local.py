@@ -661,8 +661,7 @@ class LocalBaselines:
         With ``network`` the base is run with network, as the commands it is compared with
         were: a base failing for want of network must not excuse a failure of the change.
         """
-        scope = f"[{workdir}]" + (" [network]" if network else "")
-        key = baseline_key(commit, f"{scope} {command}")
+        key = self.key(commit, command, workdir, network)
         with self._lock:
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         # Across processes too: two orchestrators on one repository run a baseline once.
@@ -670,7 +669,7 @@ class LocalBaselines:
             cached = self.store.baseline(key)
             if cached is not None:
                 return cached
-            outcome, cancelled = self._run(
+            outcome, cancelled = self.run(
                 key, commit, command, workdir, timeout_s, run_id, cancel, network
             )
             if not cancelled:  # a cut-short run says nothing about the base
@@ -678,7 +677,13 @@ class LocalBaselines:
                     tx.put_baseline(key, commit, outcome, self.executor.clock())
             return outcome
 
-    def _run(
+    @staticmethod
+    def key(commit: str, command: str, workdir: str, network: bool) -> str:
+        """The store's key for ``command``'s outcome on ``commit`` in ``workdir``."""
+        scope = f"[{workdir}]" + (" [network]" if network else "")
+        return baseline_key(commit, f"{scope} {command}")
+
+    def run(
         self,
         key: str,
         commit: str,
@@ -689,6 +694,8 @@ class LocalBaselines:
         cancel: CancelToken | None,
         network: bool,
     ) -> tuple[CommandOutcome, bool]:
+        """Run the command on ``commit`` in a worktree of its own, now; the outcome, and
+        whether it was cancelled (then it says nothing about the base)."""
         ex = self.executor
         name = f"baseline-{key[:16]}"
         paths = ex.layout.baseline(f"{name}.{secrets.token_hex(3)}")  # other orchestrators' differ

@@ -20,9 +20,11 @@ the attempt's whole process tree ends there. See docs/ray.md.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -37,11 +39,12 @@ from typing import Any
 
 from ..errors import GitError, UsageError
 from ..gitrepo import Repo
-from ..procs import MARKER_VAR, kill_by_env
+from ..oracle import CommandOutcome
+from ..procs import MARKER_VAR, CancelToken, kill_by_env
 from ..records import AgentProfile, AttemptState, Failure
 from ..safeio import flocked
 from ..specs import RunConfig
-from ..store import Store
+from ..store import MEMORY, Store
 from ..worktree import Layout, repo_key, workdir_root
 from . import Job, Notify, Outcome, Phase
 
@@ -163,6 +166,7 @@ class NodeJob:
     settings: RunConfig
     bundles: tuple[Bundle, ...]  # prerequisites first
     max_log_bytes: int = MAX_LOG_BYTES
+    board: Any = None  # the run's BaselineBoard (an actor handle); None: baselines per node
 
 
 @dataclass(frozen=True)
@@ -181,21 +185,29 @@ class NodeResult:
 
 def run_on_node(spec: NodeJob) -> NodeResult:
     """Run one job on this node with the local executor's code (the Ray task's body)."""
-    from .local import LocalExecutor
+    from .local import LocalBaselines, LocalExecutor
 
     ray = import_ray()
     node = str(ray.get_runtime_context().get_node_id())
     root = workdir_root() / "ray" / spec.repo_key
-    cache = NodeCache(root / "cache.git", spec.identity)
     job = spec.job
+    cache = NodeCache(root / "cache.git", spec.identity)
     fetched = cache.ensure(spec.bundles, lambda refs: bytes(ray.get(refs[0])))
     repo = Repo(cache.path)
-    settings = replace(spec.settings, guard_checkout=False, workspace=root / "work")
-    store = Store(root / "state" / "baselines.db")  # baselines run once per node (docs/ray.md)
+    # A workspace per job: a job's executor tidies its run folder when it closes, which on
+    # a node would pull the run's listing directory from under the other jobs of the run here.
+    workspace = root / "work" / f"{job.run_id}.{job.id}"
+    settings = replace(spec.settings, guard_checkout=False, workspace=workspace)
+    store = Store(root / "state" / "baselines.db")  # without a board: once per node
     # One executor per job here: a pristine checkout for overlays would serve a single attempt.
     executor = LocalExecutor.for_run(
         repo, root / "state", store, settings, time.time, overlays=False
     )
+    if spec.board is not None:  # once per base commit and command on the whole cluster
+        local = LocalBaselines(executor, store)
+        executor.verifier = replace(
+            executor.verifier, baselines=ClusterBaselines(local, spec.board)
+        )
     ended = threading.Event()
     box: list[Outcome] = []
 
@@ -212,6 +224,8 @@ def run_on_node(spec: NodeJob) -> NodeResult:
         finally:
             executor.close()
             store.close()
+            with contextlib.suppress(OSError):
+                workspace.rmdir()  # emptied by the executor's tidy
     finally:
         _stop_reaper(reaper)
     outcome = box[0]
@@ -337,6 +351,123 @@ class NodeCache:
         _run_git(self.path, "update-ref", "-d", ref)
 
 
+# -- baselines, once per base commit and command on the whole cluster --------------------------
+
+
+class BaselineBoard:
+    """The run's baselines (a Ray actor on the orchestrator's node): which node runs each, and
+    their outcomes, kept in the head's store (one truth with local runs); nodes wait here for a
+    baseline another node is running."""
+
+    def __init__(self, store_path: str | None) -> None:
+        self.store = Store(Path(store_path)) if store_path else None
+        self.outcomes: dict[str, CommandOutcome] = {}
+        self.running: dict[str, asyncio.Event] = {}  # key -> set when its run ended
+
+    async def claim(self, key: str, wait_s: float) -> CommandOutcome | None:
+        """The baseline's outcome, or None: the caller runs it, then :meth:`put` or
+        :meth:`drop`. A run that has not ended within ``wait_s`` is presumed lost (its node
+        died) and passes to the caller."""
+        while True:
+            known = self._known(key)
+            if known is not None:
+                return known
+            ended = self.running.get(key)
+            if ended is None:
+                self.running[key] = asyncio.Event()
+                return None
+            try:
+                await asyncio.wait_for(ended.wait(), wait_s)
+            except TimeoutError:
+                if self.running.get(key) is ended:
+                    self.running[key] = asyncio.Event()
+                    ended.set()
+                    return None
+
+    def put(self, key: str, commit: str, outcome: CommandOutcome, now: float) -> None:
+        """A baseline ran: keep its outcome, wake whoever waits for it."""
+        self.outcomes[key] = outcome
+        if self.store is not None:
+            with self.store.transaction() as tx:
+                tx.put_baseline(key, commit, outcome, now)
+        self.drop(key)
+
+    def drop(self, key: str) -> None:
+        """A baseline's run ended without an outcome (cancelled): the next caller runs it."""
+        ended = self.running.pop(key, None)
+        if ended is not None:
+            ended.set()
+
+    def _known(self, key: str) -> CommandOutcome | None:
+        if key not in self.outcomes and self.store is not None:
+            cached = self.store.baseline(key)
+            if cached is not None:
+                self.outcomes[key] = cached
+        return self.outcomes.get(key)
+
+
+@dataclass
+class ClusterBaselines:
+    """A node's baselines through the run's :class:`BaselineBoard` (the Baselines seam)."""
+
+    local: Any  # LocalBaselines: runs one on this node
+    board: Any  # the BaselineBoard's actor handle
+
+    def outcome(
+        self,
+        commit: str,
+        command: str,
+        workdir: str,
+        timeout_s: float,
+        run_id: str = "",
+        cancel: CancelToken | None = None,
+        network: bool = False,
+    ) -> CommandOutcome:
+        """The cluster's outcome for the key, or run it here when this node is the first."""
+        key = self.local.key(commit, command, workdir, network)
+        known = _answer(self.board.claim.remote(key, timeout_s + LOST_GRACE_S), cancel)
+        if known is _CANCELLED:
+            return CommandOutcome(command, -1)  # the attempt is cancelled: its verdict is moot
+        if known is not None:
+            return known  # type: ignore[no-any-return]
+        try:
+            outcome, cancelled = self.local.run(
+                key, commit, command, workdir, timeout_s, run_id, cancel, network
+            )
+        except BaseException:
+            self.board.drop.remote(key)
+            raise
+        if cancelled:  # a cut-short run says nothing about the base
+            self.board.drop.remote(key)
+        else:
+            import_ray().get(self.board.put.remote(key, commit, outcome, time.time()))
+        return outcome  # type: ignore[no-any-return]
+
+
+_CANCELLED = object()
+
+
+def _answer(ref: Any, cancel: CancelToken | None) -> Any:
+    """A Ray task's result, or ``_CANCELLED`` as soon as ``cancel`` is (no polling)."""
+    future = ref.future()
+    woken, wake = os.pipe()
+
+    def done(_: object) -> None:
+        with contextlib.suppress(OSError):
+            os.write(wake, b"x")
+        os.close(wake)  # here only: the write end lives until the answer came
+
+    future.add_done_callback(done)
+    try:
+        watched = [woken] + ([cancel.fileno()] if cancel is not None else [])
+        select.select([fd for fd in watched if fd >= 0], [], [])
+        if future.done():
+            return future.result()
+        return _CANCELLED
+    finally:
+        os.close(woken)
+
+
 # -- on the head -------------------------------------------------------------------------------
 
 
@@ -350,6 +481,7 @@ class RayExecutor:
         settings: RunConfig,
         clock: Callable[[], float] = time.time,
         address: str = "auto",
+        store_path: Path | None = None,
     ) -> None:
         self.ray = import_ray()
         self.repo = repo
@@ -363,6 +495,7 @@ class RayExecutor:
             connect(self.ray, address)
         self._remote = self.ray.remote(max_retries=0, retry_exceptions=False)(run_on_node)
         self._killer = self.ray.remote(max_retries=0)(kill_marked)
+        self.board = self._start_board(store_path)
         self._lock = threading.Lock()
         self._threads: dict[str, threading.Thread] = {}
         self._markers: dict[str, str] = {}  # job id -> its processes' marker
@@ -382,7 +515,21 @@ class RayExecutor:
         clock: Callable[[], float],
     ) -> RayExecutor:
         """The executor ``[run] executor = "ray"`` asks for, on ``settings.ray_address``."""
-        return cls(repo, state_dir, settings, clock, settings.ray_address)
+        on_disk = str(store.path) != MEMORY
+        return cls(
+            repo, state_dir, settings, clock, settings.ray_address, store.path if on_disk else None
+        )
+
+    def _start_board(self, store_path: Path | None) -> Any:
+        """The run's BaselineBoard, on this node (it opens the store here), holding no CPU."""
+        strategies = importlib.import_module("ray.util.scheduling_strategies")
+        here = self.ray.get_runtime_context().get_node_id()
+        actor = self.ray.remote(BaselineBoard).options(
+            num_cpus=0,
+            max_restarts=0,
+            scheduling_strategy=strategies.NodeAffinitySchedulingStrategy(here, soft=False),
+        )
+        return actor.remote(str(store_path) if store_path else None)
 
     def submit(self, job: Job, notify: Notify) -> None:
         """Start the job's thread, which sends it to the cluster and waits for it."""
@@ -452,7 +599,8 @@ class RayExecutor:
 
     def _run(self, job: Job, notify: Notify, started: float, log: Path) -> Outcome:
         errors = self.ray.exceptions
-        spec = NodeJob(job, self.repo_key, self.identity, self.settings, self._bundles_for(job))
+        bundles = self._bundles_for(job)
+        spec = NodeJob(job, self.repo_key, self.identity, self.settings, bundles, board=self.board)
         with self._lock:
             if job.id in self._cancelled:
                 return Outcome(job, AttemptState.CANCELLED, started, self.clock(), log_path="")
