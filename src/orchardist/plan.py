@@ -74,6 +74,8 @@ PROFILE_KEYS = {
     "fallback",
     "circuit_breaker",
     "cooldown",
+    "num_cpus",
+    "memory_mb",
 }
 
 
@@ -390,6 +392,12 @@ class _Validator(TaskChecks):
         cooldown = 60.0
         if "cooldown" in raw:
             cooldown = self._duration(raw["cooldown"], f"{where}.cooldown") or 60.0
+        num_cpus = 1.0
+        if "num_cpus" in raw:
+            num_cpus = self._money(raw["num_cpus"], f"{where}.num_cpus") or 1.0
+        memory_mb = (
+            self._money(raw["memory_mb"], f"{where}.memory_mb") if "memory_mb" in raw else None
+        )
         return AgentProfile(
             name,
             kind,
@@ -401,4 +409,6 @@ class _Validator(TaskChecks):
             options,
             threshold,
             cooldown,
+            num_cpus,
+            memory_mb,
         )

@@ -110,6 +110,8 @@ class AgentProfile:
     options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific keys
     breaker_threshold: int = 3  # consecutive failures that open the circuit breaker; 0: off
     breaker_cooldown_s: float = 60.0
+    num_cpus: float = 1.0  # CPUs an attempt holds on its node (executor ray)
+    memory_mb: float | None = None  # memory an attempt reserves on its node (executor ray)
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,10 @@ PROFILE_FIELDS: dict[str, Schema] = {
     "fallback": _doc(STRING, "the profile to use while this one's breaker is open"),
     "circuit_breaker": _doc(COUNT, "consecutive failures that open the breaker; 0: off"),
     "cooldown": _doc(DURATION, "how long an open breaker stays open"),
+    "num_cpus": _doc(POSITIVE, "CPUs one attempt holds on its Ray node (default 1; executor ray)"),
+    "memory_mb": _doc(
+        POSITIVE, "MiB of memory one attempt reserves on its Ray node (executor ray)"
+    ),
 }
 
 _CLI_COMMON: dict[str, Schema] = {

@@ -475,3 +475,98 @@ def test_a_baseline_runs_once_per_base_commit_on_the_whole_cluster(
     doc = json.loads(out.read_text()[out.read_text().index("{") :])
     assert {t["state"] for t in doc["tasks"]} == {"done"}, doc["tasks"]
     assert git(repo, "rev-list", "--count", f"{base}..{doc['branch']}") == "4"
+
+
+CAPPED_AGENT = """\
+import pathlib, sys, time
+
+# Each attempt runs for 5 s and says when (all nodes share this machine's monotonic clock): two
+# attempts of the profile at once anywhere on the cluster show as overlapping spans.
+start = time.monotonic()
+time.sleep(5)
+span = f"{start} {time.monotonic()}"
+pathlib.Path(sys.argv[1], "span." + sys.argv[2]).write_text(span)
+pathlib.Path(sys.argv[2] + ".txt").write_text("done\\n")
+"""
+
+
+@pytest.mark.slow
+def test_a_profiles_cpus_memory_and_cap_hold_on_the_cluster(
+    cluster: RayCluster, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two tasks of a profile asking two CPUs and 64 MiB per attempt, capped at one attempt
+    # at once (two nodes of two CPUs could run both), and a task whose profile asks more CPUs
+    # than any node has
+    bin_dir = Path(sys.executable).parent
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    evidence = Path(tempfile.mkdtemp(prefix="caps-", dir=cluster.shared))
+    (repo / "agent.py").write_text(CAPPED_AGENT)
+    (repo / "plan.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            [run]
+            executor = "ray"
+            max_parallel = 4
+            [agents.big]
+            kind = "shell"
+            command = "python agent.py {evidence} {{task}}"
+            num_cpus = 2
+            memory_mb = 64
+            max_parallel = 1
+            timeout = "5m"
+            [agents.huge]
+            kind = "shell"
+            command = "touch {{task}}.txt"
+            num_cpus = 64
+            [[task]]
+            id = "a"
+            title = "A"
+            prompt = "p"
+            agent = "big"
+            verify = "test -f a.txt"
+            [[task]]
+            id = "b"
+            title = "B"
+            prompt = "p"
+            agent = "big"
+            verify = "test -f b.txt"
+            [[task]]
+            id = "c"
+            title = "C"
+            prompt = "p"
+            agent = "huge"
+            retries = 0
+            """
+        )
+    )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the plan")
+    out = tmp_path / "run.out"
+
+    # When it runs on the cluster
+    proc = spawn(repo, "run", "plan.toml", "--json", "--ray-address", cluster.address, log=out)
+    try:
+        proc.wait(timeout=RUN_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    doc = json.loads(out.read_text()[out.read_text().index("{") :])
+    tasks = {t["id"]: t for t in doc["tasks"]}
+
+    # Then both tasks of the capped profile merged, one attempt at a time across the nodes
+    assert tasks["a"]["state"] == tasks["b"]["state"] == "done", doc["tasks"]
+    spans = sorted(tuple(map(float, p.read_text().split())) for p in evidence.glob("span.*"))
+    assert len(spans) == 2, spans
+    assert spans[0][1] <= spans[1][0], f"two attempts of a profile capped at 1 overlapped: {spans}"
+
+    # And each attempt held two CPUs and 64 MiB on its node (its log says what Ray gave it)
+    logs = repo / ".git" / "orchardist" / "logs" / str(doc["run"])
+    for task in ("a", "b"):
+        first = (logs / f"{task}.1.log").read_text().splitlines()[0]
+        assert "CPU 2" in first and "memory 64 MiB" in first, first
+
+    # And the task no node can hold failed at once, saying why, instead of waiting for good
+    assert tasks["c"]["state"] == "failed", tasks["c"]
+    detail = tasks["c"]["attempts"][-1]["detail"]
+    assert "no live node of the Ray cluster has CPU 64" in detail, detail

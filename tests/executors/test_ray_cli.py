@@ -122,3 +122,48 @@ def test_doctor_gives_up_on_an_address_where_no_ray_cluster_answers(
     err = capsys.readouterr().err
     assert f"cannot reach the Ray cluster at '{address}'" in err
     assert "no Ray cluster answered" in err
+
+
+def test_a_profile_asks_the_cluster_for_cpus_and_memory(repo: Path) -> None:
+    # Given a profile asking two CPUs and 512 MiB per attempt
+    plan = write_plan(
+        repo,
+        PLAN.format(run="").replace(
+            'command = "true"', 'command = "true"\nnum_cpus = 2\nmemory_mb = 512'
+        ),
+        commit=True,
+    )
+
+    # When the plan is read, then the profile holds both (1 CPU and no memory by default)
+    profile = load_plan(plan).agents["sh"]
+    assert (profile.num_cpus, profile.memory_mb) == (2.0, 512.0)
+    default = load_plan(write_plan(repo, PLAN.format(run=""), commit=True)).agents["sh"]
+    assert (default.num_cpus, default.memory_mb) == (1.0, None)
+
+
+def test_cpus_and_memory_that_are_not_positive_numbers_are_located_errors(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = write_plan(
+        repo,
+        PLAN.format(run="").replace(
+            'command = "true"', 'command = "true"\nnum_cpus = 0\nmemory_mb = "lots"'
+        ),
+        commit=True,
+    )
+
+    code = main(["validate", str(plan)])
+
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "agents.sh.num_cpus" in err
+    assert "agents.sh.memory_mb" in err
+
+
+def test_the_schema_documents_cpus_and_memory_per_profile(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["schema"]) == 0
+    out = capsys.readouterr().out
+    assert '"num_cpus"' in out
+    assert '"memory_mb"' in out

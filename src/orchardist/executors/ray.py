@@ -33,7 +33,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -178,9 +178,24 @@ class NodeResult:
     log: bytes
     node: str  # the node's Ray id
     fetched: tuple[str, ...]  # the commits this job had to pull into the node's cache
+    held: dict[str, float] = field(default_factory=dict)  # the Ray resources the task held
 
 
 # -- on the worker node ------------------------------------------------------------------------
+
+
+def resources(job: Job) -> dict[str, float]:
+    """What the job's Ray task asks for: its profile's ``num_cpus`` and ``memory_mb``; one CPU
+    for a job without a profile (a merge's verification)."""
+    profile = job.profile
+    needs = {"num_cpus": profile.num_cpus if profile is not None else NUM_CPUS}
+    if profile is not None and profile.memory_mb is not None:
+        needs["memory"] = float(int(profile.memory_mb * 1024 * 1024))
+    return needs
+
+
+def _amount(kind: str, value: float) -> str:
+    return f"{value / 1024 / 1024:g} MiB" if kind == "memory" else f"{value:g}"
 
 
 def run_on_node(spec: NodeJob) -> NodeResult:
@@ -237,7 +252,8 @@ def run_on_node(spec: NodeJob) -> NodeResult:
     if outcome.patch_commit and outcome.patch_commit != job.base_commit:
         patch = cache.bundle(outcome.patch_commit, job.base_commit)
     cache.forget(f"refs/orchardist/runs/{job.run_id}/{job.id}")
-    return NodeResult(replace(outcome, log_path=""), patch, text, node, fetched)
+    held = dict(ray.get_runtime_context().get_assigned_resources())
+    return NodeResult(replace(outcome, log_path=""), patch, text, node, fetched, held)
 
 
 def _start_reaper(marker: str) -> subprocess.Popen[bytes]:
@@ -599,12 +615,16 @@ class RayExecutor:
 
     def _run(self, job: Job, notify: Notify, started: float, log: Path) -> Outcome:
         errors = self.ray.exceptions
+        needs = resources(job)
+        short = self._unplaceable(needs)
+        if short:
+            return self._failed(job, started, log, short)
         bundles = self._bundles_for(job)
         spec = NodeJob(job, self.repo_key, self.identity, self.settings, bundles, board=self.board)
         with self._lock:
             if job.id in self._cancelled:
                 return Outcome(job, AttemptState.CANCELLED, started, self.clock(), log_path="")
-            task = self._remote.options(name=f"orchardist-{job.id}", num_cpus=NUM_CPUS).remote(spec)
+            task = self._remote.options(name=f"orchardist-{job.id}", **needs).remote(spec)
             self._tasks[job.id] = task
         try:
             result: NodeResult = self.ray.get(task, timeout=job.timeout_s + LOST_GRACE_S)
@@ -625,13 +645,31 @@ class RayExecutor:
         with self._lock:
             self.nodes_used.setdefault(result.node, set()).update(result.fetched)
         log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_bytes(result.log)
+        held = ", ".join(f"{k} {_amount(k, v)}" for k, v in sorted(result.held.items()))
+        where = f"orchardist: ran on Ray node {result.node[:8]} holding {held or 'nothing'}\n"
+        log.write_bytes(where.encode() + result.log)
         outcome = replace(result.outcome, job=job, log_path=str(log))
         if outcome.patch_commit and result.patch:
             self._receive(job, outcome.patch_commit, result.patch)
         if outcome.verdict or job.stage:
             notify(Phase(job, "verifying"))  # it happened on the node; heard of only now
         return outcome
+
+    def _unplaceable(self, needs: dict[str, float]) -> str:
+        """Why no live node could ever hold an attempt asking ``needs`` ("" when one can):
+        Ray would keep such a task pending for good."""
+        wanted = {"CPU": needs["num_cpus"], "memory": needs.get("memory", 0.0)}
+        try:
+            nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
+        except Exception:  # the GCS will say so again when the task is sent
+            return ""
+        if any(all(have.get(k, 0.0) >= v for k, v in wanted.items()) for have in nodes):
+            return ""
+        asked = ", ".join(f"{k} {_amount(k, v)}" for k, v in wanted.items() if v)
+        return (
+            f"no live node of the Ray cluster has {asked} for this attempt (the profile's"
+            " num_cpus and memory_mb)"
+        )
 
     def _failed(self, job: Job, started: float, log: Path, detail: str) -> Outcome:
         return Outcome(
