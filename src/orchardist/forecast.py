@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .graph import Graph
-from .plan import Plan
+from .plan import Plan, TaskSpec
 
 FORMATS = ("text", "dot", "mermaid")
 
@@ -83,6 +83,24 @@ def forecast(
     slots = max_parallel or plan.run.max_parallel
     specs = {t.id: t for t in tasks}
     caps = {name: p.max_parallel for name, p in plan.agents.items()}
+    schedule = _simulate(graph, specs, caps, slots)
+    path = _critical_path(graph)
+    return Forecast(
+        graph=graph,
+        max_parallel=slots,
+        schedule=tuple(schedule),
+        critical_path=tuple(path),
+        critical_length=sum(specs[t].estimate for t in path),
+        makespan=max((s.end for s in schedule), default=0.0),
+        total_work=sum(s.end - s.start for s in schedule),
+    )
+
+
+def _simulate(
+    graph: Graph, specs: Mapping[str, TaskSpec], caps: Mapping[str, int | None], slots: int
+) -> list[Slot]:
+    """Each attempt's slot when every one takes its task's estimate and none fails: the ready
+    candidates by rank into ``slots`` (and their pools' caps), dependents released as tasks end."""
     waiting = {t: len(graph.deps[t]) for t in graph.ids}
     ready: list[tuple[tuple[float, int, int, int], str, int]] = []
     for t in graph.order:
@@ -122,16 +140,7 @@ def forecast(
                 if waiting[child] == 0:
                     for k in range(specs[child].candidates):
                         heapq.heappush(ready, (graph.ranks[child].key(), child, k))
-    path = _critical_path(graph)
-    return Forecast(
-        graph=graph,
-        max_parallel=slots,
-        schedule=tuple(schedule),
-        critical_path=tuple(path),
-        critical_length=sum(specs[t].estimate for t in path),
-        makespan=max((s.end for s in schedule), default=0.0),
-        total_work=sum(s.end - s.start for s in schedule),
-    )
+    return schedule
 
 
 def _critical_path(graph: Graph) -> list[str]:

@@ -185,59 +185,60 @@ def add_parsers(
             epilog=_EPILOG.format(pipeline),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        p.add_argument("report", help="the bug report (text; - reads it from stdin)")
-        p.add_argument(
-            "--agent",
-            action="append",
-            default=[],
-            metavar="PROFILE",
-            help="a configured agent profile; repeat for one per fix candidate "
-            "(default: the only configured profile)",
-        )
-        p.add_argument(
-            "--candidates", type=int, metavar="N", help="fix candidates (default: one per --agent)"
-        )
-        p.add_argument(
-            "--check",
-            metavar="CMD",
-            help="a command that fails now and must pass once fixed (the debug pipeline then "
-            "skips its reproduce stage)",
-        )
-        p.add_argument(
-            "--verify",
-            action="append",
-            default=[],
-            metavar="CMD",
-            help='a command that must show no new failures (repeatable; default "auto": the '
-            'tests of the changed files; "none" for none)',
-        )
-        p.add_argument(
-            "--stage",
-            action="append",
-            default=[],
-            metavar="NAME=PROFILE[,PROFILE]",
-            help=f"route a stage ({', '.join(STAGE_NAMES)}) to other profiles, e.g. "
-            "--stage localize=cheap",
-        )
-        p.add_argument("--no-audit", action="store_true", help="skip the audit stage")
-        p.add_argument(
-            "--retries",
-            type=int,
-            default=DEFAULT_RETRIES,
-            metavar="N",
-            help=f"retries per stage (default {DEFAULT_RETRIES})",
-        )
-        p.add_argument("--timeout", metavar="DURATION", help="per attempt, e.g. 20m (default 1h)")
-        p.add_argument(
-            "--json", action="store_true", help="print the final status as JSON on stdout"
-        )
-        p.add_argument(
-            "--dry-run", action="store_true", help="print the plan it would run; run nothing"
-        )
-        p.add_argument(
-            "-C", dest="repo", type=Path, default=Path("."), help="repository (default .)"
-        )
+        _oneshot_args(p)
         p.set_defaults(func=functools.partial(cmd_oneshot, main=main), pipeline=pipeline)
+
+
+def _oneshot_args(p: argparse.ArgumentParser) -> None:
+    """The arguments ``fix`` and ``debug`` share."""
+    p.add_argument("report", help="the bug report (text; - reads it from stdin)")
+    p.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="PROFILE",
+        help="a configured agent profile; repeat for one per fix candidate "
+        "(default: the only configured profile)",
+    )
+    p.add_argument(
+        "--candidates", type=int, metavar="N", help="fix candidates (default: one per --agent)"
+    )
+    p.add_argument(
+        "--check",
+        metavar="CMD",
+        help="a command that fails now and must pass once fixed (the debug pipeline then "
+        "skips its reproduce stage)",
+    )
+    p.add_argument(
+        "--verify",
+        action="append",
+        default=[],
+        metavar="CMD",
+        help='a command that must show no new failures (repeatable; default "auto": the '
+        'tests of the changed files; "none" for none)',
+    )
+    p.add_argument(
+        "--stage",
+        action="append",
+        default=[],
+        metavar="NAME=PROFILE[,PROFILE]",
+        help=f"route a stage ({', '.join(STAGE_NAMES)}) to other profiles, e.g. "
+        "--stage localize=cheap",
+    )
+    p.add_argument("--no-audit", action="store_true", help="skip the audit stage")
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=DEFAULT_RETRIES,
+        metavar="N",
+        help=f"retries per stage (default {DEFAULT_RETRIES})",
+    )
+    p.add_argument("--timeout", metavar="DURATION", help="per attempt, e.g. 20m (default 1h)")
+    p.add_argument("--json", action="store_true", help="print the final status as JSON on stdout")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the plan it would run; run nothing"
+    )
+    p.add_argument("-C", dest="repo", type=Path, default=Path("."), help="repository (default .)")
 
 
 def cmd_oneshot(args: argparse.Namespace, main: Callable[[Sequence[str]], int]) -> int:

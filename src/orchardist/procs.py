@@ -93,6 +93,7 @@ class _CappedLog:
     """Writes the first half of the budget to the file, keeps the last half in memory."""
 
     def __init__(self, path: Path, max_bytes: int, on_line: Callable[[bytes], None] | None) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
         self.file = path.open("ab")
         self.head_left = self.head_max = max_bytes // 2
         self.tail_max = max_bytes - self.head_left
@@ -176,7 +177,6 @@ def run_process(
     marker = marker or new_marker()
     argv, spare = _confined(argv, cwd, writable, confine)
     start = clock()
-    log.parent.mkdir(parents=True, exist_ok=True)
     sink = _CappedLog(log, max_log_bytes, on_line)
     proc = _start(argv, cwd, {**env, MARKER_VAR: marker}, stdin_file, sink)
     if proc is None:
@@ -186,14 +186,8 @@ def run_process(
     pidfd = os.pidfd_open(proc.pid)
     pipe = proc.stdout.fileno()
     os.set_blocking(pipe, False)
-    sel = selectors.DefaultSelector()
-    sel.register(pidfd, selectors.EVENT_READ, "exit")
-    sel.register(pipe, selectors.EVENT_READ, "out")
-    for token in (cancel, stop):
-        if token is not None:
-            sel.register(token.fileno(), selectors.EVENT_READ, "cancel")
     try:
-        exited, timed_out, cancelled = _wait(sel, pipe, sink, deadline, clock)
+        exited, timed_out, cancelled = _wait(pidfd, pipe, (cancel, stop), sink, deadline, clock)
         # A namespace whose bwrap ended is empty: its init died, and the kernel reaps every
         # process in it before that death is reported. Nothing to look for in /proc.
         if not (exited and spare):
@@ -204,7 +198,6 @@ def run_process(
         if proc.returncode is None:  # the loop raised (say, on_line did): still leave nothing
             kill_tree(proc.pid, marker, grace_s=0.0)
             proc.wait()
-        sel.close()
         os.close(pidfd)
         proc.stdout.close()
         truncated = sink.close()
@@ -262,14 +255,31 @@ def _start(
 
 
 def _wait(
+    pidfd: int,
+    pipe: int,
+    tokens: Sequence[CancelToken | None],
+    sink: _CappedLog,
+    deadline: float | None,
+    clock: Callable[[], float],
+) -> tuple[bool, bool, bool]:
+    """Copy the child's output into ``sink`` until it exits (``pidfd`` is readable), a token
+    is set or the deadline passes: ``(exited, timed_out, cancelled)``."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(pidfd, selectors.EVENT_READ, "exit")
+        sel.register(pipe, selectors.EVENT_READ, "out")
+        for token in tokens:
+            if token is not None:
+                sel.register(token.fileno(), selectors.EVENT_READ, "cancel")
+        return _select(sel, pipe, sink, deadline, clock)
+
+
+def _select(
     sel: selectors.BaseSelector,
     pipe: int,
     sink: _CappedLog,
     deadline: float | None,
     clock: Callable[[], float],
 ) -> tuple[bool, bool, bool]:
-    """Copy the child's output into ``sink`` until it exits, a token is set or the deadline
-    passes: ``(exited, timed_out, cancelled)``."""
     exited = cancelled = False
     while not exited:
         wait = None if deadline is None else max(0.0, deadline - clock())

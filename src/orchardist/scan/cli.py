@@ -70,6 +70,12 @@ def add_parser(sub: Any, positive: Any, drive: DriveRun) -> None:
     )
     p.add_argument("--stats", action="store_true", help="show cache hits and misses")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    _fix_args(p, positive)
+    p.set_defaults(func=functools.partial(cmd_scan, drive=drive))
+
+
+def _fix_args(p: argparse.ArgumentParser, positive: Any) -> None:
+    """``scan --fix`` and the options of the fix run it starts."""
     fix = p.add_argument_group("fixing (a new run of fix tasks, verified like any task)")
     fix.add_argument(
         "--fix",
@@ -90,7 +96,6 @@ def add_parser(sub: Any, positive: Any, drive: DriveRun) -> None:
         default="file",
         help="one task per file (default) or per rule",
     )
-    p.set_defaults(func=functools.partial(cmd_scan, drive=drive))
 
 
 def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:

@@ -57,7 +57,21 @@ def prometheus_text(store: Store | None) -> str:
         _line("orchardist_attempts", n, agent=agent, state=state)
         for (agent, state), n in sorted(attempt_states.items())
     ]
+    out += _durations(durations)
     out += [
+        "# HELP orchardist_cost_usd_total Cost the agents reported, all runs.",
+        "# TYPE orchardist_cost_usd_total counter",
+        _line("orchardist_cost_usd_total", round(cost, 6)),
+        "# HELP orchardist_tokens_total Tokens the agents reported, all runs.",
+        "# TYPE orchardist_tokens_total counter",
+        *(_line("orchardist_tokens_total", tokens[d], direction=d) for d in ("input", "output")),
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _durations(durations: list[tuple[str, float]]) -> list[str]:
+    """The histogram of attempt durations, per agent profile."""
+    out = [
         "# HELP orchardist_attempt_duration_seconds Wall time of ended attempts.",
         "# TYPE orchardist_attempt_duration_seconds histogram",
     ]
@@ -80,15 +94,7 @@ def prometheus_text(store: Store | None) -> str:
             _line("orchardist_attempt_duration_seconds_sum", round(sum(mine), 3), agent=agent)
         )
         out.append(_line("orchardist_attempt_duration_seconds_count", len(mine), agent=agent))
-    out += [
-        "# HELP orchardist_cost_usd_total Cost the agents reported, all runs.",
-        "# TYPE orchardist_cost_usd_total counter",
-        _line("orchardist_cost_usd_total", round(cost, 6)),
-        "# HELP orchardist_tokens_total Tokens the agents reported, all runs.",
-        "# TYPE orchardist_tokens_total counter",
-        *(_line("orchardist_tokens_total", tokens[d], direction=d) for d in ("input", "output")),
-    ]
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _queue_depth(store: Store | None, runs: list[Run]) -> int:
