@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from orchardist.clocks import FakeClock, WallTimers
+from orchardist.clocks import Alarms, FakeClock, WallTimers
 
 
 def test_a_fake_clock_runs_callbacks_at_their_own_time_in_order() -> None:
@@ -74,3 +74,21 @@ def test_a_failing_wall_callback_does_not_stop_the_others(caplog: pytest.LogCapt
     timers.close()
     assert ran == ["after"]
     assert "timer callback failed" in caplog.text
+
+
+def test_alarms_ring_when_due_in_order_and_say_what_is_still_pending() -> None:
+    # Given: alarms on a clock the test moves
+    clock = FakeClock(100.0)
+    alarms = Alarms(clock)
+    alarms.set(5.0, "retry", "b")
+    alarms.set(1.0, "retry", "a")
+    alarms.set(9.0, "deadline")
+    # Then: nothing is due yet; the next one is a second away
+    assert alarms.due() == [] and alarms.next_at() == 101.0
+    # When: five seconds pass; Then: both retries ring, earliest first, and only once
+    clock.advance(5.0)
+    assert alarms.due() == [("retry", "a"), ("retry", "b")]
+    assert alarms.due() == []
+    assert not alarms.pending("retry") and alarms.pending("deadline")
+    clock.advance(4.0)
+    assert alarms.due() == [("deadline", "")] and alarms.next_at() is None

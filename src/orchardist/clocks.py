@@ -163,3 +163,32 @@ class WallTimers:
         while self._heap and self._heap[0][0] <= now:
             due.append(heapq.heappop(self._heap)[2])
         return due
+
+
+class Alarms:
+    """Wake-ups a loop sets itself (a retry's back-off, a deadline) on a monotonic clock: the
+    loop waits on its inbox no longer than until the next one is due."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.monotonic = monotonic
+        self._heap: list[tuple[float, str, str]] = []  # (due, kind, key)
+
+    def set(self, delay_s: float, kind: str, key: str = "") -> None:
+        """Ring ``kind`` (about ``key``) in ``delay_s`` seconds."""
+        heapq.heappush(self._heap, (self.monotonic() + delay_s, kind, key))
+
+    def next_at(self) -> float | None:
+        """When the next alarm is due, on the monotonic clock."""
+        return self._heap[0][0] if self._heap else None
+
+    def due(self) -> list[tuple[str, str]]:
+        """Take the alarms due now, earliest first, as ``(kind, key)``."""
+        now, rung = self.monotonic(), []
+        while self._heap and self._heap[0][0] <= now:
+            _, kind, key = heapq.heappop(self._heap)
+            rung.append((kind, key))
+        return rung
+
+    def pending(self, kind: str) -> bool:
+        """Whether an alarm of ``kind`` is still to ring."""
+        return any(k == kind for _, k, _ in self._heap)

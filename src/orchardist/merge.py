@@ -10,20 +10,18 @@ from __future__ import annotations
 
 import itertools
 import threading
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from .errors import GitError
+from .executors import Job, Outcome
 from .gitrepo import Repo
+from .procs import new_marker
+from .records import AttemptState
+from .seams import Integrator, Prepared
 
-
-@dataclass(frozen=True)
-class Prepared:
-    """A commit ready to become the branch tip, or the paths that conflict."""
-
-    tip: str  # the branch tip it was prepared against
-    commit: str | None  # None on conflict
-    needs_verify: bool = False  # True when the tree differs from the verified one
-    conflicts: tuple[str, ...] = ()
+__all__ = ["GitIntegrator", "MemoryIntegrator", "MergeStep", "MergeTrain", "Prepared"]
 
 
 class GitIntegrator:
@@ -155,3 +153,222 @@ class MemoryIntegrator:
                 found.append(commit)
                 commit = self._parents[commit]
         return found[::-1]
+
+
+# -- the merge train -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The winner landed: ``commit`` is the new tip (None: a task that lands nothing)."""
+
+    outcome: Outcome
+    commit: str | None
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """The patch does not apply on the tip any more."""
+
+    outcome: Outcome
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NeedsVerify:
+    """The tip moved since the attempt's base: the merged tree runs ``job`` before it lands."""
+
+    outcome: Outcome
+    job: Job
+    tip: str  # the tip it was merged onto
+
+
+@dataclass(frozen=True)
+class VerifyFailed:
+    """The merged tree failed its verification."""
+
+    outcome: Outcome
+    result: Outcome
+
+
+@dataclass(frozen=True)
+class BranchMoved:
+    """Someone else moved the run branch; it was put back (if ``restored``), the patch re-queued."""
+
+    outcome: Outcome
+    found: str
+    restored: bool
+
+
+@dataclass(frozen=True)
+class MoveFailed:
+    """git could not move the branch although nobody else did (a stale lock, a full disk)."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class Requeued:
+    """The branch was deleted under the run: it was made again and the patch re-queued."""
+
+    outcome: Outcome
+
+
+MergeStep = Merged | Conflict | NeedsVerify | VerifyFailed | BranchMoved | MoveFailed | Requeued
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    """A merged tree being verified before it may become the branch tip."""
+
+    outcome: Outcome  # the attempt whose patch it carries
+    prepared: Prepared
+    job: Job
+
+
+class MergeTrain:
+    """Winners wait in a queue and land one at a time, in the order they won, on the tip.
+
+    The train owns the queue, the patches parked for a later replay, the merge being verified
+    and the tip orchardist last put the branch at; it tells the loop what happened to each
+    patch as a :data:`MergeStep`.
+    """
+
+    def __init__(
+        self,
+        integrator: Integrator,
+        branch: str,
+        intend: Callable[[str, Job], None],
+        deleted: Callable[[bool, str], None],
+    ) -> None:
+        self.integrator, self.branch = integrator, branch
+        self._intend = intend  # records a commit as orchardist's before the branch moves to it
+        self._deleted = deleted  # hears that the branch was deleted (made again?, at which tip)
+        self.queue: deque[Outcome] = deque()
+        self.parked: dict[str, Outcome] = {}  # landed or verified patches a rewind may replay
+        self.merging: _InFlight | None = None
+        self.tip = ""
+
+    @property
+    def busy(self) -> bool:
+        """Whether a patch waits or is being verified."""
+        return bool(self.queue) or self.merging is not None
+
+    def enqueue(self, outcome: Outcome) -> None:
+        """A winner waits for its turn."""
+        self.queue.append(outcome)
+
+    def unpark(self, task_id: str) -> bool:
+        """Queue the task's parked patch again (to re-verify it on the new tip), if it has one."""
+        if task_id not in self.parked:
+            return False
+        self.queue.append(self.parked.pop(task_id))
+        return True
+
+    def drop(self, task_id: str) -> None:
+        """The task's queued patches will not land."""
+        for outcome in [o for o in self.queue if o.job.task_id == task_id]:
+            self.queue.remove(outcome)
+
+    def next(self, lands: Callable[[str], bool]) -> MergeStep | None:
+        """Take the next winner towards the branch; None while a merge is verified or none
+        waits."""
+        if not self.queue or self.merging is not None:
+            return None
+        outcome = self.queue.popleft()
+        job = outcome.job
+        if outcome.patch_commit is None or not lands(job.task_id):
+            # A task that changes nothing (a scanner), or a stage that hands over instead.
+            return self.landed(outcome, None)
+        prepared = self.integrator.prepare(
+            job.base_commit, outcome.patch_commit, job.message, self.tip
+        )
+        if prepared.commit is None:
+            return Conflict(outcome, prepared.conflicts)
+        if prepared.needs_verify and (outcome.verify_commands or job.verify):
+            verify = merge_verify_job(outcome, prepared)
+            self.merging = _InFlight(outcome, prepared, verify)
+            return NeedsVerify(outcome, verify, prepared.tip)
+        return self.advance(outcome, prepared)
+
+    def verified(self, result: Outcome) -> MergeStep:
+        """The merge being verified ended."""
+        merge, self.merging = self.merging, None
+        assert merge is not None
+        if result.state is AttemptState.PASSED:
+            return self.advance(merge.outcome, merge.prepared)
+        return VerifyFailed(merge.outcome, result)
+
+    def advance(self, outcome: Outcome, prepared: Prepared) -> MergeStep:
+        """Move the branch onto the prepared commit, with compare-and-swap."""
+        assert prepared.commit is not None
+        self._intend(prepared.commit, outcome.job)  # resume trusts only recorded commits
+        if self.integrator.advance(prepared):
+            return self.landed(outcome, prepared.commit)
+        if self.integrator.current() is None:  # deleted under the run: made again, retried
+            self.branch_tip()
+            self.queue.appendleft(outcome)
+            return Requeued(outcome)
+        moved = self.branch_tip()
+        if moved == prepared.tip:
+            return MoveFailed(outcome)
+        # Only orchardist may move the run branch: put it back where we left it (what an agent
+        # committed there is not kept) and merge again.
+        restored = self.integrator.reset(self.tip, moved)
+        self.queue.appendleft(outcome)
+        return BranchMoved(outcome, moved, restored)
+
+    def landed(self, outcome: Outcome, commit: str | None) -> Merged:
+        """The patch is on the branch (or needed no commit)."""
+        if commit is None:
+            self.parked.pop(outcome.job.task_id, None)
+        else:
+            self.tip = commit
+            self.parked[outcome.job.task_id] = outcome  # a regression may rewind past it
+        return Merged(outcome, commit)
+
+    def branch_tip(self) -> str:
+        """The run branch's tip. A branch deleted under the run is made again where orchardist
+        last put it (a commit the store recorded): only orchardist moves it."""
+        tip = self.integrator.current()
+        if tip is not None:
+            return tip
+        self._deleted(self.integrator.recreate(self.tip), self.tip)
+        tip = self.integrator.current()
+        if tip is None:
+            raise GitError(
+                f"the run branch {self.branch} is gone or names no readable commit "
+                "(a damaged object store?) and cannot be made again"
+            )
+        return tip
+
+    def start_on(self, base: str, patch: str, message: str, tip: str) -> str | None:
+        """``patch`` (made on ``base``) as a commit on ``tip``, without moving the branch;
+        None when it conflicts with what landed since (a pipeline's fix starts there)."""
+        return self.integrator.prepare(base, patch, message, tip).commit
+
+    def rewind(self, to: str) -> bool:
+        """Move the branch back to ``to`` if it is still where orchardist put it."""
+        if not self.integrator.reset(to, self.tip):
+            return False
+        self.tip = to
+        return True
+
+
+def merge_verify_job(outcome: Outcome, prepared: Prepared) -> Job:
+    """The job that verifies a patch merged onto a tip that moved since its attempt's base."""
+    assert prepared.commit is not None
+    return replace(
+        outcome.job,
+        id=f"{outcome.job.id}.merge",
+        base_commit=prepared.commit,
+        profile=None,
+        marker=new_marker(),
+        baseline=prepared.tip,
+        check=None,
+        purpose="merge",
+        verify=outcome.verify_commands or outcome.job.verify,
+        auto_verify=False,
+        stage="",
+        start_commit=None,
+    )

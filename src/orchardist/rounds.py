@@ -81,6 +81,10 @@ class Rounds:
         self.attempts[task_id] += 1
         return self.attempts[task_id]
 
+    def seen(self, task_id: str, n: int) -> None:
+        """Attempt ``n`` of the task exists already (a resumed run numbers on from it)."""
+        self.attempts[task_id] = max(self.attempts[task_id], n)
+
     def unready(self, task_id: str) -> None:
         """No candidate of the task may start (its round, if any, stays)."""
         for unit in self.units(task_id):

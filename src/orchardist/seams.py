@@ -28,19 +28,37 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from .agents import Agent
 from .executors import Executor
 from .isolation import Spec
-from .merge import Prepared
 from .oracle import CommandOutcome
 from .procs import CancelToken
 from .records import AttemptRecord, Event, Run, TaskRecord
 from .verify import Verdict
 
-__all__ = ["Agent", "Executor", "Integrator", "Store", "Transaction", "Verifier"]
+__all__ = [
+    "Agent",
+    "Executor",
+    "Integrator",
+    "Prepared",
+    "Store",
+    "Transaction",
+    "Verifier",
+]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A commit ready to become the branch tip, or the paths that conflict."""
+
+    tip: str  # the branch tip it was prepared against
+    commit: str | None  # None on conflict
+    needs_verify: bool = False  # True when the tree differs from the verified one
+    conflicts: tuple[str, ...] = ()
 
 
 class Transaction(Protocol):
