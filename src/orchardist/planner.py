@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .agents import BASE_ENV, AgentContext, agent_class, make_agent
+from .agents import BASE_ENV, Agent, AgentContext, AgentResult, agent_class, make_agent
 from .errors import PlanError, UsageError
 from .plan import AgentProfile, Plan, load_plan
 from .procs import CancelToken, new_marker
@@ -165,36 +165,8 @@ def make_plan(
             prompt = _prompt(spec, profiles_toml, last, problems)
             prompt_file = round_dir / "prompt.md"
             prompt_file.write_text(prompt, encoding="utf-8")
-            env = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
-            allow = (*profile.env, *agent_class(profile.kind).env_keys)
-            env.update({k: os.environ[k] for k in allow if k in os.environ})
-            env.update(
-                ORCHARDIST_PLAN_FILE=str(plan_file),
-                ORCHARDIST_ROUND=str(n),
-                ORCHARDIST_SPEC_FILE=str(spec_path.resolve()),
-                ORCHARDIST_PROMPT_FILE=str(prompt_file),
-                ORCHARDIST_OUTPUT=str(round_dir / "output.json"),
-            )
             log = round_dir / "planner.log"
-            result = agent.run(
-                AgentContext(
-                    run_id=f"plan-{int(time.time())}",
-                    task_id="plan",
-                    attempt=n,
-                    candidate=0,
-                    title="write a plan",
-                    prompt=prompt,
-                    worktree=tree,
-                    cwd=tree,
-                    prompt_file=prompt_file,
-                    output_file=round_dir / "output.json",
-                    log=log,
-                    env=env,
-                    timeout_s=profile.timeout_s,
-                    cancel=CancelToken(),
-                    marker=new_marker(),
-                )
-            )
+            result = _ask(agent, profile, spec_path, round_dir, prompt, n)
             text = _read_plan(plan_file)
             plan: Plan | None = None
             if result.failure is not None:
@@ -204,13 +176,7 @@ def make_plan(
             else:
                 last = text
                 plan, problems = _validate(text, out)
-            log_dir.mkdir(parents=True, exist_ok=True)
-            kept = log_dir / f"round{n}.log"
-            if log.exists():
-                shutil.copyfile(log, kept)
-            else:
-                kept.write_text("")
-            done = Round(n, result.exit_code, problems, kept)
+            done = Round(n, result.exit_code, problems, _keep(log, log_dir / f"round{n}.log"))
             rounds.append(done)
             if on_round is not None:
                 on_round(done)
@@ -220,3 +186,50 @@ def make_plan(
         return Planned(out, tuple(rounds), None)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _ask(
+    agent: Agent, profile: AgentProfile, spec_path: Path, round_dir: Path, prompt: str, n: int
+) -> AgentResult:
+    """Round ``n``: the planner agent run on the copy in ``round_dir/tree``, its environment
+    the base one plus its profile's, and where to write the plan."""
+    tree, prompt_file = round_dir / "tree", round_dir / "prompt.md"
+    env = {k: os.environ[k] for k in BASE_ENV if k in os.environ}
+    allow = (*profile.env, *agent_class(profile.kind).env_keys)
+    env.update({k: os.environ[k] for k in allow if k in os.environ})
+    env.update(
+        ORCHARDIST_PLAN_FILE=str(round_dir / "plan.toml"),
+        ORCHARDIST_ROUND=str(n),
+        ORCHARDIST_SPEC_FILE=str(spec_path.resolve()),
+        ORCHARDIST_PROMPT_FILE=str(prompt_file),
+        ORCHARDIST_OUTPUT=str(round_dir / "output.json"),
+    )
+    return agent.run(
+        AgentContext(
+            run_id=f"plan-{int(time.time())}",
+            task_id="plan",
+            attempt=n,
+            candidate=0,
+            title="write a plan",
+            prompt=prompt,
+            worktree=tree,
+            cwd=tree,
+            prompt_file=prompt_file,
+            output_file=round_dir / "output.json",
+            log=round_dir / "planner.log",
+            env=env,
+            timeout_s=profile.timeout_s,
+            cancel=CancelToken(),
+            marker=new_marker(),
+        )
+    )
+
+
+def _keep(log: Path, kept: Path) -> Path:
+    """A round's log copied to ``kept`` (empty when the planner wrote none)."""
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    if log.exists():
+        shutil.copyfile(log, kept)
+    else:
+        kept.write_text("")
+    return kept

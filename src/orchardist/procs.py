@@ -188,11 +188,7 @@ def run_process(
     os.set_blocking(pipe, False)
     try:
         exited, timed_out, cancelled = _wait(pidfd, pipe, (cancel, stop), sink, deadline, clock)
-        # A namespace whose bwrap ended is empty: its init died, and the kernel reaps every
-        # process in it before that death is reported. Nothing to look for in /proc.
-        if not (exited and spare):
-            kill_tree(proc.pid, marker, grace_s=0.0 if exited else grace_s, spare_leader=spare)
-        proc.wait()
+        _end(proc, marker, exited, spare, grace_s)
         _drain(pipe, sink, seconds=2.0)
     finally:
         if proc.returncode is None:  # the loop raised (say, on_line did): still leave nothing
@@ -209,6 +205,17 @@ def run_process(
         output_bytes=sink.total,
         truncated=truncated,
     )
+
+
+def _end(
+    proc: subprocess.Popen[bytes], marker: str, exited: bool, spare: bool, grace_s: float
+) -> None:
+    """Kill what the child left (the child too, unless it ``exited``), then reap it."""
+    # A namespace whose bwrap ended is empty: its init died, and the kernel reaps every
+    # process in it before that death is reported. Nothing to look for in /proc.
+    if not (exited and spare):
+        kill_tree(proc.pid, marker, grace_s=0.0 if exited else grace_s, spare_leader=spare)
+    proc.wait()
 
 
 def _confined(

@@ -25,7 +25,7 @@ from .plan import Plan
 from .procs import kill_by_env
 from .records import UNFINISHED, AttemptState, Event, Run, RunState, TaskRecord, TaskState
 from .scheduler import Scheduler
-from .store import Store
+from .store import Store, Transaction
 from .worktree import remove_run_folder
 
 
@@ -136,20 +136,7 @@ def reconcile(ws: Workspace, run: Run, clock: Callable[[], float] = time.time) -
     """
     killed = kill_by_env("ORCHARDIST_RUN", run.id, grace_s=1.0)
     removed = _remove_worktrees(ws, run.id)
-    ref = f"refs/heads/{run.branch}"
-    (ws.repo.common_dir / f"{ref}.lock").unlink(missing_ok=True)
-    tip = ws.repo.try_rev_parse(ref)
-    if tip is None:  # deleted while no orchestrator ran
-        tip = _last_merge(ws, run)
-        ws.repo.update_ref(ref, tip, None)
-    tip = _trusted_tip(ws, run, ref, tip)
-    recorded = ws.store.branch_commits(run.id)
-    recorded.update({t.commit: (t.task_id, 0) for t in ws.store.tasks(run.id) if t.commit})
-    merged = {
-        recorded[commit][0]: (commit, recorded[commit][1])
-        for commit in ws.repo.first_parents(run.base_commit, tip)
-        if commit in recorded
-    }
+    merged = _merged_on_branch(ws, run)
     now = clock()
     fixed: list[str] = []
     with ws.store.transaction() as tx:
@@ -164,33 +151,55 @@ def reconcile(ws: Workspace, run: Run, clock: Callable[[], float] = time.time) -
                     detail="the orchestrator stopped while it ran",
                 )
         for task in ws.store.tasks(run.id):
-            on_branch = merged.get(task.task_id)
-            if on_branch is not None and (
-                task.state is not TaskState.DONE or task.commit != on_branch[0]
-            ):
-                tx.set_task(
-                    run.id, task.task_id, state=TaskState.DONE, commit=on_branch[0], reason=""
-                )
-                if on_branch[1]:
-                    with contextlib.suppress(Exception):
-                        tx.set_attempt(
-                            run.id, task.task_id, on_branch[1], state=AttemptState.MERGED
-                        )
-                fixed.append(f"{task.task_id}: done (commit found on the run branch)")
-            elif on_branch is None and task.state is TaskState.DONE and task.commit:
-                tx.set_task(
-                    run.id,
-                    task.task_id,
-                    state=TaskState.READY,
-                    commit=None,
-                    reason="its commit is not on the run branch",
-                )
-                fixed.append(f"{task.task_id}: re-run (commit not on the run branch)")
-            elif task.state in (TaskState.RUNNING, TaskState.VERIFYING):
-                tx.set_task(run.id, task.task_id, state=TaskState.READY, reason="interrupted")
+            fixed += _reconcile_task(tx, run.id, task, merged.get(task.task_id))
         summary = {"killed": killed, "worktrees_removed": removed, "fixed": fixed}
         tx.emit(Event(run.id, Kind.RUN, now, data={"state": RunEvent.RESUMED, **summary}))
     return summary
+
+
+def _merged_on_branch(ws: Workspace, run: Run) -> dict[str, tuple[str, int]]:
+    """The tasks whose commits are on the run branch, as far as orchardist wrote them there:
+    task id -> (commit, attempt number or 0). A branch deleted meanwhile is made again (see
+    _last_merge)."""
+    ref = f"refs/heads/{run.branch}"
+    (ws.repo.common_dir / f"{ref}.lock").unlink(missing_ok=True)
+    tip = ws.repo.try_rev_parse(ref)
+    if tip is None:  # deleted while no orchestrator ran
+        tip = _last_merge(ws, run)
+        ws.repo.update_ref(ref, tip, None)
+    tip = _trusted_tip(ws, run, ref, tip)
+    recorded = ws.store.branch_commits(run.id)
+    recorded.update({t.commit: (t.task_id, 0) for t in ws.store.tasks(run.id) if t.commit})
+    merged = {
+        recorded[commit][0]: (commit, recorded[commit][1])
+        for commit in ws.repo.first_parents(run.base_commit, tip)
+        if commit in recorded
+    }
+    return merged
+
+
+def _reconcile_task(
+    tx: Transaction, run_id: str, task: TaskRecord, on_branch: tuple[str, int] | None
+) -> list[str]:
+    """Make one task's state match the branch: what was fixed, said for the user."""
+    if on_branch is not None and (task.state is not TaskState.DONE or task.commit != on_branch[0]):
+        tx.set_task(run_id, task.task_id, state=TaskState.DONE, commit=on_branch[0], reason="")
+        if on_branch[1]:
+            with contextlib.suppress(Exception):
+                tx.set_attempt(run_id, task.task_id, on_branch[1], state=AttemptState.MERGED)
+        return [f"{task.task_id}: done (commit found on the run branch)"]
+    elif on_branch is None and task.state is TaskState.DONE and task.commit:
+        tx.set_task(
+            run_id,
+            task.task_id,
+            state=TaskState.READY,
+            commit=None,
+            reason="its commit is not on the run branch",
+        )
+        return [f"{task.task_id}: re-run (commit not on the run branch)"]
+    elif task.state in (TaskState.RUNNING, TaskState.VERIFYING):
+        tx.set_task(run_id, task.task_id, state=TaskState.READY, reason="interrupted")
+    return []
 
 
 def _remove_worktrees(ws: Workspace, run_id: str) -> int:

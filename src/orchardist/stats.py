@@ -193,25 +193,16 @@ def _totals(store: Store, runs: Sequence[Run]) -> tuple[Totals, list[ProfileStat
         merge_s += phases.merge
         retries += phases.retries
         slow += [SlowTask(run.id, t, round(s, 3)) for t, s in phases.ready_to_end.items()]
-        by_task: dict[str, list[AttemptRecord]] = defaultdict(list)
-        for a in attempts:
-            by_task[a.task_id].append(a)
         for record in store.tasks(run.id):
             tasks += 1
             if record.state is TaskState.DONE:
                 done += 1
                 green += record.task_id not in phases.retried
-        for task_attempts in by_task.values():
-            first = task_attempts[0].agent
-            fallbacks += any(a.candidate == 0 and a.agent != first for a in task_attempts)
-        # Rounds of several candidates: the tasks with a candidate beyond the first.
-        multi = {t for t, rows in by_task.items() if any(a.candidate > 0 for a in rows)}
-        agent_of = {(a.task_id, a.n): a.agent for a in attempts}
-        for task, n in phases.won:
-            if task in multi:
-                rounds += 1
-                wins[agent_of.get((task, n), "?")] += 1
-        round_attempts += sum(len(by_task[t]) for t in multi)
+        fell_back, won, in_rounds, winners = _rounds(attempts, phases.won)
+        fallbacks += fell_back
+        rounds += won
+        round_attempts += in_rounds
+        wins += winners
     profiles = _profiles(all_attempts, agent_s, verify_s, wins)
     cost = sum(a.usage.cost_usd or 0.0 for _, a in all_attempts)
     totals = Totals(
@@ -237,6 +228,29 @@ def _totals(store: Store, runs: Sequence[Run]) -> tuple[Totals, list[ProfileStat
     )
     slow.sort(key=lambda s: -s.duration_s)
     return totals, profiles, slow[:5]
+
+
+def _rounds(
+    attempts: Sequence[AttemptRecord], won: Sequence[tuple[str, int]]
+) -> tuple[int, int, int, Counter[str]]:
+    """Of one run's attempts: the tasks whose first candidate fell back to another profile,
+    the candidate rounds won, the attempts of those rounds, and each winner's profile."""
+    by_task: dict[str, list[AttemptRecord]] = defaultdict(list)
+    for a in attempts:
+        by_task[a.task_id].append(a)
+    fallbacks = 0
+    for task_attempts in by_task.values():
+        first = task_attempts[0].agent
+        fallbacks += any(a.candidate == 0 and a.agent != first for a in task_attempts)
+    # Rounds of several candidates: the tasks with a candidate beyond the first.
+    multi = {t for t, rows in by_task.items() if any(a.candidate > 0 for a in rows)}
+    agent_of = {(a.task_id, a.n): a.agent for a in attempts}
+    rounds, wins = 0, Counter[str]()
+    for task, n in won:
+        if task in multi:
+            rounds += 1
+            wins[agent_of.get((task, n), "?")] += 1
+    return fallbacks, rounds, sum(len(by_task[t]) for t in multi), wins
 
 
 def _profiles(

@@ -251,27 +251,11 @@ class CommandVerifier:
             if result.passed:
                 continue
             outcome = CommandOutcome(command, result.exit_code, result.timed_out, report)
-            base = None
-            if self.baselines is not None and baseline is not None and not result.timed_out:
-                base = self.baselines.outcome(
-                    baseline, command, workdir, timeout_s, run_id, cancel, network=network
-                )
-            judgement = judge(outcome, base)
-            if judgement.passed:
-                notes.append(f"{command}: {judgement.reason}")
-                continue
-            what = "timed out" if result.timed_out else f"failed ({result.exit_code})"
-            # The judgement names the command and the exit code too: say each once.
-            why = judgement.reason.removesuffix(f": {command}")
-            why = "" if why in (f"exit {result.exit_code}", "timed out") else f": {why}"
-            return Verdict(
-                False,
-                "failed",
-                f"verify command {what}: {command}{why}",
-                tail,
-                result.exit_code,
-                result.timed_out,
-            )
+            base = self._base(outcome, baseline, workdir, timeout_s, run_id, cancel, network)
+            judged = _judged(outcome, base, tail)
+            if isinstance(judged, Verdict):
+                return judged
+            notes.append(judged)
         if check is not None:
             run = partial(run, junit=scratch / "check.xml")
             on = check_baseline or baseline
@@ -280,6 +264,23 @@ class CommandVerifier:
                 return verdict
         detail = f"{len(commands)} verify command(s) passed" + (" and the check" if check else "")
         return Verdict(True, "verified", "; ".join([detail, *notes]), exit_code=0)
+
+    def _base(
+        self,
+        outcome: CommandOutcome,
+        baseline: str | None,
+        workdir: str,
+        timeout_s: float,
+        run_id: str,
+        cancel: CancelToken | None,
+        network: bool,
+    ) -> CommandOutcome | None:
+        """The base's outcome of a command that failed here (None: unknown, or it timed out)."""
+        if self.baselines is None or baseline is None or outcome.timed_out:
+            return None
+        return self.baselines.outcome(
+            baseline, outcome.command, workdir, timeout_s, run_id, cancel, network=network
+        )
 
     def _check(
         self,
@@ -396,3 +397,24 @@ class MemoryBaselines:
         """The given outcome, or a pass."""
         self.asked.append((commit, command))
         return self.outcomes.get((commit, command), CommandOutcome(command, 0, False, None))
+
+
+def _judged(outcome: CommandOutcome, base: CommandOutcome | None, tail: str) -> Verdict | str:
+    """A command that did not pass, against the base's outcome of it: a failed Verdict, or
+    the note saying why its failures do not count."""
+    command = outcome.command
+    judgement = judge(outcome, base)
+    if judgement.passed:
+        return f"{command}: {judgement.reason}"
+    what = "timed out" if outcome.timed_out else f"failed ({outcome.exit_code})"
+    # The judgement names the command and the exit code too: say each once.
+    why = judgement.reason.removesuffix(f": {command}")
+    why = "" if why in (f"exit {outcome.exit_code}", "timed out") else f": {why}"
+    return Verdict(
+        False,
+        "failed",
+        f"verify command {what}: {command}{why}",
+        tail,
+        outcome.exit_code,
+        outcome.timed_out,
+    )
