@@ -7,6 +7,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..plan import Plan, load_plan
@@ -39,10 +40,7 @@ def fix_findings(
     from ..runs import create_run
 
     out = sys.stderr if args.json else sys.stdout
-    if before.failed:
-        for report in before.failed:
-            print(f"  {report.name}: FAILED: {report.error}", file=sys.stderr)
-        print("not fixing: a scanner failed, so the findings are incomplete", file=sys.stderr)
+    if _incomplete(before):
         return 1
     names = [p.name for p in profiles]
     verifiable = verifiable_scanners(plan, names)
@@ -70,21 +68,11 @@ def fix_findings(
         )
         with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
             drive(ws, fix_plan, run, json=args.json, max_parallel=args.max_parallel)
-        run = ws.resolve_run(run.id)
-        run_doc = {
-            "run": run.id,
-            "branch": run.branch,
-            "state": run.state.value,
-            "tasks": {t.task_id: t for t in ws.store.tasks(run.id)},
-        }
-        after = scanner.scan(profiles, f"refs/heads/{run.branch}", plan.run.workdir)
+        run_doc = _run_doc(ws, run.id)
+        after = scanner.scan(profiles, f"refs/heads/{run_doc['branch']}", plan.run.workdir)
     outcome = _outcome(before, after, groups, unfixable, run_doc)
     if args.output is not None:
-        fmt = args.format or "sarif"
-        before_path = args.output.with_name(f"{args.output.stem}.before{args.output.suffix}")
-        write_whole(before_path, render(before, fmt, ws.repo.root))
-        write_whole(args.output, render(after, fmt, ws.repo.root))
-        outcome["before_log"], outcome["after_log"] = str(before_path), str(args.output)
+        outcome |= _write_logs(args.output, args.format or "sarif", before, after, ws.repo.root)
     failing = [f for f in outcome["open"] if level_rank(f["level"]) >= level_rank(args.fail_on)]
     code = 1 if failing or after.failed or run_doc.get("state") not in (None, "done") else 0
     outcome["exit_code"] = code
@@ -93,6 +81,37 @@ def fix_findings(
     else:
         _print_outcome(outcome)
     return code
+
+
+def _incomplete(before: ScanResult) -> bool:
+    """Whether a scanner failed (said on stderr): its findings are incomplete, fix none."""
+    for report in before.failed:
+        print(f"  {report.name}: FAILED: {report.error}", file=sys.stderr)
+    if before.failed:
+        print("not fixing: a scanner failed, so the findings are incomplete", file=sys.stderr)
+    return bool(before.failed)
+
+
+def _run_doc(ws: Any, run_id: str) -> dict[str, Any]:
+    """The fix run as it ended: id, branch, state and its tasks."""
+    run = ws.resolve_run(run_id)
+    return {
+        "run": run.id,
+        "branch": run.branch,
+        "state": run.state.value,
+        "tasks": {t.task_id: t for t in ws.store.tasks(run.id)},
+    }
+
+
+def _write_logs(
+    output: Path, fmt: str, before: ScanResult, after: ScanResult, root: Path
+) -> dict[str, str]:
+    """The findings before the fixes next to ``output`` (``NAME.before.EXT``), those after in
+    ``output``; where they went."""
+    before_path = output.with_name(f"{output.stem}.before{output.suffix}")
+    write_whole(before_path, render(before, fmt, root))
+    write_whole(output, render(after, fmt, root))
+    return {"before_log": str(before_path), "after_log": str(output)}
 
 
 def _outcome(
