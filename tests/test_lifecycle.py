@@ -1,0 +1,160 @@
+"""Task state transitions alone: retries after a back-off, failing for good and blocking what
+depends on it, bounded re-runs, landing and releasing dependents. On an in-memory store and the
+in-memory integrator; the decisions are built here as the rounds would make them."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from orchardist.executors import Job, Outcome
+from orchardist.graph import Graph
+from orchardist.hooks import Hooks
+from orchardist.jobs import Briefs, started
+from orchardist.ledger import Ledger
+from orchardist.lifecycle import MAX_RERUNS, Lifecycle
+from orchardist.merge import MemoryIntegrator, Merged, MergeTrain
+from orchardist.pipeline import Pipelines
+from orchardist.plan import Plan, RunConfig, TaskSpec
+from orchardist.policy import Backoff
+from orchardist.records import (
+    AgentProfile,
+    AttemptState,
+    Failure,
+    Run,
+    RunState,
+    TaskRecord,
+    TaskState,
+)
+from orchardist.rounds import Decision, Rounds, Unit
+from orchardist.store import Store
+
+BASE = "b" * 40
+
+
+class World:
+    """a -> b -> c, each with one retry; the parts a Lifecycle works with, in memory."""
+
+    def __init__(self) -> None:
+        deps = {"a": (), "b": ("a",), "c": ("b",)}
+        tasks = tuple(
+            TaskSpec(id=t, title=t, prompt=t, agent="bot", index=i, depends_on=d, retries=1)
+            for i, (t, d) in enumerate(deps.items())
+        )
+        profile = AgentProfile("bot", "shell", options={"command": "false"})
+        self.plan = Plan(Path("/x/plan.toml"), Path("/x"), RunConfig(), {"bot": profile}, tasks, "")
+        self.store = Store.in_memory()
+        run = Run("r", "plan.toml", "", "/x", BASE, "orchardist/r", RunState.RUNNING, 0.0)
+        with self.store.transaction() as tx:
+            tx.add_run(run)
+            for t in tasks:
+                tx.add_task(TaskRecord("r", t.id, TaskState.PENDING, t.index))
+        specs = {t.id: t for t in tasks}
+        graph = Graph(list(specs), deps)
+        self.ledger = Ledger(self.store, Hooks(), "r", lambda: 0.0)
+        self.ledger.load()
+        self.rounds = Rounds(specs, graph.ranks)
+        self.train = MergeTrain(MemoryIntegrator(BASE), "orchardist/r", self.ledger.intend,
+                                self.ledger.deleted)  # fmt: skip
+        self.train.tip = BASE
+        self.retries: list[tuple[float, str]] = []
+        self.cancelled: list[tuple[str, str]] = []
+        self.life = Lifecycle(
+            specs,
+            graph,
+            self.ledger,
+            self.rounds,
+            self.train,
+            Briefs(self.plan, "r"),
+            Pipelines(specs, self.store, "r", self.train.start_on),
+            Backoff(base_s=10.0),
+            random.Random(0),
+            lambda delay_s, task_id: self.retries.append((delay_s, task_id)),
+            lambda task_id, why: self.cancelled.append((task_id, why)),
+        )
+        self.life.count_waiting(lambda task_id: False)
+
+    def state(self, task_id: str) -> TaskState:
+        return self.ledger.tasks[task_id].state
+
+    def start(self) -> None:
+        with self.ledger.tx() as tx:
+            self.life.restore(tx, {})
+
+    def attempt(self, task_id: str, state: AttemptState) -> Outcome:
+        n = self.rounds.next_attempt(task_id)
+        job = Job(f"{task_id}.{n}", "r", task_id, n, 0, BASE, task_id, "", None, (), ".", 9.0,
+                  task_id, "m")  # fmt: skip
+        with self.ledger.tx() as tx:
+            tx.add_attempt(started(job, "bot", 0.0, ""))
+        return Outcome(job, state, 0.0, 1.0, failure=Failure.VERIFY_FAILED, detail="tests fail",
+                       patch_commit=BASE)  # fmt: skip
+
+    def decide(self, decision: Decision) -> None:
+        with self.ledger.tx() as tx:
+            self.life.decided(tx, decision)
+
+
+def lost(outcome: Outcome) -> Decision:
+    return Decision(outcome.job.task_id, None, "", ((outcome, "failed"),),
+                    failure=Failure.VERIFY_FAILED, detail="tests fail")  # fmt: skip
+
+
+def test_only_a_task_without_dependencies_starts_and_the_others_wait() -> None:
+    world = World()
+    world.start()
+    assert [world.state(t) for t in "abc"] == [
+        TaskState.READY,
+        TaskState.PENDING,
+        TaskState.PENDING,
+    ]
+    assert world.rounds.ready.pop(lambda pool: True) == Unit("a", 0)
+
+
+def test_a_failed_round_retries_after_a_back_off_then_fails_for_good_and_blocks_dependents() -> (
+    None
+):
+    # Given: a started; its first round fails
+    world = World()
+    world.start()
+    world.decide(lost(world.attempt("a", AttemptState.FAILED)))
+    # Then: it waits for its retry, which is due after the back-off (10 s, jittered)
+    assert world.state("a") is TaskState.READY and world.ledger.tasks["a"].failures == 1
+    ((delay_s, task_id),) = world.retries
+    assert task_id == "a" and 5.0 <= delay_s <= 10.0
+    assert world.cancelled == [("a", "another candidate was chosen")]
+    # When: the retry fails too
+    world.decide(lost(world.attempt("a", AttemptState.FAILED)))
+    # Then: a failed for good, and everything that depends on it is blocked
+    assert world.state("a") is TaskState.FAILED
+    assert world.state("b") is world.state("c") is TaskState.BLOCKED
+    assert world.ledger.tasks["b"].reason == "dependency a failed"
+
+
+def test_a_winner_queues_to_merge_and_landing_it_releases_its_dependent() -> None:
+    world = World()
+    world.start()
+    won = world.attempt("a", AttemptState.PASSED)
+    world.decide(Decision("a", won, "only passing candidate", ((won, "won: only"),)))
+    assert world.state("a") is TaskState.MERGING and list(world.train.queue) == [won]
+    step = world.train.next(lambda task_id: True)
+    assert isinstance(step, Merged)
+    with world.ledger.tx() as tx:
+        world.life.merge_step(tx, step, stopping=False)
+    assert world.state("a") is TaskState.DONE and world.ledger.tasks["a"].commit == step.commit
+    assert world.state("b") is TaskState.READY and world.state("c") is TaskState.PENDING
+    assert [a.state for a in world.store.attempts("r", "a")] == [AttemptState.MERGED]
+
+
+def test_re_runs_are_bounded() -> None:
+    world = World()
+    world.start()
+    for k in range(MAX_RERUNS):
+        with world.ledger.tx() as tx:
+            world.life.rerun(tx, "a", "the tip moved")
+        assert world.state("a") is TaskState.READY and world.ledger.tasks["a"].reruns == k + 1
+    with world.ledger.tx() as tx:
+        world.life.rerun(tx, "a", "the tip moved")
+    assert world.state("a") is TaskState.FAILED
+    assert world.ledger.tasks["a"].reason == f"the tip moved (gave up after {MAX_RERUNS} re-runs)"
+    assert world.state("b") is TaskState.BLOCKED
