@@ -30,7 +30,7 @@ from orchardist.plan import RunConfig
 from orchardist.procs import processes_with_env
 from orchardist.store import Store
 from ray_support import RayCluster, ray_available
-from run_support import spawn
+from run_support import spawn, status
 from support import git
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
@@ -570,3 +570,132 @@ def test_a_profiles_cpus_memory_and_cap_hold_on_the_cluster(
     assert tasks["c"]["state"] == "failed", tasks["c"]
     detail = tasks["c"]["attempts"][-1]["detail"]
     assert "no live node of the Ray cluster has CPU 64" in detail, detail
+
+
+RESUMABLE_AGENT = """\
+import pathlib, socket, sys
+
+# A first attempt reaches the test's socket, says which task it is and hangs until its process
+# dies; a later one (after the resume nobody listens) does the task.
+task = sys.argv[2]
+try:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(sys.argv[1])
+except OSError:
+    pathlib.Path(task + ".txt").write_text(task + "\\n")
+else:
+    sock.sendall(task.encode() + b"\\n")
+    sock.recv(1)
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_orchestrator_then_resume_loses_nothing_and_merges_nothing_twice(
+    cluster: RayCluster, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a run on the cluster: one task merged, two more whose first attempts hang on nodes
+    bin_dir = Path(sys.executable).parent
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    folder = Path(tempfile.mkdtemp(prefix="ort-sock", dir="/var/tmp"))
+    address = folder / "s"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(address))
+    listener.listen(2)
+    listener.settimeout(START_S)
+    (repo / "agent.py").write_text(RESUMABLE_AGENT)
+    hanging = "".join(
+        f'[[task]]\nid = "{t}"\ntitle = "{t}"\nprompt = "p"\nagent = "hang"\n'
+        f'depends_on = ["first"]\nverify = "test -f {t}.txt"\n'
+        for t in ("a", "b")
+    )
+    (repo / "plan.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            [run]
+            executor = "ray"
+            ray_address = "{cluster.address}"
+            max_parallel = 4
+            [agents.quick]
+            kind = "shell"
+            command = "echo first > first.txt"
+            [agents.hang]
+            kind = "shell"
+            command = "python agent.py {address} {{task}}"
+            timeout = "5m"
+            [[task]]
+            id = "first"
+            title = "First"
+            prompt = "p"
+            agent = "quick"
+            verify = "test -f first.txt"
+            """
+        )
+        + hanging
+    )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the plan")
+    base = git(repo, "rev-parse", "HEAD")
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, folder, True)
+        stack.callback(listener.close)
+        proc = spawn(repo, "run", "plan.toml", "--json", log=tmp_path / "run.out")
+        stack.callback(_kill_session, proc)
+        readers = {}
+        for _ in range(2):
+            conn, _ = listener.accept()
+            stack.enter_context(conn)
+            conn.settimeout(START_S)
+            reader = stack.enter_context(conn.makefile("rb"))
+            readers[reader.readline().strip().decode()] = reader
+        assert sorted(readers) == ["a", "b"]
+        run_id = str(status(repo, "")["run"])  # the repository's only run
+
+        # When the orchestrator is killed with SIGKILL while both hang on their nodes, and
+        # the run is resumed (the new attempts find nobody listening and do their tasks)
+        _kill_session(proc)
+        listener.close()
+        address.unlink()
+        out = tmp_path / "resume.out"
+        resumed = spawn(repo, "resume", run_id, "--json", log=out)
+        stack.callback(_kill_session, resumed)
+        assert resumed.wait(timeout=RUN_S) == 0, out.read_text()
+
+        # Then the hanging agents are gone from their nodes (their ends of the sockets closed)
+        assert all(reader.read(1) == b"" for reader in readers.values())
+
+    # And every task is done, each merged once: the tree an uninterrupted run gives
+    text = out.read_text()
+    doc = json.loads(text[text.index("{") :])
+    assert {t["id"]: t["state"] for t in doc["tasks"]} == {
+        "first": "done",
+        "a": "done",
+        "b": "done",
+    }
+    for task in doc["tasks"]:
+        if task["id"] != "first":
+            states = [a["state"] for a in task["attempts"]]
+            assert states[0] == "interrupted" and states[-1] == "merged", states
+    branch = str(doc["branch"])
+    assert git(repo, "rev-list", "--count", f"{base}..{branch}") == "3"
+    files = git(repo, "ls-tree", "--name-only", branch).split()
+    assert set(files) - set(git(repo, "ls-tree", "--name-only", base).split()) == {
+        "first.txt",
+        "a.txt",
+        "b.txt",
+    }
+    assert [git(repo, "show", f"{branch}:{t}.txt") for t in ("first", "a", "b")] == [
+        "first",
+        "a",
+        "b",
+    ]
+
+    # And no process of the run is left on any node
+    assert processes_with_env("ORCHARDIST_RUN", run_id) == set()
+
+
+def _kill_session(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a spawned orchardist's whole session (kill -9, as a crash)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

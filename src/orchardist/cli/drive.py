@@ -92,6 +92,7 @@ def _execute(
     try:
         if resuming:
             summary = reconcile(ws, run)
+            summary["killed"] += _reclaim_on_cluster(plan, run)
             out = sys.stderr if args.json else sys.stdout
             print(
                 f"resuming run {run.id}: killed {summary['killed']} leftover process(es), "
@@ -113,6 +114,15 @@ def _execute(
         )
     finally:
         hooks.close()
+
+
+def _reclaim_on_cluster(plan: Any, run: Any) -> int:
+    """With the ray executor, kill the run's processes a dead orchestrator left on the nodes."""
+    if plan.run.executor != "ray":
+        return 0
+    from ..executors.ray import reclaim
+
+    return reclaim(plan.run.ray_address, run.id)
 
 
 def dashboard(ws: Any, args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:

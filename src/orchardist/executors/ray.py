@@ -54,6 +54,7 @@ NUM_CPUS = 1.0  # Ray CPUs an attempt holds on its node
 JOB_ENDED = b"ended"  # what a worker tells its reaper when the job ended normally
 LOST_GRACE_S = 300.0  # past its timeout, a job whose task never reports is given up
 DOCTOR_TIMEOUT_S = 120.0  # for every node to answer doctor --executor ray
+RUN_VAR = "ORCHARDIST_RUN"  # every process of a run carries it (see runs.reconcile)
 CONNECT_TIMEOUT_S = 30.0  # for the cluster's address to connect, and as long to answer
 
 
@@ -270,12 +271,12 @@ def _start_reaper(marker: str) -> subprocess.Popen[bytes]:
 
 
 def _stop_reaper(reaper: subprocess.Popen[bytes]) -> None:
-    """The job ended here: tell the reaper so, and let it go."""
+    """The job ended here: tell the reaper so, and let it go (not waited for: it may still be
+    starting, and Python reaps it with a later subprocess)."""
     assert reaper.stdin is not None
     with contextlib.suppress(OSError):
         reaper.stdin.write(JOB_ENDED)
         reaper.stdin.close()
-    reaper.wait()
 
 
 def reap(marker: str) -> int:
@@ -290,6 +291,39 @@ def reap(marker: str) -> int:
 def kill_marked(marker: str) -> int:
     """Kill this node's processes carrying ``marker`` (a cancelled job's); how many there were."""
     return kill_by_env(MARKER_VAR, marker)
+
+
+def kill_run(run_id: str) -> int:
+    """Kill this node's processes of the run (what a dead orchestrator's attempts left here);
+    how many there were."""
+    return kill_by_env(RUN_VAR, run_id, grace_s=1.0)
+
+
+def reclaim(address: str, run_id: str) -> int:
+    """Kill the run's processes on every live node of the cluster at ``address`` (``resume``
+    after the orchestrator died: Ray ends a dead driver's tasks in its own time); how many."""
+    ray = import_ray()
+    connect(ray, address)
+    try:
+        strategies = importlib.import_module("ray.util.scheduling_strategies")
+        killer = ray.remote(max_retries=0)(kill_run)
+        tasks = [
+            killer.options(
+                num_cpus=0,
+                scheduling_strategy=strategies.NodeAffinitySchedulingStrategy(
+                    node["NodeID"], soft=False
+                ),
+            ).remote(run_id)
+            for node in ray.nodes()
+            if node.get("Alive")
+        ]
+        killed = 0
+        for task in tasks:
+            with contextlib.suppress(ray.exceptions.RayError):  # a node that died meanwhile
+                killed += int(ray.get(task, timeout=DOCTOR_TIMEOUT_S))
+        return killed
+    finally:
+        ray.shutdown()
 
 
 def _wait_cancellable(ended: threading.Event, cancel: Callable[[], None]) -> None:
@@ -519,6 +553,7 @@ class RayExecutor:
         self._cancelled: dict[str, str] = {}  # job id -> reason
         self._bundles: dict[str, Bundle] = {}  # commit -> its bundle, put once
         self._root: str | None = None  # the first base: later ones travel as increments on it
+        self._capacity: list[dict[str, float]] = []  # each live node's resources, last seen
         self.nodes_used: dict[str, set[str]] = {}  # node id -> commits it fetched (for tests)
 
     @classmethod
@@ -659,11 +694,18 @@ class RayExecutor:
         """Why no live node could ever hold an attempt asking ``needs`` ("" when one can):
         Ray would keep such a task pending for good."""
         wanted = {"CPU": needs["num_cpus"], "memory": needs.get("memory", 0.0)}
+
+        def fits(nodes: list[dict[str, float]]) -> bool:
+            return any(all(have.get(k, 0.0) >= v for k, v in wanted.items()) for have in nodes)
+
+        if fits(self._capacity):  # as the cluster was at the last look: no call per job
+            return ""
         try:
-            nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
+            alive = [n for n in self.ray.nodes() if n.get("Alive")]
         except Exception:  # the GCS will say so again when the task is sent
             return ""
-        if any(all(have.get(k, 0.0) >= v for k, v in wanted.items()) for have in nodes):
+        self._capacity = [dict(n.get("Resources", {})) for n in alive]
+        if fits(self._capacity):
             return ""
         asked = ", ".join(f"{k} {_amount(k, v)}" for k, v in wanted.items() if v)
         return (
