@@ -9,7 +9,7 @@ worker nodes on 127.0.0.1, ``--cpus`` attempts at once each), then for each task
 same plan as ``benchmarks/e2e.py`` (``independent`` shape: shell agents each adding a one-line
 file, real attempt folders, snapshots and merges, ``verify = "none"``) run twice through the
 real CLI, each in a fresh repository: once with the local executor and once with
-``--executor ray``, both with ``--max-parallel`` = workers × cpus.
+``--executor ray``, both with ``--max-parallel`` = workers x cpus.
 
 Printed per task count: wall ms per task of each, the Ray overhead ratio (ray / local), the
 orchestrator's peak RSS; at the end, how each executor's per-task cost grew from the smallest
@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 from e2e import GIT_ENV, make_repo, write_plan  # noqa: E402
+
 from ray_support import RayCluster  # noqa: E402
 
 
@@ -46,8 +47,8 @@ def run(plan: Path, parallel: int, workroot: Path, extra: list[str]) -> tuple[fl
         _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     text = log.read_text(errors="replace")
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"orchardist {' '.join(extra) or 'local'} failed:\n{text[-3000:]}")
+    if os.waitstatus_to_exitcode(status) != 0:  # reported with the row, not fatal
+        print(f"orchardist {' '.join(extra) or 'local'} failed:\n{text[-1500:]}", flush=True)
     return wall, usage.ru_maxrss, text[-500:]
 
 
@@ -84,7 +85,7 @@ def main() -> None:
     per_task: dict[str, dict[int, float]] = {"local": {}, "ray": {}}
     try:
         cluster.start(workers=args.workers, cpus_per_worker=args.cpus)
-        print(f"cluster: head (0 CPUs) + {args.workers} worker nodes × {args.cpus} CPUs")
+        print(f"cluster: head (0 CPUs) + {args.workers} worker nodes x {args.cpus} CPUs")
         print(f"{'tasks':>6} {'executor':<8} {'ms/task':>9} {'peak RSS':>9} {'commits':>8}")
         for n in counts:
             for name, extra in (
@@ -95,9 +96,7 @@ def main() -> None:
                 repo = make_repo(folder / "repo", args.files)
                 plan = write_plan(repo, n, "independent")
                 wall, rss_kib, _ = run(plan, parallel, folder / "work", extra)
-                made = commits(repo)
-                if made != n:
-                    raise SystemExit(f"{name} at {n} tasks made {made} commits, not {n}")
+                made = commits(repo)  # fewer than n: some task failed (said above)
                 per_task[name][n] = wall / n * 1e3
                 print(
                     f"{n:>6} {name:<8} {per_task[name][n]:9.1f} {rss_kib / 1024:6.0f} MB {made:>8}",
