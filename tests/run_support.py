@@ -67,6 +67,18 @@ def status(root: Path, run_id: str) -> dict[str, Any]:
         ws.store.close()
 
 
+def has_run(root: Path) -> bool:
+    """Whether the repository's store records a run yet (a starting orchestrator may not have
+    made the store, or committed its run, when its branch already exists)."""
+    if not (root / ".git" / "orchardist" / "state.db").exists():
+        return False
+    ws = Workspace.open(root, create=False)
+    try:
+        return bool(ws.store.runs())
+    finally:
+        ws.store.close()
+
+
 def only_run(root: Path) -> str:
     """The id of the repository's one run."""
     ws = Workspace.open(root)

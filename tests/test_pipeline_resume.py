@@ -28,7 +28,7 @@ from pipeline_support import (
     stage_plan,
     tasks_of,
 )
-from run_support import leftovers, only_run, orchardist, status, task_trailers, wait_until
+from run_support import has_run, leftovers, only_run, orchardist, status, task_trailers, wait_until
 from support import git, toml_str
 
 Launch = Callable[..., subprocess.Popen[bytes]]
@@ -171,7 +171,8 @@ def test_a_debug_pipeline_killed_at_each_stage_boundary_resumes_without_rerun(
     # When: the orchestrator is SIGKILLed as soon as the store shows each stage done (the next
     # stage starting, or about to), and resumed each time
     proc = launch("run", str(plan))
-    wait_until("the run to exist", lambda: bool(git(repo, "branch", "--list", "orchardist/*")))
+    # (the branch is claimed before the run is recorded: wait for the store, not the branch)
+    wait_until("the run to be recorded", lambda: has_run(repo), timeout_s=120)
     run_id = only_run(repo)
     finished: dict[str, list[tuple[int, str]]] = {}
     for stage in ("bug.reproduce", "bug.audit", "bug.localize"):
