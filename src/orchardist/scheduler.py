@@ -411,10 +411,8 @@ class Scheduler:
         with self.ledger.tx() as tx:
             state, reason = tx.settle(stopped, self.soft_stop, self.budgets.held)
             tx.run(state=state, finished_at=self.clock(), reason=reason)
-            cost_usd = round(self.budgets.total, 6) or None
-            tx.event(
-                Kind.RUN, state=state.value, reason=reason, tip=self.train.tip, cost_usd=cost_usd
-            )
+            spent = {"tip": self.train.tip, "cost_usd": round(self.budgets.total, 6) or None}
+            tx.event(Kind.RUN, None, None, state=state.value, reason=reason, **spent)
         return state
 
     # -- state ---------------------------------------------------------------------------
@@ -428,8 +426,8 @@ class Scheduler:
         for a in attempts:
             self.rounds.seen(a.task_id, a.n)
             self.budgets.spend(a.task_id, checked_usage(a.usage)[0])
-        winner = AttemptState.PASSED  # a round's winner (never a loser) not merged yet
-        passed = {a.task_id: a for a in attempts if a.state is winner and a.patch_commit and a.won}
+        won = [a for a in attempts if a.state is AttemptState.PASSED and a.won and a.patch_commit]
+        passed = {a.task_id: a for a in won}  # a round's winner (never a loser) not merged yet
         done = {t for t, r in self.tasks.items() if r.state is TaskState.DONE}
         done |= self.pipelines.passed_on(self.tasks)  # escalated shots release their stages
         self.life.count_waiting(done.__contains__)
