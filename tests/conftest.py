@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchardist import Workspace, create_run, execute, load_plan, status_document
-from orchardist.executors.local import SHARE_READONLY_VAR, SHARE_WRITABLE_VAR
+from orchardist.executors.confinement import SHARE_READONLY_VAR, SHARE_WRITABLE_VAR
 from orchardist.procs import kill_by_env
 from orchardist.worktree import ROOT_VAR
 from run_support import spawn

@@ -1,0 +1,122 @@
+"""The pieces of one local attempt: what its agent is given, how its log ends when the agent
+was stopped, and the records its steps hand on."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ..agents import AgentContext, AgentResult
+from ..isolation import Spec
+from ..procs import CancelToken
+from ..records import Failure, Usage
+from ..worktree import AttemptPaths
+from . import Job, Outcome
+from .confinement import writable_of
+
+MAX_ENV_PROMPT_BYTES = 64 * 1024  # larger prompts are only in the prompt file (exec limits)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One running attempt, as its steps see it."""
+
+    job: Job
+    paths: AttemptPaths
+    cwd: Path
+    log: Path
+    deadline: float
+    token: CancelToken
+    end: Callable[..., Outcome]  # the attempt's Outcome, with its times and log filled in
+
+
+@dataclass(frozen=True)
+class Work:
+    """What the agent did: the patch (the base itself when there was no agent), and so on."""
+
+    patch: str
+    changed: int = 0
+    usage: Usage = field(default_factory=Usage)
+    summary: str = ""
+
+
+def agent_context(
+    job: Job,
+    paths: AttemptPaths,
+    cwd: Path,
+    env: dict[str, str],
+    log: Path,
+    deadline: float,
+    token: CancelToken,
+    confine: Spec | None,
+) -> AgentContext:
+    """What the job's agent is given: its prompt (in the environment and a file), where to
+    leave its output, earlier stages' handoffs, its time left and its confinement."""
+    assert job.profile is not None
+    prompt_file = log.with_suffix(".prompt.md")
+    output_file = paths.output_file
+    prompt_file.write_text(job.prompt, encoding="utf-8")
+    output_file.unlink(missing_ok=True)
+    agent_env = {
+        **env,
+        "ORCHARDIST_PROMPT": clip(job.prompt, MAX_ENV_PROMPT_BYTES),
+        "ORCHARDIST_PROMPT_FILE": str(prompt_file),
+        "ORCHARDIST_OUTPUT": str(output_file),
+    }
+    if job.stage:
+        inputs_file = log.with_suffix(".inputs.json")
+        inputs_file.write_text(job.inputs or "{}", encoding="utf-8")
+        agent_env.update(ORCHARDIST_STAGE=job.stage, ORCHARDIST_INPUTS=str(inputs_file))
+    left = max(0.01, deadline - time.monotonic())
+    timeout = min(left, job.profile.timeout_s) if job.profile.timeout_s else left
+    return AgentContext(
+        run_id=job.run_id,
+        task_id=job.task_id,
+        attempt=job.attempt,
+        candidate=job.candidate,
+        title=job.title,
+        prompt=job.prompt,
+        worktree=paths.tree,
+        cwd=cwd,
+        prompt_file=prompt_file,
+        output_file=output_file,
+        log=log,
+        env=agent_env,
+        timeout_s=timeout,
+        cancel=token,
+        marker=job.marker,
+        writable=None if confine is None else writable_of(confine),
+        confine=confine,
+        paths=paths,
+        max_cost_usd=job.max_cost_usd,
+    )
+
+
+def note_ending(job: Job, result: AgentResult, log: Path, reason: str | None) -> AgentResult:
+    """End the log of a killed agent with a line saying so, why, and after how long.
+
+    A timeout is told in the configured value (``timed out after 5s``), not in what was left
+    of the attempt's time when the agent started.
+    """
+    took = f"{result.duration_s:.1f}s"
+    if result.failure is Failure.TIMEOUT:
+        profile_s = job.profile.timeout_s if job.profile is not None else None
+        limit = min(job.timeout_s, profile_s) if profile_s else job.timeout_s
+        result = replace(result, detail=f"agent timed out after {limit:g}s")
+        line = f"orchardist: killed the agent after {took}: it timed out (limit {limit:g}s)"
+    elif result.cancelled:
+        line = f"orchardist: stopped the agent after {took}: {reason or 'cancelled'}"
+    else:
+        return result
+    with contextlib.suppress(OSError), log.open("a", encoding="utf-8") as fh:
+        fh.write(f"\n{line}\n")
+    return result
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` bytes of UTF-8."""
+    data = text.encode("utf-8")
+    return text if len(data) <= limit else data[:limit].decode("utf-8", errors="ignore")

@@ -1,0 +1,147 @@
+"""How the processes of an attempt are confined on this machine, in the executor's isolation
+mode: which folders they may write, and what beneath the host's /tmp they must still read."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from .. import sandbox
+from ..gitrepo import Repo
+from ..isolation import Mode, Spec, hidden_by_tmp
+from ..worktree import AttemptPaths, Layout, tool_homes
+
+# Folders (separated like PATH) shown to every confined process although the private /tmp would
+# hide them, read-only or writable: for test harnesses, and caches the user means to share.
+SHARE_READONLY_VAR = "ORCHARDIST_SHARE_READONLY"
+SHARE_WRITABLE_VAR = "ORCHARDIST_SHARE_WRITABLE"
+
+
+class Confinement:
+    """The confinement of every attempt of one executor (what it looks up, it looks up once)."""
+
+    def __init__(
+        self, repo: Repo, layout: Layout, mode: Mode, environ: Mapping[str, str] | None
+    ) -> None:
+        self.repo, self.layout, self.mode, self.environ = repo, layout, mode, environ
+        self._theirs: list[Path] | None = None
+        self._hidden: tuple[Path, ...] | None = None
+
+    def source_env(self) -> Mapping[str, str]:
+        """The environment attempts' environments are made from."""
+        return os.environ if self.environ is None else self.environ
+
+    def real_home(self) -> Path:
+        """The user's own home (attempts get homes of their own)."""
+        return Path(self.source_env().get("HOME") or Path.home())
+
+    def spec(self, paths: AttemptPaths, network: bool) -> Spec | None:
+        """How a process of the attempt at ``paths`` is confined, in the executor's mode.
+
+        With namespaces: writable only the attempt's tree, git directory, io folder, home and
+        tmp (which becomes /tmp); the rest of the host read-only, the user's object store
+        included (the private git directory reads it through alternates). ``network`` False
+        leaves loopback only.
+        """
+        if self.mode is Mode.NONE:
+            return None
+        if self.mode is Mode.LANDLOCK:
+            return Spec(self._landlock_writable(paths), mode=Mode.LANDLOCK)
+        return Spec(
+            writable=(paths.tree, paths.git, paths.io, *self._shared(SHARE_WRITABLE_VAR)),
+            readonly=self._hidden_needs(),
+            home=paths.home,
+            tmp=paths.tmp,
+            network=network,
+        )
+
+    def _hidden_needs(self) -> tuple[Path, ...]:
+        """What confined processes must still read beneath the host's /tmp (looked up once):
+        the user's repository (as elsewhere on the host, read-only: the attempts' git
+        directories read its objects, the agents their prompt files among its logs), the
+        alternates of its objects, this interpreter and orchardist itself, the folders on PATH
+        and the toolchain roots."""
+        if self._hidden is None:
+            objects = self.repo.common_dir / "objects"
+            needs: list[Path | str] = [self.repo.root, self.repo.common_dir, objects]
+            needs += [sys.prefix, sys.base_prefix]
+            with contextlib.suppress(OSError):
+                alternates = (objects / "info" / "alternates").read_text().splitlines()
+                needs += [objects / line for line in alternates if line.strip()]
+            needs.append(Path(__file__).resolve().parents[2])  # orchardist's own source
+            env = self.source_env()
+            needs += env.get("PATH", os.defpath).split(os.pathsep)
+            needs += tool_homes(env, self.real_home()).values()
+            needs += self._shared(SHARE_READONLY_VAR)
+            self._hidden = hidden_by_tmp(p for p in needs if Path(p).exists())
+        return self._hidden
+
+    def _shared(self, var: str) -> tuple[Path, ...]:
+        """The existing folders the user lists in ``var`` (absolute, separated like PATH)."""
+        listed = self.source_env().get(var, "").split(os.pathsep)
+        return tuple(Path(p) for p in listed if p and Path(p).is_absolute() and Path(p).is_dir())
+
+    def _landlock_writable(self, paths: AttemptPaths) -> tuple[Path, ...]:
+        """Where a job's processes may write under Landlock.
+
+        The attempt's own folders (tree, private git directory, home, tmp, io), /dev, and the
+        temporary folders and the caller's home except what must stay read-only: the
+        repository, its git directory, the user's other worktrees, every other attempt's
+        folders, and the files that would run code in the user's shell or git (shell profiles,
+        ~/.gitconfig, ~/.ssh, ~/.local/bin, ...).
+        """
+        writable = [*paths.writable, Path("/dev")]
+        home = Path((self.environ or os.environ).get("HOME", "/nonexistent"))
+        protected = [self.repo.root, self.repo.common_dir, self.layout.folder]
+        protected += [*self._user_worktrees(), *(home / name for name in _HOME_PROTECTED)]
+        for top in {Path(tempfile.gettempdir()), Path("/tmp"), Path("/var/tmp"), home}:
+            if top.is_dir():
+                writable += sandbox.beside(top, protected)
+        return tuple(dict.fromkeys(writable))
+
+    def _user_worktrees(self) -> list[Path]:
+        """The repository's worktrees (looked up once); orchardist's attempts are not among
+        them, they have git directories of their own."""
+        if self._theirs is None:
+            self._theirs = self.repo.worktrees()
+        return self._theirs
+
+
+# Files in $HOME that run code in the user's shell or git: never writable from the sandbox.
+_HOME_PROTECTED = (
+    ".gitconfig",
+    ".config/git",
+    ".ssh",
+    ".gnupg",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".config/fish",
+    ".local/bin",
+    ".local/lib",
+    ".pythonrc.py",
+    ".config/systemd",
+    ".config/autostart",
+    ".pam_environment",
+)
+
+
+def without(spec: Spec, path: Path) -> Spec:
+    """``spec`` with ``path`` read-only (a stage that must not change its tree)."""
+    kept = tuple(p for p in spec.writable if p != path)
+    return replace(spec, writable=kept, readonly=(*spec.readonly, path))
+
+
+def writable_of(spec: Spec) -> tuple[Path, ...]:
+    """Everything a spec lets its processes write (for agents that tell their CLI so)."""
+    return (*spec.writable, *(p for p in (spec.home, spec.tmp) if p is not None))
