@@ -145,10 +145,14 @@ class Ended(Protocol):
     """What the pools read of an attempt that ended (an executor's ``Outcome`` is one)."""
 
     @property
-    def state(self) -> AttemptState: ...
+    def state(self) -> AttemptState:
+        """How the attempt ended (passed, failed, cancelled)."""
+        ...
 
     @property
-    def failure(self) -> Failure | None: ...
+    def failure(self) -> Failure | None:
+        """Why it failed, if it did."""
+        ...
 
     @property
     def verdict(self) -> str:
@@ -156,7 +160,9 @@ class Ended(Protocol):
         ...
 
     @property
-    def retry_after_s(self) -> float | None: ...
+    def retry_after_s(self) -> float | None:
+        """A rate-limited backend's reset, when it said one."""
+        ...
 
 
 class Pools:
