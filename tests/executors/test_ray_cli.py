@@ -105,9 +105,9 @@ def test_doctor_gives_up_on_an_address_where_no_ray_cluster_answers(
     # Given an address that accepts connections and never answers (Ray's own connect would
     # retry it for many minutes)
     pytest.importorskip("ray")
-    from orchardist.executors import ray as ray_executor
+    from orchardist.executors import rayconnect
 
-    monkeypatch.setattr(ray_executor, "CONNECT_TIMEOUT_S", 2.0)  # nothing ever answers there
+    monkeypatch.setattr(rayconnect, "CONNECT_TIMEOUT_S", 2.0)  # nothing ever answers there
     plan = write_plan(repo, PLAN.format(run=""), commit=True)
     with socket.socket() as silent:
         silent.bind(("0.0.0.0", 0))

@@ -207,7 +207,7 @@ def confirm(question: str) -> bool:
 def cluster_reachable(plan: Any) -> None:
     """With the ray executor, a UsageError (exit 2) unless the cluster's address answers."""
     if plan.run.executor == "ray":
-        from ..executors.ray import reachable
+        from ..executors.rayconnect import reachable
 
         reachable(plan.run.ray_address)
 
