@@ -13,17 +13,15 @@ from orchardist.agents import KINDS, agent_class
 from orchardist.errors import PlanError
 from orchardist.gc import collect
 from orchardist.gitrepo import Repo
+from orchardist.homes import empty_home, fill_home, tool_homes
 from orchardist.records import RunState
 from orchardist.worktree import (
     ROOT_VAR,
     AttemptPaths,
     Layout,
-    empty_home,
-    fill_home,
     recorded_run_folder,
     remove_tree,
     repo_key,
-    tool_homes,
     workdir_root,
 )
 from run_support import leftovers, run_folder

@@ -25,9 +25,10 @@ from typing import Any
 
 from .agents import AgentContext, agent_class, make_agent, scrubbed_env
 from .agents.cli import Needs, home_path
+from .homes import fill_home
 from .plan import AgentProfile, Plan
 from .procs import CancelToken, new_marker
-from .worktree import AttemptPaths, fill_home
+from .worktree import AttemptPaths
 
 VERSION_TIMEOUT_S = 15.0
 PROBE_TIMEOUT_S = 120.0

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from .. import sandbox
 from ..gitrepo import Repo
+from ..homes import tool_homes
 from ..isolation import Mode, Spec, hidden_by_tmp
-from ..worktree import AttemptPaths, Layout, tool_homes
+from ..worktree import AttemptPaths, Layout
 
 # Folders (separated like PATH) shown to every confined process although the private /tmp would
 # hide them, read-only or writable: for test harnesses, and caches the user means to share.

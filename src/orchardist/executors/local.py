@@ -19,6 +19,7 @@ from ..agents import Agent, AgentResult, agent_class, make_agent, scrubbed_env
 from ..discover import auto_commands, discover_tests
 from ..errors import GitError, OrchardistError
 from ..gitrepo import Repo
+from ..homes import empty_home, fill_home, tool_homes
 from ..isolation import Mode, Policy, Spec, choose
 from ..procs import CancelToken
 from ..records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
@@ -27,7 +28,7 @@ from ..specs import RunConfig
 from ..stages import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
 from ..store import Store
 from ..verify import CommandVerifier, tail_of
-from ..worktree import AttemptPaths, Layout, empty_home, fill_home, tool_homes, workdir_root
+from ..worktree import AttemptPaths, Layout, workdir_root
 from . import Job, Notify, Outcome, Phase
 from .attempt import Attempt, Work, agent_context, note_ending
 from .baselines import LocalBaselines as LocalBaselines  # kept importable from here
