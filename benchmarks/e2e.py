@@ -188,6 +188,10 @@ def bench_run(args: argparse.Namespace, shape: str, n: int, workers: int, tmp: P
     spy = args.py_spy and Path(f"{args.py_spy}.{shape}-{n}-{workers}")
     wall, rss_kib, user, system, text = run_orchardist(plan, workers, folder / "work", profile, spy)
     done = text.count("\n")
+    ended = next((line for line in text.splitlines() if line.startswith("run ")), "no run line")
+    print(f"  ({ended.split('  branch')[0]})", flush=True)
+    if ": done" not in ended:
+        print(text[-3000:], flush=True)
     orch_ms = wall / n * 1e3
     row = f"{shape:<12} {n:>6} {workers:>3}   {orch_ms:8.1f}"
     print(f"  (orchardist: {orch_ms:.1f} ms/task, {rss_kib / 1024:.0f} MB)", flush=True)

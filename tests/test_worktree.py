@@ -164,11 +164,16 @@ def test_attempts_on_one_base_share_one_pristine_checkout_and_hold_only_their_ch
     assert status == {"D .gitignore", "M README.md", "?? new.txt"}
     assert git(two.tree, "status", "--porcelain") == ""
 
-    # When: both are removed and the run tidied: nothing is left mounted or on disk
+    # When: both are removed: nothing is left mounted, and of each only its empty tree folder
+    # (a bwrap starting meanwhile holds a copy of the mount, and needs its path to remount it)
     overlays.remove(one)
     overlays.remove(two)
-    assert not one.root.exists() and not two.root.exists()
+    for paths in (one, two):
+        assert not os.path.ismount(paths.tree)
+        assert list(paths.root.iterdir()) == [paths.tree] and not any(paths.tree.iterdir())
+    # and once the run is tidied, nothing at all
     overlays.tidy()
+    assert not one.root.exists() and not two.root.exists()
     assert not (overlays.run_folder("run1") / "pristine").exists()
 
 

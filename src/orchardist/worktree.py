@@ -168,6 +168,7 @@ class Layout:
         self._pristines: list[_Pristine] = []
         self._lowers: dict[Path, _Pristine] = {}  # attempt root -> the pristine under it
         self._removing: dict[Path, threading.Event] = {}  # attempt roots being removed
+        self._skeletons: set[Path] = set()  # removed overlaid attempts: their empty tree/ left
 
     def attempt(self, run_id: str, job_id: str) -> AttemptPaths:
         """The folders of a run's job (not created)."""
@@ -194,13 +195,13 @@ class Layout:
             removing.wait()
         if run_id is not None:
             self._record(run_id)
-        remove_tree(paths.root)
+        self._clear(paths)
         if run_id is not None and self.overlays and mounts.usable():
             if self._overlaid(paths, commit, run_id):
                 return
-            remove_tree(paths.root)
+            self._clear(paths)
         for folder in (paths.tree, paths.home, paths.tmp, paths.io):
-            folder.mkdir(parents=True)
+            folder.mkdir(parents=True, exist_ok=folder == paths.tree)
         self._git_dir(paths.git, commit)
         (paths.tree / ".git").write_text(f"gitdir: {paths.git.resolve()}\n")
         index = self._read_tree(paths.git, paths.tree, commit)
@@ -214,7 +215,7 @@ class Layout:
             return False
         try:
             for folder in (paths.tree, paths.home, paths.tmp, paths.io):
-                folder.mkdir(parents=True)
+                folder.mkdir(parents=True, exist_ok=folder == paths.tree)
             paths.upper.mkdir()
             paths.overlay_work.mkdir()
             self._git_dir(paths.git, commit)
@@ -381,7 +382,12 @@ class Layout:
         try:
             if base is not None:
                 mounts.unmount(paths.tree)
-            remove_tree(paths.root)
+                # The tree's empty folder stays until the run is tidied: a bwrap starting now
+                # has a copy of this mount, and fails when remounting it read-only finds its
+                # path gone.
+                with self._lock:
+                    self._skeletons.add(paths.root)
+            self._clear(paths)
         finally:
             if base is not None:
                 self._release(base)
@@ -390,10 +396,27 @@ class Layout:
             if removing is not None:
                 removing.set()
 
+    def _clear(self, paths: AttemptPaths) -> None:
+        """Remove an attempt's folder; only its contents but an empty tree/ where an overlay
+        was mounted on it in this run (see :meth:`remove`)."""
+        with self._lock:
+            skeleton = paths.root in self._skeletons
+        if not skeleton or os.path.ismount(paths.tree):
+            remove_tree(paths.root)
+            return
+        for entry in os.scandir(paths.root):
+            if entry.path != str(paths.tree):
+                remove_tree(Path(entry.path))
+        for entry in os.scandir(paths.tree):  # nothing, unless someone wrote there since
+            remove_tree(Path(entry.path))
+
     def tidy(self) -> None:
         """Remove the run folders this layout made, and its parents, where they are empty."""
         with self._lock:
             self._pristines = [p for p in self._pristines if p.users > 0]
+            skeletons, self._skeletons = self._skeletons, set()
+        for root in skeletons:  # every attempt has ended: no bwrap copies their mounts now
+            remove_tree(root)
         for run_id in self._recorded:
             remove_tree(self.run_folder(run_id) / LISTING)
             if not any(p.root.is_relative_to(self.run_folder(run_id)) for p in self._pristines):
@@ -463,9 +486,23 @@ def remove_run_folder(state_dir: Path, run_id: str) -> int:
     folder = recorded_run_folder(state_dir, run_id)
     if folder is None or not folder.is_dir():
         return 0
-    count = sum(1 for entry in folder.iterdir() if entry.name not in (LISTING, PRISTINE))
+    count = sum(
+        1
+        for entry in folder.iterdir()
+        if entry.name not in (LISTING, PRISTINE) and not _skeleton(entry)
+    )
     remove_tree(folder)
     return count
+
+
+def _skeleton(folder: Path) -> bool:
+    """Whether ``folder`` is what an ended overlaid attempt leaves: an empty tree/ alone."""
+    try:
+        return [p.name for p in folder.iterdir()] == ["tree"] and not any(
+            (folder / "tree").iterdir()
+        )
+    except OSError:
+        return False
 
 
 def forget_run(state_dir: Path, run_id: str) -> None:
