@@ -127,7 +127,7 @@ def test_a_quick_command_is_not_held_up_by_the_grace_period(tmp_path: Path) -> N
     started = time.monotonic()
     result, _ = run(tmp_path, ["true"], grace_s=30.0)
     assert result.exit_code == 0
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # well under the 30 s it would take
 
 
 def test_a_background_child_left_by_a_finished_command_is_killed(tmp_path: Path) -> None:
@@ -138,7 +138,7 @@ def test_a_background_child_left_by_a_finished_command_is_killed(tmp_path: Path)
 
     # Then it returns promptly, and the sleeper is gone
     assert result.exit_code == 0
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # well under the 30 s it would take
     assert marked_processes(marker) == set()
 
 
@@ -151,7 +151,7 @@ def test_a_timeout_ends_a_hanging_command(tmp_path: Path) -> None:
     assert result.timed_out
     assert not result.cancelled
     assert result.exit_code < 0
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # well under the 30 s it would take
 
 
 def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
@@ -215,7 +215,7 @@ def test_a_timeout_kills_a_child_that_escaped_with_setsid_and_ignores_sigterm(
     escaped_pid = int(line.split()[1])
     assert not alive(escaped_pid)
     assert marked_processes(marker) == set()
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 20  # the child never ends by itself
 
 
 def test_a_command_that_never_stops_talking_still_times_out(tmp_path: Path) -> None:
@@ -245,8 +245,8 @@ def test_a_command_that_never_stops_talking_still_times_out(tmp_path: Path) -> N
         kill_tree(-1, marker, grace_s=0.0)
         worker.join()
 
-    # Then the timeout ended it, on time
-    assert elapsed < 3
+    # Then the timeout ended it (a timeout that never fires leaves it to the 15 s join)
+    assert elapsed < 12
     assert outcome[0].timed_out
     assert outcome[0].truncated
 
@@ -279,7 +279,7 @@ def test_cancelling_from_another_thread_ends_the_command_promptly(tmp_path: Path
     thread.join()
 
     # Then it ends well before its sleep would have, marked cancelled, leaving nothing
-    assert time.monotonic() - began < 5
+    assert time.monotonic() - began < 20  # well under the 30 s it would take
     assert result.cancelled
     assert not result.timed_out
     assert token.reason == "no longer needed"
@@ -292,7 +292,7 @@ def test_a_token_cancelled_before_the_start_ends_the_command_at_once(tmp_path: P
     began = time.monotonic()
     result, _ = run(tmp_path, ["sleep", "30"], cancel=token)
     assert result.cancelled
-    assert time.monotonic() - began < 5
+    assert time.monotonic() - began < 20  # well under the 30 s it would take
 
 
 def test_a_cancel_token_keeps_its_first_reason_and_wakes_a_selector() -> None:
