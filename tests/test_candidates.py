@@ -24,7 +24,7 @@ from e2e_support import (
 from orchardist import GitError, RunState
 from orchardist.cli import main
 from orchardist.gitrepo import Repo
-from support import Finished, git, make_repo, write_plan
+from support import Finished, make_repo, write_plan
 
 RunPlan = Callable[..., Finished]
 
@@ -268,55 +268,9 @@ def test_select_first_merges_the_first_to_pass_and_cancels_the_others_promptly(
 # -- no passing candidate ----------------------------------------------------------------------
 
 
-def test_a_task_without_a_passing_candidate_is_retried_with_fresh_candidates_then_failed(
-    calc_repo: Path, run_plan: RunPlan
-) -> None:
-    # Given: both candidates break the suite, on every attempt
-    plan = write_plan(
-        calc_repo,
-        f"""
-        [run]
-        max_parallel = 2
-        verify = "{SUITE}"
-        retry_backoff = "0.05s"
-
-        [agents.fake]
-        kind = "scripted"
-        [agents.fake.script]
-        "feature/0" = {{ write = {{ "calc.py" = {ADD_BROKEN} }} }}
-        "feature/1" = {{ delete = ["calc.py"] }}
-
-        [[task]]
-        id = "feature"
-        candidates = 2
-        retries = 1
-        """,
-    )
-
-    run = run_plan(plan)
-
-    # Then: two rounds of two candidates, the second started after the first ended, then failed
-    assert run.state is RunState.FAILED
-    task = run.task("feature")
-    assert task["state"] == "failed"
-    assert task["winner"] is None
-    attempts = task["attempts"]
-    assert [a["n"] for a in attempts] == [1, 2, 3, 4], attempts
-    assert all(a["state"] == "failed" for a in attempts)
-    assert all(a["failure"] == "verify_failed" for a in attempts)
-    assert all(a["selection"] == "failed" for a in attempts)
-    first, second = attempts[:2], attempts[2:]
-    assert sorted(a["candidate"] for a in first) == [0, 1]
-    assert sorted(a["candidate"] for a in second) == [0, 1]
-    seq = {(e.attempt, e.data["state"]): e.seq for e in run.events("attempt", "feature")}
-    assert min(seq[n, "running"] for n in (3, 4)) > max(seq[n, "failed"] for n in (1, 2))
-    rounds = [e for e in run.events("task", "feature") if e.data.get("retry")]
-    assert [e.data["retry"] for e in rounds] == [1]
-    assert "no candidate passed (2 tried)" in task["reason"]
-    assert git(run.root, "rev-parse", run.branch) == run.run.base_commit
-    # the base's suite ran once for all four candidates
-    assert run.ws.store.baseline_count() == 1
-    assert_nothing_left(run)
+# Rounds retried with fresh candidates, then failing: on the fakes, in test_scheduler_fakes.py
+# (what only real processes show here, one baseline for every candidate and nothing left
+# behind, is tested above and in test_oracle_e2e.py).
 
 
 # -- many candidates at once -------------------------------------------------------------------

@@ -64,3 +64,53 @@ def test_a_diamond_runs_to_done_on_the_fakes_retrying_a_failure_in_dependency_or
     # And: each task's commit is the one on the branch
     assert {t.commit for t in store.tasks(run.id)} == set(landed)
     store.close()
+
+
+def one_task_run(spec: TaskSpec, run_config: RunConfig) -> tuple[Plan, Run, Store]:
+    """A plan of ``spec`` alone and its run, recorded in an in-memory store."""
+    profile = AgentProfile("fake", "shell", options={"command": "false"})
+    plan = Plan(
+        Path("/nonexistent/plan.toml"), Path("/nonexistent"), run_config, {"fake": profile},
+        (spec,), "",
+    )  # fmt: skip
+    store = Store.in_memory()
+    run = Run("r1", "plan.toml", "", "/nonexistent", BASE, "orchardist/r1", RunState.RUNNING, 0.0)
+    with store.transaction() as tx:
+        tx.add_run(run)
+        tx.add_task(TaskRecord(run.id, spec.id, TaskState.PENDING, spec.index))
+    return plan, run, store
+
+
+def test_a_task_without_a_passing_candidate_is_retried_with_fresh_candidates_then_failed() -> None:
+    # Given: a task of two candidates and one retry, whose every attempt fails verification
+    spec = TaskSpec(
+        id="feature", title="feature", prompt="p", agent="fake", index=0, candidates=2, retries=1
+    )
+    plan, run, store = one_task_run(spec, RunConfig(max_parallel=2, retry_backoff_s=0.01))
+    timers = WallTimers()
+    executor = InlineExecutor(timers, failures={"feature": 4})
+    integrator = MemoryIntegrator(BASE)
+    # When: the scheduler drives it
+    try:
+        state = Scheduler(plan, run, store, executor, integrator).run()
+    finally:
+        executor.close()
+        timers.close()
+    # Then: two rounds of two candidates, the second started after the first ended, then failed
+    assert state is RunState.FAILED
+    (task,) = store.tasks(run.id)
+    assert task.state is TaskState.FAILED
+    assert task.reason.startswith("verify_failed: no candidate passed (2 tried)"), task.reason
+    assert task.failures == 2  # one per round
+    attempts = store.attempts(run.id)
+    assert [a.n for a in attempts] == [1, 2, 3, 4]
+    assert all(a.state is AttemptState.FAILED and not a.won for a in attempts)
+    assert [sorted(a.candidate for a in r) for r in (attempts[:2], attempts[2:])] == [[0, 1]] * 2
+    events = store.events(run.id)
+    seq = {(e.attempt, e.data.get("state")): e.seq for e in events if e.kind == "attempt"}
+    assert min(seq[n, "running"] for n in (3, 4)) > max(seq[n, "failed"] for n in (1, 2))
+    retries = [e.data["retry"] for e in events if e.kind == "task" and "retry" in e.data]
+    assert retries == [1]
+    # And: nothing reached the branch
+    assert integrator.tip() == BASE
+    store.close()
