@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from ..config import Config
 from ..errors import PlanError, UsageError
 from ..plan import load_plan
 from .options import (
@@ -210,23 +211,10 @@ def cmd_plan(args: argparse.Namespace, main: Main) -> int:
     import time
 
     from ..forecast import forecast, render
-    from ..gitrepo import Repo, find_toplevel
-    from ..plan import load_config
+    from ..gitrepo import Repo
     from ..planner import make_plan
 
-    root = find_toplevel(args.repo)
-    if root is None:
-        raise UsageError(f"{args.repo} is not inside a git repository")
-    if args.rounds < 1:
-        raise UsageError("--rounds must be at least 1")
-    if args.run and not args.yes and not sys.stdin.isatty():
-        raise UsageError("--run without a terminal needs --yes")
-    config = load_config(root)
-    if args.agent not in config.profiles:
-        known = ", ".join(sorted(config.profiles)) or "none"
-        raise UsageError(
-            f"no agent profile {args.agent!r} in {config.where(root)} (profiles: {known})"
-        )
+    root, config = _planner_config(args)
     log_dir = Repo(root).common_dir / "orchardist" / "plans" / time.strftime("%Y%m%d-%H%M%S")
 
     def shown(r: Any) -> None:
@@ -256,14 +244,39 @@ def cmd_plan(args: argparse.Namespace, main: Main) -> int:
     if not args.run:
         print(f"next: orchardist run {args.out}")
         return EXIT_OK
-    if not args.yes:
-        try:
-            answer = input(f"run {args.out} now? [y/N] ").strip().lower()
-        except EOFError:
-            answer = ""
-        if answer not in ("y", "yes"):
-            return EXIT_OK
+    if not args.yes and not _yes(f"run {args.out} now? [y/N] "):
+        return EXIT_OK
     return main(["run", str(args.out)])
+
+
+def _planner_config(args: argparse.Namespace) -> tuple[Path, Config]:
+    """``plan``'s usage checked: the repository's root and the config holding ``--agent``."""
+    from ..gitrepo import find_toplevel
+    from ..plan import load_config
+
+    root = find_toplevel(args.repo)
+    if root is None:
+        raise UsageError(f"{args.repo} is not inside a git repository")
+    if args.rounds < 1:
+        raise UsageError("--rounds must be at least 1")
+    if args.run and not args.yes and not sys.stdin.isatty():
+        raise UsageError("--run without a terminal needs --yes")
+    config = load_config(root)
+    if args.agent not in config.profiles:
+        known = ", ".join(sorted(config.profiles)) or "none"
+        raise UsageError(
+            f"no agent profile {args.agent!r} in {config.where(root)} (profiles: {known})"
+        )
+    return root, config
+
+
+def _yes(question: str) -> bool:
+    """Ask on the terminal; only y or yes is a yes (end of input is a no)."""
+    try:
+        answer = input(question).strip().lower()
+    except EOFError:
+        answer = ""
+    return answer in ("y", "yes")
 
 
 def add_completion(sub: Commands, build: Callable[[], argparse.ArgumentParser]) -> None:
