@@ -46,8 +46,8 @@ from pathlib import Path
 
 from orchardist.procs import processes_with_env
 from orchardist.records import RunState, TaskState
+from orchardist.runfolders import recorded_run_folder
 from orchardist.runs import Workspace
-from orchardist.worktree import recorded_run_folder
 
 ORCHARDIST = [sys.executable, "-m", "orchardist"]
 MAX_KILLS = 3  # per trial: the first run plus resumes

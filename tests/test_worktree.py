@@ -15,15 +15,9 @@ from orchardist.gc import collect
 from orchardist.gitrepo import Repo
 from orchardist.homes import empty_home, fill_home, tool_homes
 from orchardist.records import RunState
-from orchardist.worktree import (
-    ROOT_VAR,
-    AttemptPaths,
-    Layout,
-    recorded_run_folder,
-    remove_tree,
-    repo_key,
-    workdir_root,
-)
+from orchardist.runfolders import recorded_run_folder
+from orchardist.safeio import remove_tree
+from orchardist.worktree import ROOT_VAR, AttemptPaths, Layout, repo_key, workdir_root
 from run_support import leftovers, run_folder
 from support import Finished, git, make_repo, toml_str, write_plan
 

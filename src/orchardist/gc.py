@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from .records import RunState
+from .runfolders import forget_run, recorded_run_folder
 from .runs import Workspace
-from .worktree import forget_run, recorded_run_folder
 
 FINISHED = (RunState.DONE, RunState.FAILED, RunState.CANCELLED)
 

@@ -8,7 +8,8 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .worktree import AttemptPaths, remove_tree
+from .safeio import remove_tree
+from .worktree import AttemptPaths
 
 # Toolchain roots that default to a folder in HOME (variable: folder in the real home).
 TOOL_HOMES = {

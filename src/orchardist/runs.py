@@ -24,9 +24,9 @@ from .merge import GitIntegrator
 from .plan import Plan
 from .procs import kill_by_env
 from .records import UNFINISHED, AttemptState, Event, Run, RunState, TaskRecord, TaskState
+from .runfolders import remove_run_folder
 from .scheduler import Scheduler
 from .store import Store, Transaction
-from .worktree import remove_run_folder
 
 
 @dataclass(frozen=True)

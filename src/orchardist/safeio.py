@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,3 +74,18 @@ def flocked(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete ``path`` and everything in it, even folders an agent made read-only."""
+    if not os.path.lexists(path):
+        return
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        for folder, _, _ in os.walk(path):
+            with contextlib.suppress(OSError):
+                os.chmod(folder, 0o700)
+        shutil.rmtree(path, ignore_errors=True)

@@ -32,12 +32,10 @@ the user's repository: orchardist reads the result by hashing the tree itself.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
 import secrets
-import shutil
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,6 +45,7 @@ from . import mounts
 from .errors import OrchardistError
 from .gitrepo import Checkout, Repo
 from .safeio import read_capped
+from .safeio import remove_tree as remove_tree  # kept importable from here
 
 ROOT_VAR = "ORCHARDIST_WORKDIR_ROOT"
 LISTING = "listing.git"  # in a run folder; job ids end in ".<number>", so none is named so
@@ -466,64 +465,6 @@ def copy_excludes(common_dir: Path, git_dir: Path) -> None:
     body = read_capped(Path(common_dir) / "info" / "exclude", MAX_EXCLUDE_BYTES)
     if body is not None:
         (Path(git_dir) / "info" / "exclude").write_bytes(body)
-
-
-def recorded_run_folder(state_dir: Path, run_id: str) -> Path | None:
-    """The folder a run's attempts were made in, as the executor recorded it."""
-    try:
-        text = (Path(state_dir) / "workdirs" / run_id).read_text().strip()
-    except OSError:
-        return None
-    folder = Path(text)
-    # Only ever a run folder of our layout: a damaged pointer must not name anything else.
-    if not folder.is_absolute() or folder.name != run_id or folder.parent.name != "runs":
-        return None
-    return folder
-
-
-def remove_run_folder(state_dir: Path, run_id: str) -> int:
-    """Remove a run's attempt folders; returns how many attempts had one."""
-    folder = recorded_run_folder(state_dir, run_id)
-    if folder is None or not folder.is_dir():
-        return 0
-    count = sum(
-        1
-        for entry in folder.iterdir()
-        if entry.name not in (LISTING, PRISTINE) and not _skeleton(entry)
-    )
-    remove_tree(folder)
-    return count
-
-
-def _skeleton(folder: Path) -> bool:
-    """Whether ``folder`` is what an ended overlaid attempt leaves: an empty tree/ alone."""
-    try:
-        return [p.name for p in folder.iterdir()] == ["tree"] and not any(
-            (folder / "tree").iterdir()
-        )
-    except OSError:
-        return False
-
-
-def forget_run(state_dir: Path, run_id: str) -> None:
-    """Remove a run's attempt folders and the note of where they were."""
-    remove_run_folder(state_dir, run_id)
-    (Path(state_dir) / "workdirs" / run_id).unlink(missing_ok=True)
-
-
-def remove_tree(path: Path) -> None:
-    """Delete ``path`` and everything in it, even folders an agent made read-only."""
-    if not os.path.lexists(path):
-        return
-    if path.is_symlink() or not path.is_dir():
-        path.unlink(missing_ok=True)
-        return
-    shutil.rmtree(path, ignore_errors=True)
-    if os.path.lexists(path):
-        for folder, _, _ in os.walk(path):
-            with contextlib.suppress(OSError):
-                os.chmod(folder, 0o700)
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _quoted(value: str) -> str:
