@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from orchardist.executors import Job, Outcome
+from orchardist.executors import AttemptJob, Outcome
 from orchardist.graph import Graph
 from orchardist.hooks import Hooks
 from orchardist.jobs import Briefs, started
@@ -83,8 +83,8 @@ class World:
 
     def attempt(self, task_id: str, state: AttemptState) -> Outcome:
         n = self.rounds.next_attempt(task_id)
-        job = Job(f"{task_id}.{n}", "r", task_id, n, 0, BASE, task_id, "", None, (), ".", 9.0,
-                  task_id, "m")  # fmt: skip
+        job = AttemptJob(f"{task_id}.{n}", "r", task_id, n, 0, BASE, task_id, "", None, (), ".",
+                         9.0, task_id, "m")  # fmt: skip
         with self.ledger.tx() as tx:
             tx.add_attempt(started(job, "bot", 0.0, ""))
         return Outcome(job, state, 0.0, 1.0, failure=Failure.VERIFY_FAILED, detail="tests fail",

@@ -3,7 +3,7 @@ the run branch, as a typed step."""
 
 from __future__ import annotations
 
-from orchardist.executors import Job, Outcome
+from orchardist.executors import AttemptJob, Outcome, VerifyJob
 from orchardist.merge import (
     BranchMoved,
     MemoryIntegrator,
@@ -36,7 +36,7 @@ class Train:
 
 
 def won(task_id: str, base: str = BASE, verify: tuple[str, ...] = ("check",)) -> Outcome:
-    job = Job(f"{task_id}.1", "r", task_id, 1, 0, base, task_id, "", None, verify, ".", 60.0,
+    job = AttemptJob(f"{task_id}.1", "r", task_id, 1, 0, base, task_id, "", None, verify, ".", 60.0,
               f"{task_id}: the message", "m")  # fmt: skip
     return Outcome(job, AttemptState.PASSED, 0.0, 1.0, patch_commit=base)
 
@@ -68,7 +68,8 @@ def test_a_winner_on_a_moved_tip_is_verified_before_it_lands() -> None:
     second = t.train.next(lands)
     # Then: it needs verifying on the new tip, and nothing else moves meanwhile
     assert isinstance(second, NeedsVerify) and second.tip == first.commit
-    assert second.job.purpose == "merge" and second.job.baseline == first.commit
+    assert isinstance(second.job, VerifyJob) and second.job.purpose == "merge"
+    assert second.job.baseline == first.commit and second.job.task_id == "b"
     assert t.train.busy and t.train.next(lands) is None
     assert t.integrator.tip() == first.commit
     # When: the verification passes; Then: it lands on top

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from orchardist.executors import Job
+from orchardist.executors import AttemptJob
 from orchardist.pipeline import Pipelines
 from orchardist.plan import TaskSpec, load_plan
 from orchardist.procs import CancelToken
@@ -61,7 +61,7 @@ def judge(
     out = tree.parent / "output.json"
     if output is not None:
         out.write_text(output if isinstance(output, str) else json.dumps(output))
-    job = Job(
+    job = AttemptJob(
         id="bug.1",
         run_id="r",
         task_id="bug",
@@ -231,8 +231,8 @@ def won(store: Store, task_id: str, base: str, patch: str, handoff: dict[str, An
         )  # fmt: skip
 
 
-def job_for(spec: TaskSpec) -> Job:
-    return Job(
+def job_for(spec: TaskSpec) -> AttemptJob:
+    return AttemptJob(
         id=f"{spec.id}.1", run_id="run", task_id=spec.id, attempt=1, candidate=0,
         base_commit=TIP, title=spec.title, prompt=spec.prompt, profile=None, verify=spec.verify,
         workdir=".", timeout_s=60, message="m", marker="mk", baseline=TIP, check=spec.check,

@@ -3,7 +3,7 @@ merge, and the rewind plan past it. Jobs are not run: the test reports their out
 
 from __future__ import annotations
 
-from orchardist.executors import Job, Outcome
+from orchardist.executors import Job, Outcome, VerifyJob
 from orchardist.merge import MemoryIntegrator
 from orchardist.records import AttemptState, Failure
 from orchardist.regression import Culprit, RegressionGuard, plan_rewind
@@ -37,7 +37,7 @@ def test_the_check_is_due_every_n_merges_or_at_the_end() -> None:
     guard.unchecked += 1
     assert guard.check(BASE) is None
     job = guard.check(BASE, final=True)
-    assert job is not None and job.purpose == "regression" and job.baseline == BASE
+    assert isinstance(job, VerifyJob) and job.purpose == "regression" and job.baseline == BASE
     assert guard.check(BASE, final=True) is None  # one at a time
 
 

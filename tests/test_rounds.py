@@ -3,7 +3,7 @@ ends. No executor, no store: outcomes are built here as an executor would report
 
 from __future__ import annotations
 
-from orchardist.executors import Job, Outcome
+from orchardist.executors import AttemptJob, Outcome
 from orchardist.graph import Graph
 from orchardist.records import AttemptState, Failure
 from orchardist.rounds import Rounds, Unit
@@ -37,8 +37,8 @@ def ended(
     failure: Failure | None = None,
 ) -> Outcome:
     n = rounds.next_attempt(unit.task_id)
-    job = Job(f"{unit.task_id}.{n}", "r", unit.task_id, n, unit.candidate, "b", "", "", None, (),
-              ".", 60.0, "", "m")  # fmt: skip
+    job = AttemptJob(f"{unit.task_id}.{n}", "r", unit.task_id, n, unit.candidate, "b", "", "",
+                     None, (), ".", 60.0, "", "m")  # fmt: skip
     return Outcome(job, state, 0.0, took_s, failure=failure, changed_lines=lines, detail=f"#{n}")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .executors import Job, Outcome
+from .executors import AttemptJob, Job, Outcome
 from .gitrepo import commit_message
 from .plan import Plan
 from .procs import new_marker
@@ -34,9 +34,9 @@ class Briefs:
 
     def attempt(
         self, spec: TaskSpec, n: int, candidate: int, agent: str, tip: str, budget: float | None
-    ) -> Job:
+    ) -> AttemptJob:
         """Attempt ``n`` of a task, by ``agent``, from ``tip``; it may spend ``budget`` USD."""
-        return Job(
+        return AttemptJob(
             id=f"{spec.id}.{n}",
             run_id=self.run_id,
             task_id=spec.id,
@@ -89,7 +89,7 @@ class Briefs:
     def rebuilt(self, attempt: AttemptRecord) -> Outcome:
         """A passed attempt's outcome rebuilt from the store, to merge it again."""
         spec = self.specs[attempt.task_id]
-        job = Job(
+        job = AttemptJob(
             id=f"{spec.id}.{attempt.n}",
             run_id=self.run_id,
             task_id=spec.id,

@@ -12,10 +12,10 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .errors import GitError
-from .executors import Job, Outcome
+from .executors import AttemptJob, Job, Outcome, VerifyJob
 from .gitrepo import Repo
 from .procs import new_marker
 from .records import AttemptState
@@ -179,7 +179,7 @@ class NeedsVerify:
     """The tip moved since the attempt's base: the merged tree runs ``job`` before it lands."""
 
     outcome: Outcome
-    job: Job
+    job: VerifyJob
     tip: str  # the tip it was merged onto
 
 
@@ -223,7 +223,7 @@ class _InFlight:
 
     outcome: Outcome  # the attempt whose patch it carries
     prepared: Prepared
-    job: Job
+    job: VerifyJob
 
 
 class MergeTrain:
@@ -277,6 +277,7 @@ class MergeTrain:
             return None
         outcome = self.queue.popleft()
         job = outcome.job
+        assert isinstance(job, AttemptJob)  # winners are attempts, never verify-only jobs
         if outcome.patch_commit is None or not lands(job.task_id):
             # A task that changes nothing (a scanner), or a stage that hands over instead.
             return self.landed(outcome, None)
@@ -355,20 +356,22 @@ class MergeTrain:
         return True
 
 
-def merge_verify_job(outcome: Outcome, prepared: Prepared) -> Job:
+def merge_verify_job(outcome: Outcome, prepared: Prepared) -> VerifyJob:
     """The job that verifies a patch merged onto a tip that moved since its attempt's base."""
     assert prepared.commit is not None
-    return replace(
-        outcome.job,
-        id=f"{outcome.job.id}.merge",
+    job = outcome.job
+    return VerifyJob(
+        purpose="merge",
+        id=f"{job.id}.merge",
+        run_id=job.run_id,
+        task_id=job.task_id,
+        attempt=job.attempt,
+        candidate=job.candidate,
         base_commit=prepared.commit,
-        profile=None,
+        verify=outcome.verify_commands or job.verify,
+        workdir=job.workdir,
+        timeout_s=job.timeout_s,
         marker=new_marker(),
         baseline=prepared.tip,
-        check=None,
-        purpose="merge",
-        verify=outcome.verify_commands or outcome.job.verify,
-        auto_verify=False,
-        stage="",
-        start_commit=None,
+        network=job.network,
     )

@@ -44,7 +44,7 @@ from .stages import (
 )
 
 if TYPE_CHECKING:
-    from .executors import Job
+    from .executors import AttemptJob
     from .seams import Store, Transaction
 
 
@@ -180,7 +180,7 @@ class Pipelines:
         """Whether a task's winner goes onto the run branch (stages before the fix do not)."""
         return self.specs[task_id].stage in LANDING_STAGES
 
-    def shape(self, job: Job, spec: TaskSpec) -> Job:
+    def shape(self, job: AttemptJob, spec: TaskSpec) -> AttemptJob:
         """A stage's job: its prompt, its inputs, and where its worktree starts."""
         if not spec.stage:
             return job

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .executors import Job, Outcome
+from .executors import Outcome, VerifyJob
 from .policy import INFRA_RETRIES
 from .procs import new_marker
 from .records import AttemptState, Failure
@@ -64,7 +64,7 @@ class Bisect:
 class _Check:
     """The check of the run branch in flight, and the bisect it may have started."""
 
-    job: Job
+    job: VerifyJob
     tip: str  # the commit being checked
     bisect: Bisect | None = None
     output: str = ""  # the last failing output
@@ -95,7 +95,7 @@ class GuardStep:
     checked: Checked | None = None  # say how the check went
     not_run: str | None = None  # the check could not run (why)
     off: str | None = None  # the guard switched itself off (why)
-    probe: Job | None = None  # the next bisect probe, to submit
+    probe: VerifyJob | None = None  # the next bisect probe, to submit
     culprit: Culprit | None = None  # rewind the branch past it
 
 
@@ -118,7 +118,7 @@ class RegressionGuard:
         self.off = False  # the check cannot tell anything on this run
         self.infra = 0  # checks that could not run
 
-    def check(self, tip: str, final: bool = False) -> Job | None:
+    def check(self, tip: str, final: bool = False) -> VerifyJob | None:
         """The check to run now on ``tip``, if one is due (``final``: however few merges)."""
         if not self.settings.regression or self.off or self.in_flight is not None:
             return None
@@ -180,21 +180,17 @@ class RegressionGuard:
         """The branch was rewound: the new tip is checked after the next merge."""
         self.unchecked = self.settings.regression_every
 
-    def _job(self, commit: str, label: str) -> Job:
-        return Job(
+    def _job(self, commit: str, label: str) -> VerifyJob:
+        return VerifyJob(
             id=f"regression.{commit[:12]}.{label}.{new_marker()[:6]}",
             run_id=self.run_id,
             task_id="",
             attempt=0,
             candidate=0,
             base_commit=commit,
-            title="regression check",
-            prompt="",
-            profile=None,
             verify=self.settings.regression,
             workdir=self.settings.workdir,
             timeout_s=self.timeout_s,
-            message="",
             marker=new_marker(),
             baseline=self.base,
             purpose="regression",

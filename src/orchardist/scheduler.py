@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from .clocks import Alarms
 from .events import AttemptEvent, BreakerEvent, Kind, MergeEvent, RegressionEvent, RunEvent
-from .executors import Executor, Job, Outcome, Phase
+from .executors import AttemptJob, Executor, Outcome, Phase
 from .graph import Graph
 from .hooks import Hooks
 from .jobs import Briefs, log_path, started
@@ -81,7 +81,7 @@ class Scheduler:
         self.inbox: queue.SimpleQueue[Phase | Outcome | Stop] = queue.SimpleQueue()
         self.ledger = Ledger(store, self.hooks, run.id, clock, fail_fast)
         self.tasks = self.ledger.tasks  # the same dict: the ledger keeps it in step
-        self.active: dict[str, Job] = {}
+        self.active: dict[str, AttemptJob] = {}
         self.train = MergeTrain(integrator, run.branch, self.ledger.intend, self.ledger.deleted)
         timeout_s = max((t.timeout_s for t in plan.tasks), default=3600.0)
         self.guard = RegressionGuard(plan.run, run.id, run.base_commit, timeout_s, integrator)
@@ -258,7 +258,9 @@ class Scheduler:
 
     def _attempt_ended(self, outcome: Outcome) -> None:
         job = outcome.job
-        if self.active.pop(job.id, None) is None or job.profile is None:
+        if self.active.pop(job.id, None) is None or not isinstance(job, AttemptJob):
+            return
+        if job.profile is None:  # (never: an attempt submitted has its agent's profile)
             return
         usage, dropped = checked_usage(outcome.usage)
         outcome = replace(outcome, usage=usage)

@@ -21,7 +21,7 @@ from .records import Failure
 from .safeio import read_capped
 
 if TYPE_CHECKING:
-    from .executors import Job
+    from .executors import AttemptJob
     from .procs import CancelToken
 
 
@@ -211,7 +211,7 @@ class Judgement:
     detail: str = ""
 
 
-def judge_stage(job: Job, run: StageRun, unchanged: bool) -> Judgement:
+def judge_stage(job: AttemptJob, run: StageRun, unchanged: bool) -> Judgement:
     """Check a reproduce, audit or localize attempt: its handoff, then what it claims."""
     try:
         handoff = read_handoff(run.output_file, job.stage)

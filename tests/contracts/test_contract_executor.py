@@ -21,7 +21,15 @@ import pytest
 from orchardist import RunState, Workspace, create_run, execute, load_plan
 from orchardist.clocks import FakeClock
 from orchardist.errors import PlanError
-from orchardist.executors import EXECUTORS, Executor, Job, Outcome, Phase, executor_class
+from orchardist.executors import (
+    EXECUTORS,
+    AttemptJob,
+    Executor,
+    Job,
+    Outcome,
+    Phase,
+    executor_class,
+)
 from orchardist.executors.inline import InlineExecutor
 from orchardist.executors.local import LocalExecutor
 from orchardist.gitrepo import Repo
@@ -73,7 +81,7 @@ class Harness(Protocol):
 
 
 def _job(task_id: str, base: str, profile: AgentProfile, timeout_s: float = 120.0) -> Job:
-    return Job(
+    return AttemptJob(
         id=f"{task_id}.1",
         run_id="run1",
         task_id=task_id,

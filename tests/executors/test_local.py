@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from orchardist import RunState
-from orchardist.executors import Job, Outcome, Phase
+from orchardist.executors import AttemptJob, Outcome, Phase
 from orchardist.executors.local import LocalExecutor
 from orchardist.gitrepo import Repo
 from orchardist.procs import CancelToken, new_marker
@@ -529,7 +529,7 @@ def test_an_attempt_folder_is_removed_after_its_outcome_is_heard_and_before_clos
         repo, tmp_path / "state", guard_checkout=False, workspace=tmp_path / "work"
     )
     profile = AgentProfile("sh", "shell", options={"command": "echo done > done.txt"})
-    job = Job(
+    job = AttemptJob(
         id="a.1",
         run_id="run1",
         task_id="a",

@@ -1,6 +1,7 @@
 """The Executor seam: where an attempt runs.
 
-The scheduler hands an executor a :class:`Job` and hears back through a callback: once when the
+The scheduler hands an executor a :data:`Job` (an :class:`AttemptJob`, or a :class:`VerifyJob`
+that only verifies) and hears back through a callback: once when the
 job enters verification, once with its :class:`Outcome`. Everything that touches the attempt's
 files (worktree, agent, snapshot, verify, logs) happens behind this seam, so a distributed
 executor only has to produce the same messages and make the patch commit reachable in the repo.
@@ -12,7 +13,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..errors import UsageError
 from ..gitrepo import Repo
@@ -29,18 +30,20 @@ EXECUTORS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class Job:
-    """One attempt to run: an agent then verify, or (profile None) verify only."""
+class AttemptJob:
+    """One attempt: the task's agent works in a worktree, then its patch is verified."""
 
+    purpose: ClassVar[str] = "attempt"  # for logs and events, as VerifyJob's
     id: str  # unique within a run
     run_id: str
     task_id: str
     attempt: int
     candidate: int
-    base_commit: str  # the worktree starts here
+    base_commit: str  # the patch is taken against this commit
     title: str
     prompt: str
-    profile: AgentProfile | None
+    profile: AgentProfile | None  # None only when rebuilt from the store to merge again, for
+    # an agent the plan no longer names; an attempt submitted to an executor always has one
     verify: tuple[str, ...]
     workdir: str  # where commands run, relative to the worktree root
     timeout_s: float  # agent and verify together
@@ -51,7 +54,6 @@ class Job:
     check_baseline: str | None = None  # None: ``baseline``
     auto_verify: bool = False  # discover tests from the changed files; ``verify`` is the fallback
     max_patch_bytes: int | None = None  # a patch with a larger file fails
-    purpose: str = "attempt"  # attempt | merge | regression (for logs and events)
     network: bool = False  # verify commands and checks may use the network (agents always may)
     allow_empty: bool = False  # an agent that changes nothing may still pass verification
     stage: str = ""  # a pipeline stage (reproduce, audit, localize, fix); see pipeline.py
@@ -59,6 +61,38 @@ class Job:
     max_cost_usd: float | None = None  # what the agent may spend: the task's budget left
     start_commit: str | None = None  # the worktree starts here (None: at base_commit), while
     # the patch is still taken against base_commit (a fix starts from base + the reproduction)
+
+    @property
+    def start(self) -> str:
+        """The commit the worktree starts at."""
+        return self.start_commit or self.base_commit
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyJob:
+    """Verify only, no agent: a merged tree before it lands, or a commit of the run branch."""
+
+    purpose: str  # merge | regression (for logs and events)
+    id: str  # unique within a run
+    run_id: str
+    task_id: str  # the task whose patch it verifies; "" for a regression check
+    attempt: int  # that task's attempt (0 for a regression check)
+    candidate: int
+    base_commit: str  # the tree verified
+    verify: tuple[str, ...]
+    workdir: str  # where commands run, relative to the worktree root
+    timeout_s: float
+    marker: str  # tags every process of the job
+    baseline: str | None = None  # failing commands are judged against this commit's results
+    network: bool = False  # verify commands may use the network
+
+    @property
+    def start(self) -> str:
+        """The commit the worktree starts at."""
+        return self.base_commit
+
+
+Job = AttemptJob | VerifyJob  # what an executor runs
 
 
 @dataclass(frozen=True)

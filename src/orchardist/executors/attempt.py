@@ -14,7 +14,7 @@ from ..isolation import Spec
 from ..procs import CancelToken
 from ..records import Failure, Usage
 from ..worktree import AttemptPaths
-from . import Job, Outcome
+from . import AttemptJob, Job, Outcome
 from .confinement import writable_of
 
 MAX_ENV_PROMPT_BYTES = 64 * 1024  # larger prompts are only in the prompt file (exec limits)
@@ -32,6 +32,12 @@ class Attempt:
     token: CancelToken
     end: Callable[..., Outcome]  # the attempt's Outcome, with its times and log filled in
 
+    @property
+    def agent_job(self) -> AttemptJob:
+        """The job, for the steps that only an attempt with an agent takes."""
+        assert isinstance(self.job, AttemptJob)
+        return self.job
+
 
 @dataclass(frozen=True)
 class Work:
@@ -44,7 +50,7 @@ class Work:
 
 
 def agent_context(
-    job: Job,
+    job: AttemptJob,
     paths: AttemptPaths,
     cwd: Path,
     env: dict[str, str],
@@ -95,7 +101,7 @@ def agent_context(
     )
 
 
-def note_ending(job: Job, result: AgentResult, log: Path, reason: str | None) -> AgentResult:
+def note_ending(job: AttemptJob, result: AgentResult, log: Path, reason: str | None) -> AgentResult:
     """End the log of a killed agent with a line saying so, why, and after how long.
 
     A timeout is told in the configured value (``timed out after 5s``), not in what was left

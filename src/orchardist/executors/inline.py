@@ -21,7 +21,7 @@ from ..clocks import Timers, WallTimers
 from ..gitrepo import Repo
 from ..records import AttemptState, Failure
 from ..store import Store
-from . import Job, Notify, Outcome, Phase
+from . import AttemptJob, Job, Notify, Outcome, Phase
 
 if TYPE_CHECKING:
     from ..specs import RunConfig
@@ -60,7 +60,7 @@ class InlineExecutor:
 
     def submit(self, job: Job, notify: Notify) -> None:
         """Schedule the job's end on the clock; returns at once."""
-        duration = self.durations_s.get(job.task_id, 0.0) if job.profile is not None else 0.0
+        duration = self.durations_s.get(job.task_id, 0.0) if isinstance(job, AttemptJob) else 0.0
         started = self.clock.now()
         with self._lock:
             if job.id in self._pending:
@@ -99,7 +99,7 @@ class InlineExecutor:
 
     def _outcome(self, job: Job, started: float) -> Outcome:
         now = self.clock.now()
-        if job.profile is not None and job.attempt <= self.failures.get(job.task_id, 0):
+        if isinstance(job, AttemptJob) and job.attempt <= self.failures.get(job.task_id, 0):
             return Outcome(
                 job,
                 AttemptState.FAILED,

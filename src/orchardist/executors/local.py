@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from ..stages import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
 from ..store import Store
 from ..verify import CommandVerifier, tail_of
 from ..worktree import AttemptPaths, Layout, workdir_root
-from . import Job, Notify, Outcome, Phase
+from . import AttemptJob, Job, Notify, Outcome, Phase
 from .attempt import Attempt, Work, agent_context, note_ending
 from .baselines import LocalBaselines as LocalBaselines  # kept importable from here
 from .confinement import Confinement, without, writable_of
@@ -195,7 +194,7 @@ class LocalExecutor:
             return Outcome(job, state, started, self.clock(), failure, log_path=str(log), **kw)
 
         try:
-            self.layout.create(paths, job.start_commit or job.base_commit, job.run_id)
+            self.layout.create(paths, job.start, job.run_id)
         except (OrchardistError, OSError) as exc:
             return end(AttemptState.FAILED, Failure.INFRA_ERROR, detail=str(exc))
         try:
@@ -205,14 +204,14 @@ class LocalExecutor:
                 return end(AttemptState.FAILED, Failure.INFRA_ERROR, detail=detail)
             attempt = Attempt(job, paths, cwd, log, deadline, token, end)
             work = Work(job.base_commit)
-            if job.profile is not None:
+            if isinstance(job, AttemptJob):
                 ran = self._run_agent(attempt)
                 if isinstance(ran, Outcome):
                     return ran
                 work = ran
             empty_home(paths)  # verify runs the agent's code: no credentials copied for it
             notify(Phase(job, "verifying"))
-            if job.stage in JUDGED_STAGES:
+            if isinstance(job, AttemptJob) and job.stage in JUDGED_STAGES:
                 return self._judge(attempt, work)
             return self._verify(attempt, work)
         finally:
@@ -221,7 +220,7 @@ class LocalExecutor:
     def _run_agent(self, a: Attempt) -> Outcome | Work:
         """Run the job's agent, then take what it did as a patch; an Outcome when that ends
         the attempt (cancelled, failed, contained, no changes)."""
-        job, paths = a.job, a.paths
+        job, paths = a.agent_job, a.paths
         assert job.profile is not None
         # Decided before the agent runs: it could rewrite its .git file to point anywhere.
         agent_spec = self.confine(paths, network=True)
@@ -230,7 +229,7 @@ class LocalExecutor:
         gitfile = (read_capped(paths.tree / ".git", GIT_FILE_MAX_BYTES) or b"").decode(
             errors="replace"
         )
-        env = self._env(job, paths)
+        env = self._env(job, paths, job.profile)
         kind = agent_class(job.profile.kind)
         fill_home(paths, self.confinement.real_home(), kind.home_files, kind.home_state)
         ctx = agent_context(job, paths, a.cwd, env, a.log, a.deadline, a.token, agent_spec)
@@ -259,7 +258,7 @@ class LocalExecutor:
 
     def _work(self, a: Attempt, gitfile: str, result: AgentResult, usage: Usage) -> Outcome | Work:
         """The agent's work as a patch, unless it must not be kept or changed nothing."""
-        job, summary = a.job, result.detail
+        job, summary = a.agent_job, result.detail
         try:
             patch = self._take_patch(job, a.paths, gitfile)
         except _Contained as exc:
@@ -281,7 +280,7 @@ class LocalExecutor:
 
     def _judge(self, a: Attempt, work: Work) -> Outcome:
         """A reproduce, audit or localize stage: its handoff judged, nothing verified."""
-        job, paths = a.job, a.paths
+        job, paths = a.agent_job, a.paths
         env = {**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"}
         spec = self.confine(paths, network=job.network)
         writable = None if spec is None else writable_of(spec)
@@ -335,9 +334,9 @@ class LocalExecutor:
                 fh.write(f"orchardist: {note}\n")
         verdict = self.verifier.verify(
             commands,
-            check=job.check,
+            check=job.check if isinstance(job, AttemptJob) else None,
             baseline=job.baseline,
-            check_baseline=job.check_baseline,
+            check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
             workdir=job.workdir,
             cwd=a.cwd,
             env={**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"},
@@ -379,7 +378,7 @@ class LocalExecutor:
             **common,
         )
 
-    def _take_patch(self, job: Job, paths: AttemptPaths, gitfile: str) -> str:
+    def _take_patch(self, job: AttemptJob, paths: AttemptPaths, gitfile: str) -> str:
         """Snapshot the agent's work, refusing what it must not do or produce."""
         worktree = paths.tree
         # Never a plain open: the agent may have left a FIFO there (an open would block for good).
@@ -391,9 +390,8 @@ class LocalExecutor:
             raise _Contained(reason)
         try:
             checkout = self.layout.checkout(paths, job.run_id)
-            start = job.start_commit or job.base_commit
-            patch = self.repo.snapshot(worktree, start, job.message, checkout)
-            if start != job.base_commit:  # what the worktree started with is part of the patch
+            patch = self.repo.snapshot(worktree, job.start, job.message, checkout)
+            if job.start != job.base_commit:  # what the worktree started with is part of the patch
                 patch = self.repo.commit_tree(
                     self.repo.tree_of(patch), [job.base_commit], job.message
                 )
@@ -407,7 +405,7 @@ class LocalExecutor:
 
     def _unchanged(self, job: Job, patch: str) -> bool:
         """Whether the patch's tree is the one the worktree started from."""
-        return self.repo.tree_of(patch) == self.repo.tree_of(job.start_commit or job.base_commit)
+        return self.repo.tree_of(patch) == self.repo.tree_of(job.start)
 
     def _fingerprint(self) -> dict[str, str]:
         ignore = ["refs/heads/orchardist/"]
@@ -420,7 +418,7 @@ class LocalExecutor:
 
     def _commands(self, job: Job, worktree: Path, patch: str) -> tuple[tuple[str, ...], str]:
         """The verify commands; with ``auto_verify``, tests found for the changed files."""
-        if not job.auto_verify:
+        if not isinstance(job, AttemptJob) or not job.auto_verify:
             return job.verify, ""
         prefix = "" if job.workdir in ("", ".") else job.workdir.rstrip("/") + "/"
         changed = self.repo.changed_files(job.base_commit, patch)
@@ -431,7 +429,7 @@ class LocalExecutor:
 
     def _verify_env(self, job: Job, paths: AttemptPaths) -> dict[str, str]:
         """Verify commands run the agent's code: they get no agent credentials at all."""
-        return self._env(replace(job, profile=None), paths)
+        return self._env(job, paths, None)
 
     def _agent(self, profile: AgentProfile) -> Agent:
         with self._lock:
@@ -439,10 +437,10 @@ class LocalExecutor:
                 self._agents[profile.name] = make_agent(profile)
             return self._agents[profile.name]
 
-    def _env(self, job: Job, paths: AttemptPaths) -> dict[str, str]:
+    def _env(self, job: Job, paths: AttemptPaths, profile: AgentProfile | None) -> dict[str, str]:
         allow: tuple[str, ...] = ()
-        if job.profile is not None:
-            allow = (*job.profile.env, *agent_class(job.profile.kind).env_keys)
+        if profile is not None:  # the agent's own keys; verify commands get none
+            allow = (*profile.env, *agent_class(profile.kind).env_keys)
         env = scrubbed_env(allow, self.environ)
         env.update(
             ORCHARDIST_RUN=job.run_id,

@@ -40,7 +40,7 @@ from ..records import AgentProfile, AttemptState, Failure
 from ..specs import RunConfig
 from ..store import MEMORY, Store
 from ..worktree import Layout, repo_key, workdir_root
-from . import Job, Notify, Outcome, Phase
+from . import AttemptJob, Job, Notify, Outcome, Phase
 from .rayconnect import CONNECT_TIMEOUT_S as CONNECT_TIMEOUT_S  # kept importable from here
 from .rayconnect import RAY_MISSING as RAY_MISSING
 from .rayconnect import connect, first_line, import_ray
@@ -67,7 +67,7 @@ DOCTOR_TIMEOUT_S = 120.0  # for every node to answer doctor --executor ray
 def resources(job: Job) -> dict[str, float]:
     """What the job's Ray task asks for: its profile's ``num_cpus`` and ``memory_mb``; one CPU
     for a job without a profile (a merge's verification)."""
-    profile = job.profile
+    profile = job.profile if isinstance(job, AttemptJob) else None
     needs = {"num_cpus": profile.num_cpus if profile is not None else NUM_CPUS}
     if profile is not None and profile.memory_mb is not None:
         needs["memory"] = float(int(profile.memory_mb * 1024 * 1024))
@@ -273,7 +273,7 @@ class RayExecutor:
         outcome = replace(result.outcome, job=job, log_path=str(log))
         if outcome.patch_commit and result.patch:
             self._receive(job, outcome.patch_commit, result.patch)
-        if outcome.verdict or job.stage:
+        if outcome.verdict or (isinstance(job, AttemptJob) and job.stage):
             notify(Phase(job, "verifying"))  # it happened on the node; heard of only now
         return outcome
 
@@ -323,7 +323,7 @@ class RayExecutor:
 
     def _bundles_for(self, job: Job) -> tuple[Bundle, ...]:
         """The bundles a node needs for the job's commits, each put in the object store once."""
-        commits = [job.base_commit, job.start_commit, job.baseline]
+        commits = [job.base_commit, job.start, job.baseline]
         wanted: list[Bundle] = []
         with self._lock:
             for commit in dict.fromkeys(c for c in commits if c):
