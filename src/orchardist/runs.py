@@ -309,6 +309,10 @@ def execute(
         monotonic=monotonic,
         fail_fast=fail_fast,
     )
+    if own_executor:
+        # Everything the attempts left on disk is gone before the run is recorded as ended:
+        # an orchestrator killed in between resumes a run that is still running, and tidies.
+        scheduler.before_finish = executor.close
     if on_scheduler is not None:
         on_scheduler(scheduler)
     try:

@@ -92,6 +92,7 @@ class Scheduler:
         self.alarms = Alarms(monotonic)  # retries after their back-off, the deadline
         self.stopping: Stop | None = None  # hard stop: cancel what runs
         self.soft_stop: str | None = None  # budget: launch nothing new, finish what runs
+        self.before_finish: Callable[[], None] = lambda: None  # runs.execute: tidy first
         self.pipelines = Pipelines(self.specs, store, run.id, self.train.start_on)
         self.life = Lifecycle(
             self.specs,
@@ -123,6 +124,7 @@ class Scheduler:
             self._fire_timers()
             if message is not None:
                 self._handle(message)
+        self.before_finish()
         return self._finish()
 
     def abandon(self) -> None:
