@@ -503,19 +503,7 @@ def test_retries_back_off_between_attempts_and_end_in_failure_when_spent(
     ]
     assert run.task("hopeless")["reason"] == "agent_error: agent exited with 4"
     assert len(run.task("hopeless")["attempts"]) == 2
-    # each retry waited its back-off: 0.05 s doubling per failure, jittered into [half, all]
-    retries = [
-        e.data
-        for e in run.ws.store.events(run.run.id)
-        if e.kind == "task" and e.task_id == "third_time" and "retry" in e.data
-    ]
-    assert [r["retry"] for r in retries] == [1, 2]
-    assert 0.025 <= retries[0]["retry_in_s"] <= 0.05
-    assert 0.05 <= retries[1]["retry_in_s"] <= 0.1
-    attempts = run.ws.store.attempts(run.run.id, "third_time")
-    for before, after, retry in zip(attempts, attempts[1:], retries, strict=False):
-        assert before.ended_at is not None
-        assert after.started_at - before.ended_at >= retry["retry_in_s"] - 0.01
+    # (the back-off between attempts, measured: test_scheduler_fakes.py, on the inline executor)
 
 
 def test_a_profile_launch_interval_spaces_its_attempts(repo: Path, run_plan: RunPlan) -> None:

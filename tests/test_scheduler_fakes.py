@@ -114,3 +114,46 @@ def test_a_task_without_a_passing_candidate_is_retried_with_fresh_candidates_the
     # And: nothing reached the branch
     assert integrator.tip() == BASE
     store.close()
+
+
+def test_retries_back_off_between_attempts_and_end_in_failure_when_spent() -> None:
+    # Given: one task that passes on its third attempt (2 retries), one that always fails (1)
+    tasks = (
+        TaskSpec(id="third_time", title="t", prompt="p", agent="fake", index=0, retries=2),
+        TaskSpec(id="hopeless", title="h", prompt="p", agent="fake", index=1, retries=1),
+    )
+    plan, run, store = one_task_run(tasks[0], RunConfig(max_parallel=2, retry_backoff_s=0.1))
+    plan = Plan(plan.path, plan.repo, plan.run, plan.agents, tasks, "")
+    with store.transaction() as tx:
+        tx.add_task(TaskRecord(run.id, "hopeless", TaskState.PENDING, 1))
+    timers = WallTimers()
+    executor = InlineExecutor(timers, failures={"third_time": 2, "hopeless": 99})
+    # When: the scheduler drives it
+    try:
+        state = Scheduler(plan, run, store, executor, MemoryIntegrator(BASE)).run()
+    finally:
+        executor.close()
+        timers.close()
+    # Then: third_time merged on its third attempt, hopeless failed after two
+    assert state is RunState.FAILED
+    assert {t.task_id: t.state for t in store.tasks(run.id)} == {
+        "third_time": TaskState.DONE,
+        "hopeless": TaskState.FAILED,
+    }
+    states = [a.state for a in store.attempts(run.id, "third_time")]
+    assert states == [AttemptState.FAILED, AttemptState.FAILED, AttemptState.MERGED]
+    assert len(store.attempts(run.id, "hopeless")) == 2
+    # And: each retry waited its back-off, 0.1 s doubling per failure, jittered into [half, all]
+    retries = [
+        e.data
+        for e in store.events(run.id)
+        if e.kind == "task" and e.task_id == "third_time" and "retry" in e.data
+    ]
+    assert [r["retry"] for r in retries] == [1, 2]
+    assert 0.05 <= retries[0]["retry_in_s"] <= 0.1
+    assert 0.1 <= retries[1]["retry_in_s"] <= 0.2
+    attempts = store.attempts(run.id, "third_time")
+    for before, after, retry in zip(attempts, attempts[1:], retries, strict=False):
+        assert before.ended_at is not None
+        assert after.started_at - before.ended_at >= retry["retry_in_s"] - 0.01
+    store.close()
