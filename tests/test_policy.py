@@ -7,7 +7,6 @@ waiting is for agents that must be cut off by a deadline.
 
 from __future__ import annotations
 
-import itertools
 import random
 import shlex
 import threading
@@ -506,37 +505,8 @@ def test_retries_back_off_between_attempts_and_end_in_failure_when_spent(
     # (the back-off between attempts, measured: test_scheduler_fakes.py, on the inline executor)
 
 
-def test_a_profile_launch_interval_spaces_its_attempts(repo: Path, run_plan: RunPlan) -> None:
-    plan = write_plan(
-        repo,
-        """
-        [run]
-        max_parallel = 3
-
-        [agents.paced]
-        kind = "scripted"
-        launch_interval = "0.3s"
-        script = { "*" = { print = "hi" } }
-
-        [[task]]
-        id = "a"
-        allow_empty = true
-
-        [[task]]
-        id = "b"
-        allow_empty = true
-
-        [[task]]
-        id = "c"
-        allow_empty = true
-        """,
-    )
-
-    run = drive_bounded(run_plan, plan)
-
-    assert run.state is RunState.DONE, run.doc
-    starts = sorted(a.started_at for a in run.ws.store.attempts(run.run.id))
-    assert all(later - earlier >= 0.29 for earlier, later in itertools.pairwise(starts))
+# A profile's launch interval spacing its attempts: on the inline executor, in
+# test_scheduler_fakes.py.
 
 
 # -- budgets ---------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ integrator and an in-memory store. No git, no process, no file: what is left is 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from orchardist.clocks import WallTimers
@@ -157,3 +158,45 @@ def test_retries_back_off_between_attempts_and_end_in_failure_when_spent() -> No
         assert before.ended_at is not None
         assert after.started_at - before.ended_at >= retry["retry_in_s"] - 0.01
     store.close()
+
+
+def run_on_fakes(
+    tasks: tuple[TaskSpec, ...],
+    profiles: dict[str, AgentProfile],
+    run_config: RunConfig,
+    failures: dict[str, int] | None = None,
+) -> tuple[RunState, Store, Run]:
+    """Drive ``tasks`` to their end on the inline executor (wall timers, jobs of no duration),
+    the in-memory integrator and an in-memory store."""
+    plan = Plan(
+        Path("/nonexistent/plan.toml"), Path("/nonexistent"), run_config, profiles, tasks, ""
+    )
+    store = Store.in_memory()
+    run = Run("r1", "plan.toml", "", "/nonexistent", BASE, "orchardist/r1", RunState.RUNNING, 0.0)
+    with store.transaction() as tx:
+        tx.add_run(run)
+        for task in tasks:
+            tx.add_task(TaskRecord(run.id, task.id, TaskState.PENDING, task.index))
+    timers = WallTimers()
+    executor = InlineExecutor(timers, failures=failures)
+    try:
+        state = Scheduler(plan, run, store, executor, MemoryIntegrator(BASE)).run()
+    finally:
+        executor.close()
+        timers.close()
+    return state, store, run
+
+
+def test_a_profile_launch_interval_spaces_its_attempts() -> None:
+    # Given: three independent tasks on a profile that launches at most one every 0.3 s
+    paced = AgentProfile("paced", "shell", launch_interval_s=0.3, options={"command": "true"})
+    tasks = tuple(
+        TaskSpec(id=t, title=t, prompt=t, agent="paced", index=i) for i, t in enumerate("abc")
+    )
+    # When
+    state, store, run = run_on_fakes(tasks, {"paced": paced}, RunConfig(max_parallel=3))
+    # Then: though three slots were free, the starts are 0.3 s apart
+    assert state is RunState.DONE
+    starts = sorted(a.started_at for a in store.attempts(run.id))
+    assert len(starts) == 3
+    assert all(later - earlier >= 0.29 for earlier, later in itertools.pairwise(starts))
