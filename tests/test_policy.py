@@ -617,8 +617,9 @@ def test_a_deadline_stops_the_run_quickly_and_it_is_resumable(repo: Path) -> Non
     # When
     first = orchardist(repo, "run", str(plan))
 
-    # Then: stopped at the deadline, the running attempts cut and recorded interrupted
-    assert time.monotonic() - began < 15
+    # Then: stopped at the deadline (well before the agents' 30 s), the running attempts cut and
+    # recorded interrupted
+    assert time.monotonic() - began < 25
     assert first.returncode == 1, first.stdout + first.stderr
     run_id = only_run(repo)
     doc = status(repo, run_id)
