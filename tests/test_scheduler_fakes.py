@@ -165,6 +165,7 @@ def run_on_fakes(
     profiles: dict[str, AgentProfile],
     run_config: RunConfig,
     failures: dict[str, int] | None = None,
+    durations_s: dict[str, float] | None = None,
 ) -> tuple[RunState, Store, Run]:
     """Drive ``tasks`` to their end on the inline executor (wall timers, jobs of no duration),
     the in-memory integrator and an in-memory store."""
@@ -178,7 +179,7 @@ def run_on_fakes(
         for task in tasks:
             tx.add_task(TaskRecord(run.id, task.id, TaskState.PENDING, task.index))
     timers = WallTimers()
-    executor = InlineExecutor(timers, failures=failures)
+    executor = InlineExecutor(timers, durations_s=durations_s, failures=failures)
     try:
         state = Scheduler(plan, run, store, executor, MemoryIntegrator(BASE)).run()
     finally:
@@ -200,3 +201,39 @@ def test_a_profile_launch_interval_spaces_its_attempts() -> None:
     starts = sorted(a.started_at for a in store.attempts(run.id))
     assert len(starts) == 3
     assert all(later - earlier >= 0.29 for earlier, later in itertools.pairwise(starts))
+
+
+def max_overlap(intervals: list[tuple[float, float]]) -> int:
+    """The largest number of intervals open at one instant (an end sorts before a start)."""
+    points = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    best = now = 0
+    for _, step in points:
+        now += step
+        best = max(best, now)
+    return best
+
+
+def test_a_profiles_max_parallel_is_respected_beside_others() -> None:
+    # Given: three tasks on a profile limited to one at a time, two on an unlimited one, a run
+    # of four slots; every attempt takes 0.2 s
+    solo = AgentProfile("solo", "shell", max_parallel=1, options={"command": "true"})
+    free = AgentProfile("free", "shell", options={"command": "true"})
+    names = {"s1": "solo", "s2": "solo", "s3": "solo", "f1": "free", "f2": "free"}
+    tasks = tuple(
+        TaskSpec(id=t, title=t, prompt=t, agent=a, index=i)
+        for i, (t, a) in enumerate(names.items())
+    )
+    # When
+    state, store, run = run_on_fakes(
+        tasks,
+        {"solo": solo, "free": free},
+        RunConfig(max_parallel=4),
+        durations_s=dict.fromkeys(names, 0.2),
+    )
+    # Then: one solo task at a time, beside both free ones
+    assert state is RunState.DONE
+    spans = {a.task_id: (a.started_at, a.ended_at or 0.0) for a in store.attempts(run.id)}
+    assert max_overlap([spans[t] for t in ("s1", "s2", "s3")]) == 1
+    assert max_overlap([spans[t] for t in ("f1", "f2")]) == 2
+    assert max_overlap(list(spans.values())) == 3
+    store.close()
