@@ -45,7 +45,8 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    """A local cluster for the whole session, always torn down."""
+    """A local cluster for the whole session, always torn down (pytest-xdist's ``--dist
+    loadfile``, in pyproject.toml, runs this whole file on one worker: one cluster)."""
     started = RayCluster(tmp_path_factory.mktemp("ray-cluster"))
     try:
         started.start(workers=2, cpus_per_worker=2)
