@@ -41,8 +41,10 @@ def emitted() -> list[tuple[str, str, list[str] | None]]:
             if not isinstance(node, ast.Call):
                 continue
             name = ast.unparse(node.func)
-            if name.endswith("._event") and len(node.args) >= 2:
-                kind_node = node.args[1]
+            kinds_given = [a for a in node.args[:2] if ast.unparse(a).startswith("Kind.")]
+            if name.endswith((".event", "._event")) and kinds_given:
+                # tx.event(Kind.X, ...) and the ledger's own event(tx, Kind.X, ...)
+                kind_node = kinds_given[0]
                 states = next((_constant(k.value) for k in node.keywords if k.arg == "state"), [])
             elif name == "Event" and len(node.args) >= 2:
                 kind_node = node.args[1]
