@@ -133,6 +133,18 @@ def drive_as_run(ws: Any, plan: Any, run: Any, *, json: bool, max_parallel: int 
     return drive(ws, plan, run, driven)
 
 
+def unfinished_run(args: argparse.Namespace, verb: str) -> tuple[Any, Any]:
+    """The workspace and the run ``args.run`` names; a UsageError when it already ended."""
+    from ..records import UNFINISHED
+    from ..runs import Workspace
+
+    ws = Workspace.open(args.repo, create=False)
+    run = ws.resolve_run(args.run)
+    if run.state not in UNFINISHED:
+        raise UsageError(f"run {run.id} already ended ({run.state.value}); nothing to {verb}")
+    return ws, run
+
+
 def add_resume(sub: Commands) -> None:
     """Register ``orchardist resume``."""
     p = sub.add_parser(
@@ -156,13 +168,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     """``orchardist resume [RUN]``."""
     from dataclasses import replace
 
-    from ..records import UNFINISHED
-    from ..runs import Workspace
-
-    ws = Workspace.open(args.repo, create=False)
-    run = ws.resolve_run(args.run)
-    if run.state not in UNFINISHED:
-        raise UsageError(f"run {run.id} already ended ({run.state.value}); nothing to resume")
+    ws, run = unfinished_run(args, "resume")
     plan = plan_of(ws, run)
     changes: dict[str, Any] = {}
     if args.deadline is not None:
@@ -233,13 +239,9 @@ def add_cancel(sub: Commands) -> None:
 def cmd_cancel(args: argparse.Namespace) -> int:
     """``orchardist cancel RUN``."""
     from ..control import Orchestrator
-    from ..records import UNFINISHED
-    from ..runs import Workspace, cancel_abandoned, run_lock
+    from ..runs import cancel_abandoned, run_lock
 
-    ws = Workspace.open(args.repo, create=False)
-    run = ws.resolve_run(args.run)
-    if run.state not in UNFINISHED:
-        raise UsageError(f"run {run.id} already ended ({run.state.value}); nothing to cancel")
+    ws, run = unfinished_run(args, "cancel")
     orchestrator = Orchestrator.find(ws.state_dir, run.id)
     if orchestrator is None:
         with run_lock(ws, run.id):
