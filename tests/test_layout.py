@@ -87,3 +87,17 @@ def test_no_function_is_over_60_lines() -> None:
         for name, line, n in long_functions(path.read_text())
     ]
     assert over == [], f"make these steps of at most {MAX_FUNCTION_LINES} lines"
+
+
+def test_the_version_is_written_once() -> None:
+    # Given the project file and the package
+    import tomllib
+    from importlib.metadata import version
+
+    import orchardist
+
+    project = tomllib.loads((SRC.parents[1] / "pyproject.toml").read_text())
+    # Then pyproject takes the version from the package, which installs under it
+    assert "version" not in project["project"], "pyproject writes a version of its own"
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "orchardist.__version__"}
+    assert version("orchardist") == orchardist.__version__
