@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from ..procs import ProcessResult
-from ..records import Failure
+from ..records import AgentProfile, Failure
 from . import AgentContext, AgentResult
 from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, str_list_problem
 from .limits import epoch_datetime
@@ -84,9 +84,13 @@ class ClaudeAgent(CliAgent):
             return [(p, "allowed_tools")]
         return []
 
+    def __init__(self, profile: AgentProfile) -> None:
+        super().__init__(profile)
+        self.allowed_tools = tuple(str(t) for t in self.options.get("allowed_tools", DEFAULT_TOOLS))
+
     def argv(self, ctx: AgentContext, prompt: str | None) -> list[str]:
         """``claude -p`` reading the prompt from stdin."""
-        tools = self.options.get("allowed_tools", DEFAULT_TOOLS)
+        tools = self.allowed_tools
         argv = [self.command, "-p", "--output-format", "stream-json", "--verbose"]
         argv += ["--permission-mode", str(self.permission)]
         if tools:

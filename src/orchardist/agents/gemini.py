@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..procs import ProcessResult
-from ..records import Failure
+from ..records import AgentProfile, Failure
 from . import AgentContext, AgentResult
 from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, home_path, str_list_problem
 
@@ -98,9 +98,13 @@ class GeminiAgent(CliAgent):
             return [(p, "allowed_tools")]
         return []
 
+    def __init__(self, profile: AgentProfile) -> None:
+        super().__init__(profile)
+        self.allowed_tools = tuple(str(t) for t in self.options.get("allowed_tools", DEFAULT_TOOLS))
+
     def argv(self, ctx: AgentContext, prompt: str | None) -> list[str]:
         """``gemini --output-format stream-json -p PROMPT`` (a long prompt comes on stdin)."""
-        tools = self.options.get("allowed_tools", DEFAULT_TOOLS)
+        tools = self.allowed_tools
         argv = [self.command, "--output-format", "stream-json", "--skip-trust"]
         argv += ["--approval-mode", str(self.permission)]
         if tools:
@@ -129,7 +133,7 @@ class GeminiAgent(CliAgent):
         if self.max_turns is not None:
             settings["model"] = {"maxSessionTurns": self.max_turns}
         (folder / "settings.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
-        tools = self.options.get("allowed_tools", DEFAULT_TOOLS)
+        tools = self.allowed_tools
         rules = [
             f'[[rule]]\ntoolName = {json.dumps(str(t))}\ndecision = "allow"\npriority = 100\n'
             for t in tools
