@@ -78,11 +78,14 @@ class CountingBaselines:
         timeout_s: float,
         run_id: str = "",
         cancel: CancelToken | None = None,
+        network: bool = False,
     ) -> CommandOutcome:
         """Record the lookup, then answer as the real cache does."""
         with self._lock:
             self.lookups.append((commit, f"[{workdir}] {command}"))
-        return self.inner.outcome(commit, command, workdir, timeout_s, run_id, cancel)
+        return self.inner.outcome(
+            commit, command, workdir, timeout_s, run_id, cancel, network=network
+        )
 
 
 def git(repo: Path, *args: str) -> None:
