@@ -107,3 +107,42 @@ def test_the_live_table_starts_a_resumed_runs_tasks_where_they_were_and_ticks_by
         assert table.live._get_renderable == table._render
     finally:
         table.close()
+
+
+def test_the_live_table_of_a_large_plan_draws_the_tasks_under_way_and_counts_the_rest() -> None:
+    import io
+
+    from rich.console import Console
+
+    from orchardist.display import LiveTable
+    from orchardist.events import Kind
+    from orchardist.plan import AgentProfile, Plan, RunConfig, TaskSpec
+    from orchardist.records import Event
+
+    # Given a plan of 2,000 tasks: 1,990 done, 3 running, the rest pending
+    ids = [f"t{n:04d}" for n in range(2000)]
+    tasks = tuple(TaskSpec(i, i, "", "bot", n) for n, i in enumerate(ids))
+    plan = Plan(Path("p"), Path("."), RunConfig(), {"bot": AgentProfile("bot", "shell")}, tasks, "")
+    out = io.StringIO()
+    table = LiveTable(plan, Console(file=out, width=100), "run")
+    try:
+        for n, task in enumerate(ids[:1993]):
+            for state in ("ready", "running", "done"):
+                if state == "done" and n >= 1990:
+                    break
+                table.on_event(Event("r", Kind.TASK, float(n), task, None, {"state": state}))
+
+        # When it is drawn
+        shown = io.StringIO()
+        Console(file=shown, width=100).print(table._render())
+    finally:
+        table.close()
+
+    # Then the running tasks and the last to end are rows, the rest a line and the counts
+    text = shown.getvalue()
+    for task in ("t1990", "t1991", "t1992", "t1989", "t1985"):
+        assert task in text
+    assert "t0000" not in text and "t1984" not in text and "t1999" not in text
+    assert "... and 1992 more tasks" in text
+    assert "1990 done  7 pending  3 running" in text
+    assert len(text.splitlines()) < 20
