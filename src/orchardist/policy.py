@@ -261,15 +261,12 @@ class Budgets:
         self.task_limits = task_limits
         self.cost: defaultdict[str, float] = defaultdict(float)
         self.held: set[str] = set()  # tasks out of their budget
-
-    @property
-    def total(self) -> float:
-        """What the run spent so far."""
-        return sum(self.cost.values())
+        self.total = 0.0  # what the run spent so far (kept, not summed: checked per launch)
 
     def spend(self, task_id: str, usage: Usage) -> None:
         """An attempt of the task used this much."""
         self.cost[task_id] += usage.cost_usd or 0.0
+        self.total += usage.cost_usd or 0.0
 
     def task_spent(self, task_id: str) -> bool:
         """Whether the task may start no further attempt."""
