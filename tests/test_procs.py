@@ -19,6 +19,8 @@ from orchardist.procs import (
     MARKER_VAR,
     CancelToken,
     ProcessResult,
+    _members,
+    _parents_first,
     kill_tree,
     marked_processes,
     new_marker,
@@ -453,3 +455,33 @@ def test_kill_tree_finds_marked_processes_outside_any_group(tmp_path: Path) -> N
     assert killed == 1
     assert proc.returncode == -15
     assert kill_tree(-1, marker) == 0
+
+
+def test_sigterm_reaches_a_parent_before_its_children(tmp_path: Path) -> None:
+    # Given a chain of processes: a shell, its child, and that child's child, in a fresh session
+    chain = subprocess.Popen(
+        ["/bin/sh", "-c", "sh -c 'sleep 1000 & echo started; wait' & wait"],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert chain.stdout is not None and chain.stdout.readline() == b"started\n"
+        members = _members(chain.pid, None)
+        # When the processes are put in signalling order, in every order a set may hold them
+        for ordering in (sorted(members), sorted(members, reverse=True)):
+            # Then each comes after its parent
+            order = _parents_first(set(ordering))
+            assert order[0] == chain.pid
+            for pid in order[1:]:
+                assert _ppid(pid) in order[: order.index(pid)]
+    finally:
+        kill_tree(chain.pid, None, grace_s=0.0)
+        chain.wait()
+        assert chain.stdout is not None
+        chain.stdout.close()
+
+
+def _ppid(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(stat[stat.rindex(b")") + 2 :].split()[1])

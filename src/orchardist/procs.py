@@ -379,9 +379,34 @@ def _signal_all(pids: set[int], sig: signal.Signals, leader: int) -> None:
     if leader > 0:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(leader, sig)
-    for pid in pids:
+    for pid in _parents_first(pids):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
+
+
+def _parents_first(pids: set[int]) -> list[int]:
+    """``pids`` with every process before its descendants among them.
+
+    A shell that traps SIGTERM must get it before its children die: signalled after them, it
+    may reap them and run to its end first, and its trap never runs (a set's order would do
+    that whenever a child's pid hashes before its parent's).
+    """
+    parent: dict[int, int] = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+            parent[pid] = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        except (OSError, ValueError):
+            parent[pid] = 0
+
+    def depth(pid: int) -> int:
+        seen = 0
+        while parent.get(pid, 0) in parent and seen < len(parent):
+            pid, seen = parent[pid], seen + 1
+        return seen
+
+    return sorted(pids, key=lambda pid: (depth(pid), pid))
 
 
 def _wait_gone(pids: set[int], seconds: float) -> set[int]:
