@@ -146,6 +146,7 @@ class _Pristine:
     commit: str
     users: int = 1
     index: bytes = b""  # its git index, as the checkout wrote it
+    digest: bytes = b""  # the index's sha256 (hashed once, not once per attempt)
     ready: threading.Event = field(default_factory=threading.Event)
     failed: bool = False
 
@@ -230,7 +231,7 @@ class Layout:
         # a link, not a copy: the pristine never rewrites this file in place (see _fill_pristine)
         os.link(base.root / "checkout.index", paths.checkout_index)
         with self._lock:
-            self._indexes[paths.root] = hashlib.sha256(base.index).digest()
+            self._indexes[paths.root] = base.digest
         return True
 
     def _pristine(self, run_id: str, commit: str) -> _Pristine | None:
@@ -250,6 +251,7 @@ class Layout:
             return found
         try:
             base.index = self._fill_pristine(base.root, commit, old)
+            base.digest = hashlib.sha256(base.index).digest()
             fresh = base.root / "checkout.index.new"  # replaced whole: attempts link the old one
             fresh.write_bytes(base.index)
             fresh.replace(base.root / "checkout.index")
