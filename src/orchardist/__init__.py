@@ -2,26 +2,58 @@
 
 The public surface is small: load and validate a plan, open a repository's workspace, create
 and execute a run, and read its status. Everything else is an implementation detail.
+
+The names are imported on first use (PEP 562): every ``python -m orchardist.X`` process (the
+CLI, the scripted agent, the sandbox wrapper, Ray's reaper) imports this package first, and
+most of them need a small part of it.
 """
 
 from __future__ import annotations
 
-from .errors import (
-    AgentError,
-    GitError,
-    OrchardistError,
-    PlanError,
-    Problem,
-    RunLockedError,
-    StoreError,
-    UsageError,
-)
-from .plan import AgentProfile, Plan, TaskSpec, load_plan
-from .records import AttemptState, Failure, RunState, TaskState
-from .report import status_document
-from .runs import Workspace, create_run, execute
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .errors import (
+        AgentError,
+        GitError,
+        OrchardistError,
+        PlanError,
+        Problem,
+        RunLockedError,
+        StoreError,
+        UsageError,
+    )
+    from .plan import AgentProfile, Plan, TaskSpec, load_plan
+    from .records import AttemptState, Failure, RunState, TaskState
+    from .report import status_document
+    from .runs import Workspace, create_run, execute
 
 __version__ = "0.1.0"
+
+# each public name to the module it lives in
+_HOMES = {
+    "AgentError": "errors",
+    "GitError": "errors",
+    "OrchardistError": "errors",
+    "PlanError": "errors",
+    "Problem": "errors",
+    "RunLockedError": "errors",
+    "StoreError": "errors",
+    "UsageError": "errors",
+    "AgentProfile": "plan",
+    "Plan": "plan",
+    "TaskSpec": "plan",
+    "load_plan": "plan",
+    "AttemptState": "records",
+    "Failure": "records",
+    "RunState": "records",
+    "TaskState": "records",
+    "status_document": "report",
+    "Workspace": "runs",
+    "create_run": "runs",
+    "execute": "runs",
+}
 
 __all__ = [
     "AgentError",
@@ -46,3 +78,18 @@ __all__ = [
     "load_plan",
     "status_document",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names (``dir(orchardist)``)."""
+    return __all__
