@@ -23,8 +23,8 @@ reference tree. Then each trial:
 Printed: ``trials run``, ``invariant violations`` (target 0), how many kills landed and how many
 of them while a task was merging, and each violation. Exit code 1 if any violation.
 
-The test suite imports this module (``tests/test_resume.py``) and runs as many trials as fit in
-its time budget; this script is the longer soak.
+The test suite imports this module (``tests/test_resume.py``) and runs three seeded trials;
+this script is the longer soak.
 """
 
 from __future__ import annotations
