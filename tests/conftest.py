@@ -28,33 +28,6 @@ def pytest_configure(config: pytest.Config) -> None:
     sys.dont_write_bytecode = False
 
 
-# Test files whose tests must share one pytest-xdist worker: each Ray test file's tests share
-# one session cluster. Every other test is scheduled on its own.
-ONE_WORKER_FILES = frozenset({"tests/executors/test_ray.py", "tests/executors/test_ray_nodes.py"})
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Tests one at a time to whichever worker is free, except ``ONE_WORKER_FILES``, each a
-    single unit; the largest units first, then in collection order (slow tests first).
-
-    (xdist's own ``--dist loadgroup`` cannot do this under pytest 9, which no longer lets it
-    rename the node ids it groups by.)"""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class TestsApart(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return path if path in ONE_WORKER_FILES else nodeid
-
-    return TestsApart(config, log)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` first (a stable sort): most of their time is spent waiting, so
-    they overlap best with everything else when they start early."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 @pytest.fixture(autouse=True)
 def _isolated_git(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch

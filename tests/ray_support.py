@@ -25,8 +25,6 @@ from orchardist.procs import kill_by_env, processes_with_env
 CLUSTER_VAR = "ORCHARDIST_TEST_RAY_CLUSTER"
 NODE_VAR = "ORCHARDIST_TEST_RAY_NODE"
 START_TIMEOUT_S = 180.0
-START_S = 180.0  # for an attempt to start on the cluster (a loaded 2-core machine)
-RUN_S = 600.0  # for a whole run
 
 
 def ray_available() -> bool:

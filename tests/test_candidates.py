@@ -62,7 +62,6 @@ def calc_repo(tmp_path: Path) -> Iterator[Path]:
 # -- the smallest passing candidate wins -------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_the_smallest_passing_candidate_is_merged_and_every_result_is_kept(
     calc_repo: Path, run_plan: RunPlan, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -217,7 +217,6 @@ def test_a_check_that_fails_on_the_base_accepts_only_the_candidate_that_makes_it
     assert_nothing_left(run)
 
 
-@pytest.mark.slow
 def test_a_check_that_does_not_reproduce_is_not_retried(shop_repo: Path, run_plan: RunPlan) -> None:
     # Given: the same non-reproducing check, with retries to spare
     plan = write_plan(
@@ -249,7 +248,6 @@ def test_a_check_that_does_not_reproduce_is_not_retried(shop_repo: Path, run_pla
 # -- verify = "auto" ----------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_auto_verify_runs_the_tests_of_the_changed_files_and_says_which(
     shop_repo: Path, run_plan: RunPlan
 ) -> None:
@@ -311,7 +309,6 @@ def test_auto_verify_runs_the_tests_of_the_changed_files_and_says_which(
 # -- baseline reuse -----------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_one_baseline_run_per_base_commit_and_command_whatever_the_number_of_candidates(
     shop_repo: Path, run_plan: RunPlan
 ) -> None:

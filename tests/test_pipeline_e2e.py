@@ -38,7 +38,6 @@ def project(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return add_project(repo)
 
 
-@pytest.mark.slow
 def test_a_debug_pipeline_rejects_an_easy_reproduction_and_lands_the_minimal_fix_with_its_test(
     project: Path, shell_scripts: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -106,7 +105,6 @@ def test_a_debug_pipeline_rejects_an_easy_reproduction_and_lands_the_minimal_fix
     assert leftovers(project, only_run(project)) == []
 
 
-@pytest.mark.slow
 def test_a_fix_pipeline_whose_single_shot_changes_nothing_escalates_to_the_debug_stages(
     project: Path, shell_scripts: Callable[..., str]
 ) -> None:

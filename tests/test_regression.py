@@ -201,7 +201,6 @@ def test_a_regression_is_bisected_to_the_later_merge_which_is_taken_off_and_reru
 # -- every K merges -----------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_with_regression_every_2_the_check_waits_for_two_merges_then_bisects_them(
     limit_repo: Path, run_plan: RunPlan, tmp_path: Path
 ) -> None:
@@ -235,7 +234,6 @@ def test_with_regression_every_2_the_check_waits_for_two_merges_then_bisects_the
     assert_nothing_left(run)
 
 
-@pytest.mark.slow
 def test_a_merged_dependent_of_the_culprit_is_reverified_on_the_new_tip_not_rerun(
     limit_repo: Path, run_plan: RunPlan, tmp_path: Path
 ) -> None:

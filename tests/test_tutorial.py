@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 TUTORIAL = Path(__file__).resolve().parent.parent / "docs" / "tutorial.md"
 
 
@@ -18,7 +16,6 @@ def sh_blocks(text: str) -> list[str]:
     return re.findall(r"^```sh\n(.*?)^```$", text, flags=re.S | re.M)
 
 
-@pytest.mark.slow
 def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     # Given: the tutorial's shell blocks, each announced by a marker line
     blocks = sh_blocks(TUTORIAL.read_text())

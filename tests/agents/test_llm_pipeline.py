@@ -14,8 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from modelapi.server import ModelServer, Reply, Request
 from support import git, make_repo
 
@@ -153,7 +151,6 @@ class DebuggingModel(ModelServer):
         return known.get(key, "")
 
 
-@pytest.mark.slow
 def test_the_llm_agent_drives_a_debug_pipeline_writing_its_handoffs_from_its_prompts(
     tmp_path: Path,
 ) -> None:

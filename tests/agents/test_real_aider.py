@@ -53,7 +53,6 @@ def run_aider(
     return run_task(project, profile, env, tmp_path)
 
 
-@pytest.mark.slow
 def test_aider_fixes_the_bug_and_the_fix_merges_with_its_reported_tokens(
     project: Path, aider: Path, tmp_path: Path
 ) -> None:
@@ -75,7 +74,6 @@ def test_aider_fixes_the_bug_and_the_fix_merges_with_its_reported_tokens(
     assert git(project, "show", "--name-only", "--format=", task["commit"]).split() == ["calc.py"]
 
 
-@pytest.mark.slow
 def test_a_refused_key_is_an_auth_error(aider: Path, project: Path, tmp_path: Path) -> None:
     # Given an API that refuses the key (401): aider exits 0, the error line fails it
     with OpenAiServer(fail=refused_key()) as api:
@@ -86,7 +84,6 @@ def test_a_refused_key_is_an_auth_error(aider: Path, project: Path, tmp_path: Pa
     assert breaker_states(project) == ["open"]
 
 
-@pytest.mark.slow
 def test_an_edit_aider_refuses_fails_the_attempt_with_no_changes(
     aider: Path, project: Path, tmp_path: Path
 ) -> None:
@@ -101,7 +98,6 @@ def test_an_edit_aider_refuses_fails_the_attempt_with_no_changes(
     assert (project / "calc.py").read_text() == BUGGY
 
 
-@pytest.mark.slow
 def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
     aider: Path, project: Path, tmp_path: Path
 ) -> None:
@@ -121,7 +117,6 @@ def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
     assert (task["state"], second["state"]) == ("done", "merged"), task
 
 
-@pytest.mark.slow
 def test_a_budget_stop_ends_aider_and_keeps_the_tokens_it_reported(
     aider: Path, project: Path, tmp_path: Path
 ) -> None:

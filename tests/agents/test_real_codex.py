@@ -101,7 +101,6 @@ def test_a_patch_codex_could_not_write_fails_the_attempt(
     assert (project / "calc.py").read_text() == BUGGY
 
 
-@pytest.mark.slow
 def test_a_refused_key_is_an_auth_error(codex: Path, project: Path, tmp_path: Path) -> None:
     # Given an API that refuses the key (401), as OpenAI does
     with OpenAiServer(fail=refused_key()) as api:
@@ -114,7 +113,6 @@ def test_a_refused_key_is_an_auth_error(codex: Path, project: Path, tmp_path: Pa
     assert "401" in attempt["detail"] and "Reconnecting" not in attempt["detail"], attempt
 
 
-@pytest.mark.slow
 def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
     codex: Path, project: Path, tmp_path: Path
 ) -> None:

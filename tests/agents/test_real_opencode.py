@@ -67,7 +67,6 @@ def api() -> Iterator[OpenAiServer]:
         yield server
 
 
-@pytest.mark.slow
 def test_opencode_fixes_the_bug_and_the_fix_merges_with_its_reported_cost(
     project: Path, opencode: Path, api: OpenAiServer, tmp_path: Path
 ) -> None:
@@ -88,7 +87,6 @@ def test_opencode_fixes_the_bug_and_the_fix_merges_with_its_reported_cost(
     assert {r.header("authorization") for r in api.requests} == {"Bearer sk-fake-key"}
 
 
-@pytest.mark.slow
 def test_a_refused_key_is_an_auth_error(opencode: Path, project: Path, tmp_path: Path) -> None:
     # Given an API that refuses the key (401)
     with OpenAiServer(fail=refused_key()) as api:
@@ -100,7 +98,6 @@ def test_a_refused_key_is_an_auth_error(opencode: Path, project: Path, tmp_path:
     assert breaker_states(project) == ["open"]
 
 
-@pytest.mark.slow
 def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
     opencode: Path, project: Path, tmp_path: Path
 ) -> None:
@@ -118,7 +115,6 @@ def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
     assert (task["state"], second["state"]) == ("done", "merged"), task
 
 
-@pytest.mark.slow
 def test_an_edit_opencode_refuses_fails_the_attempt_with_no_changes(
     opencode: Path, project: Path, tmp_path: Path
 ) -> None:
@@ -141,7 +137,6 @@ def test_an_edit_opencode_refuses_fails_the_attempt_with_no_changes(
     assert (project / "calc.py").read_text() == BUGGY
 
 
-@pytest.mark.slow
 def test_a_budget_stop_ends_opencode_and_keeps_the_usage_it_reported(
     opencode: Path, project: Path, tmp_path: Path
 ) -> None:
@@ -169,7 +164,6 @@ def log_events(attempt: dict[str, Any]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log_of(attempt).splitlines() if line.startswith('{"')]
 
 
-@pytest.mark.slow
 def test_the_tasks_max_cost_usd_stops_a_running_opencode_too(
     opencode: Path, project: Path, tmp_path: Path
 ) -> None:

@@ -425,7 +425,6 @@ def test_timeouts_end_agents_and_verify_commands_early(repo: Path, run_plan: Run
     assert elapsed < 20
 
 
-@pytest.mark.slow
 def test_processes_an_agent_leaves_behind_are_ended(
     repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
 ) -> None:

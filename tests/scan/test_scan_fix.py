@@ -138,7 +138,6 @@ def attempt_windows(ws: Workspace, run_id: str) -> dict[str, list[tuple[int, int
     return windows
 
 
-@pytest.mark.slow
 def test_fix_groups_by_file_verifies_each_fix_and_reports_what_stays_open(tmp_path: Path) -> None:
     # Given: the fixture package and scripted fixers, one per kind of outcome
     repo = fixture_repo(tmp_path / "repo")

@@ -85,7 +85,6 @@ depends_on = ["left", "right"]
 """
 
 
-@pytest.mark.slow
 def test_a_live_run_in_the_browser(
     repo: Path, run_plan: RunPlan, browser: Any, tmp_path: Path
 ) -> None:
