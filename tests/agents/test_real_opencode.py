@@ -101,16 +101,19 @@ def test_a_refused_key_is_an_auth_error(opencode: Path, project: Path, tmp_path:
 def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
     opencode: Path, project: Path, tmp_path: Path
 ) -> None:
-    # Given an API that answers 429 with reset headers to opencode's first session, and a task
+    # Given an API that answers 429 with reset headers to opencode's first session (100 ms:
+    # retry-after-ms, which opencode's own retries wait for; retry-after says 1 s), and a task
     # with no retries
-    with OpenAiServer([FIX, Text("Fixed add().")], rate_limited(1), fail_conversations=1) as api:
+    limit = rate_limited(0.1)
+    with OpenAiServer([FIX, Text("Fixed add().")], limit, fail_conversations=1) as api:
         task = run_opencode(project, opencode, api, tmp_path)
     # Then the first attempt was rate limited (reset read from its headers), the second merged
     first, second = task["attempts"]
     assert first["failure"] == "rate_limited", first
-    # paused for the reset time the tool reported, not counted against the task's retries
+    # paused for the reset time the tool reported (the precise one), not counted against the
+    # task's retries
     assert [(e["failure"], e.get("retry_after_s")) for e in requeued(project)] == [
-        ("rate_limited", 1.0)
+        ("rate_limited", 0.1)
     ]
     assert (task["state"], second["state"]) == ("done", "merged"), task
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,21 +73,26 @@ def unauthorized() -> ApiError:
     )
 
 
-def rate_limited(reset_s: int = 120, should_retry: bool | None = None) -> ApiError:
-    """429 with the API's reset headers (``retry-after`` and ``x-ratelimit-reset-*``).
+def rate_limited(reset_s: float = 120, should_retry: bool | None = None) -> ApiError:
+    """429 with the API's reset headers (``retry-after``, ``retry-after-ms``, ``x-ratelimit-*``).
 
-    ``should_retry`` adds the API's ``x-should-retry`` header, which the OpenAI SDKs obey.
+    A reset under a second is said in milliseconds, as the API does ("try again in 100ms"), and
+    ``retry-after`` (whole seconds) is rounded up. ``should_retry`` adds the API's
+    ``x-should-retry`` header, which the OpenAI SDKs obey.
     """
     extra = {} if should_retry is None else {"x-should-retry": str(should_retry).lower()}
+    reset_ms = round(reset_s * 1000)
+    reset = f"{reset_ms}ms" if reset_ms < 1000 else f"{reset_s:g}s"
     headers = {
         **extra,
-        "retry-after": str(reset_s),
+        "retry-after": str(math.ceil(reset_s)),
+        "retry-after-ms": str(reset_ms),
         "x-ratelimit-limit-requests": "500",
         "x-ratelimit-remaining-requests": "0",
-        "x-ratelimit-reset-requests": f"{reset_s}s",
-        "x-ratelimit-reset-tokens": f"{reset_s}s",
+        "x-ratelimit-reset-requests": reset,
+        "x-ratelimit-reset-tokens": reset,
     }
-    message = f"Rate limit reached for requests. Please try again in {reset_s}s."
+    message = f"Rate limit reached for requests. Please try again in {reset}."
     return ApiError(429, "requests", message, "rate_limit_exceeded", headers)
 
 

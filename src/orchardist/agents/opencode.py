@@ -4,8 +4,9 @@
 ``text``, ``tool_use``, ``step_finish``, ``error``), each with the ``sessionID``. Every
 ``step_finish`` part carries that step's ``cost`` and ``tokens``; orchardist sums them. A
 ``tool_use`` its permission rules refused (status ``error``, "a rule which prevents you") is
-listed in the attempt's summary, so a run that changed nothing says why. Recorded real streams:
-tests/fixtures/agents/opencode/.
+listed in the attempt's summary, so a run that changed nothing says why. An ``error`` event
+carries the API's response headers: a 429's reset is ``retry-after-ms`` (what opencode's own
+retries wait for), else ``retry-after``. Recorded real streams: tests/fixtures/agents/opencode/.
 
 Permission: a table of OpenCode permissions passed as ``OPENCODE_PERMISSION``; the default lets
 it edit and run commands, and denies touching directories outside the worktree. ``opencode run``
@@ -144,5 +145,15 @@ class OpenCodeAgent(CliAgent):
             status = 401
         seen.error(f"{error.get('name', 'Error')}: {message}", status)
         headers = {str(k).lower(): v for k, v in (data.get("responseHeaders") or {}).items()}
+        reset = _reset_s(headers)
+        if reset is not None:
+            seen.retry_after_s = reset
+
+
+def _reset_s(headers: Mapping[str, Any]) -> float | None:
+    """The API's reset in seconds: ``retry-after-ms`` first, as opencode's own retries read it
+    (a reset under a second is rounded up to one in ``retry-after``), else ``retry-after``."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         with contextlib.suppress(KeyError, TypeError, ValueError):
-            seen.retry_after_s = float(headers["retry-after"])
+            return float(headers[name]) * scale
+    return None
