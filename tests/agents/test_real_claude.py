@@ -123,9 +123,10 @@ def test_a_refused_key_is_an_auth_error_that_opens_the_breaker(
 def test_a_rate_limit_pauses_and_relaunches_without_counting_a_retry(
     tmp_path: Path, claude: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a backend that answers 429 more often than Claude Code retries by itself (twice)
+    # Given a backend that answers 429 (retry after 1 s) more often than Claude Code retries by
+    # itself (twice)
     # And a plan that allows no retries
-    doc, _ = _run(tmp_path, claude, monkeypatch, FIX, fail=too_many(2), failures=3)
+    doc, _ = _run(tmp_path, claude, monkeypatch, FIX, fail=too_many(1), failures=3)
     task = only_task(doc)
     # Then the rate-limited attempt was requeued, and the next one merged the fix
     assert task["attempts"][0]["failure"] == "rate_limited"
