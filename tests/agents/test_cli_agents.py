@@ -150,6 +150,7 @@ CASES = [
             "json",
             "-m",
             "anthropic/claude-sonnet-4-5",
+            f"--title={ctx.title}",
             "--",
             PROMPT,
         ],

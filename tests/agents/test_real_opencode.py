@@ -85,6 +85,8 @@ def test_opencode_fixes_the_bug_and_the_fix_merges_with_its_reported_cost(
     expected = (INPUT_TOKENS * PRICE_IN + OUTPUT_TOKENS * PRICE_OUT) * steps / 1e6
     assert attempt["cost_usd"] == pytest.approx(expected)
     assert {r.header("authorization") for r in api.requests} == {"Bearer sk-fake-key"}
+    # and opencode made no model call that it reports no cost for (a session title, say)
+    assert [r for r in api.model_calls if not r.body.get("tools")] == []
 
 
 def test_a_refused_key_is_an_auth_error(opencode: Path, project: Path, tmp_path: Path) -> None:

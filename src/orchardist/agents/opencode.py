@@ -8,6 +8,9 @@ listed in the attempt's summary, so a run that changed nothing says why. An ``er
 carries the API's response headers: a 429's reset is ``retry-after-ms`` (what opencode's own
 retries wait for), else ``retry-after``. Recorded real streams: tests/fixtures/agents/opencode/.
 
+``--title`` names the session after the task: without it, opencode asks the model for a title,
+one more paid call that no ``step_finish`` reports (so orchardist could not count its cost).
+
 Permission: a table of OpenCode permissions passed as ``OPENCODE_PERMISSION``; the default lets
 it edit and run commands, and denies touching directories outside the worktree. ``opencode run``
 rejects anything that would ask.
@@ -99,6 +102,8 @@ class OpenCodeAgent(CliAgent):
         argv = [self.command, "run", "--format", "json"]
         if self.model:
             argv += ["-m", self.model]
+        if not any(a == "--title" or a.startswith("--title=") for a in self.args):
+            argv.append(f"--title={ctx.title or ctx.task_id}")  # no title request: see above
         argv += self.args
         return argv if prompt is None else [*argv, "--", prompt]
 
