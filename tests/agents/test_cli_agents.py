@@ -104,6 +104,7 @@ CASES = [
             "--no-pretty",
             "--no-gitignore",
             "--no-check-update",
+            "--no-show-release-notes",
             "--chat-history-file",
             str(ctx.output_file.parent / "aider.chat.md"),
             "--input-history-file",

@@ -70,6 +70,9 @@ def test_aider_fixes_the_bug_and_the_fix_merges_with_its_reported_tokens(
         OUTPUT_TOKENS * calls,
     )
     assert "Your Name" not in (project / ".git" / "config").read_text()
+    # and aider, in a home it has never run in, did not offer (and with --yes-always open) the
+    # release notes of its "new version" in a browser
+    assert "release-notes" not in log_of(attempt), log_of(attempt)
     # and the commit holds the fix alone, not aider's repository-map cache
     assert git(project, "show", "--name-only", "--format=", task["commit"]).split() == ["calc.py"]
 

@@ -94,7 +94,9 @@ class AiderAgent(CliAgent):
         """``aider --message-file`` with its history files kept out of the worktree."""
         argv = [self.command, "--message-file", str(ctx.prompt_file)]
         argv += ["--yes-always", "--no-auto-commits", "--no-stream", "--no-pretty"]
-        argv += ["--no-gitignore", "--no-check-update"]
+        # every attempt's home is new, so every run is aider's "first run": with --yes-always it
+        # would open its release notes in a browser
+        argv += ["--no-gitignore", "--no-check-update", "--no-show-release-notes"]
         private = ctx.output_file.parent
         argv += ["--chat-history-file", str(private / "aider.chat.md")]
         argv += ["--input-history-file", str(private / "aider.input.history")]
