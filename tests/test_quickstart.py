@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,19 +12,14 @@ import pytest
 
 from orchardist.cli import main
 from orchardist.plan import load_plan
+from quickstart_support import expected_branch, quickstart_repo
 from support import git
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "quickstart"
 
 
 @pytest.fixture
 def quickstart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The example copied into a repository of its own, with ``python`` meaning this interpreter."""
-    repo = tmp_path / "quickstart"
-    shutil.copytree(EXAMPLE, repo, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
-    git(repo, "init", "-q")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "textkit 0.1.0")
+    repo = quickstart_repo(tmp_path)
     # The plan's commands say `python`; make that the interpreter running these tests (it has
     # pytest), whatever else is on PATH.
     bin_dir = tmp_path / "bin"
@@ -96,6 +90,13 @@ def test_quickstart_ends_with_one_verified_commit_per_task(
     assert sorted(commits) == sorted(task_ids)
     assert len(log.splitlines()) == len(task_ids)
     assert {task_id: tasks[task_id]["commit"] for task_id in commits} == commits
+
+    # And its tree is the canned changes applied in dependency order, each commit titled as its
+    # task: what the run on a Ray cluster must give too (tests/executors/test_ray.py)
+    expected = expected_branch(tmp_path / "expected")
+    assert git(quickstart, "rev-parse", f"{doc['branch']}^{{tree}}") == expected.tree
+    subjects = git(quickstart, "log", "--format=%s", f"{head}..{doc['branch']}").splitlines()
+    assert sorted(subjects) == sorted(expected.subjects)
 
     # And the branch's tree passes the example's whole suite
     tree = tmp_path / "branch-tree"
