@@ -34,6 +34,7 @@ START_TIMEOUT_S = 180.0
 # - a node pulling an object retries the pull after 1 s instead of 10 s: a retried attempt's
 #   bundle whose copy Ray chose to pull was on the dead node cost its retry 10 s (every other
 #   time, measured: the source is picked at random among the object's copies).
+# - no metrics collected or exported (nobody scrapes them here).
 RAY_SETTINGS = {
     "RAY_health_check_initial_delay_ms": "1000",
     "RAY_health_check_period_ms": "500",
@@ -41,6 +42,7 @@ RAY_SETTINGS = {
     "RAY_health_check_timeout_ms": "10000",
     "RAY_object_manager_pull_timeout_ms": "1000",
     "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_enable_metrics_collection": "0",
 }
 
 
@@ -149,6 +151,9 @@ class RayCluster:
                 "--block",
                 "--node-ip-address=127.0.0.1",
                 "--disable-usage-stats",
+                # the log monitor sends workers' output to drivers: orchardist's driver asks
+                # for none (log_to_driver=False), and it is a process per node polling files
+                "--include-log-monitor=false",
                 *ports,
                 *args,
             ],
