@@ -44,6 +44,7 @@ from pathlib import Path
 from . import mounts
 from .errors import OrchardistError
 from .gitrepo import Checkout, Repo
+from .indexfile import IndexFile, advance
 from .safeio import read_capped
 from .safeio import remove_tree as remove_tree  # kept importable from here
 
@@ -147,6 +148,7 @@ class _Pristine:
     users: int = 1
     index: bytes = b""  # its git index, as the checkout wrote it
     digest: bytes = b""  # the index's sha256 (hashed once, not once per attempt)
+    parsed: IndexFile | None = None  # the index, parsed once, moved with the checkout
     ready: threading.Event = field(default_factory=threading.Event)
     failed: bool = False
 
@@ -250,7 +252,7 @@ class Layout:
                 return None
             return found
         try:
-            base.index = self._fill_pristine(base.root, commit, old)
+            base.index = self._fill_pristine(base, old)
             base.digest = hashlib.sha256(base.index).digest()
             fresh = base.root / "checkout.index.new"  # replaced whole: attempts link the old one
             fresh.write_bytes(base.index)
@@ -278,26 +280,36 @@ class Layout:
         idle.commit, idle.users, idle.ready = commit, 1, threading.Event()
         return idle, old
 
-    def _fill_pristine(self, root: Path, commit: str, old: str | None) -> bytes:
-        """Check ``commit`` out in ``root``: all of it, or from ``old`` only what differs."""
-        git, tree = root / "git", root / "tree"
+    def _fill_pristine(self, base: _Pristine, old: str | None) -> bytes:
+        """Check ``base.commit`` out in its folder: all of it, or from ``old`` only what
+        differs (by orchardist, see indexfile.py; by git where that cannot)."""
+        git, tree, commit = base.root / "git", base.root / "tree", base.commit
         if old is None:
             tree.mkdir(parents=True)
             self._git_dir(git, commit)
             return self._read_tree(git, tree, commit)
-        self.repo.git(
-            f"--git-dir={git}",
-            f"--work-tree={tree}",
-            "-c",
-            "core.splitIndex=false",
-            "read-tree",
-            "-m",
-            "-u",
-            old,
-            commit,
-        )
+        if base.parsed is None:
+            base.parsed = IndexFile.parse(base.index)
+        moved = base.parsed and advance(self.repo, tree, base.parsed, old, commit)
+        if moved:
+            (git / "index.new").write_bytes(moved)
+            (git / "index.new").replace(git / "index")
+        else:
+            base.parsed = None  # parsed again from what git writes, at the next move
+            self.repo.git(
+                f"--git-dir={git}",
+                f"--work-tree={tree}",
+                "-c",
+                "core.splitIndex=false",
+                "read-tree",
+                "-m",
+                "-u",
+                old,
+                commit,
+            )
+            moved = (git / "index").read_bytes()
         (git / "HEAD").write_text(f"{commit}\n")
-        return (git / "index").read_bytes()
+        return moved
 
     def _release(self, base: _Pristine) -> None:
         with self._lock:
