@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..errors import UsageError
-from ..gitrepo import Repo
 from ..records import AgentProfile, AttemptState, Failure, Usage
-from ..store import Store
 
 if TYPE_CHECKING:  # plan.py validates [run] executor against EXECUTORS: no import at run time
+    from ..gitrepo import Repo
     from ..specs import RunConfig
+    from ..store import Store
 
 EXECUTORS: dict[str, str] = {
     "local": "orchardist.executors.local:LocalExecutor",
