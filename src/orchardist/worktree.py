@@ -22,7 +22,8 @@ Where orchardist can mount overlays (see mounts.py) and the attempt's processes 
 overlay of the pristine checkout of its base commit and ``upper/`` (its changes; ``work/`` is
 the overlay's scratch folder): making it costs a mount and copies of a few small files, whatever
 the repository's size. A pristine is made once (a full checkout), and moved to the next base
-commit with a two-tree ``read-tree -m -u`` (only the files that differ) when no overlay uses it.
+commit when no overlay uses it: only the files that differ are written and only their index
+entries made again (indexfile.py; git's two-tree ``read-tree -m -u`` where that cannot).
 Otherwise ``tree/`` is a full checkout of its own.
 
 ``<root>`` is ``[run] workspace``, else ``$ORCHARDIST_WORKDIR_ROOT``, else
