@@ -35,6 +35,10 @@ START_TIMEOUT_S = 180.0
 #   bundle whose copy Ray chose to pull was on the dead node cost its retry 10 s (every other
 #   time, measured: the source is picked at random among the object's copies).
 # - no metrics collected or exported (nobody scrapes them here).
+# - Ray's workers, and so the attempts they start (agents, verify commands, git), at niceness 0
+#   instead of Ray's 15: the rest of the suite runs beside this cluster at 0, and Linux gives a
+#   process at 15 a weight of 36 against 1024 at 0, so while both cores were busy the Ray tests,
+#   which bound the suite's time, were the last to get CPU.
 RAY_SETTINGS = {
     "RAY_health_check_initial_delay_ms": "1000",
     "RAY_health_check_period_ms": "500",
@@ -43,6 +47,7 @@ RAY_SETTINGS = {
     "RAY_object_manager_pull_timeout_ms": "1000",
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_enable_metrics_collection": "0",
+    "RAY_worker_niceness": "0",
 }
 
 
