@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -204,6 +206,33 @@ def test_an_unused_pristine_moves_to_the_next_base_and_a_used_one_never_changes(
     assert git(last.tree, "rev-parse", "HEAD") == third
     overlays.remove(last)
     overlays.tidy()
+
+
+_JOIN_LATER = """
+import os, sys, threading
+from orchardist import mounts
+first = []
+def made():
+    first.append((mounts.enter(), os.readlink("/proc/thread-self/ns/mnt")))
+thread = threading.Thread(target=made)
+thread.start()
+thread.join()
+if not first[0][0]:
+    sys.exit(3)
+print(first[0][1], mounts.enter(), os.readlink("/proc/thread-self/ns/mnt"), mounts.usable())
+"""
+
+
+def test_a_thread_entering_after_another_made_the_namespace_joins_it(tmp_path: Path) -> None:
+    # Given a process whose mount namespace was made by a thread that has ended since
+    proc = subprocess.run([sys.executable, "-c", _JOIN_LATER], capture_output=True, text=True)
+    if proc.returncode == 3:
+        pytest.skip("no private mount namespace here (no CAP_SYS_ADMIN)")
+    # When its main thread enters too: it is in that same namespace, not left outside it
+    made, entered, joined, usable = proc.stdout.split()
+    assert (entered, usable) == ("True", "True"), proc.stderr
+    assert joined == made
+    assert made != os.readlink("/proc/self/ns/mnt")  # and it is not the host's
 
 
 def test_without_overlays_each_attempt_has_a_full_checkout_of_its_own(

@@ -5,7 +5,8 @@ and an upper folder of its own: making one costs a mount, whatever the repositor
 its disk holds only what the attempt changes (see worktree.Layout).
 
 The mounts live in a private mount namespace that :func:`enter` gives the calling thread (and
-the threads and processes it starts afterwards): nothing is mounted on the host, and whatever is
+the threads and processes it starts afterwards; a thread that calls it later joins the same
+one): nothing is mounted on the host, and whatever is
 left mounted goes away with the orchestrator's processes. Overlays are used only where the
 kernel lets us mount with ``redirect_dir=on`` (so an agent can rename a folder as on any file
 system); where it does not (no ``CAP_SYS_ADMIN``; an unprivileged user namespace refuses
@@ -26,6 +27,7 @@ from pathlib import Path
 
 OVERLAY_VAR = "ORCHARDIST_OVERLAY"
 _CLONE_NEWNS = 0x00020000
+_CLONE_FS = 0x00000200
 _MS_NOSUID = 0x2
 _MS_NODEV = 0x4
 _MS_REC = 0x4000
@@ -35,6 +37,7 @@ _UNSAFE = frozenset(",:\\\n")  # characters the overlay's option string cannot h
 
 _lock = threading.Lock()
 _namespace: str | None = None  # the mount namespace enter() made ("mnt:[...]")
+_namespace_fd: int | None = None  # held open: other threads join it, and it outlives its thread
 _tried = False
 
 
@@ -53,9 +56,9 @@ def _current() -> str:
 
 
 def enter(environ: Mapping[str, str] | None = None) -> bool:
-    """Give the calling thread a private mount namespace, once per process; True when it is
-    in it (now or from an earlier call) and overlays can be mounted there."""
-    global _namespace, _tried
+    """Put the calling thread in orchardist's private mount namespace, made at the first call
+    in the process; True when it is in it and overlays can be mounted there."""
+    global _namespace, _namespace_fd, _tried
     env = os.environ if environ is None else environ
     if env.get(OVERLAY_VAR, "1") == "0":
         return False
@@ -68,8 +71,14 @@ def enter(environ: Mapping[str, str] | None = None) -> bool:
                 # our mounts must not reach the host, nor the host's ours
                 _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount")
                 _namespace = _current()
+                _namespace_fd = os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
             except (OSError, AttributeError):
                 _namespace = None
+        elif _namespace_fd is not None and not usable():
+            with contextlib.suppress(OSError):  # a thread leaves the fs it shares, then joins
+                libc = _libc()
+                _check(libc.unshare(_CLONE_FS), "unshare")
+                _check(libc.setns(_namespace_fd, _CLONE_NEWNS), "setns")
         return usable()
 
 
