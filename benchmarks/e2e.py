@@ -41,6 +41,7 @@ import argparse
 import contextlib
 import os
 import sqlite3
+import stat
 import statistics
 import subprocess
 import sys
@@ -236,19 +237,18 @@ def stretches(repo: Path, size: int) -> list[tuple[str, float]]:
 
 
 def disk_kib(root: Path) -> int:
-    """Allocated KiB under ``root``, each inode counted once (``du`` semantics); mounted
+    """Allocated KiB that ``root`` alone holds: each inode counted once (``du`` semantics),
+    a file only when all its links are under ``root`` (one linked from the run's pristine
+    checkout, as its index copy, is there once for all the attempts on that commit); mounted
     folders (an overlaid tree: its changes are in the attempt's upper folder) not entered."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
+    inodes: dict[tuple[int, int], list[int]] = {}  # inode: [links seen, its links, blocks]
     for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if not os.path.ismount(os.path.join(folder, d))]
         for name in [*dirs, *files]:
             st = os.lstat(os.path.join(folder, name))
-            if (st.st_dev, st.st_ino) in seen:
-                continue
-            seen.add((st.st_dev, st.st_ino))
-            total += st.st_blocks * 512
-    return total // 1024
+            links = 1 if stat.S_ISDIR(st.st_mode) else st.st_nlink
+            inodes.setdefault((st.st_dev, st.st_ino), [0, links, st.st_blocks])[0] += 1
+    return sum(blocks for seen, links, blocks in inodes.values() if seen >= links) * 512 // 1024
 
 
 class Setup:

@@ -155,18 +155,27 @@ def test_attempts_on_one_base_share_one_pristine_checkout_and_hold_only_their_ch
         "new.txt",
     ]
     assert sorted(p.name for p in two.upper.iterdir()) == [".git"]
+    # their git directories are overlays of the pristine's: nothing copied until git writes
+    assert os.path.ismount(one.git) and not any(one.git_layers[0].iterdir())
     # and git in the tree sees exactly the agent's changes
     status = {line.strip() for line in git(one.tree, "status", "--porcelain").splitlines()}
     assert status == {"D .gitignore", "M README.md", "?? new.txt"}
     assert git(two.tree, "status", "--porcelain") == ""
+    # what git writes there goes to the attempt's own folder, never to the pristine's
+    pristine_index = (pristine / "git" / "index").read_bytes()
+    git(one.tree, "add", "-A")
+    assert (one.git_layers[0] / "index").is_file()
+    assert (pristine / "git" / "index").read_bytes() == pristine_index
+    assert git(two.tree, "status", "--porcelain") == ""
 
-    # When: both are removed: nothing is left mounted, and of each only its empty tree folder
-    # (a bwrap starting meanwhile holds a copy of the mount, and needs its path to remount it)
+    # When: both are removed: nothing is left mounted, and of each only its empty tree and git
+    # folders (a bwrap starting meanwhile holds a copy of the mounts, and needs their paths)
     overlays.remove(one)
     overlays.remove(two)
     for paths in (one, two):
-        assert not os.path.ismount(paths.tree)
-        assert list(paths.root.iterdir()) == [paths.tree] and not any(paths.tree.iterdir())
+        assert not os.path.ismount(paths.tree) and not os.path.ismount(paths.git)
+        assert sorted(paths.root.iterdir()) == [paths.git, paths.tree]
+        assert not any(paths.tree.iterdir()) and not any(paths.git.iterdir())
     # and once the run is tidied, nothing at all
     overlays.tidy()
     assert not one.root.exists() and not two.root.exists()

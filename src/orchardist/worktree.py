@@ -20,11 +20,11 @@ edit there), so an attempt's files never live inside the user's git directory::
 Where orchardist can mount overlays (see mounts.py) and the attempt's processes are confined
 (so no agent can write the pristine checkout beneath its neighbours), an attempt's ``tree/`` is an
 overlay of the pristine checkout of its base commit and ``upper/`` (its changes; ``work/`` is
-the overlay's scratch folder): making it costs a mount and copies of a few small files, whatever
-the repository's size. A pristine is made once (a full checkout), and moved to the next base
-commit when no overlay uses it: only the files that differ are written and only their index
-entries made again (indexfile.py; git's two-tree ``read-tree -m -u`` where that cannot).
-Otherwise ``tree/`` is a full checkout of its own.
+the overlay's scratch folder), and ``git/`` one of the pristine's git directory (``upper.git/``):
+making them costs two mounts, whatever the repository's size. A pristine is made once (a full
+checkout), and moved to the next base commit when no overlay uses it: only the files that
+differ are written and only their index entries made again (indexfile.py; git's two-tree
+``read-tree -m -u`` where that cannot). Otherwise ``tree/`` is a full checkout of its own.
 
 ``<root>`` is ``[run] workspace``, else ``$ORCHARDIST_WORKDIR_ROOT``, else
 ``${XDG_CACHE_HOME:-~/.cache}/orchardist``. Nothing an agent does in its git directory reaches
@@ -118,6 +118,11 @@ class AttemptPaths:
     def overlay_work(self) -> Path:
         """The overlay's own scratch folder."""
         return self.root / "work"
+
+    @property
+    def git_layers(self) -> tuple[Path, Path]:
+        """An overlaid git directory's upper and scratch folders (outside every writable one)."""
+        return self.root / "upper.git", self.root / "work.git"
 
     @property
     def checkout_index(self) -> Path:
@@ -219,12 +224,13 @@ class Layout:
         try:
             for folder in (paths.tree, paths.home, paths.tmp, paths.io):
                 folder.mkdir(parents=True, exist_ok=folder == paths.tree)
-            paths.upper.mkdir()
-            paths.overlay_work.mkdir()
-            self._git_dir(paths.git, commit)
-            (paths.git / "index").write_bytes(base.index)
+            for folder in (paths.upper, paths.overlay_work, paths.git, *paths.git_layers):
+                folder.mkdir()
             mounts.overlay(base.root / "tree", paths.upper, paths.overlay_work, paths.tree)
+            # the git directory too: the pristine's (its index included) until git writes
+            mounts.overlay(base.root / "git", *paths.git_layers, paths.git)
         except OSError:
+            mounts.unmount(paths.tree)  # (nothing, unless the git directory's mount failed)
             self._release(base)
             self.overlays = False  # the kernel or the file system refuses: full checkouts
             return False
@@ -396,9 +402,10 @@ class Layout:
         try:
             if base is not None:
                 mounts.unmount(paths.tree)
-                # The tree's empty folder stays until the run is tidied: a bwrap starting now
-                # has a copy of this mount, and fails when remounting it read-only finds its
-                # path gone.
+                mounts.unmount(paths.git)
+                # The empty tree/ and git/ stay until the run is tidied: a bwrap starting now
+                # has a copy of these mounts, and fails when remounting one read-only finds
+                # its path gone.
                 with self._lock:
                     self._skeletons.add(paths.root)
             self._clear(paths)
@@ -415,14 +422,16 @@ class Layout:
         was mounted on it in this run (see :meth:`remove`)."""
         with self._lock:
             skeleton = paths.root in self._skeletons
-        if not skeleton or os.path.ismount(paths.tree):
+        kept = (paths.tree, paths.git)
+        if not skeleton or any(map(os.path.ismount, kept)):
             remove_tree(paths.root)
             return
         for entry in os.scandir(paths.root):
-            if entry.path != str(paths.tree):
+            if Path(entry.path) not in kept:
                 remove_tree(Path(entry.path))
-        for entry in os.scandir(paths.tree):  # nothing, unless someone wrote there since
-            remove_tree(Path(entry.path))
+        for folder in kept:  # nothing in them, unless someone wrote there since
+            for entry in os.scandir(folder) if folder.is_dir() else ():
+                remove_tree(Path(entry.path))
 
     def tidy(self) -> None:
         """Remove the run folders this layout made, and its parents, where they are empty."""
