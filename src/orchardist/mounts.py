@@ -1,17 +1,16 @@
 """Overlay mounts for attempt trees, in a mount namespace of orchardist's own.
 
-An attempt's tree can be an overlay of a pristine checkout of its base commit (shared, read-only)
-and an upper folder of its own: making one costs a mount, whatever the repository's size, and
-its disk holds only what the attempt changes (see worktree.Layout).
+An attempt's tree (and its git directory) can be an overlay of a pristine checkout of its base
+commit (shared, read-only) and an upper folder of its own: making one costs a mount, whatever
+the repository's size, and its disk holds only what the attempt changes (see worktree.Layout).
 
 The mounts live in a private mount namespace that :func:`enter` gives the calling thread (and
 the threads and processes it starts afterwards; a thread that calls it later joins the same
-one): nothing is mounted on the host, and whatever is
-left mounted goes away with the orchestrator's processes. Overlays are used only where the
-kernel lets us mount with ``redirect_dir=on`` (so an agent can rename a folder as on any file
-system); where it does not (no ``CAP_SYS_ADMIN``; an unprivileged user namespace refuses
-``redirect_dir``), attempts get a full checkout as before. ``ORCHARDIST_OVERLAY=0`` turns the
-overlays off.
+one): nothing is mounted on the host, and whatever is left mounted goes away with the
+orchestrator's processes. Overlays are used only where the kernel lets us mount with
+``redirect_dir=on`` (so an agent can rename a folder as on any file system); where it does not
+(no ``CAP_SYS_ADMIN``; an unprivileged user namespace refuses ``redirect_dir``), attempts get a
+full checkout as before. ``ORCHARDIST_OVERLAY=0`` turns the overlays off.
 """
 
 from __future__ import annotations
