@@ -397,6 +397,34 @@ def test_gemini_gets_a_private_home_with_its_auth_type_policy_and_login(
     assert not (user / ".gemini" / "settings.json").exists()  # the user's own is untouched
 
 
+def test_gemini_keeps_the_users_own_settings_under_orchardists_keys(
+    repo: Path, fake_bin: Path
+) -> None:
+    # Given a user whose settings.json (with comments, as Gemini allows) turns usage statistics off
+    user = Path.home()  # a fresh one (conftest)
+    (user / ".gemini").mkdir(parents=True)
+    (user / ".gemini" / "settings.json").write_text(
+        "{\n  // no statistics, please\n"
+        '  "privacy": {"usageStatisticsEnabled": false},\n'
+        '  "telemetry": {"otlpEndpoint": "http://127.0.0.1:4317/* not a comment */"},\n'
+        '  /* a block\n  comment */ "security": {"auth": {"selectedType": "oauth-personal"},\n'
+        '    "folderTrust": {"enabled": false}},\n'
+        '  "general": {"maxAttempts": 10, "vimMode": true}\n}\n'
+    )
+    env = {"PATH": os.environ["PATH"], "HOME": str(user), "GEMINI_API_KEY": "k"}
+    # When gemini runs
+    agent_for(BY_KIND["gemini"], max_turns=4).run(make_ctx(repo, "gemini", env=env))
+    # Then the settings it reads are the user's, with orchardist's keys put in over theirs
+    home = Path(fake_call("gemini")["env"]["GEMINI_CLI_HOME"])
+    assert json.loads((home / ".gemini" / "settings.json").read_text()) == {
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"otlpEndpoint": "http://127.0.0.1:4317/* not a comment */"},
+        "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
+        "general": {"maxAttempts": 3, "vimMode": True},
+        "model": {"maxSessionTurns": 4},
+    }
+
+
 def test_opencode_gets_its_permission_table(repo: Path, fake_bin: Path) -> None:
     agent = agent_for(BY_KIND["opencode"], permission={"edit": "allow", "bash": "deny"})
     agent.run(make_ctx(repo, "opencode"))

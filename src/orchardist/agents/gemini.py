@@ -11,11 +11,12 @@ Permission: ``--approval-mode auto_edit`` (file edits approved) plus a policy fi
 confirmation). ``--allowed-tools`` is deprecated in favour of the policy engine.
 
 Its home: ``GEMINI_CLI_HOME`` points at a folder of the attempt's own, where orchardist writes
-``.gemini/settings.json`` (``security.auth.selectedType`` from the credentials given: headless
-runs need it; ``general.maxAttempts`` so a refused request is not retried ten times;
-``model.maxSessionTurns`` from ``max_turns``: it exits 53 there, its final ``result`` still
-carrying the tokens spent, which the attempt keeps) and the
-policy file, and copies the user's Google login files if there are any. ``--skip-trust``: the
+``.gemini/settings.json``: the user's own ``~/.gemini/settings.json`` (their privacy and telemetry
+choices, for one; comments dropped) with orchardist's keys put in (``security.auth.selectedType``
+from the credentials given: headless runs need it; ``general.maxAttempts`` so a refused request is
+not retried ten times; ``model.maxSessionTurns`` from ``max_turns``: it exits 53 there, its final
+``result`` still carrying the tokens spent, which the attempt keeps). It writes the policy file
+too, and copies the user's Google login files if there are any. ``--skip-trust``: the
 worktree is a folder Gemini has never seen, and untrusted folders exit 55.
 Variables it reads: ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``, Vertex's), ``GOOGLE_GEMINI_BASE_URL``
 (``GOOGLE_VERTEX_BASE_URL`` for Vertex).
@@ -48,6 +49,8 @@ STDIN_PROMPT = "Carry out the task given above."
 REFUSAL = re.compile(r"not in workspace|denied|policy", re.IGNORECASE)  # a refused tool call
 MAX_ATTEMPTS = 3  # its own tries of one request (default 10, with long waits on a 429)
 LOGIN_FILES = ("oauth_creds.json", "google_accounts.json")  # copied from the user's ~/.gemini
+# A JSON string (kept) or a comment (dropped): Gemini's settings.json may carry comments
+JSONC = re.compile(r'("(?:\\.|[^"\\])*")|//[^\n]*|/\*.*?\*/', re.DOTALL)
 
 
 class GeminiAgent(CliAgent):
@@ -126,12 +129,13 @@ class GeminiAgent(CliAgent):
         """settings.json, the policy allowing ``allowed_tools``, and the user's login files."""
         folder = _home(ctx) / ".gemini"
         folder.mkdir(parents=True, exist_ok=True)
-        settings: dict[str, Any] = {
+        ours: dict[str, Any] = {
             "security": {"auth": {"selectedType": self._auth_type(ctx.env)}},
             "general": {"maxAttempts": MAX_ATTEMPTS},
         }
         if self.max_turns is not None:
-            settings["model"] = {"maxSessionTurns": self.max_turns}
+            ours["model"] = {"maxSessionTurns": self.max_turns}
+        settings = _merged(_user_settings(ctx.env), ours)
         (folder / "settings.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
         tools = self.allowed_tools
         rules = [
@@ -211,3 +215,27 @@ class GeminiAgent(CliAgent):
 def _home(ctx: AgentContext) -> Path:
     """The attempt's private Gemini home (``GEMINI_CLI_HOME``), in its own writable folder."""
     return ctx.output_file.parent / "gemini-home"
+
+
+def _user_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """The user's own ``~/.gemini/settings.json`` (comments allowed), or {} if none is readable."""
+    path = home_path("~/.gemini/settings.json", env)
+    if not path.is_file() or path.is_symlink():
+        return {}
+    try:
+        text = JSONC.sub(lambda m: m.group(1) or "", path.read_text(encoding="utf-8"))
+        data = json.loads(text)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over``'s values put in, section by section (``over`` wins)."""
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        if isinstance(old, dict) and isinstance(value, dict):
+            value = _merged(old, value)
+        out[key] = value
+    return out
