@@ -238,8 +238,11 @@ def listener() -> Iterator[tuple[int, list[str]]]:
     thread.start()
     yield server.getsockname()[1], heard
     done.set()
-    server.close()
+    # On Linux, close() does not wake a thread blocked in accept(); shutdown() does (EINVAL).
+    server.shutdown(socket.SHUT_RDWR)
     thread.join(timeout=10)
+    assert not thread.is_alive()
+    server.close()
 
 
 # Sends NAME to the host's port; prints whether it could. Then checks loopback works inside.
