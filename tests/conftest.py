@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -26,6 +27,27 @@ def pytest_configure(config: pytest.Config) -> None:
     Only this process's own imports are affected (the caches are ``__pycache__/*.pyc``, which
     git ignores); the processes the tests start keep the environment as it is."""
     sys.dont_write_bytecode = False
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _python_on_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``python`` and ``python3`` on PATH are this interpreter, as in an activated virtualenv,
+    with pytest's plugin autoloading off: the verify commands the tests' plans run
+    (``python -m pytest``) then start without the plugins of orchardist's dev environment
+    (hypothesis, anyio, xdist), which none of those plans' suites use, in half the CPU time
+    (0.39 s instead of 0.76 s each, measured). The venv's own scripts (``orchardist``, ``ray``)
+    come next; anything that names ``sys.executable`` is unaffected."""
+    folder = tmp_path_factory.mktemp("python-bin")
+    for name in ("python", "python3"):
+        wrapper = folder / name
+        wrapper.write_text(
+            f'#!/bin/sh\nPYTEST_DISABLE_PLUGIN_AUTOLOAD=1 exec "{sys.executable}" "$@"\n'
+        )
+        wrapper.chmod(0o755)
+    with pytest.MonkeyPatch.context() as patch:
+        parts = [str(folder), str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+        patch.setenv("PATH", os.pathsep.join(parts))
+        yield folder
 
 
 @pytest.fixture(autouse=True)

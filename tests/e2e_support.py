@@ -6,13 +6,9 @@ Importable from every test module (``pythonpath = ["tests"]`` in pyproject.toml)
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from orchardist.worktree import repo_key, workdir_root
 from run_support import leftovers
@@ -22,11 +18,6 @@ from support import Finished, git
 def toml_files(paths: Mapping[str, str]) -> str:
     """Path → text as a TOML inline table, for a scripted step's ``write`` or ``append``."""
     return "{ " + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in paths.items()) + " }"
-
-
-def python_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``python`` in verify commands is this interpreter, as in an activated virtualenv."""
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
 
 
 def by_candidate(task: dict[str, Any]) -> dict[int, dict[str, Any]]:

@@ -19,7 +19,6 @@ import pytest
 from e2e_support import (
     assert_nothing_left,
     by_candidate,
-    python_on_path,
 )
 from orchardist import GitError, RunState
 from orchardist.cli import main
@@ -38,12 +37,6 @@ MUL_LARGE = (
     r'"\ndef mul(a, b):\n    \"\"\"Multiply.\"\"\"\n    result = a * b\n    return result\n"'
 )
 ADD_BROKEN = r'"def add(a, b):\n    return a - b\n"'  # the smallest diff of all, and wrong
-
-
-@pytest.fixture(autouse=True)
-def _python(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``python`` in verify commands is this interpreter."""
-    python_on_path(monkeypatch)
 
 
 @pytest.fixture

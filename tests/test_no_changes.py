@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -48,7 +47,7 @@ def test_an_agent_that_changes_nothing_fails_no_changes_even_when_verify_passes(
 
 
 FAILING = "def test_broken():\n    assert False\n"
-PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider test_broken.py"
+PYTEST = "python -m pytest -q -p no:cacheprovider test_broken.py"  # python: conftest
 
 
 def with_failing_test(repo: Path) -> Path:

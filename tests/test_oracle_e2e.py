@@ -17,7 +17,6 @@ from e2e_support import (
     assert_nothing_left,
     by_candidate,
     log_of,
-    python_on_path,
     toml_files,
 )
 from orchardist import RunState
@@ -60,12 +59,6 @@ ADD_TOTAL = toml_files({"shop.py": "\n\ndef total(items):\n    return sum(items)
 NOTES = toml_files({"notes.py": "NOTE = 1\n"})
 ONE_COMMENT = toml_files({"tax.py": "# one\n"})
 TWO_COMMENTS = toml_files({"tax.py": "# one\n# two\n"})
-
-
-@pytest.fixture(autouse=True)
-def _python(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``python`` in verify commands is this interpreter."""
-    python_on_path(monkeypatch)
 
 
 @pytest.fixture

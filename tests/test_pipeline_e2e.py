@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import python_on_path
 from orchardist import sandbox
 from pipeline_support import (
     AUDIT_SH,
@@ -32,9 +31,8 @@ from support import git, toml_str
 
 
 @pytest.fixture
-def project(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(repo: Path) -> Path:
     """A repository with a buggy ``mean`` and a passing pytest suite."""
-    python_on_path(monkeypatch)
     return add_project(repo)
 
 

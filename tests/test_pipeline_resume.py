@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from e2e_support import python_on_path
 from pipeline_support import (
     AUDIT_SH,
     BUG,
@@ -59,10 +58,8 @@ def test_a_debug_pipeline_killed_between_stages_and_during_fix_candidates_resume
     shell_scripts: Callable[..., str],
     sync: Path,
     launch: Launch,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given: a debug pipeline whose localize stage (after reproduce and audit finished) hangs
-    python_on_path(monkeypatch)
     add_project(repo)
     plan = stage_plan(
         repo,
@@ -143,10 +140,8 @@ def test_a_debug_pipeline_killed_at_each_stage_boundary_resumes_without_rerun(
     repo: Path,
     shell_scripts: Callable[..., str],
     launch: Launch,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Given: a debug pipeline whose stages all succeed
-    python_on_path(monkeypatch)
     add_project(repo)
     plan = stage_plan(
         repo,

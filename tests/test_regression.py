@@ -20,7 +20,6 @@ import pytest
 
 from e2e_support import (
     assert_nothing_left,
-    python_on_path,
     toml_files,
 )
 from orchardist import RunState
@@ -84,12 +83,6 @@ verify = "{SUITE} -k raised"  # its own tests, whatever file they are in
 def with_run_keys(keys: str) -> str:
     """The two tasks' plan with more ``[run]`` keys."""
     return TASKS.replace("# more [run] keys here", keys)
-
-
-@pytest.fixture(autouse=True)
-def _python(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``python`` in verify commands is this interpreter."""
-    python_on_path(monkeypatch)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from real_runs import events, only_task, reported, run_fix
 
-from e2e_support import log_of, python_on_path
+from e2e_support import log_of
 from modelapi.anthropic import AnthropicServer, ApiError, Step, Text, ToolUse, unauthorized
 from modelapi.anthropic import rate_limited as too_many
 from realtools import require_tool
@@ -33,11 +33,10 @@ FIX = [
 
 @pytest.fixture
 def claude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """The real claude (HOME is a fresh one: conftest), and this interpreter as ``python``."""
+    """The real claude (HOME is a fresh one, ``python`` this interpreter: conftest)."""
     exe = require_tool("claude")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
     monkeypatch.delenv("CLAUDE_CODE_MAX_RETRIES", raising=False)
-    python_on_path(monkeypatch)
     yield exe
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from real_runs import events, only_task, reported, run_fix
 
-from e2e_support import log_of, python_on_path
+from e2e_support import log_of
 from modelapi.anthropic import ApiError, Text, ToolUse
 from modelapi.gemini import GeminiServer, Step, rate_limited, unauthorized
 from orchardist.agents.gemini import MAX_ATTEMPTS
@@ -38,10 +38,9 @@ FIX: list[Step] = [
 
 @pytest.fixture
 def gemini(monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The real gemini (HOME is a fresh one: conftest), and this interpreter as ``python``."""
+    """The real gemini (HOME is a fresh one, ``python`` this interpreter: conftest)."""
     exe = require_tool("gemini")
     monkeypatch.setenv("GEMINI_API_KEY", "test-gemini-key")
-    python_on_path(monkeypatch)
     return exe
 
 

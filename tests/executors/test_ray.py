@@ -16,7 +16,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import textwrap
 import time
@@ -74,14 +73,11 @@ def subjects(repo: Path, since: str, branch: str) -> list[str]:
 def test_the_quickstart_on_a_two_node_cluster_gives_the_local_run_branch(
     cluster: RayCluster,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Given the quickstart, `python` meaning this interpreter (it has pytest), and the branch
     # every run of it gives: its canned changes applied in dependency order (the local
     # executor's run gives it too: tests/test_quickstart.py)
-    bin_dir = Path(sys.executable).parent
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     remote = quickstart_repo(tmp_path / "ray")
     base = git(remote, "rev-parse", "HEAD")
     expected = expected_branch(tmp_path / "expected")
@@ -147,13 +143,11 @@ else:
 
 @pytest.mark.slow
 def test_a_worker_node_killed_mid_attempt_costs_a_retry_and_nothing_else(
-    cluster: RayCluster, tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: RayCluster, tmp_path: Path, repo: Path
 ) -> None:
     # Given a third worker node (the other tests keep two), and a task whose first attempt
     # hangs on whichever node runs it
     cluster.add_worker()
-    bin_dir = Path(sys.executable).parent
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     # A short path outside /tmp (an agent in namespaces has a /tmp of its own)
     folder = Path(tempfile.mkdtemp(prefix="ort-sock", dir="/var/tmp"))
     address = folder / "s"
@@ -264,11 +258,9 @@ pathlib.Path("done.txt").write_text("done\\n")
 
 @pytest.mark.slow
 def test_a_first_wins_round_kills_the_loser_on_its_node(
-    cluster: RayCluster, tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: RayCluster, tmp_path: Path, repo: Path
 ) -> None:
     # Given a task with two candidates, the first to pass wins, on the cluster
-    bin_dir = Path(sys.executable).parent
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     folder = Path(tempfile.mkdtemp(prefix="ort-sock", dir="/var/tmp"))
     address = folder / "s"
     listener = socket.socket(socket.AF_UNIX)
@@ -410,12 +402,10 @@ def test_known_failure():
 
 @pytest.mark.slow
 def test_a_baseline_runs_once_per_base_commit_on_the_whole_cluster(
-    cluster: RayCluster, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: RayCluster, repo: Path, tmp_path: Path
 ) -> None:
     # Given four tasks launched together on one base, each verified by a pytest suite whose
     # one test already fails on the base (so every attempt asks for the base's results)
-    bin_dir = Path(sys.executable).parent
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     evidence = Path(tempfile.mkdtemp(prefix="baselines-", dir=cluster.shared))
     (repo / "test_known.py").write_text(KNOWN_FAILURE.format(evidence=str(evidence)))
     tasks = "".join(
@@ -483,13 +473,11 @@ pathlib.Path(sys.argv[2] + ".txt").write_text("done\\n")
 
 @pytest.mark.slow
 def test_a_profiles_cpus_memory_and_cap_hold_on_the_cluster(
-    cluster: RayCluster, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: RayCluster, repo: Path, tmp_path: Path
 ) -> None:
     # Given two tasks of a profile asking two CPUs and 64 MiB per attempt, capped at one attempt
     # at once (two nodes of two CPUs could run both), and a task whose profile asks more CPUs
     # than any node has
-    bin_dir = Path(sys.executable).parent
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     evidence = Path(tempfile.mkdtemp(prefix="caps-", dir=cluster.shared))
     (repo / "agent.py").write_text(CAPPED_AGENT)
     (repo / "plan.toml").write_text(
@@ -582,11 +570,9 @@ else:
 
 @pytest.mark.slow
 def test_kill_9_of_the_orchestrator_then_resume_loses_nothing_and_merges_nothing_twice(
-    cluster: RayCluster, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: RayCluster, repo: Path, tmp_path: Path
 ) -> None:
     # Given a run on the cluster: one task merged, two more whose first attempts hang on nodes
-    bin_dir = Path(sys.executable).parent
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     folder = Path(tempfile.mkdtemp(prefix="ort-sock", dir="/var/tmp"))
     address = folder / "s"
     listener = socket.socket(socket.AF_UNIX)
