@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -128,7 +127,7 @@ def repro_exit(root: Path, commit: str, tmp_path: Path, name: str, files: Path |
     if files is not None:
         (where / "tests" / "test_bug.py").write_bytes(files.read_bytes())
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_bug.py"],
+        ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_bug.py"],
         cwd=where,
         capture_output=True,
         check=False,

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,24 +15,16 @@ from support import git
 
 
 @pytest.fixture
-def quickstart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The example copied into a repository of its own, with ``python`` meaning this interpreter."""
-    repo = quickstart_repo(tmp_path)
-    # The plan's commands say `python`; make that the interpreter running these tests (it has
-    # pytest), whatever else is on PATH.
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    wrapper = bin_dir / "python"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
-    wrapper.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
-    return repo
+def quickstart(tmp_path: Path) -> Path:
+    """The example copied into a repository of its own. The plan's commands say ``python``: on
+    PATH, that is the interpreter running these tests, which has pytest (conftest)."""
+    return quickstart_repo(tmp_path)
 
 
 def run_suite(tree: Path) -> subprocess.CompletedProcess[str]:
     """The example's own test suite, run on ``tree``."""
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
         cwd=tree,
         capture_output=True,
         text=True,

@@ -11,7 +11,6 @@ succeed.
 from __future__ import annotations
 
 import subprocess
-import sys
 import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -105,7 +104,7 @@ def suite_on(run: Finished, commit: str, folder: Path) -> subprocess.CompletedPr
     with tarfile.open(archive) as tar:
         tar.extractall(folder, filter="data")
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
         cwd=folder,
         capture_output=True,
         text=True,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 TUTORIAL = Path(__file__).resolve().parent.parent / "docs" / "tutorial.md"
@@ -20,8 +19,7 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     # Given: the tutorial's shell blocks, each announced by a marker line
     blocks = sh_blocks(TUTORIAL.read_text())
     script = "\n".join(f"echo '@@ block {i}'\n{block}" for i, block in enumerate(blocks))
-    bin_dir = Path(sys.executable).parent  # orchardist, python and pytest of this environment
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env = dict(os.environ)  # PATH: orchardist, python and pytest of this environment (conftest)
 
     # When: they run in a fresh folder, in one shell
     done = subprocess.run(
