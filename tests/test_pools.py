@@ -41,6 +41,12 @@ def pools(
     return Pools(agents, clock, random.Random(0))
 
 
+def solo(clock: FakeClock, breaker_threshold: int = 3) -> Pools:
+    """A pool ``main`` without a fallback: when it is closed, its work waits."""
+    main = AgentProfile("main", "shell", breaker_threshold=breaker_threshold)
+    return Pools({"main": main}, clock, random.Random(0))
+
+
 def test_a_pool_whose_breaker_opened_sends_its_work_to_the_fallback_until_the_cool_down_ends() -> (
     None
 ):
@@ -52,34 +58,36 @@ def test_a_pool_whose_breaker_opened_sends_its_work_to_the_fallback_until_the_co
     assert p.ended("main", "t", FAILED) is False
     p.started("main")
     assert p.ended("main", "t", FAILED) is True
-    # Then: it is closed, its work goes to the fallback, and it wakes the loop in a minute
+    # Then: it is closed, and its work goes to the fallback at once
     assert not p.open("main") and p.has_room("main")
     assert p.profile_for("t", "main") == "spare"
-    assert p.wake_in(["main"]) == 60.0
+    assert p.wake_in(["main"]) == 0.0
     # When: the minute passes, one probe goes through and succeeds
     clock.advance(60.0)
     assert p.open("main") and p.profile_for("t", "main") == "main"
     p.started("main")
     assert not p.open("main")  # one probe at a time
     p.ended("main", "t", PASSED)
-    # Then: the pool is open again and has nothing to wake for
-    assert p.open("main") and p.wake_in(["main"]) is None
+    # Then: the pool is open again, and its work may start at once
+    assert p.open("main") and p.wake_in(["main"]) == 0.0
 
 
 def test_a_pool_counts_its_load_against_its_max_parallel() -> None:
     clock = FakeClock()
     p = pools(clock, max_parallel=1)
     p.started("main")
-    # Then: main is full; its work may not go to the fallback while main is open
+    # Then: main is full; its work may not go to the fallback while main is open, and only an
+    # attempt that ends makes room (nothing to wake the loop for)
     assert p.open("main") and p.has_room("main") is False
     assert p.profile_for("t", "main") == "main"
+    assert p.wake_in(["main"]) is None
     p.ended("main", "t", PASSED)
     assert p.has_room("main")
 
 
 def test_a_rate_limit_pauses_launches_without_counting_against_the_breaker() -> None:
     clock = FakeClock(50.0)
-    p = pools(clock, breaker_threshold=1)
+    p = solo(clock, breaker_threshold=1)
     p.started("main")
     limited = Ended(AttemptState.FAILED, Failure.RATE_LIMITED, retry_after_s=30.0)
     assert p.ended("main", "t", limited) is False
@@ -87,6 +95,33 @@ def test_a_rate_limit_pauses_launches_without_counting_against_the_breaker() -> 
     assert not p.open("main") and p.wake_in(["main"]) == 30.0
     clock.advance(30.0)
     assert p.open("main")
+
+
+def test_a_pool_without_a_fallback_wakes_the_loop_when_its_breaker_cools_down() -> None:
+    # Given: a pool without a fallback, whose breaker one failure opens for a minute
+    clock = FakeClock(1000.0)
+    p = solo(clock, breaker_threshold=1)
+    p.started("main")
+    assert p.ended("main", "t", FAILED) is True
+    # Then: its work waits, and the loop is woken when the minute is over
+    assert not p.has_room("main") and p.wake_in(["main"]) == 60.0
+    clock.advance(60.0)
+    assert p.has_room("main") and p.wake_in(["main"]) == 0.0
+
+
+def test_a_rate_limit_that_ended_while_the_loop_was_busy_says_start_now_not_never() -> None:
+    # Given: a pool paused for 100 ms by a rate limit, its work refused a launch during it
+    clock = FakeClock(50.0)
+    p = solo(clock)
+    p.started("main")
+    limited = Ended(AttemptState.FAILED, Failure.RATE_LIMITED, retry_after_s=0.1)
+    p.ended("main", "t", limited)
+    assert not p.has_room("main")
+    # When: the pause ends before the loop asks how long it may sleep (it was merging)
+    clock.advance(0.2)
+    # Then: the answer is "now"; None would have the loop sleep until a message that, with
+    # nothing running, never comes (a run hung so, after an opencode 429, under load)
+    assert p.wake_in(["main"]) == 0.0
 
 
 def test_a_failure_during_verification_is_the_patchs_and_leaves_the_breaker_closed() -> None:

@@ -4,6 +4,7 @@ integrator and an in-memory store. No git, no process, no file: what is left is 
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 
 from orchardist.clocks import WallTimers
@@ -236,4 +237,48 @@ def test_a_profiles_max_parallel_is_respected_beside_others() -> None:
     assert max_overlap([spans[t] for t in ("s1", "s2", "s3")]) == 1
     assert max_overlap([spans[t] for t in ("f1", "f2")]) == 2
     assert max_overlap(list(spans.values())) == 3
+    store.close()
+
+
+class CountingClock:
+    """The wall clock, counting how often it is read."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return time.monotonic()
+
+
+def test_a_run_with_every_slot_taken_sleeps_until_an_attempt_ends() -> None:
+    # Given: two tasks on an open pool, one slot, attempts of 0.5 s each
+    fake = AgentProfile("fake", "shell", options={"command": "true"})
+    tasks = tuple(
+        TaskSpec(id=t, title=t, prompt=t, agent="fake", index=i) for i, t in enumerate("ab")
+    )
+    plan = Plan(
+        Path("/nonexistent/plan.toml"), Path("/nonexistent"), RunConfig(max_parallel=1),
+        {"fake": fake}, tasks, "",
+    )  # fmt: skip
+    store = Store.in_memory()
+    run = Run("r1", "plan.toml", "", "/nonexistent", BASE, "orchardist/r1", RunState.RUNNING, 0.0)
+    with store.transaction() as tx:
+        tx.add_run(run)
+        for task in tasks:
+            tx.add_task(TaskRecord(run.id, task.id, TaskState.PENDING, task.index))
+    timers = WallTimers()
+    executor = InlineExecutor(timers, durations_s={"a": 0.5, "b": 0.5})
+    clock = CountingClock()
+    # When: the scheduler drives them, b waiting for a's slot
+    try:
+        scheduler = Scheduler(plan, run, store, executor, MemoryIntegrator(BASE), monotonic=clock)
+        state = scheduler.run()
+    finally:
+        executor.close()
+        timers.close()
+    # Then: both ran, and the loop slept through each second rather than spinning (a spinning
+    # loop reads its clock hundreds of thousands of times a second)
+    assert state is RunState.DONE
+    assert clock.reads < 100, clock.reads
     store.close()

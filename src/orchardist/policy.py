@@ -184,21 +184,22 @@ class Pools:
         self.load: Counter[str] = Counter()  # attempts running per pool
         self.on_fallback: set[str] = set()  # tasks whose agent timed out: they use the fallback
 
-    def open(self, pool: str) -> bool:
+    def open(self, pool: str, now: float | None = None) -> bool:
         """Whether the pool may launch now (breaker and rate gate)."""
-        now = self.clock()
+        now = self.clock() if now is None else now
         return self.breakers[pool].allows(now) and self.gates[pool].allows(now)
 
     def _capacity(self, pool: str) -> bool:
         cap = self.agents[pool].max_parallel
         return cap is None or self.load[pool] < cap
 
-    def has_room(self, pool: str) -> bool:
+    def has_room(self, pool: str, now: float | None = None) -> bool:
         """Whether work of this pool may start now, on it or on its fallback."""
-        if self.open(pool):
+        now = self.clock() if now is None else now
+        if self.open(pool, now):
             return self._capacity(pool)
         fallback = self.agents[pool].fallback
-        return fallback is not None and self.open(fallback) and self._capacity(fallback)
+        return fallback is not None and self.open(fallback, now) and self._capacity(fallback)
 
     def profile_for(self, task_id: str, name: str) -> str:
         """The profile an attempt of ``task_id`` planned on ``name`` runs on."""
@@ -241,15 +242,27 @@ class Pools:
         return opened
 
     def wake_in(self, pools: Iterable[str]) -> float | None:
-        """Seconds until one of ``pools`` opens again (breaker cool-down, rate limit)."""
+        """Seconds until work of one of ``pools`` may start (breaker cool-down, rate limit):
+        0.0 when one has room already, None when only an attempt that ends can make room.
+
+        One reading of the clock decides both: a pool that opened after the caller last asked
+        ``has_room`` (a 100 ms rate limit ending while the loop merged) gets 0.0, not None, which
+        would leave the loop waiting for a message that never comes."""
         now = self.clock()
         times = []
         for name in pools:
-            reopen = self.breakers[name].reopens_at()
-            if reopen is not None and reopen > now:
-                times.append(reopen)
-            if self.gates[name].next_at > now:
-                times.append(self.gates[name].next_at)
+            if self.has_room(name, now):
+                return 0.0
+            blocked = [name]  # and its fallback, when the work may go there once it opens
+            fallback = self.agents[name].fallback
+            if fallback is not None and not self.open(name, now):
+                blocked.append(fallback)
+            for pool in blocked:
+                reopen = self.breakers[pool].reopens_at()
+                if reopen is not None and reopen > now:
+                    times.append(reopen)
+                if self.gates[pool].next_at > now:
+                    times.append(self.gates[pool].next_at)
         return min(times) - now if times else None
 
 

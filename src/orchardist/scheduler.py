@@ -195,6 +195,8 @@ class Scheduler:
         """When a pool that ready work waits for opens again (breaker cool-down, rate limit)."""
         if not self.ready or self.stopping is not None or self.soft_stop is not None:
             return None
+        if len(self.active) >= self.max_parallel:
+            return None  # every slot is taken: an attempt that ends wakes the loop
         wait_s = self.pools.wake_in(self.ready.pools())
         return None if wait_s is None else self.monotonic() + wait_s
 
