@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from orchardist.clocks import WallTimers
@@ -167,9 +168,10 @@ def run_on_fakes(
     run_config: RunConfig,
     failures: dict[str, int] | None = None,
     durations_s: dict[str, float] | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> tuple[RunState, Store, Run]:
     """Drive ``tasks`` to their end on the inline executor (wall timers, jobs of no duration),
-    the in-memory integrator and an in-memory store."""
+    the in-memory integrator and an in-memory store; ``monotonic`` is the loop's clock."""
     plan = Plan(
         Path("/nonexistent/plan.toml"), Path("/nonexistent"), run_config, profiles, tasks, ""
     )
@@ -182,7 +184,8 @@ def run_on_fakes(
     timers = WallTimers()
     executor = InlineExecutor(timers, durations_s=durations_s, failures=failures)
     try:
-        state = Scheduler(plan, run, store, executor, MemoryIntegrator(BASE)).run()
+        integrator = MemoryIntegrator(BASE)
+        state = Scheduler(plan, run, store, executor, integrator, monotonic=monotonic).run()
     finally:
         executor.close()
         timers.close()
@@ -257,28 +260,17 @@ def test_a_run_with_every_slot_taken_sleeps_until_an_attempt_ends() -> None:
     tasks = tuple(
         TaskSpec(id=t, title=t, prompt=t, agent="fake", index=i) for i, t in enumerate("ab")
     )
-    plan = Plan(
-        Path("/nonexistent/plan.toml"), Path("/nonexistent"), RunConfig(max_parallel=1),
-        {"fake": fake}, tasks, "",
-    )  # fmt: skip
-    store = Store.in_memory()
-    run = Run("r1", "plan.toml", "", "/nonexistent", BASE, "orchardist/r1", RunState.RUNNING, 0.0)
-    with store.transaction() as tx:
-        tx.add_run(run)
-        for task in tasks:
-            tx.add_task(TaskRecord(run.id, task.id, TaskState.PENDING, task.index))
-    timers = WallTimers()
-    executor = InlineExecutor(timers, durations_s={"a": 0.5, "b": 0.5})
     clock = CountingClock()
     # When: the scheduler drives them, b waiting for a's slot
-    try:
-        scheduler = Scheduler(plan, run, store, executor, MemoryIntegrator(BASE), monotonic=clock)
-        state = scheduler.run()
-    finally:
-        executor.close()
-        timers.close()
-    # Then: both ran, and the loop slept through each second rather than spinning (a spinning
-    # loop reads its clock hundreds of thousands of times a second)
+    state, store, _ = run_on_fakes(
+        tasks,
+        {"fake": fake},
+        RunConfig(max_parallel=1),
+        durations_s={"a": 0.5, "b": 0.5},
+        monotonic=clock,
+    )
+    # Then: both ran, and the loop slept while each attempt ran rather than spinning (a
+    # spinning loop reads its clock hundreds of thousands of times a second)
     assert state is RunState.DONE
     assert clock.reads < 100, clock.reads
     store.close()
