@@ -25,6 +25,8 @@ from orchardist.procs import kill_by_env, processes_with_env
 CLUSTER_VAR = "ORCHARDIST_TEST_RAY_CLUSTER"
 NODE_VAR = "ORCHARDIST_TEST_RAY_NODE"
 START_TIMEOUT_S = 180.0
+NODE_START_RETRIES = 1  # a node's ray start once more after Ray gave up waiting for it
+RAY_GAVE_UP = "timed out during startup"  # ray start's words when it did
 # Ray's own settings (RAY_<name> overrides the default of src/ray/common/ray_config_def.h), the
 # same on every node, for a cluster that notices a killed node in seconds:
 # - the GCS checks each node every 500 ms instead of 3 s: a killed node refuses the check at once
@@ -123,17 +125,31 @@ class RayCluster:
         raise AssertionError(f"{path} is on no node of the cluster")
 
     def _start(self, name: str, args: list[str]) -> None:
+        """Start a node; once more if Ray gave up waiting for it to register (on a machine
+        running two suites at once the head can take over 30 s, Ray's fixed wait, to answer)."""
         root = self.folder / name
-        home = root / "home"
-        home.mkdir(parents=True)
-        bin_dir = Path(sys.executable).parent
+        (root / "home").mkdir(parents=True)
+        for retries_left in reversed(range(NODE_START_RETRIES + 1)):
+            proc, seen = self._ray_start(name, root, args)
+            if proc is not None:
+                self.nodes[name] = Node(name, proc, root)
+                _drain(proc, (self.folder / f"{name}.out").open("w"))
+                return
+            if retries_left == 0 or not any(RAY_GAVE_UP in line for line in seen):
+                raise RuntimeError(f"ray node {name} did not start:\n{''.join(seen[-40:])}")
+
+    def _ray_start(
+        self, name: str, root: Path, args: list[str]
+    ) -> tuple[subprocess.Popen[str] | None, list[str]]:
+        """``ray start`` of one node: its process once up, or None and what it printed (what
+        it left running is killed)."""
         env = {
             key: value
             for key, value in os.environ.items()
             if not key.startswith(("GIT_", "RAY_", "ORCHARDIST_"))
         }
         env.update(
-            HOME=str(home),
+            HOME=str(root / "home"),
             PATH=env.get("PATH", "/usr/bin:/bin"),  # python without pytest's plugins: conftest
             **RAY_SETTINGS,
             ORCHARDIST_WORKDIR_ROOT=str(root / "work"),
@@ -151,7 +167,7 @@ class RayCluster:
         ]
         proc = subprocess.Popen(
             [
-                str(bin_dir / "ray"),
+                str(Path(sys.executable).parent / "ray"),
                 "start",
                 "--block",
                 "--node-ip-address=127.0.0.1",
@@ -170,18 +186,17 @@ class RayCluster:
             text=True,
             start_new_session=True,
         )
-        self.nodes[name] = Node(name, proc, root)
         assert proc.stdout is not None
         seen = []
         # ray start prints this once the node is registered; a blocking read, no polling.
         for line in proc.stdout:
             seen.append(line)
             if "Ray runtime started" in line:
-                break
-        else:
-            raise RuntimeError(f"ray node {name} did not start:\n{''.join(seen[-40:])}")
-        log = (self.folder / f"{name}.out").open("w")
-        _drain(proc, log)
+                return proc, seen
+        proc.stdout.close()
+        proc.wait(timeout=60)
+        kill_by_env(NODE_VAR, f"{self.marker}-{name}", grace_s=0)
+        return None, seen
 
     def kill_node(self, name: str) -> None:
         """SIGKILL a node's processes, as a machine that loses power."""
