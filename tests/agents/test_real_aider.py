@@ -19,6 +19,8 @@ from modelapi.openai import unauthorized as refused_key
 from realtools import require_tool
 from support import git
 
+pytestmark = pytest.mark.slow
+
 # aider's "whole" edit format: the file name, then the whole new file in a fence
 FIX = Text("calc.py\n```python\ndef add(a, b):\n    return a + b\n```\n")
 PRICE_IN, PRICE_OUT = 1.25, 10.0  # per million tokens; aider knows no price for the fake model

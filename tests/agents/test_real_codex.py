@@ -18,6 +18,8 @@ from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, Call, OpenAiServer, Tex
 from modelapi.openai import unauthorized as refused_key
 from realtools import require_tool
 
+pytestmark = pytest.mark.slow
+
 PATCH = (
     "*** Begin Patch\n*** Update File: calc.py\n@@\n-    return a - b\n+    return a + b\n"
     "*** End Patch\n"

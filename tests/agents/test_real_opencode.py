@@ -21,6 +21,8 @@ from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, Call, OpenAiServer, Tex
 from modelapi.openai import unauthorized as refused_key
 from realtools import require_tool
 
+pytestmark = pytest.mark.slow
+
 FIX = Call("bash", {"command": "sed -i 's/a - b/a + b/' calc.py", "description": "Fix add"})
 PRICE_IN, PRICE_OUT = 1.25, 10.0  # per million tokens, told to opencode, which prices itself
 STEP_USD = (INPUT_TOKENS * PRICE_IN + OUTPUT_TOKENS * PRICE_OUT) / 1e6  # what one step costs

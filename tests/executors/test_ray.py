@@ -38,10 +38,13 @@ from support import git
 START_S = 180.0  # for an attempt to start on the cluster (a loaded 2-core machine)
 RUN_S = 600.0  # for a whole run
 
-pytestmark = pytest.mark.skipif(
-    not ray_available() and not os.environ.get("CI"),
-    reason="Ray is not installed (pip install -e '.[dev]' installs it)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not ray_available() and not os.environ.get("CI"),
+        reason="Ray is not installed (pip install -e '.[dev]' installs it)",
+    ),
+    pytest.mark.slow,
+]
 
 
 @pytest.fixture(scope="session")
@@ -69,7 +72,6 @@ def subjects(repo: Path, since: str, branch: str) -> list[str]:
     return git(repo, "log", "--reverse", "--format=%s", f"{since}..{branch}").splitlines()
 
 
-@pytest.mark.slow
 def test_the_quickstart_on_a_two_node_cluster_gives_the_local_run_branch(
     cluster: RayCluster,
     tmp_path: Path,
@@ -141,7 +143,6 @@ else:
 """
 
 
-@pytest.mark.slow
 def test_a_worker_node_killed_mid_attempt_costs_a_retry_and_nothing_else(
     cluster: RayCluster, tmp_path: Path, repo: Path
 ) -> None:
@@ -256,7 +257,6 @@ pathlib.Path("done.txt").write_text("done\\n")
 """
 
 
-@pytest.mark.slow
 def test_a_first_wins_round_kills_the_loser_on_its_node(
     cluster: RayCluster, tmp_path: Path, repo: Path
 ) -> None:
@@ -400,7 +400,6 @@ def test_known_failure():
 """
 
 
-@pytest.mark.slow
 def test_a_baseline_runs_once_per_base_commit_on_the_whole_cluster(
     cluster: RayCluster, repo: Path, tmp_path: Path
 ) -> None:
@@ -471,7 +470,6 @@ pathlib.Path(sys.argv[2] + ".txt").write_text("done\\n")
 """
 
 
-@pytest.mark.slow
 def test_a_profiles_cpus_memory_and_cap_hold_on_the_cluster(
     cluster: RayCluster, repo: Path, tmp_path: Path
 ) -> None:
@@ -568,7 +566,6 @@ else:
 """
 
 
-@pytest.mark.slow
 def test_kill_9_of_the_orchestrator_then_resume_loses_nothing_and_merges_nothing_twice(
     cluster: RayCluster, repo: Path, tmp_path: Path
 ) -> None:

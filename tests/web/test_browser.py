@@ -16,6 +16,8 @@ from orchardist.scheduler import Scheduler
 from support import Finished, write_plan
 from web.dashboard import serving
 
+pytestmark = pytest.mark.slow
+
 RunPlan = Callable[..., Finished]
 WAIT_MS = 60_000  # a loaded 2-core machine: conditions normally hold within a second
 
