@@ -1,6 +1,7 @@
 """``kind = "scripted"``: a deterministic fake agent for tests, demos and plan rehearsals.
 
-It runs as a real child process (``python -m orchardist.agents.scripted``), so timeouts,
+It runs as a real child process (``python -I scripted_step.py STEP``: a file that imports only
+the standard library, so it starts in a third of the time the package would take), so timeouts,
 cancellation and process-tree cleanup apply to it exactly as to a real agent CLI. A profile's
 ``script`` maps ``"task/candidate"``, ``"task"`` or ``"*"`` to a step or a list of steps (one per
 attempt; the last repeats). A step is a table of any of:
@@ -15,11 +16,7 @@ SIGTERM and sleeps), ``flood_bytes`` n, ``binary_output`` true, ``output`` {json
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -28,6 +25,7 @@ from ..records import AgentProfile
 from . import AgentContext, AgentResult
 from .output import run_agent_process
 
+PLAYER = Path(__file__).with_name("scripted_step.py")  # runs as a script: see its docstring
 STEP_KEYS = {
     "write",
     "append",
@@ -85,57 +83,5 @@ class ScriptedAgent:
     def run(self, ctx: AgentContext) -> AgentResult:
         """Play the step in a child process."""
         step = self.step_for(ctx.task_id, ctx.candidate, ctx.attempt)
-        argv = [sys.executable, "-m", "orchardist.agents.scripted", json.dumps(step)]
+        argv = [sys.executable, "-I", str(PLAYER), json.dumps(step)]
         return run_agent_process(argv, ctx)
-
-
-def play(step: Mapping[str, Any]) -> int:
-    """Carry out one step in the current directory; return the exit code."""
-    for path, text in step.get("write", {}).items():
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text, encoding="utf-8")
-    for path, text in step.get("append", {}).items():
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(text)
-    for path in step.get("delete", []):
-        Path(path).unlink(missing_ok=True)
-    if "print" in step:
-        print(step["print"], flush=True)
-    if step.get("binary_output"):
-        sys.stdout.buffer.write(b"\xff\xfe\x80 not utf-8 \xc3\x28\n")
-        sys.stdout.flush()
-    if step.get("flood_bytes"):
-        chunk = b"y" * 65536
-        left = int(step["flood_bytes"])
-        while left > 0:
-            sys.stdout.buffer.write(chunk[: min(left, len(chunk))])
-            left -= len(chunk)
-        sys.stdout.flush()
-    if "output" in step and "ORCHARDIST_OUTPUT" in os.environ:
-        Path(os.environ["ORCHARDIST_OUTPUT"]).write_text(json.dumps(step["output"]))
-    if "findings" in step and "ORCHARDIST_FINDINGS" in os.environ:
-        Path(os.environ["ORCHARDIST_FINDINGS"]).write_text(
-            json.dumps({"findings": step["findings"]})
-        )
-    if step.get("spawn_daemon"):
-        code = (
-            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"
-        )
-        subprocess.Popen(
-            [sys.executable, "-c", code],
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    if "sleep" in step:
-        time.sleep(float(step["sleep"]))
-    if step.get("hang"):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        while True:
-            time.sleep(3600)
-    return int(step.get("exit", 0))
-
-
-if __name__ == "__main__":
-    sys.exit(play(json.loads(sys.argv[1])))
