@@ -452,6 +452,23 @@ def test_commits_written_in_process_are_ones_git_reads_and_verifies(project: Pat
     )
 
 
+@pytest.mark.parametrize(
+    "name", ["Ada Lovelace", "  Ada Lovelace.  ", "Dr. O'Neil, Jr.", "José Ñandú"]
+)
+def test_the_identity_is_what_git_var_prints_for_the_repository(project: Path, name: str) -> None:
+    # Given: a user name git trims when it writes an identity (leading and trailing "crud")
+    git(project, "config", "user.name", name)
+    git(project, "config", "user.email", "ada@example.com")
+    repo = Repo(project)
+    for role in ("AUTHOR", "COMMITTER"):
+        # When: orchardist reads the identity it commits with, without running git again
+        got = repo.identity(role)
+        # Then: it is exactly the one git itself would write
+        ident = git(project, "var", f"GIT_{role}_IDENT").rsplit(" ", 2)[0]
+        assert f"{got[0]} <{got[1]}>" == ident
+    assert repo._native == (ident, ident)
+
+
 def test_commit_signing_sends_commits_through_git(project: Path) -> None:
     git(project, "config", "commit.gpgSign", "true")
     assert Repo(project)._native is None

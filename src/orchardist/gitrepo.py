@@ -62,7 +62,11 @@ class Repo:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._env = git_env(self.root)
-        self.common_dir = Path(self.git("rev-parse", "--path-format=absolute", "--git-common-dir"))
+        common, _, fmt = self.git(
+            "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-object-format"
+        ).partition("\n")
+        self.common_dir = Path(common)
+        self.object_format = fmt.strip() or "sha1"
         self._native = self._native_identities()
 
     # -- plumbing ------------------------------------------------------------------------
@@ -159,20 +163,20 @@ class Repo:
             args += ["-p", parent]
         return self.git(*args, input=message)
 
+    def identity(self, role: str = "AUTHOR") -> tuple[str, str]:
+        """``(name, email)`` of the user's git identity for ``role`` (AUTHOR or COMMITTER), or
+        orchardist's fallback: what ``git var GIT_<role>_IDENT`` prints in this repository's
+        git environment, which :func:`gitenv.identity_env` filled from that very command."""
+        return self._env[f"GIT_{role}_NAME"], self._env[f"GIT_{role}_EMAIL"]
+
     def _native_identities(self) -> tuple[str, str] | None:
         """``(author, committer)`` as ``Name <email>`` when commits may be written in-process."""
-        if self.run_git("rev-parse", "--show-object-format").stdout.strip() != "sha1":
+        if self.object_format != "sha1":
             return None
         if self.run_git("config", "--bool", "commit.gpgSign").stdout.strip() == "true":
             return None
-        idents = []
-        for role in ("AUTHOR", "COMMITTER"):
-            proc = self.run_git("var", f"GIT_{role}_IDENT")
-            ident = proc.stdout.strip().rsplit(" ", 2)[0]
-            if proc.returncode != 0 or "<" not in ident:
-                return None
-            idents.append(ident)
-        return idents[0], idents[1]
+        author, committer = (self.identity(role) for role in ("AUTHOR", "COMMITTER"))
+        return f"{author[0]} <{author[1]}>", f"{committer[0]} <{committer[1]}>"
 
     def _move_loose_ref(self, ref: str, new: str, old: str) -> bool | None:
         """Compare-and-swap a loose ref as git's files backend does: take ``<ref>.lock``

@@ -452,7 +452,7 @@ class Layout:
 
     def _git_config(self) -> str:
         if self._config is None:
-            fmt = self.repo.run_git("rev-parse", "--show-object-format").stdout.strip() or "sha1"
+            fmt = self.repo.object_format
             lines = ["[core]", f"\trepositoryformatversion = {0 if fmt == 'sha1' else 1}"]
             lines += ["\tfilemode = true", "\tbare = false", "\tlogallrefupdates = true"]
             if fmt != "sha1":
@@ -466,9 +466,7 @@ class Layout:
     def identity(self) -> tuple[str, str]:
         """The user's git identity (or orchardist's fallback), for commits inside the tree:
         the attempt's private HOME has no git config of its own."""
-        ident = self.repo.git("var", "GIT_AUTHOR_IDENT").rsplit(" ", 2)[0]
-        name, _, email = ident.partition(" <")
-        return name.strip(), email.rstrip(">").strip()
+        return self.repo.identity()
 
     def _record(self, run_id: str) -> None:
         """Note where a run's folders are, for resume and gc (which do not read the plan)."""
