@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +231,37 @@ def test_logs_prints_the_agents_output(in_repo: Path, capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert "hello from the agent" in out
     assert "checked by verify" in out
+
+
+READ_ONLY = ("status", "runs", "events", "logs", "show")
+LOOP_MODULES = ("scheduler", "plan", "merge", "executors.local", "agents", "pipeline")
+
+
+def test_commands_that_read_a_run_start_without_the_plan_models_or_the_loop(
+    in_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a finished run
+    write_plan(in_repo, GOOD)
+    code, doc = run_json(capsys, "run", "plan.toml", "--json")
+    assert code == 0
+    for command in READ_ONLY:
+        # When a command that only reads it runs in a fresh interpreter
+        args = [command] if command == "runs" else [command, doc["run"]]
+        args += ["hello"] if command in ("logs", "show") else []
+        probe = (
+            "import contextlib, io, json, sys\n"
+            "from orchardist.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    code = main(sys.argv[1:])\n"
+            "print(json.dumps([code, sorted(sys.modules)]))\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True
+        ).stdout
+        code, modules = json.loads(out)
+        # Then it works without importing the plan's models, the agents or the run loop
+        assert code == 0, command
+        assert not [m for m in LOOP_MODULES if f"orchardist.{m}" in modules], command
 
 
 def test_run_exits_1_when_a_task_fails(in_repo: Path, capsys: pytest.CaptureFixture[str]) -> None:

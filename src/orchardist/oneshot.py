@@ -24,7 +24,8 @@ from pathlib import Path
 
 from .config import Config
 from .errors import PlanError, Problem, UsageError
-from .plan import PIPELINES, STAGE_NAMES, load_config, load_plan, parse_duration
+from .plantasks import PIPELINES, STAGE_NAMES
+from .specs import parse_duration
 
 __all__ = ["OneShot", "add_parsers", "choose_agents", "plan_text", "write_plan"]
 
@@ -126,6 +127,8 @@ def write_plan(shot: OneShot, repo_root: Path, state_dir: Path) -> Path:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(plan_text(shot, repo_root))
+    from .plan import load_plan  # the whole plan model: not for commands that only parse
+
     try:
         load_plan(path)
     except PlanError as exc:
@@ -280,6 +283,8 @@ def _shot(args: argparse.Namespace, root: Path) -> OneShot:
         raise UsageError("--verify needs a command")
     if "none" in verify and len(verify) > 1:
         raise UsageError("--verify none cannot be combined with other --verify commands")
+    from .plan import load_config
+
     config = load_config(root)
     agents = choose_agents(config, args.agent, root)
     stages: dict[str, tuple[str, ...]] = {}

@@ -11,22 +11,23 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .control import lock_path
 from .errors import PlanError, Problem, RunLockedError, UsageError
 from .events import Kind, RunEvent
-from .executors import Executor, executor_class
 from .gitrepo import Repo, find_toplevel
 from .graph import Graph
-from .hooks import Hooks
-from .merge import GitIntegrator
-from .plan import Plan
 from .procs import kill_by_env
 from .records import UNFINISHED, AttemptState, Event, Run, RunState, TaskRecord, TaskState
 from .runfolders import remove_run_folder
-from .scheduler import Scheduler
 from .store import Store, Transaction
+
+if TYPE_CHECKING:  # the loop's parts load when a run is driven, not for commands that read
+    from .executors import Executor
+    from .hooks import Hooks
+    from .plan import Plan
+    from .scheduler import Scheduler
 
 
 @dataclass(frozen=True)
@@ -293,6 +294,10 @@ def execute(
 ) -> RunState:
     """Drive ``run`` to its end with the plan's executor (``[run] executor``, by default the
     local one) unless another is given."""
+    from .executors import executor_class
+    from .merge import GitIntegrator
+    from .scheduler import Scheduler
+
     own_executor = executor is None
     if executor is None:
         factory = executor_class(plan.run.executor)

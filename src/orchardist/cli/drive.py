@@ -15,9 +15,8 @@ from typing import Any
 from ..control import CANCEL_SIGNAL
 from ..errors import UsageError
 from ..hooks import Hook, Hooks
-from ..plan import load_plan
 from ..records import RunState
-from .options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, with_executor
+from .options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, load_plan, with_executor
 from .summary import SUMMARY_ROWS, lock_held, print_next, print_summary
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .. import __version__
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..plan import Plan
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -110,6 +113,15 @@ def executor_args(p: argparse.ArgumentParser) -> None:
         metavar="ADDR",
         help="the Ray cluster to run on, host:port or auto (default auto; executor ray only)",
     )
+
+
+def load_plan(path: Path) -> Plan:
+    """:func:`orchardist.plan.load_plan`, imported when a command reads a plan: the plan's
+    models and every agent kind are most of the package, which commands that only read a
+    run's record (status, logs, events, runs) never need."""
+    from ..plan import load_plan as load
+
+    return load(path)
 
 
 def with_executor(plan: Any, args: argparse.Namespace) -> Any:

@@ -9,11 +9,9 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ..config import Config
 from ..errors import PlanError, UsageError
-from ..plan import load_plan
 from .options import (
     EXIT_FAILED,
     EXIT_OK,
@@ -21,10 +19,14 @@ from .options import (
     Commands,
     check_tasks,
     executor_args,
+    load_plan,
     positive,
     repo_arg,
     with_executor,
 )
+
+if TYPE_CHECKING:
+    from ..config import Config
 
 Main: TypeAlias = Callable[[Sequence[str]], int]
 

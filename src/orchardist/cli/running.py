@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PlanError, UsageError
-from ..plan import load_plan
 from ..records import RunState
 from .drive import (
     cluster_reachable,
@@ -30,6 +29,7 @@ from .options import (
     duration,
     executor_args,
     has_runs,
+    load_plan,
     positive,
     positive_float,
     repo_arg,
