@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import random
 import shlex
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -234,7 +236,11 @@ class OnTaskDone(Hook):
 
 
 def drive_bounded(run_plan: RunPlan, plan: Path, limit_s: float = 60.0, **kwargs: Any) -> Finished:
-    """Run in a thread; stop it if it outlives ``limit_s`` (a wait the test did not expect)."""
+    """Run in a thread; stop it if it outlives ``limit_s`` (a wait the test did not expect).
+
+    When the limit hits before the run has built its scheduler there is nothing to stop: the
+    test fails with the stack of the thread where it waits (the thread is a daemon, so a stuck
+    one does not hold the worker)."""
     schedulers: list[Scheduler] = []
     box: list[Finished | BaseException] = []
 
@@ -244,16 +250,27 @@ def drive_bounded(run_plan: RunPlan, plan: Path, limit_s: float = 60.0, **kwargs
         except BaseException as exc:
             box.append(exc)
 
-    runner = threading.Thread(target=drive)
+    runner = threading.Thread(target=drive, name="drive_bounded", daemon=True)
     runner.start()
     runner.join(limit_s)
     if runner.is_alive():
+        if not schedulers:
+            pytest.fail(f"no scheduler after {limit_s:.0f}s; the run waits in:\n{stacks()}")
         schedulers[0].stop("the test's time limit")
         runner.join()
     (result,) = box
     if isinstance(result, BaseException):
         raise result
     return result
+
+
+def stacks() -> str:
+    """Every thread's stack, the way faulthandler would print them, named."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    return "\n".join(
+        f"--- {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame))
+        for ident, frame in sys._current_frames().items()
+    )
 
 
 def agents_of(run: Finished, task_id: str) -> list[str]:
