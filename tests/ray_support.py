@@ -53,6 +53,9 @@ RAY_SETTINGS = {
 }
 
 
+KEPT_LOGS = ("gcs_server.*", "raylet*", "*agent*", "ray_process_exit.log")  # what stop() keeps
+
+
 def ray_available() -> bool:
     """Whether Ray is installed in this interpreter's environment."""
     return shutil.which("ray", path=str(Path(sys.executable).parent)) is not None
@@ -207,6 +210,18 @@ class RayCluster:
         node.proc.wait(timeout=60)
         node.alive = False
 
+    def _keep_logs(self) -> None:
+        """Copy what the GCS and the raylets logged (which node was marked dead, and why) into
+        the cluster's folder, which pytest keeps after the session: a failure can be read."""
+        assert self.temp is not None
+        kept = self.folder / "ray-logs"
+        for session in self.temp.glob("session_2*"):
+            for pattern in KEPT_LOGS:
+                for log in (session / "logs").glob(pattern):
+                    kept.mkdir(exist_ok=True)
+                    with contextlib.suppress(OSError):
+                        shutil.copy2(log, kept / log.name)
+
     def leftovers(self) -> set[int]:
         """Live processes of the cluster."""
         return processes_with_env(CLUSTER_VAR, self.marker)
@@ -220,6 +235,7 @@ class RayCluster:
             node.proc.wait(timeout=60)
         kill_by_env(CLUSTER_VAR, self.marker, grace_s=0)
         if self.temp is not None:
+            self._keep_logs()
             shutil.rmtree(self.temp, ignore_errors=True)
         for node in self.nodes.values():
             if node.proc.stdout is not None:

@@ -350,12 +350,12 @@ def test_doctor_checks_every_worker_node_of_the_cluster(
     # Then every live worker node answered: git found, orchardist's version, no problem
     alive = [n for n in cluster.nodes.values() if n.alive and n.name != "head"]
     assert fine_code == 0, fine_report
-    assert len(fine_report["nodes"]) == len(alive)
+    assert len(fine_report["nodes"]) == len(alive), fine_report
     assert all(node["git"] and not node["problems"] for node in fine_report["nodes"])
 
     # And the claude profile's missing CLI or key is a problem on each node: exit 1
     assert needy_code == 1
-    assert len(needy_report["nodes"]) == len(alive)
+    assert len(needy_report["nodes"]) == len(alive), needy_report
     assert all(node["problems"] for node in needy_report["nodes"])
 
 
