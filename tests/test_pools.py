@@ -153,3 +153,42 @@ def test_budgets_hold_a_task_at_its_limit_and_stop_the_run_at_the_runs() -> None
     budgets.spend("b", Usage())  # an agent that said nothing spent nothing
     assert not budgets.task_spent("b")
     assert budgets.run_spent() == "run cost budget spent ($1.00 of $1.00)"
+
+
+class Jitter(random.Random):
+    """A Random whose ``random()`` is always ``value``: 1.0 gives the full back-off."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__(0)
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+def test_rate_limits_without_a_reset_pause_a_profile_15_s_doubling_up_to_15_min() -> None:
+    # Given: a profile whose backend refuses for rate limits without saying until when, and
+    # the jitter at its top (the full pause) or its bottom (half of it)
+    for jitter, share in ((1.0, 1.0), (0.0, 0.5)):
+        clock = FakeClock(0.0)
+        main = AgentProfile("main", "claude", breaker_threshold=3)
+        p = Pools({"main": main}, clock, Jitter(jitter))
+        limited = Ended(AttemptState.FAILED, Failure.RATE_LIMITED)
+        pauses = []
+        # When: eight launches in a row are rate limited, each as soon as the pause allows
+        for _ in range(8):
+            p.started("main")
+            p.ended("main", "t", limited)
+            wait_s = p.wake_in(["main"])
+            assert wait_s is not None and not p.open("main")
+            pauses.append(wait_s)
+            clock.advance(wait_s)
+        # Then: the README's schedule, 15 s doubling per limit up to 15 minutes
+        full = [15.0, 30.0, 60.0, 120.0, 240.0, 480.0, 900.0, 900.0]
+        assert pauses == [s * share for s in full]
+        # And: a launch that goes through starts the schedule again
+        p.started("main")
+        p.ended("main", "t", PASSED)
+        p.started("main")
+        p.ended("main", "t", limited)
+        assert p.wake_in(["main"]) == 15.0 * share
