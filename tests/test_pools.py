@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
+from orchardist.agents import KINDS
 from orchardist.clocks import FakeClock
+from orchardist.plan import load_plan
 from orchardist.policy import Budgets, Pools
 from orchardist.records import AgentProfile, AttemptState, Failure, Usage
+from support import write_plan
 
 
 @dataclass(frozen=True)
@@ -192,3 +196,31 @@ def test_rate_limits_without_a_reset_pause_a_profile_15_s_doubling_up_to_15_min(
         p.started("main")
         p.ended("main", "t", limited)
         assert p.wake_in(["main"]) == 15.0 * share
+
+
+def failures_to_open(p: Pools, pool: str, most: int = 20) -> int | None:
+    """How many agent errors in a row open the pool's breaker (None: not ``most`` of them)."""
+    for n in range(1, most + 1):
+        p.started(pool)
+        if p.ended(pool, "t", FAILED):
+            return n
+    return None
+
+
+def test_a_plan_s_profiles_break_after_three_agent_errors_except_shell_and_scripted(
+    repo: Path,
+) -> None:
+    # Given: a plan with a profile of every kind, none saying ``circuit_breaker``
+    required = {
+        "shell": 'command = "true"',
+        "llm": 'base_url = "http://127.0.0.1:9/v1"\nmodel = "m"',
+    }
+    profiles = "\n".join(
+        f'[agents.{kind}]\nkind = "{kind}"\n{required.get(kind, "")}\n' for kind in KINDS
+    )
+    plan = load_plan(write_plan(repo, f'{profiles}\n[[task]]\nid = "t"\nagent = "shell"\n'))
+    p = Pools(plan.agents, FakeClock(0.0), random.Random(0))
+    # When: each fails with agent errors until its breaker opens
+    opened = {kind: failures_to_open(p, kind) for kind in KINDS}
+    # Then: the README's defaults: 3 for the coding agents, off for shell and scripted
+    assert opened == {kind: None if kind in ("shell", "scripted") else 3 for kind in KINDS}
