@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import threading
@@ -26,6 +27,7 @@ from orchardist.procs import (
     new_marker,
     run_process,
 )
+from support import Stubborn
 
 ENV = {"PATH": os.environ["PATH"]}
 
@@ -286,6 +288,24 @@ def test_cancelling_from_another_thread_ends_the_command_promptly(tmp_path: Path
     assert not result.timed_out
     assert token.reason == "no longer needed"
     assert marked_processes(marker) == set()
+
+
+def test_a_cancelled_command_gets_sigterm_then_sigkill_after_the_default_3_s_grace(
+    tmp_path: Path,
+) -> None:
+    # Given: a command that meets SIGTERM with a clean-up of 4.5 s, and a token cancelled as
+    # soon as it is ready; run with the default grace period
+    child = Stubborn(tmp_path, cleanup_s=4.5)
+    token = CancelToken()
+    # When
+    result, _ = run(tmp_path, child.argv(), cancel=token, on_line=lambda line: token.cancel())
+    killed_at = time.time()
+    # Then: it got SIGTERM first, was left its 3 s to end, and was killed before its clean-up
+    # could finish (no upper bound on the clock: the clean-up it never finished is the bound)
+    assert result.cancelled and result.exit_code == -signal.SIGKILL
+    assert child.term_file.exists()
+    assert child.grace_s(killed_at) >= 2.9
+    assert not child.done_file.exists()
 
 
 def test_a_token_cancelled_before_the_start_ends_the_command_at_once(tmp_path: Path) -> None:
