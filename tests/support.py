@@ -39,6 +39,14 @@ def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
     return path
 
 
+def add_worktree(repo: Path, path: Path, commit: str) -> Path:
+    """A detached git worktree of ``repo`` at ``commit`` (a checkout for the snapshot and
+    hashing tests; orchardist's own attempt folders are worktree.Layout's)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    git(repo, "worktree", "add", "--detach", "--quiet", str(path), commit)
+    return path
+
+
 def write_plan(repo: Path, text: str, name: str = "plan.toml", commit: bool = False) -> Path:
     """Write a plan (dedented) into the repository; optionally commit it."""
     plan = repo / name

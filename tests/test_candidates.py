@@ -9,7 +9,6 @@ run's ``ORCHARDIST_RUN`` and no worktree.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,9 +19,8 @@ from e2e_support import (
     assert_nothing_left,
     by_candidate,
 )
-from orchardist import GitError, RunState
+from orchardist import RunState
 from orchardist.cli import main
-from orchardist.gitrepo import Repo
 from support import Finished, make_repo, write_plan
 
 RunPlan = Callable[..., Finished]
@@ -264,38 +262,3 @@ def test_select_first_merges_the_first_to_pass_and_cancels_the_others_promptly(
 # Rounds retried with fresh candidates, then failing: on the fakes, in test_scheduler_fakes.py
 # (what only real processes show here, one baseline for every candidate and nothing left
 # behind, is tested above and in test_oracle_e2e.py).
-
-
-# -- many candidates at once -------------------------------------------------------------------
-
-
-def test_worktrees_can_be_added_and_removed_from_many_threads_at_once(tmp_path: Path) -> None:
-    # Given: a repository and eight threads, as for a round of eight candidates
-    repo = Repo(make_repo(tmp_path / "repo"))
-    head = repo.rev_parse("HEAD")
-    errors: list[GitError] = []
-
-    def candidate(trial: int, k: int, start: threading.Barrier) -> None:
-        start.wait()
-        for n in range(3):
-            path = tmp_path / "worktrees" / f"t{trial}" / f"c{k}.{n}"
-            try:
-                repo.add_worktree(path, head)
-                repo.remove_worktree(path)
-            except GitError as exc:
-                errors.append(exc)
-
-    # When: they add and remove worktrees at once. Unserialised, git's `worktree add` and
-    # `worktree prune` race ("failed to read .git/worktrees/X/commondir", "could not open
-    # .git/worktrees/X/locked") in about half of these trials.
-    for trial in range(8):
-        start = threading.Barrier(8)
-        threads = [threading.Thread(target=candidate, args=(trial, k, start)) for k in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-
-    # Then
-    assert errors == []
-    assert repo.worktrees() == [repo.root]

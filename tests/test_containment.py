@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from orchardist import GitError, RunState, sandbox
-from orchardist.gitrepo import Repo
+from orchardist import RunState, sandbox
 from orchardist.procs import marked_processes
 from run_support import leftovers, orchardist, run_folder, task_trailers
 from support import Finished, git, make_repo, running_with_arg, toml_str, write_plan
@@ -636,35 +635,6 @@ circuit_breaker = 100  # these failures are the agent's, and all are wanted
     # and nothing is left, the user's checkout included
     nothing_left(run)
     assert git(repo, "status", "--porcelain") == "?? plan.toml"
-
-
-def test_worktrees_added_and_removed_in_parallel_never_fail(repo: Path) -> None:
-    # Given: four threads, as four parallel attempts, each adding and removing worktrees
-    git_repo = Repo(repo)
-    head = git_repo.rev_parse("HEAD")
-    start = threading.Barrier(4)
-    errors: list[str] = []
-
-    def attempts(k: int) -> None:
-        start.wait()
-        for i in range(50):
-            path = repo.parent / "worktrees" / f"w{k}-{i}"
-            try:
-                git_repo.add_worktree(path, head)
-            except GitError as exc:
-                errors.append(str(exc))
-                continue
-            git_repo.remove_worktree(path)
-
-    threads = [threading.Thread(target=attempts, args=(k,)) for k in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    # Then: every worktree could be made (an attempt failing here is an infra_error)
-    assert errors == []
-    assert git(repo, "worktree", "list").count("\n") == 0
 
 
 # -- the user's own checkout during a run: theirs to edit ------------------------------------

@@ -13,7 +13,7 @@ from orchardist import mounts
 from orchardist.gitrepo import Repo
 from orchardist.treehash import escaping_symlinks, refused_path
 from orchardist.worktree import AttemptPaths, Layout, remove_tree
-from support import git, make_repo
+from support import add_worktree, git, make_repo
 
 
 def test_a_chain_is_followed_hop_by_hop_not_read_as_text() -> None:
@@ -41,8 +41,7 @@ def test_a_snapshot_reads_no_fifo_and_looks_through_no_symlinked_folder(tmp_path
     root = make_repo(tmp_path / "repo", {"README.md": "hello\n", "lib/code.py": "x = 1\n"})
     repo = Repo(root)
     base = repo.rev_parse("HEAD")
-    worktree = tmp_path / "wt"
-    repo.add_worktree(worktree, base)
+    worktree = add_worktree(root, tmp_path / "wt", base)
     os.mkfifo(worktree / "pipe")
     outside = tmp_path / "outside"
     outside.mkdir()
