@@ -14,9 +14,10 @@ import os
 import shutil
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["flocked", "read_capped", "read_tail"]
+__all__ = ["Tail", "flocked", "read_capped", "read_tail"]
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -46,19 +47,41 @@ def read_capped(path: Path, max_bytes: int) -> bytes | None:
         os.close(fd)
 
 
-def read_tail(path: Path, offset: int, max_bytes: int) -> bytes | None:
+@dataclass(frozen=True)
+class Tail:
+    """A slice of a file that may still be growing, as one look saw it."""
+
+    data: bytes
+    start: int  # where ``data`` begins in the file
+    size: int  # the file's size at the look
+    found: bool = True  # False: missing, a symlink or not a regular file (``data`` is empty)
+
+    @property
+    def end(self) -> int:
+        """Where the next look at a growing file starts."""
+        return self.start + len(self.data)
+
+    def text(self) -> str:
+        """``data`` decoded leniently (a slice may cut a character in two)."""
+        return self.data.decode("utf-8", errors="replace")
+
+
+def read_tail(path: Path, offset: int, max_bytes: int, last: bool = False) -> Tail:
     """At most ``max_bytes`` of the regular file at ``path`` from ``offset`` on (a log that
-    grows, read a slice per look); None when it is missing, a symlink or not a regular file."""
+    grows, read a slice per look); with ``last``, its last ``max_bytes``, none before
+    ``offset``. The one reader of logs: they live where agents write."""
     try:
         fd = os.open(path, _FLAGS)
     except OSError:
-        return None
+        return Tail(b"", offset, 0, found=False)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.pread(fd, max_bytes, offset)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return Tail(b"", offset, 0, found=False)
+        start = max(offset, st.st_size - max_bytes) if last else offset
+        return Tail(os.pread(fd, max_bytes, start), start, st.st_size)
     except OSError:
-        return None
+        return Tail(b"", offset, 0, found=False)
     finally:
         os.close(fd)
 

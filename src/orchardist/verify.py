@@ -20,6 +20,7 @@ from .oracle import (
     pytest_env,
 )
 from .procs import CancelToken, run_process
+from .safeio import read_tail
 
 FEEDBACK_BYTES = 4000
 
@@ -119,7 +120,7 @@ def run_one(
     )
     result = CommandResult(command, proc.exit_code, proc.duration_s, proc.timed_out, proc.cancelled)
     report = parse_junit(junit) if junit is not None else None
-    return result, report, tail_of(log, offset)
+    return result, report, read_tail(log, offset, FEEDBACK_BYTES, last=True).text()
 
 
 def run_commands(
@@ -323,16 +324,6 @@ class CommandVerifier:
             result.timed_out,
             judgement.flag or "",
         )
-
-
-def tail_of(log: Path, offset: int = 0) -> str:
-    """The last bytes of a log written after ``offset``, decoded leniently."""
-    try:
-        with log.open("rb") as fh:
-            fh.seek(max(offset, log.stat().st_size - FEEDBACK_BYTES))
-            return fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
 
 
 CommandFunction = Callable[[Path], tuple[int, str]]  # cwd -> (exit code, output)
