@@ -22,6 +22,7 @@ import pytest
 
 from orchardist import RunState, sandbox
 from orchardist.procs import marked_processes
+from realtools import require
 from run_support import leftovers, orchardist, run_folder, task_trailers
 from support import Finished, git, make_repo, running_with_arg, toml_str, write_plan
 
@@ -181,9 +182,16 @@ def test_output_that_is_not_utf8_crashes_nothing_and_its_log_is_readable(
 
 # -- writing outside the worktree: refused by the sandbox -----------------------------------
 
-needs_landlock = pytest.mark.skipif(
-    not sandbox.available(), reason="this kernel has no Landlock: writes cannot be confined"
-)
+NO_LANDLOCK = "this kernel has no Landlock: writes cannot be confined"
+
+
+@pytest.fixture
+def landlock() -> None:
+    """The sandbox's Landlock, which these tests are about: missing, a skip (a failure on CI)."""
+    require(sandbox.available(), NO_LANDLOCK)
+
+
+needs_landlock = pytest.mark.usefixtures("landlock")
 
 
 @pytest.fixture
@@ -644,8 +652,8 @@ circuit_breaker = 100  # these failures are the agent's, and all are wanted
 def test_editing_a_file_and_checking_out_the_run_branch_during_a_run_fails_no_attempt(
     repo: Path, sync: Path, run_plan: RunPlan, confined: bool
 ) -> None:
-    if confined and not sandbox.available():
-        pytest.skip("this kernel has no Landlock")
+    if confined:
+        require(sandbox.available(), NO_LANDLOCK)
     # Given: an agent that works until the user has done their edits
     command = (
         f"touch {sync}/started-$ORCHARDIST_TASK\n"

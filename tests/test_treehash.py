@@ -13,6 +13,7 @@ from orchardist import mounts
 from orchardist.gitrepo import Repo
 from orchardist.treehash import escaping_symlinks, refused_path
 from orchardist.worktree import AttemptPaths, Layout, remove_tree
+from realtools import require
 from support import add_worktree, git, make_repo
 
 
@@ -122,8 +123,11 @@ def test_paths_are_refused_exactly_as_git_refuses_them(tmp_path: Path) -> None:
 def overlaid(request: pytest.FixtureRequest) -> bool:
     """Each snapshot test on an attempt tree of its own, and on an overlay of a pristine one."""
     tmp_path: Path = request.getfixturevalue("tmp_path")
-    if request.param and not (mounts.enter() and mounts.probe(tmp_path / "probe")):
-        pytest.skip("overlays cannot be mounted here (no CAP_SYS_ADMIN, or tmp cannot be upper)")
+    if request.param:
+        mountable = mounts.enter() and mounts.probe(tmp_path / "probe")
+        require(
+            mountable, "overlays cannot be mounted here (no CAP_SYS_ADMIN, or tmp cannot be upper)"
+        )
     return bool(request.param)
 
 
