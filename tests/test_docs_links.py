@@ -16,7 +16,7 @@ MAX_README_LINES = 250
 
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
-LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 
 
 def pages() -> list[Path]:
@@ -78,12 +78,13 @@ def test_every_relative_link_in_the_readme_and_the_docs_resolves() -> None:
 
 
 def test_the_link_check_finds_a_missing_file_and_a_missing_heading(tmp_path: Path) -> None:
-    # Given a page with one good link and two broken ones (and a link inside code, ignored)
+    # Given a page with good links, two broken ones (one's text wrapped over two lines), and a
+    # link inside code, which is an example and ignored
     (tmp_path / "other.md").write_text("# Other\n\n## Some `code` here, and more\n")
     page = tmp_path / "page.md"
     page.write_text(
         "# Page\n\n[fine](other.md#some-code-here-and-more) [self](#page)\n"
-        "[gone](missing.md) [no heading](other.md#nowhere)\n\n```\n[in code](nothing.md)\n```\n"
+        "[gone](missing.md) [no\nheading](other.md#nowhere)\n\n```\n[in code](nothing.md)\n```\n"
     )
     # When its links are checked, Then exactly the two broken ones are reported
     assert [b.split(":")[0] for b in broken_links(page)] == ["missing.md", "other.md#nowhere"]
