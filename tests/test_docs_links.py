@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import re
 import shlex
+import tomllib
 from pathlib import Path
 
+import pytest
+
+from orchardist.cli import main
 from quickstart_support import EXAMPLE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,3 +157,23 @@ def test_the_readme_quickstart_installs_pytest_and_runs_the_plan_the_tests_run()
     run = shlex.split(steps[-1])
     assert run[:2] == ["orchardist", "run"]
     assert (ROOT / run[2]).resolve() == (EXAMPLE / "plan.toml").resolve()
+
+
+def test_the_readme_fix_one_liner_would_run_one_fix_pipeline_task_of_its_profile(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given the README's fix one-liner, and a repository whose .orchardist.toml has its profile
+    command = shlex.split(sh_block_after("Fixing a bug without writing a plan"))
+    assert command[:2] == ["orchardist", "fix"]
+    agent = command[command.index("--agent") + 1]
+    (repo / ".orchardist.toml").write_text(f'[agents.{agent}]\nkind = "{agent}"\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-user-config"))
+    monkeypatch.chdir(repo)
+    # When it runs there with --dry-run, which prints the plan it would run and runs nothing
+    code = main([*command[1:], "--dry-run"])
+    out, err = capsys.readouterr()
+    # Then that plan is one task of the fix pipeline: the report, the profile, the verify command
+    assert code == 0, out + err
+    [task] = tomllib.loads(out)["task"]
+    assert (task["pipeline"], task["agent"], task["prompt"]) == ("fix", agent, command[2])
+    assert task["verify"] == [command[command.index("--verify") + 1]]
