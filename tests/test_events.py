@@ -1,4 +1,4 @@
-"""The event vocabulary (events.py) is the one the code writes and the README documents."""
+"""The event vocabulary (events.py) is the one the code writes and docs/state.md documents."""
 
 from __future__ import annotations
 
@@ -77,9 +77,9 @@ def test_every_kind_is_written_somewhere() -> None:
     assert {kind for _, kind, _ in emitted()} == set(Kind)
 
 
-def readme_table() -> dict[str, set[str]]:
-    """``kind -> states`` from the README's event table (fields in parentheses left out)."""
-    text = (ROOT / "README.md").read_text()
+def documented_table() -> dict[str, set[str]]:
+    """``kind -> states`` from the event table of docs/state.md (fields in parentheses left out)."""
+    text = (ROOT / "docs" / "state.md").read_text()
     start = text.index("| `kind` | `data.state` values, and other fields |")
     rows = {}
     for line in text[start:].splitlines()[2:]:
@@ -100,8 +100,8 @@ def readme_table() -> dict[str, set[str]]:
     return rows
 
 
-def test_the_readme_event_table_lists_every_kind_with_exactly_its_states() -> None:
-    table = readme_table()
+def test_the_documented_event_table_lists_every_kind_with_exactly_its_states() -> None:
+    table = documented_table()
     assert set(table) == {k.value for k in Kind}
     for kind, states in STATES.items():
         assert table[kind.value] == {str(s) for s in states}, kind

@@ -60,8 +60,8 @@ def test_the_schema_is_valid_draft_2020_12() -> None:
 def test_every_plan_in_the_examples_and_the_docs_meets_the_schema() -> None:
     plans = documented_plans()
     places = {where.split(":")[0] for where, _ in plans}
-    # the quickstart, the README and the pages that show plans are all among them
-    assert {"examples/quickstart/plan.toml", "README.md", "docs/agents.md"} <= places
+    # the quickstart, the plan reference and the pages that show plans are all among them
+    assert {"examples/quickstart/plan.toml", "docs/plan.md", "docs/agents.md"} <= places
     assert len(plans) >= 10
     for where, data in plans:
         assert schema_errors(data) == [], where
@@ -159,7 +159,7 @@ def test_orchardist_schema_prints_the_schema_as_json(capsys: pytest.CaptureFixtu
     assert json.loads(capsys.readouterr().out) == plan_schema()
 
 
-def test_the_editor_comments_the_readme_shows_are_plain_comments_to_orchardist(
+def test_the_editor_comments_the_plan_reference_shows_are_plain_comments_to_orchardist(
     repo: Path,
 ) -> None:
     body = '[agents.p]\ncommand = "true"\n\n[[task]]\nid = "a"\nagent = "p"\n'
@@ -168,8 +168,8 @@ def test_the_editor_comments_the_readme_shows_are_plain_comments_to_orchardist(
     (repo / "plan.yaml").write_text(
         "# yaml-language-server: $schema=./plan.schema.json\n" + as_yaml
     )
-    readme = (ROOT / "README.md").read_text()
-    assert "#:schema ./plan.schema.json" in readme
-    assert "# yaml-language-server: $schema=./plan.schema.json" in readme
+    reference = (ROOT / "docs" / "plan.md").read_text()
+    assert "#:schema ./plan.schema.json" in reference
+    assert "# yaml-language-server: $schema=./plan.schema.json" in reference
     for name in ("plan.toml", "plan.yaml"):
         assert [t.id for t in load_plan(repo / name).tasks] == ["a"]

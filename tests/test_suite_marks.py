@@ -1,7 +1,8 @@
 """The ``slow`` mark stays on every test that drives a real agent CLI, a Ray cluster or a browser,
-so ``python -m pytest -m "not slow"`` (the README's quick loop) keeps skipping them as files are
-added. Read from the source: a test module that imports ``require_tool`` or ``RayCluster``, or
-defines a ``browser`` fixture, carries ``pytestmark`` with ``pytest.mark.slow``.
+so ``python -m pytest -m "not slow"`` (the quick loop of CONTRIBUTING.md) keeps skipping them as
+files are added. Read from the source: a test module that imports ``require_tool`` or
+``RayCluster``, or defines a ``browser`` fixture, carries ``pytestmark`` with
+``pytest.mark.slow``.
 
 And no skip hides on CI: a test skips only through ``realtools.require`` (or the helpers built on
 it), which fails instead when env ``CI`` is set.

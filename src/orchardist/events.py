@@ -4,7 +4,7 @@ An event is one row of the store's append-only log (:class:`~orchardist.records.
 ``kind``, an optional task and attempt, and ``data`` whose ``state`` says what happened. The
 names live here, once, as string enums, so they compare equal to what the store holds and to
 what older runs wrote; the writers (the scheduler, ``runs``), the readers (the progress
-display, ``report``, ``stats``, the dashboard) and the README's event table all use these,
+display, ``report``, ``stats``, the dashboard) and the event table of docs/state.md all use these,
 and ``tests/test_events.py`` checks that each one does.
 """
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 # Parts of the checkout fingerprint a person changes in normal use during a run (editing files,
 # checking out a branch, the run branch included): without a sandbox orchardist cannot tell who
-# changed them, and does not fail attempts for it (see README, "What the checkout guard does").
+# changed them, and does not fail attempts for it (docs/security.md, "Containment").
 USERS_OWN = frozenset({"files or index", "HEAD"})
 
 
