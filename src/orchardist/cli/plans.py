@@ -253,6 +253,7 @@ def cmd_plan(args: argparse.Namespace, main: Main) -> int:
 
 def _planner_config(args: argparse.Namespace) -> tuple[Path, Config]:
     """``plan``'s usage checked: the repository's root and the config holding ``--agent``."""
+    from ..config import tell_ignored
     from ..gitrepo import find_toplevel
     from ..plan import load_config
 
@@ -264,6 +265,7 @@ def _planner_config(args: argparse.Namespace) -> tuple[Path, Config]:
     if args.run and not args.yes and not sys.stdin.isatty():
         raise UsageError("--run without a terminal needs --yes")
     config = load_config(root)
+    tell_ignored(config.ignored)
     if args.agent not in config.profiles:
         known = ", ".join(sorted(config.profiles)) or "none"
         raise UsageError(
