@@ -215,3 +215,57 @@ def test_doctor_checks_the_config_profiles_a_plan_uses_and_no_others(repo: Path)
     assert out.returncode == 1
     assert "no-such-codex-used" in out.stdout and "no-such-codex-unused" not in out.stdout
     assert '"mine"' in out.stdout
+
+
+# What a repository's config file may not set unless trusted, kind by kind (docs/pipelines.md).
+WIDENING = {
+    "shell": ["env"],
+    "scripted": ["env"],
+    "claude": ["allowed_tools", "args", "command", "env", "permission"],
+    "gemini": ["allowed_tools", "args", "command", "env", "permission"],
+    "codex": ["args", "command", "env", "permission"],
+    "aider": ["args", "command", "env", "permission"],
+    "opencode": ["args", "command", "env", "permission"],
+    "llm": ["api_key_env", "env"],
+}
+KEPT = {"timeout": '"5m"', "max_parallel": "2", "fallback": '"shell"'}
+
+
+def test_each_kind_loses_exactly_its_widening_keys_from_an_untrusted_repository(
+    repo: Path,
+) -> None:
+    # Given: one repository profile per kind, each setting every key of its kind that widens
+    # what the agent receives, and a few that do not
+    from orchardist.agents import KINDS, agent_class
+
+    assert sorted(WIDENING) == sorted(KINDS)
+    values = {
+        "env": '["HOME"]',
+        "command": '"./evil"',
+        "args": '["--yolo"]',
+        "permission": '"x"',
+        "allowed_tools": '["Bash"]',
+        "api_key_env": '"HOME"',
+    }
+    text = ""
+    for kind, keys in WIDENING.items():
+        own = {"llm": {"base_url": '"http://127.0.0.1:9/v1"', "model": '"m"'}}.get(kind, {})
+        if kind == "shell":
+            own = {"command": '"true"'}
+        body = {**KEPT, **own, **{k: values[k] for k in keys if k not in own}}
+        text += f'[agents.{kind}]\nkind = "{kind}"\n'
+        text += "".join(f"{k} = {v}\n" for k, v in body.items())
+    config = repo / ".orchardist.toml"
+    config.write_text(text)
+
+    # When
+    loaded = load_config(repo)
+
+    # Then: each widening key is named once, and only those; the others are kept
+    shown = [item.key for item in loaded.ignored]
+    assert shown == [f"agents.{kind}.{key}" for kind, keys in WIDENING.items() for key in keys]
+    assert all(item.file == config for item in loaded.ignored)
+    for kind in WIDENING:
+        got = loaded.profiles[kind]
+        assert (got.env, got.timeout_s, got.max_parallel) == ((), 300.0, 2)
+        assert not set(got.options) & agent_class(kind).widening_keys
