@@ -144,6 +144,7 @@ def read_config(
     trusted, user, problems = _read_user_file(user_path)
     repo: dict[str, AgentProfile] = {}
     ignored: list[Ignored] = []
+    is_trusted = repo_root.resolve() in trusted
     if repo_path.is_file():
 
         def screen(data: dict[str, Any]) -> dict[str, Any]:
@@ -153,7 +154,6 @@ def read_config(
             ignored.extend(left_out)
             return screened
 
-        is_trusted = repo_root.resolve() in trusted
         repo, wrong = read_profiles_file(repo_path, None if is_trusted else screen)
         problems += wrong
     order = [(user_path, user), (repo_path, repo)]  # the winner last
@@ -163,12 +163,21 @@ def read_config(
         profiles.update(found)
         origins.update(dict.fromkeys(found, path))
     texts = [
-        f"# from {path}\n" + path.read_text(encoding="utf-8", errors="replace")
+        _config_text(path, found, path == repo_path and not is_trusted)
         for path, found in reversed(order)
         if found
     ]
     files = tuple(config_files(repo_root, environ))
     return Config(profiles, origins, files, "\n".join(texts), tuple(ignored)), problems
+
+
+def _config_text(path: Path, found: Mapping[str, AgentProfile], screened: bool) -> str:
+    """A config file's text for a planner to copy from; a screened file's profiles by name
+    only (its text holds what was not read, which a planner would copy into the plan)."""
+    if screened:
+        names = ", ".join(sorted(found))
+        return f"# from {path} (not copied: name these profiles as they are): {names}\n"
+    return f"# from {path}\n" + path.read_text(encoding="utf-8", errors="replace")
 
 
 def _read_user_file(

@@ -234,6 +234,7 @@ def cmd_plan(args: argparse.Namespace, main: Main) -> int:
         log_dir,
         args.rounds,
         shown,
+        config.profiles,
     )
     if planned.plan is None:
         print(
