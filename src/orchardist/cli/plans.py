@@ -195,8 +195,9 @@ def add_plan(sub: Commands, main: Main) -> None:
         "plan to $ORCHARDIST_PLAN_FILE. orchardist validates it as `validate` would at the "
         "output path; while it has problems (at most --rounds rounds) they are sent back to the "
         "agent. The valid plan is written, and its graph and critical path printed. Agent "
-        "profiles come from .orchardist.toml at the repository root, then "
-        "~/.config/orchardist/config.toml ([agents.NAME] tables as in plans).",
+        "profiles come from ~/.config/orchardist/config.toml, then .orchardist.toml at the "
+        "repository root ([agents.NAME] tables as in plans; see docs/pipelines.md). The plan "
+        "may not widen what agents receive (isolation, network, env passed through).",
     )
     p.add_argument("spec", type=Path, help="the specification (Markdown or text)")
     p.add_argument("--agent", required=True, help="the planner's agent profile")
