@@ -129,6 +129,23 @@ def screen_repository(
     return screened, tuple(ignored)
 
 
+def widening_keys(kind: str) -> frozenset[str]:
+    """The keys of a kind that widen what its agent receives; none for an unknown kind (its
+    validator says it is unknown)."""
+    from .agents import KINDS, agent_class
+
+    return agent_class(kind).widening_keys if kind in KINDS else frozenset()
+
+
+def config_text(path: Path, found: Mapping[str, AgentProfile], screened: bool) -> str:
+    """A config file's text for a planner to copy from; a screened file's profiles by name
+    only (its text holds what was not read, which a planner would copy into the plan)."""
+    if screened:
+        names = ", ".join(sorted(found))
+        return f"# from {path} (not copied: name these profiles as they are): {names}\n"
+    return f"# from {path}\n" + path.read_text(encoding="utf-8", errors="replace")
+
+
 def tell_ignored(ignored: Sequence[Ignored], out: TextIO | None = None) -> None:
     """Print what a repository's config file set and was not read, one line each, then how
     to trust the repository (its path in the user's ``trusted_repositories``)."""

@@ -19,9 +19,11 @@ from .config import (
     Config,
     Ignored,
     config_files,
+    config_text,
     screen_repository,
     take_trusted,
     user_config,
+    widening_keys,
 )
 from .errors import PlanError, Problem, unknown_key
 from .executors import EXECUTORS
@@ -149,7 +151,7 @@ def read_config(
 
         def screen(data: dict[str, Any]) -> dict[str, Any]:
             screened, left_out = screen_repository(
-                data, repo_path, dict.fromkeys(user, user_path), _widening_keys
+                data, repo_path, dict.fromkeys(user, user_path), widening_keys
             )
             ignored.extend(left_out)
             return screened
@@ -163,21 +165,12 @@ def read_config(
         profiles.update(found)
         origins.update(dict.fromkeys(found, path))
     texts = [
-        _config_text(path, found, path == repo_path and not is_trusted)
+        config_text(path, found, path == repo_path and not is_trusted)
         for path, found in reversed(order)
         if found
     ]
     files = tuple(config_files(repo_root, environ))
     return Config(profiles, origins, files, "\n".join(texts), tuple(ignored)), problems
-
-
-def _config_text(path: Path, found: Mapping[str, AgentProfile], screened: bool) -> str:
-    """A config file's text for a planner to copy from; a screened file's profiles by name
-    only (its text holds what was not read, which a planner would copy into the plan)."""
-    if screened:
-        names = ", ".join(sorted(found))
-        return f"# from {path} (not copied: name these profiles as they are): {names}\n"
-    return f"# from {path}\n" + path.read_text(encoding="utf-8", errors="replace")
 
 
 def _read_user_file(
@@ -197,14 +190,6 @@ def _read_user_file(
 
     profiles, wrong = read_profiles_file(path, take)
     return trusted, profiles, problems + wrong
-
-
-def _widening_keys(kind: str) -> frozenset[str]:
-    """The keys of a kind that widen what its agent receives; none for an unknown kind (its
-    validator says it is unknown)."""
-    from .agents import KINDS, agent_class
-
-    return agent_class(kind).widening_keys if kind in KINDS else frozenset()
 
 
 class _Validator(TaskChecks):
