@@ -114,6 +114,8 @@ class CliAgent(abc.ABC):
     kind: ClassVar[str]
     executable: ClassVar[str]  # the default ``command``
     profile_keys: ClassVar[frozenset[str]] = COMMON_KEYS
+    # which program gets the tool's credentials and home files, with which flags and mode
+    widening_keys: ClassVar[frozenset[str]] = frozenset({"command", "args", "permission"})
     env_keys: ClassVar[tuple[str, ...]] = ()
     home_files: ClassVar[tuple[str, ...]] = ()  # copied from the real home into the private one
     home_state: ClassVar[tuple[str, ...]] = ()  # folders made in the private home for its state
