@@ -3,8 +3,9 @@ the handoff it must leave, and how a reproduce, audit or localize attempt is jud
 executor's side). :mod:`orchardist.pipeline` expands tasks into stages and schedules them.
 
 The contract, the same for every agent kind: a stage's agent gets ``ORCHARDIST_STAGE`` and the
-earlier handoffs both in its prompt and as JSON at ``$ORCHARDIST_INPUTS``; it leaves its own as
-the ``handoff`` object of the JSON it writes to ``$ORCHARDIST_OUTPUT``.
+earlier handoffs both in its prompt (quoted as data, see :mod:`orchardist.quoting`) and as JSON
+at ``$ORCHARDIST_INPUTS``; it leaves its own as the ``handoff`` object of the JSON it writes to
+``$ORCHARDIST_OUTPUT``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .isolation import Spec
+from .quoting import code_span, quoted
 from .records import Failure
 from .safeio import read_capped
 
@@ -100,14 +102,15 @@ def stage_prompt(stage: str, report: str, inputs: Mapping[str, Any], kind: str =
         parts.append(duty)
     if inputs:
         parts.append(
-            "## What the earlier stages handed over (also in the JSON file at "
-            "$ORCHARDIST_INPUTS)\n\n```json\n" + json.dumps(inputs, indent=2) + "\n```"
+            "## What the earlier stages handed over (also in the JSON file at $ORCHARDIST_INPUTS)"
         )
+        label = "Written by the agents of the earlier stages"
+        parts.append(quoted(json.dumps(inputs, indent=2), label, info="json"))
     repro = repro_command(inputs)
     if stage == FIX and repro:
         parts.append(
-            f"Fix the bug. The reproduction `{repro}` must pass after your change; do not "
-            "weaken or delete its test. Keep the change minimal."
+            f"Fix the bug. The reproduction {code_span(repro)} must pass after your change; do "
+            "not weaken or delete its test. Keep the change minimal."
         )
     if stage in DUTIES:
         parts.append(
