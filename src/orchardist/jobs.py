@@ -69,7 +69,8 @@ class Briefs:
     def prompt(self, spec: TaskSpec) -> str:
         """The task's prompt, what its dependencies did, and its last failure."""
         parts = [spec.prompt]
-        done = [(d, self.summaries[d]) for d in spec.depends_on if self.summaries.get(d)]
+        said = {d: self.summaries.get(d, "") for d in spec.depends_on}
+        done = [(d, text) for d, text in said.items() if inline(text)]  # not only escapes
         if done:
             parts.append("## What the tasks this one depends on did")
             parts += [
