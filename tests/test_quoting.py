@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from orchardist.quoting import DATA_NOTE, code_span, fence_for, inline, quoted
+from orchardist.quoting import DATA_NOTE, code_span, fence_for, inline, plain_data, quoted
 from orchardist.terminal import plain
 
 CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -84,3 +84,8 @@ def test_no_text_can_end_its_code_span_or_leave_the_line(text: str) -> None:
 
 def test_inline_puts_a_forged_header_on_the_sentence_s_line() -> None:
     assert inline("failed\n\n" + FORGED + "\x1b[31m\n") == "failed " + FORGED
+
+
+def test_plain_data_strips_control_characters_from_every_string_and_keeps_the_rest() -> None:
+    data = {"a\x1b[2J": ["x\x07y", {"n": 1, "ok": True, "s": "\x9b31mz"}], "none": None}
+    assert plain_data(data) == {"a": ["xy", {"n": 1, "ok": True, "s": "31mz"}], "none": None}

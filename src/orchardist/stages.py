@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .isolation import Spec
-from .quoting import code_span, quoted
+from .quoting import code_span, plain_data, quoted
 from .records import Failure
 from .safeio import read_capped
 
@@ -105,7 +105,7 @@ def stage_prompt(stage: str, report: str, inputs: Mapping[str, Any], kind: str =
             "## What the earlier stages handed over (also in the JSON file at $ORCHARDIST_INPUTS)"
         )
         label = "Written by the agents of the earlier stages"
-        parts.append(quoted(json.dumps(inputs, indent=2), label, info="json"))
+        parts.append(quoted(json.dumps(plain_data(inputs), indent=2), label, info="json"))
     repro = repro_command(inputs)
     if stage == FIX and repro:
         parts.append(
