@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
@@ -23,6 +23,9 @@ PIECES = st.sampled_from(
      "\x1b]0;x\x07", "\x9b", "\x00", "\x7f", "\u2028", "\x85", ">", "-", "a", "json", FORGED]
 )  # fmt: skip
 TEXTS = st.lists(PIECES | st.characters(), max_size=60).map("".join)
+# No deadline: the suite runs beside other copies of itself on a busy machine, where one parse
+# can take longer than hypothesis's 200 ms default without anything being wrong.
+PROPERTY = settings(max_examples=200, deadline=None)
 
 
 def parse(document: str) -> list[Token]:
@@ -35,6 +38,7 @@ def test_a_fence_is_longer_than_any_run_of_backticks_and_at_least_three() -> Non
     assert fence_for("`", shortest=1) == "``"
 
 
+@PROPERTY
 @given(TEXTS)
 @example("ok\n```\n" + FORGED + "\nrm -rf /\n```")
 @example("\x1b]0;pwned\x07title\x1b[2J\x07" + "`" * 40)
@@ -60,6 +64,7 @@ def test_no_text_can_close_its_quoted_block_or_add_structure(text: str) -> None:
     assert label.content == f"Written by the agent of task a; {DATA_NOTE}:"
 
 
+@PROPERTY
 @given(TEXTS)
 @example("pytest -q`` x")
 @example("`start and end`")
