@@ -8,15 +8,17 @@ The orchestrator runs as a real process (a figure that overflowed the store used
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from orchardist import Workspace
+from orchardist import RunState, Workspace
 from orchardist.records import SESSION_ID_CHARS, SUMMARY_CHARS
 from run_support import attempt_states, only_run, orchardist, status
-from support import toml_str, write_plan
+from support import Finished, toml_str, write_plan
 
 Scripts = Callable[..., str]
+RunPlan = Callable[..., Finished]
 
 HUGE = {
     "float": "1e30",
@@ -112,3 +114,49 @@ depends_on = ["spender"]
     prompt = (sync / "after-prompt.md").read_text()
     assert "w" * SUMMARY_CHARS in prompt
     assert "w" * (SUMMARY_CHARS + 1) not in prompt
+
+
+# A stand-in for Claude Code whose stream's result event has an output token count of NaN (JSON as
+# Python reads it), after leaving a mark and a file changed.
+FAKE_CLAUDE = """#!{python}
+import json, sys
+sys.stdin.read()
+with open({marks!r}, "a") as fh:
+    fh.write("ran\\n")
+open("stream.txt", "w").write("changed\\n")
+print(json.dumps({{"type": "system", "subtype": "init", "session_id": "s1"}}))
+print('{{"type": "result", "subtype": "success", "usage": {{"output_tokens": NaN}}}}')
+"""
+
+
+def test_a_cli_stream_event_orchardist_cannot_read_is_the_agents_error_counted_once(
+    repo: Path, sync: Path, tmp_path: Path, run_plan: RunPlan
+) -> None:
+    # Given: a claude profile whose tool reports output_tokens NaN in its result event, on a task
+    # with retries = 0
+    fake = tmp_path / "fake-claude"
+    fake.write_text(FAKE_CLAUDE.format(python=sys.executable, marks=str(sync / "ran")))
+    fake.chmod(0o755)
+    plan = write_plan(
+        repo,
+        f"""
+[agents.cc]
+kind = "claude"
+command = {toml_str(fake)}
+
+[[task]]
+id = "stream"
+retries = 0
+""",
+    )
+
+    # When
+    run = run_plan(plan)
+
+    # Then: the tool ran once, and its attempt is the agent's failure (counted: no retry), not
+    # orchardist's own (infra_error, retried twice whatever retries says)
+    assert (sync / "ran").read_text().split() == ["ran"]
+    (attempt,) = run.task("stream")["attempts"]
+    assert attempt["failure"] == "agent_error", attempt
+    assert "cannot read" in attempt["detail"], attempt
+    assert run.state is RunState.FAILED
