@@ -91,6 +91,7 @@ USAGE_LIMITS = {
     "output_tokens": MAX_TOKENS,
     "turns": MAX_TURNS,
 }
+MAX_RETRY_AFTER_S = 8 * 86400  # a rate limit's reset: a weekly quota's is at most 7 days off
 SESSION_ID_CHARS = 256
 SUMMARY_CHARS = 2000  # an agent's summary of its work (it reaches dependents' prompts)
 DETAIL_CHARS = 4000  # an attempt's detail (it can quote the agent's error message)

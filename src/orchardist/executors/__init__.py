@@ -19,6 +19,7 @@ from ..errors import UsageError
 from ..records import (
     DETAIL_CHARS,
     FEEDBACK_CHARS,
+    MAX_RETRY_AFTER_S,
     SUMMARY_CHARS,
     AgentProfile,
     AttemptState,
@@ -133,13 +134,17 @@ class Outcome:
         detail; their names returned), the agent's strings cut to their caps (records.py)."""
         usage, dropped = checked_usage(self.usage)
         detail = capped(self.detail, DETAIL_CHARS)
-        if dropped:
-            note = f"usage ignored, out of range: {', '.join(dropped)}"
-            detail = f"{detail}; {note}" if detail else note
+        notes = [f"usage ignored, out of range: {', '.join(dropped)}"] if dropped else []
+        retry = self.retry_after_s
+        if retry is not None and not 0 <= retry <= MAX_RETRY_AFTER_S:  # NaN is not either
+            notes.append(f"rate-limit reset ignored, out of range: {retry!r}s")
+            retry = None  # the profile's back-off instead: a reset of 1e300 s paused it for good
+        detail = "; ".join([detail, *notes] if detail else notes)
         return (
             replace(
                 self,
                 usage=usage,
+                retry_after_s=retry,
                 detail=detail,
                 summary=capped(self.summary, SUMMARY_CHARS),
                 feedback=capped(self.feedback, FEEDBACK_CHARS),
