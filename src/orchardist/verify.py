@@ -111,8 +111,10 @@ def run_one(
         env = {**env, **pytest_env(junit, env)}
     try:
         if folder is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name, dir_fd=folder)  # a stale report is not this run's
+            # a stale report is not this run's; one that cannot go (a folder an earlier
+            # command made there) is no regular file either, so it is never read as a report
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=folder)
         left = None if deadline is None else max(0.01, deadline - time.monotonic())
         proc = run_process(
             ["/bin/sh", "-c", command],

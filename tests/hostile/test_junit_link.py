@@ -20,9 +20,12 @@ Scripts = Callable[..., str]
 REPORTS = ("0.xml", "1.xml", "check.xml")
 # A verify command that looks like pytest (so orchardist expects a JUnit report) and passes.
 PYTEST = "pytest() { :; }; pytest"
-# The attempt's folders are siblings: $TMPDIR is <attempt>/tmp, the junit folder <attempt>/io/junit.
-RELINK = """j="$(dirname "$TMPDIR")/io/junit"; rm -rf "$j"; ln -s {victim} "$j"; \
-touch {sync}/relinked-$ORCHARDIST_TASK"""
+# A verify command that looks like pytest, so it is told where its report goes (the junit
+# folder, in PYTEST_ADDOPTS), and runs {act} on that folder instead of tests.
+JUNIT_DIR = (
+    'pytest() {{ f=${{PYTEST_ADDOPTS#--junitxml=}}; j=$(dirname "${{f%% *}}"); {act}; }}; pytest'
+)
+RELINK = 'rm -rf "$j" && ln -s {victim} "$j" && touch {sync}/relinked-tests'
 # The check: fails on the base (no agent.txt there), passes on the attempt, looks like pytest.
 CHECK = "test -f agent.txt && { pytest() { :; }; pytest; }"
 
@@ -49,7 +52,7 @@ def test_a_junit_folder_made_a_symlink_never_makes_orchardist_delete_through_it(
         """,
         tests="echo tests > tests.txt",
     )
-    relink = RELINK.format(victim=victims["tests"], sync=sync)
+    relink = JUNIT_DIR.format(act=RELINK.format(victim=victims["tests"], sync=sync))
     plan = write_plan(
         repo,
         f"""
@@ -84,3 +87,33 @@ verify = [{toml_str(relink)}, {toml_str(PYTEST)}]
             assert (victim / name).read_text() == f"the user's own {name}\n", (task, name)
     assert run.states() == {"agent": "done", "tests": "done"}
     assert_untouched(repo, ground)
+
+
+def test_a_report_made_a_folder_by_an_earlier_command_is_no_report_and_no_infra_error(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: a task whose first verify command makes a folder where the next one's JUnit report
+    # goes (orchardist removes a stale report first), on a task with retries = 0
+    block = JUNIT_DIR.format(act=f'mkdir "$j/1.xml" && touch {sync}/blocked')
+    command = shell_scripts(t="echo t > t.txt")
+    plan = write_plan(
+        repo,
+        f"""
+[agents.sh]
+kind = "shell"
+command = {toml_str(command)}
+
+[[task]]
+id = "t"
+retries = 0
+verify = [{toml_str(block)}, {toml_str(PYTEST)}]
+""",
+    )
+
+    # When
+    run = run_plan(plan)
+
+    # Then: the folder was made, and the task merged on its commands' exit codes, first time
+    assert (sync / "blocked").exists()
+    assert run.states() == {"t": "done"}
+    assert [a["state"] for a in run.task("t")["attempts"]] == ["merged"]
