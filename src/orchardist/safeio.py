@@ -4,6 +4,12 @@ Such a path may hold a FIFO (an ordinary open would block for good), a symlink t
 ``/dev/zero`` or to a file the agent should not see, or a file of hundreds of megabytes. So a
 file is opened without following a final symlink and without blocking, read only if it is a
 regular file, and read only up to a cap.
+
+A folder the agent could write (the attempt's io folder and what is in it) may have become a
+symlink to any folder of the user's: orchardist makes such a folder afresh after the agent ends
+(``fresh_folder``, removing what is there without following links) and works in it through a
+descriptor opened without following one (``open_folder``, then ``dir_fd`` relative names), so
+a link made later, by the code verify runs, leads nowhere.
 """
 
 from __future__ import annotations
@@ -17,16 +23,25 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Tail", "flocked", "read_capped", "read_tail"]
+__all__ = [
+    "Tail",
+    "flocked",
+    "fresh_folder",
+    "open_folder",
+    "read_capped",
+    "read_tail",
+    "remove_tree",
+]
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def read_capped(path: Path, max_bytes: int) -> bytes | None:
-    """The bytes of the regular file at ``path``; None when it is missing, a symlink, not a
-    regular file, or larger than ``max_bytes``."""
+def read_capped(path: Path | str, max_bytes: int, dir_fd: int | None = None) -> bytes | None:
+    """The bytes of the regular file at ``path`` (relative to ``dir_fd`` when given); None when
+    it is missing, a symlink, not a regular file, or larger than ``max_bytes``."""
     try:
-        fd = os.open(path, _FLAGS)
+        fd = os.open(path, _FLAGS, dir_fd=dir_fd)
     except OSError:
         return None
     try:
@@ -99,8 +114,25 @@ def flocked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def open_folder(path: Path) -> int | None:
+    """A descriptor of the folder at ``path``, opened without following a symlink there; None
+    when ``path`` is not (or no longer) a real folder. The caller closes it."""
+    try:
+        return os.open(path, _FOLDER_FLAGS)
+    except OSError:
+        return None
+
+
+def fresh_folder(path: Path) -> None:
+    """An empty folder at ``path``, made now: whatever was there (a symlink, a file, a folder
+    an agent filled) removed first without following any link."""
+    remove_tree(path)
+    path.mkdir(mode=0o755)
+
+
 def remove_tree(path: Path) -> None:
-    """Delete ``path`` and everything in it, even folders an agent made read-only."""
+    """Delete ``path`` and everything in it, even folders an agent made read-only; a symlink
+    is removed, never followed (``shutil.rmtree`` works through descriptors on Linux)."""
     if not os.path.lexists(path):
         return
     if path.is_symlink() or not path.is_dir():

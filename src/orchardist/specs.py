@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .config import Ignored
 from .isolation import Policy
 from .records import AgentProfile
 from .scan.profiles import ScannerProfile
@@ -109,6 +110,7 @@ class Plan:
     digest: str  # sha256 of the file's bytes, recorded with the run (resume compares task ids)
     scanners: Mapping[str, ScannerProfile] = field(default_factory=dict)  # [scanners.NAME]
     config_agents: frozenset[str] = frozenset()  # profiles from the config files, not the plan
+    ignored: tuple[Ignored, ...] = ()  # what the repository's config file set and was not read
 
     def used_agents(self) -> set[str]:
         """The profiles its tasks and scanners run, and their fallbacks."""

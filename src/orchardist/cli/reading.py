@@ -44,7 +44,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     shown = (lambda text: text) if args.raw else plain  # what agents wrote: detail, diff, log
     print(
         f"==> {args.task} attempt {attempt.n} candidate {attempt.candidate} "
-        f"({attempt.agent}): {attempt.state.value} {attempt.verdict} {attempt.selection}"
+        f"({attempt.agent}): {attempt.state.value} {attempt.verdict} {shown(attempt.selection)}"
     )
     print(f"    {shown(attempt.detail)}")
     if attempt.patch_commit:

@@ -100,12 +100,14 @@ def _fix_args(p: argparse.ArgumentParser, positive: Any) -> None:
 
 def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     """``orchardist scan``; ``drive`` runs the fix run of ``--fix``."""
+    from ..config import tell_ignored
     from ..gitrepo import Repo
     from ..plan import load_plan
     from ..runs import Workspace
     from .engine import Scanner
 
     plan = load_plan(_plan_path(args.plan), require_tasks=False)
+    tell_ignored(plan.ignored)
     profiles = list(plan.scanners.values())
     if not profiles:
         raise UsageError(f"{args.plan or plan.path.name} has no [scanners.NAME] tables")
