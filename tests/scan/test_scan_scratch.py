@@ -40,9 +40,11 @@ def repo(tmp_path: Path) -> Path:
 def test_a_scanner_writes_its_cache_in_its_tree_and_the_writes_are_discarded(
     repo: Path, tmp_path: Path
 ) -> None:
-    # Given: a scanner that reports only if it could write a cache folder in its tree
+    # Given: a scanner that reports only if it could write a cache folder in its tree (and
+    # /dev/null)
     command, _log = logging_scanner(tmp_path)
     cache = "mkdir -p .tool_cache && pwd > .tool_cache/where && test -s .tool_cache/where"
+    cache += " && echo quiet > /dev/null"  # documented commands redirect there
     plan = write_plan(
         repo,
         f"""
@@ -125,12 +127,13 @@ def test_with_the_sandbox_a_scanner_still_cannot_write_outside_its_tree(
 def test_a_failed_scanner_fails_the_scan_and_never_reads_as_no_findings(
     repo: Path, tmp_path: Path
 ) -> None:
-    # Given: a scanner that fails without output
+    # Given: a scanner that fails without output, after a long stderr
+    noise = "for i in $(seq 100); do printf 'words '; done >&2"
     plan = write_plan(
         repo,
-        """
+        f"""
         [scanners.broken]
-        command = "echo 'error: cannot start' >&2; exit 2"
+        command = "{noise}; echo 'error: cannot start' >&2; exit 2"
         scope = "tree"
         """,
         name="scan.toml",
@@ -154,6 +157,9 @@ def test_a_failed_scanner_fails_the_scan_and_never_reads_as_no_findings(
     assert "cannot start" in invocation["toolExecutionNotifications"][0]["message"]["text"]
     summary = json.loads(orchardist(repo, "scan", str(plan), "--json").stdout)
     assert summary["exit_code"] == 1 and summary["failed"] == ["broken"]
+    # and the end of its stderr is shown from a whole word on
+    shown = summary["scanners"][0]["error"].split("no output: ")[1]
+    assert shown.split()[0] in ("…", "words") and shown.endswith("error: cannot start")
 
 
 def test_scans_and_runs_of_a_repository_share_one_folder(repo: Path, tmp_path: Path) -> None:

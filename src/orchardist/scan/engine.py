@@ -43,6 +43,7 @@ MAX_CACHE_ENTRIES = 200_000
 MAX_ENTRY_BYTES = 1 << 20  # a larger per-file result is not cached
 MAX_BATCH_FILES = 256
 VERSION_TIMEOUT_S = 60.0
+DEV_NULL = Path("/dev/null")
 
 
 @dataclass(frozen=True)
@@ -361,9 +362,11 @@ class Scanner:
         )
 
     def _writable(self, *folders: Path) -> tuple[Path, ...] | None:
+        """What a scanner may write under the sandbox: its folders, and ``/dev/null`` (the
+        tools' documented commands redirect to it; nothing else of ``/dev``)."""
         from .. import sandbox
 
-        return folders if self.sandbox and sandbox.available() else None
+        return (*folders, DEV_NULL) if self.sandbox and sandbox.available() else None
 
     def _env(self, profile: ScannerProfile, folder: Path) -> dict[str, str]:
         agent = self.agents[profile.agent] if profile.agent is not None else None

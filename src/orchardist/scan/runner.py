@@ -104,8 +104,12 @@ def scanner_env(
 
 
 def _tail(path: Path, limit: int = 400) -> str:
+    """The end of a scanner's stderr, whitespace collapsed, starting at a whole word."""
     try:
-        text = path.read_bytes()[-limit:].decode("utf-8", errors="replace")
+        data = path.read_bytes()
     except OSError:
         return ""
-    return " ".join(text.split())
+    words = data[-limit:].decode("utf-8", errors="replace").split()
+    if len(data) > limit and words:
+        words[0] = "…"  # cut inside a word: "rror:" reads as a different message
+    return " ".join(words)
