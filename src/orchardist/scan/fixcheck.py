@@ -103,19 +103,23 @@ def rescan(
     profiles: Sequence[ScannerProfile], root: Path, workdir: str, paths: Sequence[str]
 ) -> list[MergedFinding]:
     """The deduplicated findings of ``profiles`` about ``paths`` (relative to the repository),
-    each scanner run in its own copy of the candidate's files."""
+    each scanner run in its own scratch copy of what it reads (as in a scan: a file-scoped
+    scanner's files and ``config`` files, else the whole tree)."""
     prefix = "" if workdir.strip("/") in ("", ".") else workdir.strip("/") + "/"
     local = {p[len(prefix) :]: "" for p in paths if p.startswith(prefix) and (root / p).is_file()}
+    present = {p[len(prefix) :]: "" for p in _candidate_files(root) if p.startswith(prefix)}
     reports: list[ScannerReport] = []
     with tempfile.TemporaryDirectory(prefix="fixcheck-") as tmp:
         for n, profile in enumerate(profiles):
-            cwd = _copy(root, Path(tmp) / f"{n}.tree") / (prefix or ".")
             files = select_files(local, profile.include, profile.exclude)
-            if profile.scope is Scope.FILE and not files:
-                continue
             if profile.scope is Scope.TREE:
-                files = sorted(str(p.relative_to(cwd)) for p in cwd.rglob("*") if p.is_file())
-                files = select_files(dict.fromkeys(files, ""), profile.include, profile.exclude)
+                needed = list(present)
+                files = select_files(present, profile.include, profile.exclude)
+            elif files:
+                needed = [*files, *select_files(present, profile.config, ())]
+            else:
+                continue
+            cwd = _copy(root / (prefix or "."), needed, Path(tmp) / f"{n}.tree")
             folder = Path(tmp) / str(n)
             env = scanner_env(profile, folder, os.environ)
             results, _ = run_scanner(profile, files, cwd, folder, env, CancelToken(), None)
@@ -125,8 +129,8 @@ def rescan(
     return merge(reports)
 
 
-def _copy(root: Path, to: Path) -> Path:
-    """A scratch copy of the candidate's files (tracked, and new ones not ignored) at ``to``."""
+def _candidate_files(root: Path) -> list[str]:
+    """The candidate's files (tracked, and new ones not ignored), relative to ``root``."""
     out = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=root,
@@ -134,12 +138,16 @@ def _copy(root: Path, to: Path) -> Path:
         capture_output=True,
         check=True,
     ).stdout
-    for rel in {p for p in out.decode(errors="surrogateescape").split("\0") if p}:
-        source = root / rel
-        if source.is_symlink() or source.is_file():  # a removed file stays removed
-            (to / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, to / rel, follow_symlinks=False)
+    names = {p for p in out.decode(errors="surrogateescape").split("\0") if p}
+    return sorted(p for p in names if (root / p).is_symlink() or (root / p).is_file())
+
+
+def _copy(source: Path, paths: Sequence[str], to: Path) -> Path:
+    """A scratch copy of ``paths`` of ``source`` at ``to`` (its writes go nowhere)."""
     to.mkdir(parents=True, exist_ok=True)
+    for rel in paths:
+        (to / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source / rel, to / rel, follow_symlinks=False)
     return to
 
 
