@@ -12,7 +12,6 @@ from orchardist import Workspace
 from orchardist.gc import collect
 from orchardist.plan import load_plan
 from orchardist.scan.engine import Scanner, ScanResult, select_files
-from realtools import require
 from run_support import orchardist
 from support import git, make_repo, write_plan
 
@@ -191,26 +190,6 @@ def test_a_scanner_that_writes_to_its_tree_fails_and_is_not_cached(
     assert second.reports[0].hits == 0
     assert (todo_repo / "src/m1.py").read_text() == before
     assert git(todo_repo, "status", "--porcelain", "--untracked-files=no") == ""
-
-
-def test_with_the_sandbox_a_scanners_writes_are_refused(todo_repo: Path, tmp_path: Path) -> None:
-    from orchardist import sandbox
-
-    require(sandbox.available(), "this kernel has no Landlock")
-    command, _log = logging_scanner(tmp_path)
-    plan = write_plan(
-        todo_repo,
-        f"""
-        [scanners.vandal]
-        command = "chmod u+w src/m1.py; echo evil >> src/m1.py; {command} {{files}}"
-        format = "json"
-        include = ["src/*.py"]
-        """,
-        name="scan.toml",
-    )
-    result = scan(plan)
-    assert result.reports[0].error is None  # the write was refused, so the tree is intact
-    assert len(result.merged) == 6
 
 
 def test_a_scanner_with_unreadable_output_fails_alone(todo_repo: Path, tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from ..plan import Plan
 from ..quoting import code_span, inline
 from .findings import level_rank
+from .fixcheck import profile_to_json
 from .profiles import Format
 from .sarif import MergedFinding
 
@@ -140,8 +141,7 @@ def write_fix_plan(
         spec.write_text(
             json.dumps(
                 {
-                    "plan": str(plan.path),
-                    "scanners": list(scanners),
+                    "profiles": [profile_to_json(plan.scanners[n]) for n in scanners],
                     "workdir": plan.run.workdir,
                     "targets": _counts(group.findings),
                     "before": before,

@@ -105,5 +105,9 @@ def scanner_env(
 
 
 def _tail(path: Path, limit: int = 400) -> str:
-    """The end of a scanner's log on one line."""
-    return " ".join(read_tail(path, 0, limit, last=True).text().split())
+    """The end of a scanner's stderr, whitespace collapsed, starting at a whole word."""
+    tail = read_tail(path, 0, limit, last=True)
+    words = tail.text().split()
+    if tail.start > 0 and words:
+        words[0] = "…"  # cut inside a word: "rror:" reads as a different message
+    return " ".join(words)
