@@ -52,6 +52,7 @@ from .safeio import remove_tree as remove_tree  # kept importable from here
 ROOT_VAR = "ORCHARDIST_WORKDIR_ROOT"
 LISTING = "listing.git"  # in a run folder; job ids end in ".<number>", so none is named so
 PRISTINE = "pristine"  # in a run folder, likewise
+LINKS = "links"  # beside runs/ and baselines/: the link to the user's git directory
 MAX_LISTED = 2000  # more changes than this in an overlay's upper folder: list every file
 MAX_LISTED_BYTES = 256 * 1024
 # The listing git directory's config: stat data compared in full, executable bits and symlinks
@@ -177,6 +178,25 @@ class Layout:
         self._lowers: dict[Path, _Pristine] = {}  # attempt root -> the pristine under it
         self._removing: dict[Path, threading.Event] = {}  # attempt roots being removed
         self._skeletons: set[Path] = set()  # removed overlaid attempts: their empty tree/ left
+
+    @property
+    def user_git(self) -> Path:
+        """A symlink to the user's git directory, outside the repository: the attempts' git
+        directories name its ``objects`` in their alternates. Inside an attempt's namespace
+        the repository's path is the attempt's tree (its ``.git`` a file), so the real path
+        would not be there; this one is (see isolation.RepoView)."""
+        return self.folder / LINKS / "git"
+
+    def _user_objects(self) -> Path:
+        """The user's objects, as the attempts' alternates name them (the link made once)."""
+        link, target = self.user_git, self.repo.common_dir.resolve()
+        with self._lock:
+            if not link.is_symlink() or os.readlink(link) != str(target):
+                link.parent.mkdir(parents=True, exist_ok=True)
+                fresh = link.with_name(f"git.{secrets.token_hex(4)}")
+                fresh.symlink_to(target, target_is_directory=True)
+                fresh.replace(link)
+        return link / "objects"
 
     def attempt(self, run_id: str, job_id: str) -> AttemptPaths:
         """The folders of a run's job (not created)."""
@@ -326,8 +346,7 @@ class Layout:
         """A private git directory at ``commit``: objects read from the user's repository."""
         for sub in ("objects/info", "refs/heads", "refs/tags", "info"):
             (git / sub).mkdir(parents=True)
-        objects = (self.repo.common_dir / "objects").resolve()
-        (git / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+        (git / "objects" / "info" / "alternates").write_text(f"{self._user_objects()}\n")
         (git / "HEAD").write_text(f"{commit}\n")
         (git / "config").write_text(self._git_config())
         copy_excludes(self.repo.common_dir, git)  # the agent's status matches the user's

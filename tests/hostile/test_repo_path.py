@@ -1,0 +1,216 @@
+"""The attempt's tree at the repository's own path: whatever names the repository by absolute
+path (an editable install, a ``.pth`` file) reads the attempt's files inside its namespace,
+never the user's checkout (issue 28, finding 1).
+
+Each case is checked by its outcome: what the run branch holds, what the user's checkout holds,
+and marker files the agents leave in the ``sync`` folder to prove they ran.
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ns_support import require_namespaces
+from orchardist import RunState
+from support import Finished, git, make_repo, toml_str, write_plan
+
+RunPlan = Callable[..., Finished]
+Scripts = Callable[..., str]
+
+PYPROJECT = """\
+[build-system]
+requires = []
+build-backend = "build_backend"
+backend-path = ["."]
+
+[project]
+name = "calc"
+version = "0.1"
+"""
+BACKEND = Path(__file__).parents[1] / "fixtures" / "editable" / "build_backend.py"
+ADD_TEST = "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+IMPORT_TEST = "import calc\n\n\ndef test_import():\n    assert calc.add\n"
+
+
+@pytest.fixture(autouse=True)
+def _namespaces() -> None:
+    require_namespaces()
+
+
+def calc_repo(path: Path, body: str) -> Path:
+    """A src-layout package ``calc`` whose ``add`` returns ``body``, with its tests."""
+    return make_repo(
+        path,
+        {
+            "pyproject.toml": PYPROJECT,
+            "build_backend.py": BACKEND.read_text(),
+            "src/calc/__init__.py": f"def add(a, b):\n    return {body}\n",
+            "tests/test_add.py": ADD_TEST,
+            "tests/test_import.py": IMPORT_TEST,
+            ".gitignore": "__pycache__/\n.pytest_cache/\n*.egg-info/\nbuild/\nplan.toml\n",
+        },
+    )
+
+
+def editable_venv(folder: Path, project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A venv with ``project`` installed editable by pip, its bin first on PATH (as when
+    activated); pytest comes from this interpreter's site-packages, the build backend is the
+    project's own."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    [site_dir] = (folder / "lib").glob("python3*/site-packages")
+    (site_dir / "dev-tools.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    python = folder / "bin" / "python"
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-index", "--no-build-isolation"]
+    subprocess.run([*pip, "--no-deps", "-e", str(project)], check=True, capture_output=True)
+    [direct_url] = site_dir.glob("calc-*.dist-info/direct_url.json")
+    assert '"editable": true' in direct_url.read_text(), "pip made no editable install"
+    monkeypatch.setenv("PATH", f"{folder / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    return python
+
+
+def test_a_breaking_change_is_refused_although_the_package_is_installed_editable(
+    tmp_path: Path,
+    sync: Path,
+    shell_scripts: Scripts,
+    run_plan: RunPlan,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given: a package installed editable (its finder names the user's checkout) whose tests
+    # pass, and an agent that breaks it (a + b -> a - b)
+    repo = calc_repo(tmp_path / "repo", "a + b")
+    editable_venv(tmp_path / "venv", repo, monkeypatch)
+    command = shell_scripts(
+        t="""
+        sed -i 's/a + b/a - b/' src/calc/__init__.py
+        touch "$SYNC/broke"
+        """
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        isolation = "required"
+        verify = ["python -m pytest -q -p no:cacheprovider tests"]
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "t"
+        agent = "sh"
+        prompt = "refactor add"
+        retries = 0
+        """,
+    )
+
+    # When: the run verifies the agent's change
+    run = run_plan(plan)
+
+    # Then: verify ran on the attempt's tree, failed, and the break did not reach the branch;
+    # the user's checkout is untouched
+    assert (sync / "broke").exists()
+    assert run.states()["t"] == "failed", run.doc
+    assert "a + b" in run.read("src/calc/__init__.py")
+    assert "a + b" in (repo / "src/calc/__init__.py").read_text()
+
+
+def test_a_real_fix_with_a_check_merges_although_the_package_is_installed_editable(
+    tmp_path: Path,
+    sync: Path,
+    shell_scripts: Scripts,
+    run_plan: RunPlan,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given: an editable install of a package with a bug (a - b), a check that fails on it,
+    # and an agent that fixes it
+    repo = calc_repo(tmp_path / "repo", "a - b")
+    editable_venv(tmp_path / "venv", repo, monkeypatch)
+    command = shell_scripts(
+        t="""
+        sed -i 's/a - b/a + b/' src/calc/__init__.py
+        touch "$SYNC/fixed"
+        """
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        isolation = "required"
+        verify = ["python -m pytest -q -p no:cacheprovider tests/test_import.py"]
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "t"
+        agent = "sh"
+        prompt = "fix add"
+        check = "python -m pytest -q -p no:cacheprovider tests/test_add.py"
+        retries = 0
+        """,
+    )
+
+    # When
+    run = run_plan(plan)
+
+    # Then: the check failed on the base and passed on the fix, which merged
+    assert (sync / "fixed").exists()
+    assert run.state is RunState.DONE, run.doc
+    assert run.states()["t"] == "done", run.doc
+    assert "a + b" in run.read("src/calc/__init__.py")
+    assert "a - b" in (repo / "src/calc/__init__.py").read_text()
+
+
+def test_git_works_inside_an_attempt_whose_tree_is_at_the_repository_s_path(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: an agent that runs git status, diff and log in its tree, and records where it is
+    command = shell_scripts(
+        t="""
+        echo changed >> README.md
+        git status --porcelain > "$SYNC/status"
+        git diff > "$SYNC/diff"
+        git log --format=%s > "$SYNC/log"
+        git cat-file -p HEAD:README.md > "$SYNC/blob"
+        pwd > "$SYNC/pwd"
+        """
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        isolation = "required"
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "t"
+        agent = "sh"
+        prompt = "change the README"
+        """,
+    )
+    git(repo, "add", "plan.toml")
+    git(repo, "commit", "-qm", "plan")
+
+    # When
+    run = run_plan(plan)
+
+    # Then: git read the user's objects from inside, at the repository's own path
+    assert run.states()["t"] == "done", run.doc
+    assert (sync / "status").read_text() == " M README.md\n"
+    assert "+changed" in (sync / "diff").read_text()
+    assert (sync / "log").read_text().splitlines() == ["plan", "initial"]
+    assert (sync / "blob").read_text() == "hello\n"
+    assert (sync / "pwd").read_text().strip() == str(repo)
