@@ -16,6 +16,7 @@ edit there), so an attempt's files never live inside the user's git directory::
     <root>/<repo-key>/runs/<run>/pristine/<k>/   a checkout of one base commit (tree/, git/),
                shared read-only by the overlays of the attempts on that commit
     <root>/<repo-key>/baselines/<name>/...   the same, for a baseline run
+    <root>/<repo-key>/links/git   a symlink to the user's git directory (see userlink.py)
 
 Where orchardist can mount overlays (see mounts.py) and the attempt's processes are confined
 (so no agent can write the pristine checkout beneath its neighbours), an attempt's ``tree/`` is an
@@ -42,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import mounts
+from . import mounts, userlink
 from .errors import OrchardistError
 from .gitrepo import Checkout, Repo
 from .indexfile import IndexFile, advance
@@ -52,7 +53,6 @@ from .safeio import remove_tree as remove_tree  # kept importable from here
 ROOT_VAR = "ORCHARDIST_WORKDIR_ROOT"
 LISTING = "listing.git"  # in a run folder; job ids end in ".<number>", so none is named so
 PRISTINE = "pristine"  # in a run folder, likewise
-LINKS = "links"  # beside runs/ and baselines/: the link to the user's git directory
 MAX_LISTED = 2000  # more changes than this in an overlay's upper folder: list every file
 MAX_LISTED_BYTES = 256 * 1024
 # The listing git directory's config: stat data compared in full, executable bits and symlinks
@@ -180,23 +180,8 @@ class Layout:
         self._skeletons: set[Path] = set()  # removed overlaid attempts: their empty tree/ left
 
     @property
-    def user_git(self) -> Path:
-        """A symlink to the user's git directory, outside the repository: the attempts' git
-        directories name its ``objects`` in their alternates. Inside an attempt's namespace
-        the repository's path is the attempt's tree (its ``.git`` a file), so the real path
-        would not be there; this one is (see isolation.RepoView)."""
-        return self.folder / LINKS / "git"
-
-    def _user_objects(self) -> Path:
-        """The user's objects, as the attempts' alternates name them (the link made once)."""
-        link, target = self.user_git, self.repo.common_dir.resolve()
-        with self._lock:
-            if not link.is_symlink() or os.readlink(link) != str(target):
-                link.parent.mkdir(parents=True, exist_ok=True)
-                fresh = link.with_name(f"git.{secrets.token_hex(4)}")
-                fresh.symlink_to(target, target_is_directory=True)
-                fresh.replace(link)
-        return link / "objects"
+    def user_git(self) -> Path:  # the link the attempts' alternates name (see userlink.py)
+        return userlink.path(self.folder)
 
     def attempt(self, run_id: str, job_id: str) -> AttemptPaths:
         """The folders of a run's job (not created)."""
@@ -346,7 +331,8 @@ class Layout:
         """A private git directory at ``commit``: objects read from the user's repository."""
         for sub in ("objects/info", "refs/heads", "refs/tags", "info"):
             (git / sub).mkdir(parents=True)
-        (git / "objects" / "info" / "alternates").write_text(f"{self._user_objects()}\n")
+        objects = userlink.ensure(self.folder, self.repo.common_dir)
+        (git / "objects" / "info" / "alternates").write_text(f"{objects}\n")
         (git / "HEAD").write_text(f"{commit}\n")
         (git / "config").write_text(self._git_config())
         copy_excludes(self.repo.common_dir, git)  # the agent's status matches the user's
@@ -464,6 +450,8 @@ class Layout:
             if not any(p.root.is_relative_to(self.run_folder(run_id)) for p in self._pristines):
                 remove_tree(self.run_folder(run_id) / PRISTINE)
             for folder in (self.run_folder(run_id), self.folder / "runs", self.folder):
+                if folder == self.folder:
+                    userlink.remove(self.folder)
                 try:
                     folder.rmdir()
                 except OSError:

@@ -75,7 +75,7 @@ class Confinement:
             self.root,
             paths.tree,
             self.environment,
-            links=((self.layout.user_git, self.repo.common_dir.resolve()),),
+            links=((self.layout.user_git, self.repo.common_dir.resolve()),),  # see userlink.py
         )
         return Spec(
             writable=(paths.tree, paths.git, paths.io, *shared),
