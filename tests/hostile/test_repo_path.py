@@ -9,6 +9,7 @@ and marker files the agents leave in the ``sync`` folder to prove they ran.
 from __future__ import annotations
 
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -214,3 +215,81 @@ def test_git_works_inside_an_attempt_whose_tree_is_at_the_repository_s_path(
     assert (sync / "log").read_text().splitlines() == ["plan", "initial"]
     assert (sync / "blob").read_text() == "hello\n"
     assert (sync / "pwd").read_text().strip() == str(repo)
+
+
+GREET = "module.exports = () => 'hello';\n"
+
+
+def node_repo(path: Path) -> Path:
+    """A Node project whose test needs the package ``greet`` from its ignored node_modules."""
+    repo = make_repo(
+        path,
+        {
+            "package.json": '{"name": "app", "version": "1.0.0", "private": true}\n',
+            "test.js": "const assert = require('assert');\n"
+            "assert.strictEqual(require('greet')(), 'hello');\n",
+            ".gitignore": "node_modules/\nplan.toml\n",
+        },
+    )
+    package = repo / "node_modules" / "greet"
+    package.mkdir(parents=True)
+    (package / "package.json").write_text('{"name": "greet", "version": "1.0.0"}\n')
+    (package / "index.js").write_text(GREET)
+    return repo
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node (apt-get install nodejs)")
+def test_node_modules_declared_as_environment_are_seen_read_only_by_verify(
+    tmp_path: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: a Node project whose test needs node_modules (ignored, in the user's checkout),
+    # declared as environment; one agent makes an honest change, another rewrites the package
+    # in node_modules (creating it where it is missing) to suit a test it changes
+    repo = node_repo(tmp_path / "repo")
+    command = shell_scripts(
+        honest="""
+        printf 'console.log("still hello");\\n' >> test.js
+        touch "$SYNC/honest"
+        """,
+        plant="""
+        sed -i 's/hello/bye/' test.js
+        mkdir -p node_modules/greet 2>/dev/null || true
+        if printf "module.exports = () => 'bye';\\n" > node_modules/greet/index.js 2>/dev/null
+        then echo written > "$SYNC/plant"; else echo refused > "$SYNC/plant"; fi
+        """,
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        isolation = "required"
+        verify = ["node test.js"]
+        environment = ["node_modules"]
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "honest"
+        agent = "sh"
+        retries = 0
+
+        [[task]]
+        id = "plant"
+        agent = "sh"
+        retries = 0
+        """,
+    )
+
+    # When
+    run = run_plan(plan)
+
+    # Then: the honest change verified against the user's node_modules and merged; the
+    # planted package was not what verify saw, and the user's copy is unchanged
+    assert (sync / "honest").exists()
+    assert (sync / "plant").read_text() == "refused\n"
+    assert run.states() == {"honest": "done", "plant": "failed"}, run.doc
+    assert run.task("honest")["attempts"][-1]["verdict"] == "verified", run.doc
+    assert "still hello" in run.read("test.js")
+    assert (repo / "node_modules" / "greet" / "index.js").read_text() == GREET

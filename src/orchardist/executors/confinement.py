@@ -12,9 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import sandbox
+from ..errors import IsolationError
 from ..gitrepo import Repo
 from ..homes import tool_homes
-from ..errors import IsolationError
 from ..isolation import Mode, RepoView, Spec, hidden_by_tmp
 from ..worktree import AttemptPaths, Layout
 
