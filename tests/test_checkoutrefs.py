@@ -10,9 +10,9 @@ import pytest
 
 from editable_support import calc_repo, editable_venv
 from ns_support import require_namespaces
-from orchardist.checkoutrefs import references
+from orchardist.checkoutrefs import references, unseen_path_entries
 from run_support import orchardist
-from support import toml_str, write_plan
+from support import make_repo, toml_str, write_plan
 
 TASK = """
 [agents.bot]
@@ -85,3 +85,20 @@ def test_run_and_doctor_say_what_verify_tests_with_isolation_off_only(
     require_namespaces()
     done = orchardist(repo, command, str(plan_with(repo, "required")))
     assert "import your checkout" not in done.stdout + done.stderr
+
+
+def test_with_namespaces_folders_on_path_inside_the_repository_are_named_unless_declared(
+    tmp_path: Path,
+) -> None:
+    # Given: PATH naming an ignored .venv/bin and a tracked tools/ folder of the repository
+    repo = make_repo(tmp_path / "repo", {".gitignore": ".venv/\n", "tools/run": "echo\n"})
+    (repo / ".venv" / "bin").mkdir(parents=True)
+    env = {"PATH": os.pathsep.join([str(repo / ".venv" / "bin"), str(repo / "tools"), "/usr/bin"])}
+
+    # When / Then: the ignored one is named, with the declaration that shows it
+    said = unseen_path_entries(repo, (), env)
+    assert str(repo / ".venv" / "bin") in said
+    assert 'environment = [".venv"]' in said
+    assert str(repo / "tools") not in said  # the attempt's tree has it
+    # declared, nothing is said
+    assert unseen_path_entries(repo, (".venv",), env) == ""

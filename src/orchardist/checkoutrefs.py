@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from .runenv import tracked_folders
 from .safeio import read_capped
 
 TIMEOUT_S = 10.0
@@ -66,6 +67,34 @@ def explain(root: Path, found: list[Reference]) -> str:
         "editable install (say, PYTHONPATH=src, or a non-editable install in a venv of its own).",
     ]
     return "\n".join(lines)
+
+
+def unseen_path_entries(
+    root: Path, environment: tuple[str, ...], env: Mapping[str, str] | None = None
+) -> str:
+    """With namespaces: the ``PATH`` folders inside the repository that no ``[run]
+    environment`` folder shows (inside an attempt the repository's path is its tree, where an
+    ignored ``.venv/bin`` is not), as a warning; "" when there are none."""
+    env = os.environ if env is None else env
+    root = Path(root).resolve()
+    shown = [root / name for name in environment]
+    unseen = [
+        entry
+        for entry in dict.fromkeys(env.get("PATH", "").split(os.pathsep))
+        if entry
+        and _inside(entry, root)
+        and not any(Path(os.path.realpath(entry)).is_relative_to(s) for s in shown)
+    ]
+    unseen = [
+        e for e in unseen if not tracked_folders([os.path.relpath(os.path.realpath(e), root)], root)
+    ]
+    if not unseen:
+        return ""
+    first = Path(os.path.realpath(unseen[0])).relative_to(root).parts[0]
+    return (
+        f"warning: PATH names {', '.join(unseen)}, inside the repository: attempts see their own "
+        f'tree there, without it. Declare it, e.g. [run] environment = ["{first}"]'
+    )
 
 
 def _site_dirs(env: Mapping[str, str]) -> list[str]:

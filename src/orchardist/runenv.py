@@ -35,7 +35,7 @@ def environment_problems(names: list[str], repo: Path | None) -> tuple[tuple[str
             problems.append(f"{name!r} is git's own folder")
         else:
             folders.append(normal)
-    tracked = _tracked(folders, repo) if repo is not None else []
+    tracked = tracked_folders(folders, repo) if repo is not None else []
     for name in tracked:
         problems.append(
             f"{name!r} holds files git tracks: the environment is what no commit holds "
@@ -44,7 +44,7 @@ def environment_problems(names: list[str], repo: Path | None) -> tuple[tuple[str
     return tuple(dict.fromkeys(f for f in folders if f not in tracked)), problems
 
 
-def _tracked(folders: list[str], repo: Path) -> list[str]:
+def tracked_folders(folders: list[str], repo: Path) -> list[str]:
     """Those of ``folders`` that are, or hold, files in the repository's index."""
     found = []
     for folder in folders:

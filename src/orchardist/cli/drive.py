@@ -149,12 +149,13 @@ def isolation_note(plan: Any) -> str:
 
 def checkout_note(plan: Any, env: Mapping[str, str] | None = None) -> str:
     """Where attempts cannot be shown at the repository's path (no namespaces), what names the
-    checkout by absolute path, so that verify tests it (see checkoutrefs.py); "" otherwise."""
+    checkout by absolute path, so that verify tests it; with namespaces, the folders on PATH
+    inside the repository that attempts will not see (see checkoutrefs.py); "" when none."""
     from .. import isolation
-    from ..checkoutrefs import explain, references
+    from ..checkoutrefs import explain, references, unseen_path_entries
 
     if isolation.choose(plan.run.isolation) is isolation.Mode.NAMESPACES:
-        return ""
+        return unseen_path_entries(plan.repo, plan.run.environment, env)
     return explain(plan.repo, references(plan.repo, env))
 
 
