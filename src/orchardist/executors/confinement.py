@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from .. import sandbox
+from .. import sandbox, userlink
 from ..errors import IsolationError
 from ..gitrepo import Repo
 from ..homes import tool_homes
@@ -75,7 +75,7 @@ class Confinement:
             self.root,
             paths.tree,
             self.environment,
-            links=((self.layout.user_git, self.repo.common_dir.resolve()),),  # see userlink.py
+            links=((self._user_git(), self.repo.common_dir.resolve()),),
         )
         return Spec(
             writable=(paths.tree, paths.git, paths.io, *shared),
@@ -85,6 +85,11 @@ class Confinement:
             network=network,
             view=view,
         )
+
+    def _user_git(self) -> Path:
+        """The layout's link to the user's git directory, made again if another orchestrator's
+        tidy removed it since this attempt's git directory named it (see userlink.py)."""
+        return userlink.ensure(self.layout.folder, self.repo.common_dir).parent
 
     def _outside(self, paths: tuple[Path, ...]) -> tuple[Path, ...]:
         """Those of ``paths`` outside the repository: inside it, only the attempt's tree and
