@@ -244,3 +244,73 @@ def test_node_modules_declared_as_environment_are_seen_read_only_by_verify(
     assert run.task("honest")["attempts"][-1]["verdict"] == "verified", run.doc
     assert "still hello" in run.read("test.js")
     assert (repo / "node_modules" / "greet" / "index.js").read_text() == GREET
+
+
+def test_agent_and_verify_start_in_the_task_s_workdir_at_the_repository_s_path(
+    repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: a task working in the folder pkg/ of the repository
+    (repo / "pkg").mkdir()
+    (repo / "pkg" / "mod.py").write_text("x = 1\n")
+    git(repo, "add", "pkg")
+    git(repo, "commit", "-qm", "pkg")
+    command = shell_scripts(t='pwd > "$SYNC/agent-pwd"\necho "x = 2" > mod.py\n')
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        isolation = "required"
+        verify = [{toml_str(f"pwd >> {sync}/verify-pwd")}]
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "t"
+        agent = "sh"
+        workdir = "pkg"
+        """,
+    )
+
+    # When
+    run = run_plan(plan)
+
+    # Then: both ran in pkg/ at the repository's own path, and the change merged
+    assert run.states()["t"] == "done", run.doc
+    assert (sync / "agent-pwd").read_text() == f"{repo / 'pkg'}\n"
+    assert set((sync / "verify-pwd").read_text().splitlines()) == {str(repo / "pkg")}
+    assert run.read("pkg/mod.py") == "x = 2"
+
+
+def test_a_user_worktree_is_shown_at_its_own_path_with_git_working_inside(
+    repo: Path, tmp_path: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
+) -> None:
+    # Given: a worktree of the user's repository (its .git a file), where the plan runs
+    worktree = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", "-b", "side", str(worktree))
+    command = shell_scripts(t='pwd > "$SYNC/pwd"\ngit log --format=%s > "$SYNC/log"\necho x > a\n')
+    plan = write_plan(
+        worktree,
+        f"""
+        [run]
+        isolation = "required"
+
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "t"
+        agent = "sh"
+        """,
+    )
+
+    # When
+    run = run_plan(plan)
+
+    # Then: the agent ran at the worktree's path, git read the shared objects, and it merged
+    assert run.states()["t"] == "done", run.doc
+    assert (sync / "pwd").read_text() == f"{worktree}\n"
+    assert (sync / "log").read_text() == "initial\n"
+    assert run.read("a") == "x"
