@@ -17,6 +17,7 @@ import pytest
 from editable_support import calc_repo, editable_venv
 from ns_support import require_namespaces
 from orchardist import RunState
+from realtools import require
 from support import Finished, git, make_repo, toml_str, write_plan
 
 RunPlan = Callable[..., Finished]
@@ -189,10 +190,10 @@ def node_repo(path: Path) -> Path:
     return repo
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="needs node (apt-get install nodejs)")
 def test_node_modules_declared_as_environment_are_seen_read_only_by_verify(
     tmp_path: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
 ) -> None:
+    require(shutil.which("node") is not None, "needs node (apt-get install nodejs)")
     # Given: a Node project whose test needs node_modules (ignored, in the user's checkout),
     # declared as environment; one agent makes an honest change, another rewrites the package
     # in node_modules (creating it where it is missing) to suit a test it changes
