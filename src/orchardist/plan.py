@@ -41,6 +41,7 @@ from .plantasks import TASK_KEYS as TASK_KEYS
 from .plantasks import TaskChecks
 from .plantasks import task_id_problem as task_id_problem
 from .records import AgentProfile as AgentProfile  # its home; kept importable from here
+from .runenv import FIELD, environment_problems
 from .scan.profiles import validate_scanners
 from .specs import DEFAULT_BRANCH as DEFAULT_BRANCH  # the records live in specs.py; kept
 from .specs import DEFAULT_TASK_TIMEOUT_S as DEFAULT_TASK_TIMEOUT_S  # importable from here
@@ -74,6 +75,7 @@ RUN_KEYS = {
     "workspace",
     "executor",
     "ray_address",
+    "environment",
 }
 PROFILE_KEYS = {
     "kind",
@@ -353,6 +355,11 @@ class _Validator(TaskChecks):
             values["max_patch_mb"] = self._money(raw["max_patch_mb"], "run.max_patch_mb")
         if "workspace" in raw:
             values["workspace"] = self._workspace(raw["workspace"], repo)
+        if "environment" in raw:
+            names = self._str_list(raw["environment"], FIELD)
+            values["environment"], problems = environment_problems(names, repo)
+            for message in problems:
+                self.problem(message, fld=FIELD)
         if "executor" in raw:
             values["executor"] = self._executor(raw["executor"])
         if "ray_address" in raw:

@@ -94,6 +94,7 @@ class RunConfig:
     isolation: Policy = Policy.AUTO  # namespaces, Landlock or nothing (see isolation.py)
     network: bool = False  # verify commands, checks and baselines may use the network
     workspace: Path | None = None  # root of the attempt folders (None: see worktree.workdir_root)
+    environment: tuple[str, ...] = ()  # untracked folders of the checkout shown read-only
     executor: str = "local"  # where attempts run: a name in executors.EXECUTORS
     ray_address: str = "auto"  # the Ray cluster of executor "ray" (run --ray-address)
 

@@ -167,11 +167,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     plan = with_executor(load_plan(args.plan), args)
     if plan.run.executor == "ray":
         return _doctor_cluster(plan, args)
+    from .drive import checkout_note
+
     reports = check_plan(plan, probe=args.probe)
     if args.json:
         print(json.dumps(to_json(str(args.plan), reports), indent=2))
     else:
         print(render(str(args.plan), reports))
+    note = checkout_note(plan)  # what verify tests without namespaces
+    if note:
+        print(note, file=sys.stderr if args.json else sys.stdout)
     return EXIT_OK if all(r.ok for r in reports) else EXIT_FAILED
 
 

@@ -59,6 +59,7 @@ class LocalExecutor:
         workspace: Path | None = None,
         isolation: Policy | None = None,
         overlays: bool = True,
+        environment: tuple[str, ...] = (),
     ) -> None:
         self.repo = repo
         self.layout = Layout(repo, workdir_root(workspace), Path(state_dir))
@@ -87,7 +88,7 @@ class LocalExecutor:
         # Confined agents cannot write to the user's checkout or git directory: whatever
         # changes there is the user's own doing, so the guard has nothing to look for.
         active = guard_checkout and self.mode is Mode.NONE
-        self.confinement = Confinement(repo, self.layout, self.mode, environ)
+        self.confinement = Confinement(repo, self.layout, self.mode, environ, environment)
         self.guard = CheckoutGuard(self._fingerprint, active=active, look=guard_checkout)
 
     @classmethod
@@ -111,6 +112,7 @@ class LocalExecutor:
             workspace=settings.workspace,
             isolation=settings.isolation,
             overlays=overlays,
+            environment=settings.environment,
         )
 
     def submit(self, job: Job, notify: Notify) -> None:
