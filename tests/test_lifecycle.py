@@ -85,10 +85,12 @@ class World:
         n = self.rounds.next_attempt(task_id)
         job = AttemptJob(f"{task_id}.{n}", "r", task_id, n, 0, BASE, task_id, "", None, (), ".",
                          9.0, task_id, "m")  # fmt: skip
-        with self.ledger.tx() as tx:
+        outcome = Outcome(job, state, 0.0, 1.0, failure=Failure.VERIFY_FAILED,
+                          detail="tests fail", patch_commit=BASE)  # fmt: skip
+        with self.ledger.tx() as tx:  # started and ended, as the loop records them
             tx.add_attempt(started(job, "bot", 0.0, ""))
-        return Outcome(job, state, 0.0, 1.0, failure=Failure.VERIFY_FAILED, detail="tests fail",
-                       patch_commit=BASE)  # fmt: skip
+            tx.ended(outcome, state)
+        return outcome
 
     def decide(self, decision: Decision) -> None:
         with self.ledger.tx() as tx:
