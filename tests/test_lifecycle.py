@@ -26,6 +26,7 @@ from orchardist.records import (
     TaskRecord,
     TaskState,
 )
+from orchardist.regression import Culprit, Rewind
 from orchardist.rounds import Decision, Rounds, Unit
 from orchardist.store import Store
 
@@ -159,4 +160,35 @@ def test_re_runs_are_bounded() -> None:
         world.life.rerun(tx, "a", "the tip moved")
     assert world.state("a") is TaskState.FAILED
     assert world.ledger.tasks["a"].reason == f"the tip moved (gave up after {MAX_RERUNS} re-runs)"
+    assert world.state("b") is TaskState.BLOCKED
+
+
+def test_a_back_off_that_ends_after_a_rewind_starts_no_round_for_a_task_that_waits_again() -> None:
+    # Given: a landed, b lost a round and waits out its back-off
+    world = World()
+    world.start()
+    won = world.attempt("a", AttemptState.PASSED)
+    world.decide(Decision("a", won, "only passing candidate", ((won, "won: only"),)))
+    step = world.train.next(lambda task_id: True)
+    assert isinstance(step, Merged) and step.commit is not None
+    with world.ledger.tx() as tx:
+        world.life.merge_step(tx, step, stopping=False)
+    world.decide(lost(world.attempt("b", AttemptState.FAILED)))
+    assert world.state("b") is TaskState.READY and [t for _, t in world.retries] == ["b"]
+    # When: a regression rewind takes a off the branch, and then b's back-off ends
+    culprit = Rewind(Culprit(step.commit, 1, "boom"), "a", ((step.commit, "a"),), frozenset("bc"))
+    with world.ledger.tx() as tx:
+        world.life.replay(tx, culprit)
+    with world.ledger.tx() as tx:
+        world.life.retry_due(tx, "b")
+    # Then: b waits for a's re-run, it does not start a round of its own
+    assert world.state("a") is TaskState.READY and world.state("b") is TaskState.PENDING
+    # When: a's re-runs give up (b is blocked), and a second back-off of b ends
+    for _ in range(MAX_RERUNS):
+        with world.ledger.tx() as tx:
+            world.life.rerun(tx, "a", "regression culprit")
+    assert world.state("a") is TaskState.FAILED and world.state("b") is TaskState.BLOCKED
+    with world.ledger.tx() as tx:
+        world.life.retry_due(tx, "b")
+    # Then: b stays blocked (its table has no move from blocked to ready)
     assert world.state("b") is TaskState.BLOCKED

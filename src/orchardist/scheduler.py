@@ -187,7 +187,7 @@ class Scheduler:
         for kind, task_id in self.alarms.due():
             if kind == "retry" and self.stopping is None:
                 with self.ledger.tx() as tx:
-                    self.life.new_round(tx, task_id)
+                    self.life.retry_due(tx, task_id)
             elif kind == "deadline":
                 self._stop(Stop("deadline reached", RunState.STOPPED))
 
