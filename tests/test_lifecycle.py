@@ -61,17 +61,17 @@ class World:
         self.retries: list[tuple[float, str]] = []
         self.cancelled: list[tuple[str, str]] = []
         self.life = Lifecycle(
-            specs,
-            graph,
-            self.ledger,
-            self.rounds,
-            self.train,
-            Briefs(self.plan, "r"),
-            Pipelines(specs, self.store, "r", self.train.start_on),
-            Backoff(base_s=10.0),
-            random.Random(0),
-            lambda delay_s, task_id: self.retries.append((delay_s, task_id)),
-            lambda task_id, why: self.cancelled.append((task_id, why)),
+            specs=specs,
+            graph=graph,
+            ledger=self.ledger,
+            rounds=self.rounds,
+            train=self.train,
+            briefs=Briefs(self.plan, "r"),
+            pipelines=Pipelines(specs, self.store, "r", self.train.start_on),
+            backoff=Backoff(base_s=10.0),
+            rng=random.Random(0),
+            retry_in=lambda delay_s, task_id: self.retries.append((delay_s, task_id)),
+            cancel=lambda task_id, why: self.cancelled.append((task_id, why)),
         )
         self.life.count_waiting(lambda task_id: False)
 

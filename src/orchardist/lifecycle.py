@@ -41,6 +41,7 @@ class Lifecycle:
 
     def __init__(
         self,
+        *,
         specs: Mapping[str, TaskSpec],
         graph: Graph,
         ledger: Ledger,
