@@ -73,6 +73,9 @@ _T = TaskState
 # Any task may become done: a resume trusts the run branch over the store (runs.reconcile),
 # and a fix pipeline's owner is done when its shot lands.
 _SETTLE = frozenset({_T.BLOCKED, _T.CANCELLED, _T.SKIPPED, _T.DONE})  # what an open task may end as
+# A fix pipeline's escalated shot, retried by name, lands: its debug stages are skipped, whatever
+# they had reached (pipeline.Pipelines.landed).
+_SHOT_LANDED = frozenset({_T.SKIPPED})
 TASK_MOVES: Mapping[TaskState, frozenset[TaskState]] = {
     _T.PENDING: _SETTLE | {_T.READY, _T.MERGING},  # released (a parked patch merges at once)
     # the round's attempts start; a rewind makes it wait again; a hold or decision ends a round
@@ -83,10 +86,10 @@ TASK_MOVES: Mapping[TaskState, frozenset[TaskState]] = {
     _T.MERGING: _SETTLE | {_T.PENDING, _T.READY, _T.FAILED},
     # a regression rewind takes it off the branch: re-run (or failed), waits, or merges again;
     # a resume that does not find its commit on the branch runs it again
-    _T.DONE: frozenset({_T.PENDING, _T.READY, _T.MERGING, _T.FAILED}),
-    _T.FAILED: frozenset({_T.PENDING, _T.DONE}),  # retried
-    _T.BLOCKED: frozenset({_T.PENDING, _T.DONE}),  # retried
-    _T.CANCELLED: frozenset({_T.PENDING, _T.READY, _T.MERGING, _T.DONE}),  # retried, restored
+    _T.DONE: _SHOT_LANDED | {_T.PENDING, _T.READY, _T.MERGING, _T.FAILED},
+    _T.FAILED: _SHOT_LANDED | {_T.PENDING, _T.DONE},  # retried
+    _T.BLOCKED: _SHOT_LANDED | {_T.PENDING, _T.DONE},  # retried
+    _T.CANCELLED: _SHOT_LANDED | {_T.PENDING, _T.READY, _T.MERGING, _T.DONE},  # retried, restored
     _T.SKIPPED: frozenset({_T.PENDING, _T.DONE}),  # retried by name
 }
 
