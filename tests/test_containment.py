@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from orchardist import GitError, RunState, sandbox
-from orchardist.gitrepo import Repo
+from orchardist import RunState, sandbox
 from orchardist.procs import marked_processes
+from realtools import require
 from run_support import leftovers, orchardist, run_folder, task_trailers
 from support import Finished, git, make_repo, running_with_arg, toml_str, write_plan
 
@@ -62,13 +62,11 @@ def test_a_hanging_agent_that_ignores_sigterm_and_left_a_daemon_times_out_leavin
         id = "hang"
         """,
     )
-    started = time.monotonic()
-
     # When
     run = run_plan(plan)
 
-    # Then: a timeout failure, within the timeout plus the kill grace period
-    assert time.monotonic() - started < 15
+    # Then: a timeout failure (the agent and its child ignore SIGTERM: only the SIGKILL after
+    # the grace period ends them, or the run would not have ended)
     assert run.state is RunState.FAILED
     assert attempt(run, "hang")["failure"] == "timeout"
     assert attempt(run, "hang")["detail"] == "agent timed out after 1s"
@@ -182,9 +180,16 @@ def test_output_that_is_not_utf8_crashes_nothing_and_its_log_is_readable(
 
 # -- writing outside the worktree: refused by the sandbox -----------------------------------
 
-needs_landlock = pytest.mark.skipif(
-    not sandbox.available(), reason="this kernel has no Landlock: writes cannot be confined"
-)
+NO_LANDLOCK = "this kernel has no Landlock: writes cannot be confined"
+
+
+@pytest.fixture
+def landlock() -> None:
+    """The sandbox's Landlock, which these tests are about: missing, a skip (a failure on CI)."""
+    require(sandbox.available(), NO_LANDLOCK)
+
+
+needs_landlock = pytest.mark.usefixtures("landlock")
 
 
 @pytest.fixture
@@ -638,35 +643,6 @@ circuit_breaker = 100  # these failures are the agent's, and all are wanted
     assert git(repo, "status", "--porcelain") == "?? plan.toml"
 
 
-def test_worktrees_added_and_removed_in_parallel_never_fail(repo: Path) -> None:
-    # Given: four threads, as four parallel attempts, each adding and removing worktrees
-    git_repo = Repo(repo)
-    head = git_repo.rev_parse("HEAD")
-    start = threading.Barrier(4)
-    errors: list[str] = []
-
-    def attempts(k: int) -> None:
-        start.wait()
-        for i in range(50):
-            path = repo.parent / "worktrees" / f"w{k}-{i}"
-            try:
-                git_repo.add_worktree(path, head)
-            except GitError as exc:
-                errors.append(str(exc))
-                continue
-            git_repo.remove_worktree(path)
-
-    threads = [threading.Thread(target=attempts, args=(k,)) for k in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    # Then: every worktree could be made (an attempt failing here is an infra_error)
-    assert errors == []
-    assert git(repo, "worktree", "list").count("\n") == 0
-
-
 # -- the user's own checkout during a run: theirs to edit ------------------------------------
 
 
@@ -674,8 +650,8 @@ def test_worktrees_added_and_removed_in_parallel_never_fail(repo: Path) -> None:
 def test_editing_a_file_and_checking_out_the_run_branch_during_a_run_fails_no_attempt(
     repo: Path, sync: Path, run_plan: RunPlan, confined: bool
 ) -> None:
-    if confined and not sandbox.available():
-        pytest.skip("this kernel has no Landlock")
+    if confined:
+        require(sandbox.available(), NO_LANDLOCK)
     # Given: an agent that works until the user has done their edits
     command = (
         f"touch {sync}/started-$ORCHARDIST_TASK\n"

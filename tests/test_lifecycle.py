@@ -12,7 +12,7 @@ from orchardist.graph import Graph
 from orchardist.hooks import Hooks
 from orchardist.jobs import Briefs, started
 from orchardist.ledger import Ledger
-from orchardist.lifecycle import MAX_RERUNS, Lifecycle
+from orchardist.lifecycle import Lifecycle
 from orchardist.merge import MemoryIntegrator, Merged, MergeTrain
 from orchardist.pipeline import Pipelines
 from orchardist.plan import Plan, RunConfig, TaskSpec
@@ -149,17 +149,22 @@ def test_a_winner_queues_to_merge_and_landing_it_releases_its_dependent() -> Non
     assert [a.state for a in world.store.attempts("r", "a")] == [AttemptState.MERGED]
 
 
-def test_re_runs_are_bounded() -> None:
+def test_a_task_is_re_run_at_most_three_times_then_fails_and_blocks_its_dependents() -> None:
+    # Given: a started; its tip moves under it three times (the README: "at most 3 re-runs")
     world = World()
     world.start()
-    for k in range(MAX_RERUNS):
+    for k in (1, 2, 3):
         with world.ledger.tx() as tx:
             world.life.rerun(tx, "a", "the tip moved")
-        assert world.state("a") is TaskState.READY and world.ledger.tasks["a"].reruns == k + 1
+        # Then: each time it is ready for a fresh round, not counted as a failure
+        assert world.state("a") is TaskState.READY
+        assert (world.ledger.tasks["a"].reruns, world.ledger.tasks["a"].failures) == (k, 0)
+    # When: a fourth re-run is asked for
     with world.ledger.tx() as tx:
         world.life.rerun(tx, "a", "the tip moved")
+    # Then: a failed for good, and what depends on it is blocked
     assert world.state("a") is TaskState.FAILED
-    assert world.ledger.tasks["a"].reason == f"the tip moved (gave up after {MAX_RERUNS} re-runs)"
+    assert world.ledger.tasks["a"].reason == "the tip moved (gave up after 3 re-runs)"
     assert world.state("b") is TaskState.BLOCKED
 
 
@@ -184,7 +189,7 @@ def test_a_back_off_that_ends_after_a_rewind_starts_no_round_for_a_task_that_wai
     # Then: b waits for a's re-run, it does not start a round of its own
     assert world.state("a") is TaskState.READY and world.state("b") is TaskState.PENDING
     # When: a's re-runs give up (b is blocked), and a second back-off of b ends
-    for _ in range(MAX_RERUNS):
+    for _ in range(3):  # the culprit re-run was its first of three; the fourth gives up
         with world.ledger.tx() as tx:
             world.life.rerun(tx, "a", "regression culprit")
     assert world.state("a") is TaskState.FAILED and world.state("b") is TaskState.BLOCKED

@@ -15,14 +15,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from orchardist import RunLockedError, RunState, Workspace
-from orchardist.runs import run_lock
+from orchardist import RunLockedError, RunState, Workspace, create_run, load_plan
+from orchardist.runs import reconcile, run_lock
 from run_support import (
     attempt_states,
     leftovers,
@@ -32,7 +33,7 @@ from run_support import (
     task_trailers,
     wait_until,
 )
-from support import Finished, git, toml_str, write_plan
+from support import Finished, Stubborn, git, toml_str, write_plan
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 RunPlan = Callable[..., Finished]
@@ -371,6 +372,40 @@ def two_task_plan(repo: Path) -> Path:
         """,
         commit=True,
     )
+
+
+def test_resume_ends_a_dead_orchestrator_s_agents_with_sigterm_then_sigkill_after_1_s(
+    repo: Path, tmp_path: Path
+) -> None:
+    # Given: a run, and an agent its orchestrator left behind that meets SIGTERM with a 2.5 s
+    # clean-up (it carries the run's id, as every agent of the run does)
+    plan = load_plan(two_task_plan(repo))
+    ws = Workspace.open(repo)
+    run = create_run(ws, plan)
+    child = Stubborn(tmp_path, cleanup_s=2.5)
+    agent = subprocess.Popen(
+        child.argv(),
+        env={**os.environ, "ORCHARDIST_RUN": run.id},
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert agent.stdout is not None and agent.stdout.readline() == b"ready\n"
+        # When: the run is reconciled, as resume does first
+        summary = reconcile(ws, run)
+        killed_at = time.time()
+        # Then: the agent got SIGTERM, at least 1 s, then SIGKILL before its clean-up ended
+        assert summary["killed"] == 1
+        assert agent.wait() == -signal.SIGKILL
+        assert child.term_file.exists(), "killed without a SIGTERM first"
+        assert child.grace_s(killed_at) >= 0.9
+        assert not child.done_file.exists()
+    finally:
+        agent.kill()
+        agent.wait()
+        assert agent.stdout is not None
+        agent.stdout.close()
+        ws.store.close()
 
 
 def test_a_task_whose_commit_reached_the_branch_before_the_crash_is_not_merged_again(

@@ -19,7 +19,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .clocks import Alarms
 from .events import AttemptEvent, BreakerEvent, Kind, MergeEvent, RegressionEvent, RunEvent
@@ -266,9 +266,8 @@ class Scheduler:
             return
         if job.profile is None:  # (never: an attempt submitted has its agent's profile)
             return
-        usage, dropped = checked_usage(outcome.usage)
-        outcome = replace(outcome, usage=usage)
-        self.budgets.spend(job.task_id, usage)
+        outcome, dropped = outcome.bounded()  # nothing the agent said is kept unchecked
+        self.budgets.spend(job.task_id, outcome.usage)
         if self.pools.ended(job.profile.name, job.task_id, outcome):
             with self.ledger.tx() as tx:
                 tx.event(

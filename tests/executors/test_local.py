@@ -412,17 +412,14 @@ def test_timeouts_end_agents_and_verify_commands_early(repo: Path, run_plan: Run
         verify = "sleep 60"
         """,
     )
-    started = time.monotonic()
-
     run = run_plan(plan)
 
-    elapsed = time.monotonic() - started
+    # Then: each ended by its timeout, before what it ran could end by itself (the sleeps' 60 s)
     assert run.states() == {"hang": "failed", "sleepy": "failed", "slow_verify": "failed"}
     for task_id in ("hang", "sleepy", "slow_verify"):
         [attempt] = run.task(task_id)["attempts"]
         assert attempt["failure"] == "timeout", (task_id, attempt)
-        assert attempt["duration_s"] < 15
-    assert elapsed < 20
+        assert attempt["duration_s"] < 60.0
 
 
 def test_processes_an_agent_leaves_behind_are_ended(

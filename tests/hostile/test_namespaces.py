@@ -104,7 +104,7 @@ for f in /proc/[0-9]*/environ; do
   tr '\\0' '\\n' < "$f" 2>/dev/null | grep ORCHARDIST_TEST_SECRET || true
 done > loot.txt
 cat loot.txt
-printf '{{"summary": "%s"}}' "$(tr -d '\\n"' < loot.txt)" > "$ORCHARDIST_OUTPUT"
+printf '{"summary": "%s"}' "$(tr -d '\\n"' < loot.txt)" > "$ORCHARDIST_OUTPUT"
 echo stolen >> loot.txt
 """
 

@@ -12,6 +12,7 @@ from orchardist import Workspace
 from orchardist.gc import collect
 from orchardist.plan import load_plan
 from orchardist.scan.engine import Scanner, ScanResult, select_files
+from realtools import require
 from run_support import orchardist
 from support import git, make_repo, write_plan
 
@@ -195,8 +196,7 @@ def test_a_scanner_that_writes_to_its_tree_fails_and_is_not_cached(
 def test_with_the_sandbox_a_scanners_writes_are_refused(todo_repo: Path, tmp_path: Path) -> None:
     from orchardist import sandbox
 
-    if not sandbox.available():
-        pytest.skip("this kernel has no Landlock")
+    require(sandbox.available(), "this kernel has no Landlock")
     command, _log = logging_scanner(tmp_path)
     plan = write_plan(
         todo_repo,

@@ -7,7 +7,6 @@ and two do nothing. The after-log holds exactly the findings that were not fixed
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -16,13 +15,16 @@ import pytest
 from scan_support import PYTHON, fixture_repo, validate_sarif
 
 from orchardist import Workspace
+from realtools import require_modules
 from run_support import orchardist
 from support import write_plan
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("ruff") is None or importlib.util.find_spec("bandit") is None,
-    reason="needs ruff and bandit (pip install -e '.[dev]')",
-)
+
+@pytest.fixture(autouse=True)
+def scanner_tools() -> None:
+    """The scanners these tests run: ruff and bandit."""
+    require_modules("ruff", "bandit")
+
 
 CLEAN_INIT = '''"""A toy inventory service."""
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..procs import CancelToken, run_process
 from ..records import AgentProfile
+from ..safeio import read_tail
 from .findings import (
     Finding,
     ScanJobError,
@@ -104,8 +105,5 @@ def scanner_env(
 
 
 def _tail(path: Path, limit: int = 400) -> str:
-    try:
-        text = path.read_bytes()[-limit:].decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return " ".join(text.split())
+    """The end of a scanner's log on one line."""
+    return " ".join(read_tail(path, 0, limit, last=True).text().split())
