@@ -23,7 +23,6 @@ from types import ModuleType
 import pytest
 
 from orchardist import RunLockedError, RunState, Workspace, create_run, load_plan
-from orchardist.records import AttemptState, TaskState
 from orchardist.runs import reconcile, run_lock
 from run_support import (
     attempt_states,
@@ -417,10 +416,17 @@ def test_a_task_whose_commit_reached_the_branch_before_the_crash_is_not_merged_a
     ended = run_plan(two_task_plan(repo))
     assert ended.state is RunState.DONE
     run_id, commits = ended.run.id, ended.commits()
-    with ended.ws.store.transaction() as tx:
-        tx.set_run(run_id, state=RunState.RUNNING, finished_at=None)
-        tx.set_task(run_id, "b", state=TaskState.MERGING, commit=None)
-        tx.set_attempt(run_id, "b", 1, state=AttemptState.PASSED)
+    with ended.ws.store.transaction() as tx:  # raw SQL: going back in time is no legal move
+        tx.execute("update runs set state = 'running', finished_at = null where id = ?", [run_id])
+        tx.execute(
+            "update tasks set state = 'merging', commit_sha = null where run_id = ? and "
+            "task_id = 'b'",
+            [run_id],
+        )
+        tx.execute(
+            "update attempts set state = 'passed' where run_id = ? and task_id = 'b' and n = 1",
+            [run_id],
+        )
 
     # When
     resumed = orchardist(repo, "resume", run_id)
@@ -441,8 +447,8 @@ def test_a_task_the_store_calls_done_but_the_branch_lacks_is_run_again(
     # Given: a finished run whose branch lost b's commit
     ended = run_plan(two_task_plan(repo))
     run_id, (a_commit, b_commit) = ended.run.id, ended.commits()
-    with ended.ws.store.transaction() as tx:
-        tx.set_run(run_id, state=RunState.RUNNING, finished_at=None)
+    with ended.ws.store.transaction() as tx:  # raw SQL: going back in time is no legal move
+        tx.execute("update runs set state = 'running', finished_at = null where id = ?", [run_id])
     git(repo, "update-ref", f"refs/heads/{ended.run.branch}", a_commit, b_commit)
 
     # When

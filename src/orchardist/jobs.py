@@ -18,7 +18,7 @@ from .gitrepo import commit_message
 from .plan import Plan
 from .procs import new_marker
 from .quoting import inline, quoted
-from .records import AttemptRecord, AttemptState
+from .records import ATTEMPT_START, AttemptRecord, AttemptState
 from .specs import TaskSpec
 
 FEEDBACK_CHARS = 4000  # the tail of a failure's output an attempt is shown
@@ -137,7 +137,7 @@ def started(job: Job, agent: str, now: float, log_path: str) -> AttemptRecord:
         n=job.attempt,
         candidate=job.candidate,
         agent=agent,
-        state=AttemptState.RUNNING,
+        state=ATTEMPT_START,
         base_commit=job.base_commit,
         started_at=now,
         marker=job.marker,

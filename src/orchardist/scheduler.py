@@ -95,17 +95,17 @@ class Scheduler:
         self.before_finish: Callable[[], None] = lambda: None  # runs.execute: tidy first
         self.pipelines = Pipelines(self.specs, store, run.id, self.train.start_on)
         self.life = Lifecycle(
-            self.specs,
-            self.graph,
-            self.ledger,
-            self.rounds,
-            self.train,
-            self.briefs,
-            self.pipelines,
-            Backoff(base_s=plan.run.retry_backoff_s),
-            self.rng,
-            lambda delay_s, task_id: self.alarms.set(delay_s, "retry", task_id),
-            self._cancel,
+            specs=self.specs,
+            graph=self.graph,
+            ledger=self.ledger,
+            rounds=self.rounds,
+            train=self.train,
+            briefs=self.briefs,
+            pipelines=self.pipelines,
+            backoff=Backoff(base_s=plan.run.retry_backoff_s),
+            rng=self.rng,
+            retry_in=lambda delay_s, task_id: self.alarms.set(delay_s, "retry", task_id),
+            cancel=self._cancel,
         )
 
     # -- the loop ------------------------------------------------------------------------
@@ -187,7 +187,7 @@ class Scheduler:
         for kind, task_id in self.alarms.due():
             if kind == "retry" and self.stopping is None:
                 with self.ledger.tx() as tx:
-                    self.life.new_round(tx, task_id)
+                    self.life.retry_due(tx, task_id)
             elif kind == "deadline":
                 self._stop(Stop("deadline reached", RunState.STOPPED))
 
