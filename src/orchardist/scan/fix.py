@@ -13,6 +13,7 @@ agent reviewer reported are left open, and said so.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -137,19 +138,15 @@ def write_fix_plan(
     before = _counts([m for m in merged if set(scanners).intersection(m.reporters)])
     tasks = []
     for group in groups:
-        spec = folder / f"{group.task_id}.json"
-        spec.write_text(
-            json.dumps(
-                {
-                    "profiles": [profile_to_json(plan.scanners[n]) for n in scanners],
-                    "workdir": plan.run.workdir,
-                    "targets": _counts(group.findings),
-                    "before": before,
-                },
-                indent=1,
-            ),
-            encoding="utf-8",
-        )
+        spec = {
+            "profiles": [profile_to_json(plan.scanners[n]) for n in scanners],
+            "workdir": plan.run.workdir,
+            "targets": _counts(group.findings),
+            "before": before,
+        }
+        # kept beside the plan for the record; the check carries the spec itself (the state
+        # folder lives in the repository's .git, where a confined check sees the attempt's tree)
+        (folder / f"{group.task_id}.json").write_text(json.dumps(spec, indent=1), "utf-8")
         task: dict[str, Any] = {
             "id": group.task_id,
             "title": f"Fix {len(group.findings)} finding(s) in {group.key}",
@@ -157,7 +154,7 @@ def write_fix_plan(
             "agent": agent,
             "candidates": candidates,
             "check": f"{shlex.quote(sys.executable)} -m orchardist.scan.fixcheck "
-            f"{shlex.quote(str(spec))}",
+            f"--spec {_b64(spec)}",
         }
         if group.depends_on:
             task["depends_on"] = list(group.depends_on)
@@ -169,6 +166,11 @@ def write_fix_plan(
         encoding="utf-8",
     )
     return path
+
+
+def _b64(spec: Mapping[str, Any]) -> str:
+    """``spec`` as compact JSON in base64url: one shell word, no braces."""
+    return base64.urlsafe_b64encode(json.dumps(spec, separators=(",", ":")).encode()).decode()
 
 
 def verifiable_scanners(plan: Plan, names: Sequence[str]) -> list[str]:
