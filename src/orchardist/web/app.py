@@ -40,7 +40,7 @@ from ..gitrepo import Repo
 from ..records import Run, RunState
 from ..report import status_document
 from ..safeio import read_tail
-from ..store import Store
+from ..store import RunCounts, Store
 from ..tail import event_json
 from .metrics import prometheus_text
 from .watch import StoreWatcher
@@ -74,6 +74,8 @@ class _Data:
         self.settings = settings
         self._store: Store | None = None
         self.repo = Repo(settings.repo_root)
+        # run id -> (plan file version, (edges, critical path)): see _graph
+        self._graphs: dict[str, tuple[tuple[int, int] | None, Any]] = {}
 
     @property
     def store(self) -> Store:
@@ -98,9 +100,10 @@ class _Data:
     def runs(self) -> list[dict[str, Any]]:
         if not self.has_store():
             return []
+        counts = self.store.run_counts()
         rows = []
         for run in self.store.runs():
-            doc = status_document(self.store, run)
+            mine = counts.get(run.id, RunCounts({}, None))
             rows.append(
                 {
                     "run": run.id,
@@ -110,16 +113,17 @@ class _Data:
                     "created_at": run.created_at,
                     "finished_at": run.finished_at,
                     "duration_s": (run.finished_at or time.time()) - run.created_at,
-                    "cost_usd": doc["totals"]["cost_usd"],
-                    "tasks": len(doc["tasks"]),
-                    "summary": doc["summary"],
+                    "cost_usd": mine.cost_usd,
+                    "tasks": sum(mine.tasks.values()),
+                    "summary": dict(mine.tasks),
                 }
             )
         return rows
 
     def run_doc(self, run: Run) -> dict[str, Any]:
-        doc = status_document(self.store, run)
-        started = {(a.task_id, a.n): a for a in self.store.attempts(run.id)}
+        attempts = self.store.attempts(run.id)
+        doc = status_document(self.store, run, attempts)
+        started = {(a.task_id, a.n): a for a in attempts}
         for task in doc["tasks"]:
             for attempt in task["attempts"]:
                 record = started[(task["id"], attempt["n"])]
@@ -127,25 +131,29 @@ class _Data:
                 attempt["ended_at"] = record.ended_at
                 attempt.pop("log", None)
         doc["graph"] = self._graph(run, [t["id"] for t in doc["tasks"]])
-        doc["last_seq"] = max((e.seq for e in self.store.events(run.id)), default=0)
+        doc["last_seq"] = self.store.last_seq(run.id)
         return doc
 
     def _graph(self, run: Run, task_ids: list[str]) -> dict[str, Any]:
-        """Dependencies and the critical path, from the run's plan if it still loads."""
-        from ..forecast import forecast
-        from ..plan import load_plan
-
+        """Dependencies and the critical path, from the run's plan if it still loads; the plan
+        is loaded and forecast once per run and version of the plan file (its mtime and size),
+        not on every page view (two thirds of a 500-task run's page)."""
         try:
-            plan = load_plan(run.plan_path)
-        except (OrchardistError, OSError):
+            st = os.stat(run.plan_path)
+            version = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            version = None
+        cached = self._graphs.get(run.id)
+        if cached is None or cached[0] != version:
+            cached = (version, _plan_graph(run.plan_path))
+            self._graphs[run.id] = cached
+        edges, critical = cached[1]
+        if edges is None:
             return {"edges": [], "critical_path": [], "from_plan": False}
         known = set(task_ids)
-        edges = [
-            [dep, task.id] for task in plan.tasks for dep in task.depends_on if task.id in known
-        ]
         return {
-            "edges": edges,
-            "critical_path": [t for t in forecast(plan).critical_path if t in known],
+            "edges": [list(e) for e in edges if e[1] in known],
+            "critical_path": [t for t in critical if t in known],
             "from_plan": True,
         }
 
@@ -175,6 +183,21 @@ class _Data:
         if len(text) > DIFF_MAX_BYTES:
             return text[:DIFF_MAX_BYTES] + "\n(diff cut here)\n"
         return text
+
+
+def _plan_graph(
+    plan_path: str,
+) -> tuple[tuple[tuple[str, str], ...] | None, tuple[str, ...]]:
+    """A plan's dependency edges and critical path; (None, ()) when it no longer loads."""
+    from ..forecast import forecast
+    from ..plan import load_plan
+
+    try:
+        plan = load_plan(plan_path)
+    except (OrchardistError, OSError):
+        return None, ()
+    edges = tuple((dep, task.id) for task in plan.tasks for dep in task.depends_on)
+    return edges, tuple(forecast(plan).critical_path)
 
 
 def _tail(path: str) -> dict[str, Any]:
