@@ -281,6 +281,11 @@ class Store:
             counts[r["run_id"]] = RunCounts({**prev.tasks, r["state"]: r["n"]}, r["cost"])
         return counts
 
+    def data_version(self) -> int:
+        """A number that changes whenever another connection commits to the database (SQLite's
+        ``data_version``): while it stays the same, everything read before is still current."""
+        return int(self._rows("pragma data_version")[0][0])
+
     def last_seq(self, run_id: str) -> int:
         """The seq of a run's newest event (0 if none): where a live event stream starts."""
         rows = self._rows("select max(seq) as seq from events where run_id = ?", (run_id,))

@@ -124,3 +124,26 @@ def test_a_run_page_loads_its_plan_once_per_version_and_reads_no_event_log(
     # Then: the next view loads it again and shows the new graph
     edges = {tuple(e) for e in data.run_doc(run)["graph"]["edges"]}
     assert len(loads) == 2 and ("right", "top") not in edges and ("left", "top") in edges
+
+
+def test_a_run_page_is_built_again_only_after_the_store_changed(
+    repo: Path, run_plan: Callable[..., Finished]
+) -> None:
+    # Given: a finished run whose page was viewed once
+    done = run_plan(finished_plan(repo))
+    data = dashboard_data(repo)
+    run = data.run(done.run.id)
+    assert run is not None
+    first = data.run_doc(run)
+    # When: it is viewed again with nothing written in between
+    with statements(data) as seen:
+        again = data.run_doc(run)
+    # Then: no task, attempt or event was read
+    assert again == first
+    assert not [s for s in seen if "from tasks" in s or "from attempts" in s], seen
+    # When: the orchestrator's connection (another one) commits a change to the run
+    with done.ws.store.transaction() as tx:
+        tx.set_task(run.id, "left", reason="edited by another process")
+    # Then: the next view reads it
+    tasks = {t["id"]: t for t in data.run_doc(run)["tasks"]}
+    assert tasks["left"]["reason"] == "edited by another process"

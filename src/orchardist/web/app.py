@@ -49,6 +49,7 @@ COOKIE = "orchardist_token"
 ACTION_HEADER = "x-orchardist-action"  # required on POSTs: see _same_site
 LOG_TAIL_BYTES = 256 * 1024
 DIFF_MAX_BYTES = 512 * 1024
+RUN_DOCS_KEPT = 16  # run pages kept built (a 500-task run's is ~0.3 MB)
 KEEPALIVE_S = 15.0
 KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: keeps idle connections (and proxies) open
 
@@ -76,6 +77,8 @@ class _Data:
         self.repo = Repo(settings.repo_root)
         # run id -> (plan file version, (edges, critical path)): see _graph
         self._graphs: dict[str, tuple[tuple[int, int] | None, Any]] = {}
+        # run id -> ((store data_version, plan file version), page): see run_doc
+        self._docs: dict[str, tuple[tuple[int, tuple[int, int] | None], dict[str, Any]]] = {}
 
     @property
     def store(self) -> Store:
@@ -121,6 +124,20 @@ class _Data:
         return rows
 
     def run_doc(self, run: Run) -> dict[str, Any]:
+        """A run's page, built again only when the store or the plan file changed since the
+        last view: a finished 500-task run's page is then one pragma and one stat."""
+        version = (self.store.data_version(), _plan_version(run.plan_path))
+        cached = self._docs.get(run.id)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        fresh = self.store.run(run.id) or run  # read after the version: never newer than it
+        doc = self._build_run_doc(fresh)
+        if len(self._docs) >= RUN_DOCS_KEPT:
+            self._docs.pop(next(iter(self._docs)))
+        self._docs[run.id] = (version, doc)
+        return doc
+
+    def _build_run_doc(self, run: Run) -> dict[str, Any]:
         attempts = self.store.attempts(run.id)
         doc = status_document(self.store, run, attempts)
         started = {(a.task_id, a.n): a for a in attempts}
@@ -138,11 +155,7 @@ class _Data:
         """Dependencies and the critical path, from the run's plan if it still loads; the plan
         is loaded and forecast once per run and version of the plan file (its mtime and size),
         not on every page view (two thirds of a 500-task run's page)."""
-        try:
-            st = os.stat(run.plan_path)
-            version = (st.st_mtime_ns, st.st_size)
-        except OSError:
-            version = None
+        version = _plan_version(run.plan_path)
         cached = self._graphs.get(run.id)
         if cached is None or cached[0] != version:
             cached = (version, _plan_graph(run.plan_path))
@@ -183,6 +196,15 @@ class _Data:
         if len(text) > DIFF_MAX_BYTES:
             return text[:DIFF_MAX_BYTES] + "\n(diff cut here)\n"
         return text
+
+
+def _plan_version(plan_path: str) -> tuple[int, int] | None:
+    """The plan file's modification time and size (None when it is gone)."""
+    try:
+        st = os.stat(plan_path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 def _plan_graph(
