@@ -17,9 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from scan_support import logging_scanner, validate_sarif
 
+from realtools import require
 from run_support import orchardist
 from support import make_repo, write_plan
 
@@ -52,19 +52,11 @@ def read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def require_private_mounts() -> None:
-    """Making a device node needs root (CAP_MKNOD) and unshare; on CI their absence fails."""
-    missing = os.geteuid() != 0 or shutil.which("unshare") is None
-    if missing and os.environ.get("CI"):
-        pytest.fail("CI must run as root with unshare to test output to a device node")
-    if missing:
-        pytest.skip("needs root and unshare to make a device node in a private mount namespace")
-
-
 def test_scan_output_to_a_device_node_writes_through_it_and_the_device_stays(
     tmp_path: Path,
 ) -> None:
-    require_private_mounts()
+    # making a device node needs root (CAP_MKNOD) and unshare (skip here; CI must run it)
+    require(os.geteuid() == 0 and shutil.which("unshare") is not None, "needs root and unshare")
     # Given: a repository with findings, and a folder where a private tmpfs will hold the device
     repo, plan = todo_repo_and_plan(tmp_path)
     dev = tmp_path / "dev"

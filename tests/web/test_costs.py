@@ -25,21 +25,21 @@ from orchardist.records import (
 )
 from orchardist.report import status_document
 from orchardist.store import Store
-from orchardist.web.app import Settings, _Data
+from orchardist.web.reads import Reads, Settings
 from support import Finished, make_repo
 from web.test_api import finished_plan
 
 STATES = [TaskState.DONE, TaskState.FAILED, TaskState.BLOCKED]
 
 
-def dashboard_data(repo: Path) -> _Data:
+def dashboard_data(repo: Path) -> Reads:
     """The dashboard's read side over the store of ``repo``, in this process."""
     store = repo / ".git" / "orchardist" / "state.db"
-    return _Data(Settings(repo, store, "token", frozenset()))
+    return Reads(Settings(repo, store, "token", frozenset()))
 
 
 @contextmanager
-def statements(data: _Data) -> Iterator[list[str]]:
+def statements(data: Reads) -> Iterator[list[str]]:
     """The SQL statements the dashboard's store connection runs inside the block."""
     seen: list[str] = []
     conn = data.store._conn
