@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ class Reads:
         self._graphs: dict[str, tuple[tuple[int, int] | None, Any]] = {}
         # run id -> ((store data_version, plan file version), page): see run_doc
         self._docs: dict[str, tuple[tuple[int, tuple[int, int] | None], dict[str, Any]]] = {}
+        self._docs_lock = threading.Lock()
 
     @property
     def store(self) -> Store:
@@ -97,11 +99,14 @@ class Reads:
         cached = self._docs.get(run.id)
         if cached is not None and cached[0] == version:
             return cached[1]
-        fresh = self.store.run(run.id) or run  # read after the version: never newer than it
+        # read after the version was taken: the page is never older than the version it is kept
+        # under (a write in between makes the next view build it again)
+        fresh = self.store.run(run.id) or run
         doc = self._build_run_doc(fresh)
-        if len(self._docs) >= RUN_DOCS_KEPT:
-            self._docs.pop(next(iter(self._docs)))
-        self._docs[run.id] = (version, doc)
+        with self._docs_lock:  # requests run in threads: evict and insert as one step
+            if len(self._docs) >= RUN_DOCS_KEPT:
+                self._docs.pop(next(iter(self._docs)))
+            self._docs[run.id] = (version, doc)
         return doc
 
     def _build_run_doc(self, run: Run) -> dict[str, Any]:
