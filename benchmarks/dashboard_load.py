@@ -3,17 +3,27 @@ and once with C dashboard clients following its event stream (server-sent events
 makespans and their ratio.
 
     python benchmarks/dashboard_load.py [--tasks 500] [--clients 20] [--parallel 4]
+
+With ``--pages``, the dashboard's fixed costs instead: ``/api/runs`` over 50 runs and the page
+of a 500-task run, served over HTTP on 127.0.0.1 by this checkout and by an older one (``git
+archive`` of ``--old-ref``, default ``main``) from the same store, requests interleaved A/B;
+prints the medians, their ratio and each against its target (10 ms and 30 ms).
+
+    python benchmarks/dashboard_load.py --pages [--old-ref main] [--requests 40]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -120,12 +130,149 @@ def run_watched(plan: Path, clients: int) -> tuple[float, list[int]]:
     return elapsed, counts
 
 
+PAGE_TARGETS_MS = {
+    "/api/runs (50 runs)": 10.0,
+    "500-task run, store unchanged": 30.0,
+    "500-task run, store written": 30.0,  # a live run's page: rebuilt on every view
+}
+
+
+def fill_store(root: Path, runs: int, big_tasks: int) -> str:
+    """A repository whose store holds ``runs`` finished runs of 10 tasks and one run of
+    ``big_tasks`` tasks (an attempt and four events each), with its plan on disk; its id."""
+    from orchardist.records import (
+        AttemptRecord,
+        AttemptState,
+        Event,
+        Run,
+        RunState,
+        TaskRecord,
+        TaskState,
+        Usage,
+    )
+    from orchardist.store import Store
+
+    plan = make_repo(root, big_tasks, 4)
+    store = Store.for_repo(root / ".git")
+    sizes = [10] * (runs - 1) + [big_tasks]
+    for r, size in enumerate(sizes):
+        run_id = f"run{r:03d}"
+        with store.transaction() as tx:
+            tx.add_run(
+                Run(run_id, str(plan), "d", str(root), "0" * 40, f"b/{r}", RunState.DONE, r, r + 1)
+            )
+            for i in range(size):
+                task = f"t{i:05d}"
+                tx.add_task(TaskRecord(run_id, task, TaskState.DONE, i, "1" * 40))
+                tx.add_attempt(
+                    AttemptRecord(
+                        run_id,
+                        task,
+                        1,
+                        0,
+                        "edit",
+                        AttemptState.MERGED,
+                        "0" * 40,
+                        r,
+                        r + 0.5,
+                        0,
+                        patch_commit="1" * 40,
+                        usage=Usage(cost_usd=0.01),
+                        verdict="verified",
+                    )
+                )
+                for state in ("running", "verifying", "merging", "merged"):
+                    tx.emit(Event(run_id, "attempt", r, task, 1, {"state": state}))
+    store.close()
+    return f"run{len(sizes) - 1:03d}"
+
+
+@contextlib.contextmanager
+def server(repo: Path, pythonpath: str | None) -> Iterator[httpx.Client]:
+    """``orchardist serve`` of ``repo`` (from ``pythonpath``'s code when given), as a client."""
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchardist", "serve", "--port", "0", "-C", str(repo)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    url = next(line.split()[1] for line in proc.stdout if line.startswith("open "))
+    base, _, token = url.partition("/?token=")
+    headers = {"Authorization": f"Bearer {token}"}
+    try:
+        with httpx.Client(base_url=base, headers=headers, timeout=30) as client:
+            yield client
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def timed_ms(client: httpx.Client, path: str) -> float:
+    started = time.perf_counter()
+    client.get(path).raise_for_status()
+    return (time.perf_counter() - started) * 1000
+
+
+def old_source(ref: str, into: Path) -> str:
+    """This repository's ``src`` at ``ref``, unpacked into ``into``; the folder to import."""
+    here = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(
+        ["git", "-C", str(here), "archive", ref, "src"], check=True, capture_output=True
+    ).stdout
+    into.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return str(into / "src")
+
+
+def pages(old_ref: str, requests: int) -> None:
+    """Median request times of both code paths, A/B interleaved on one store."""
+    from orchardist.records import Event
+    from orchardist.store import Store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "repo"
+        big = fill_store(repo, 50, 500)
+        old = old_source(old_ref, Path(tmp) / "old")
+        paths = dict(zip(PAGE_TARGETS_MS, ["/api/runs", *[f"/api/runs/{big}"] * 2], strict=True))
+        times: dict[tuple[str, str], list[float]] = {}
+        writer = Store.for_repo(repo / ".git")
+        with server(repo, old) as before, server(repo, None) as after:
+            for _ in range(requests + 3):  # the first three of each warm up, not counted
+                for name, path in paths.items():
+                    for label, client in (("before", before), ("after", after)):
+                        if name.endswith("written"):  # as a live run does between views
+                            with writer.transaction() as tx:
+                                tx.emit(Event("run000", "note", 0.0, None, None, {}))
+                        times.setdefault((name, label), []).append(timed_ms(client, path))
+        writer.close()
+    print(f"dashboard requests over HTTP on 127.0.0.1, median of {requests}, A/B interleaved")
+    print(f"{'':32} {old_ref + ' (before)':>14} {'this tree':>10} {'ratio':>6}  target")
+    for name, target in PAGE_TARGETS_MS.items():
+        a = statistics.median(times[(name, "before")][3:])
+        b = statistics.median(times[(name, "after")][3:])
+        print(
+            f"{name:32} {a:11.1f} ms {b:7.1f} ms {a / b:5.1f}x  "
+            f"{target:2.0f} ms ({b / target:.2f} of it)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=500)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--pages", action="store_true", help="the pages' fixed costs")
+    parser.add_argument("--old-ref", default="main", help="the code to compare --pages with")
+    parser.add_argument("--requests", type=int, default=40)
     args = parser.parse_args()
+    if args.pages:
+        pages(args.old_ref, args.requests)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("ORCHARDIST_WORKDIR_ROOT", str(Path(tmp) / "work"))
         alone = run_alone(make_repo(Path(tmp) / "a", args.tasks, args.parallel))

@@ -12,10 +12,13 @@ from .store import Store
 from .terminal import plain
 
 
-def status_document(store: Store, run: Run) -> dict[str, Any]:
-    """The ``status --json`` document of a run."""
+def status_document(
+    store: Store, run: Run, records: list[AttemptRecord] | None = None
+) -> dict[str, Any]:
+    """The ``status --json`` document of a run (from its attempts ``records`` when the caller
+    has read them already)."""
     attempts: dict[str, list[AttemptRecord]] = {}
-    for attempt in store.attempts(run.id):
+    for attempt in store.attempts(run.id) if records is None else records:
         attempts.setdefault(attempt.task_id, []).append(attempt)
     tasks = []
     for task in store.tasks(run.id):

@@ -10,6 +10,11 @@ symlink to any folder of the user's: orchardist makes such a folder afresh after
 (``fresh_folder``, removing what is there without following links) and works in it through a
 descriptor opened without following one (``open_folder``, then ``dir_fd`` relative names), so
 a link made later, by the code verify runs, leads nowhere.
+
+Output the user names (``scan -o``) is written whole or not at all (``write_whole``): to a
+temporary file renamed onto the path. But a path that is not a regular file (``/dev/null``,
+``/dev/stdout``, a FIFO) is written in place: renaming onto it would replace the device with a
+file (as root, ``/dev/null`` for every program on the machine).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ __all__ = [
     "read_capped",
     "read_tail",
     "remove_tree",
+    "write_whole",
 ]
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -144,3 +150,25 @@ def remove_tree(path: Path) -> None:
             with contextlib.suppress(OSError):
                 os.chmod(folder, 0o700)
         shutil.rmtree(path, ignore_errors=True)
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path``: a regular file (or none yet) is replaced whole by a rename,
+    so a reader never sees half of it; anything else (a device, a FIFO, a terminal, what
+    ``/dev/stdout`` leads to) is opened and written in place, never replaced. OSError on
+    failure, with no temporary file left behind."""
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        special = False
+    if special:
+        with open(path, "wb") as out:
+            out.write(data)
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -10,13 +10,13 @@ scanner (plan order) that reported it, with the others listed in its ``propertie
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import safeio
 from ..errors import UsageError
 from .findings import Finding, ToolInfo
 
@@ -195,11 +195,8 @@ def render(result: Any, fmt: str, root: Path) -> str:
 
 
 def write_whole(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write ``text`` to ``path`` whole or not at all; a device or FIFO in place."""
     try:
-        tmp.write_text(text + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        safeio.write_whole(path, (text + "\n").encode("utf-8"))
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -19,10 +19,8 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -35,156 +33,22 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from ..errors import OrchardistError, StoreError
-from ..gitrepo import Repo
-from ..records import Run, RunState
-from ..report import status_document
+from ..records import RunState
 from ..safeio import read_tail
 from ..store import Store
 from ..tail import event_json
 from .metrics import prometheus_text
+from .reads import LOG_TAIL_BYTES, Reads, Settings
 from .watch import StoreWatcher
 
 COOKIE = "orchardist_token"
 ACTION_HEADER = "x-orchardist-action"  # required on POSTs: see _same_site
-LOG_TAIL_BYTES = 256 * 1024
-DIFF_MAX_BYTES = 512 * 1024
 KEEPALIVE_S = 15.0
 KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: keeps idle connections (and proxies) open
 
 
-@dataclass(frozen=True)
-class Settings:
-    """What the app serves and whom it lets in."""
-
-    repo_root: Path
-    store_path: Path
-    token: str
-    allowed_hosts: frozenset[str]  # "host:port" values the Host header may carry
-
-
 def _static(name: str) -> bytes:
     return resources.files("orchardist.web").joinpath("static", name).read_bytes()
-
-
-class _Data:
-    """Read-side queries over the store and the repository."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._store: Store | None = None
-        self.repo = Repo(settings.repo_root)
-
-    @property
-    def store(self) -> Store:
-        if self._store is None:  # a repository without runs yet has no store: open it late
-            self._store = Store(self.settings.store_path, read_only=True)
-        return self._store
-
-    def log_folder(self) -> Path:
-        """Where commands the dashboard starts write their output."""
-        return self.settings.store_path.parent / "web"
-
-    def has_store(self) -> bool:
-        """Whether there is a store to read (a first run may be creating it right now)."""
-        if self._store is None and self.settings.store_path.exists():
-            with contextlib.suppress(StoreError):
-                self._store = Store(self.settings.store_path, read_only=True)
-        return self._store is not None
-
-    def run(self, run_id: str) -> Run | None:
-        return self.store.run(run_id) if self.has_store() else None
-
-    def runs(self) -> list[dict[str, Any]]:
-        if not self.has_store():
-            return []
-        rows = []
-        for run in self.store.runs():
-            doc = status_document(self.store, run)
-            rows.append(
-                {
-                    "run": run.id,
-                    "state": run.state.value,
-                    "branch": run.branch,
-                    "plan": run.plan_path,
-                    "created_at": run.created_at,
-                    "finished_at": run.finished_at,
-                    "duration_s": (run.finished_at or time.time()) - run.created_at,
-                    "cost_usd": doc["totals"]["cost_usd"],
-                    "tasks": len(doc["tasks"]),
-                    "summary": doc["summary"],
-                }
-            )
-        return rows
-
-    def run_doc(self, run: Run) -> dict[str, Any]:
-        doc = status_document(self.store, run)
-        started = {(a.task_id, a.n): a for a in self.store.attempts(run.id)}
-        for task in doc["tasks"]:
-            for attempt in task["attempts"]:
-                record = started[(task["id"], attempt["n"])]
-                attempt["started_at"] = record.started_at
-                attempt["ended_at"] = record.ended_at
-                attempt.pop("log", None)
-        doc["graph"] = self._graph(run, [t["id"] for t in doc["tasks"]])
-        doc["last_seq"] = max((e.seq for e in self.store.events(run.id)), default=0)
-        return doc
-
-    def _graph(self, run: Run, task_ids: list[str]) -> dict[str, Any]:
-        """Dependencies and the critical path, from the run's plan if it still loads."""
-        from ..forecast import forecast
-        from ..plan import load_plan
-
-        try:
-            plan = load_plan(run.plan_path)
-        except (OrchardistError, OSError):
-            return {"edges": [], "critical_path": [], "from_plan": False}
-        known = set(task_ids)
-        edges = [
-            [dep, task.id] for task in plan.tasks for dep in task.depends_on if task.id in known
-        ]
-        return {
-            "edges": edges,
-            "critical_path": [t for t in forecast(plan).critical_path if t in known],
-            "from_plan": True,
-        }
-
-    def task_doc(self, run: Run, task_id: str) -> dict[str, Any] | None:
-        doc = status_document(self.store, run)
-        task: dict[str, Any] | None = next((t for t in doc["tasks"] if t["id"] == task_id), None)
-        if task is None:
-            return None
-        records = {a.n: a for a in self.store.attempts(run.id, task_id)}
-        for attempt in task["attempts"]:
-            record = records[attempt["n"]]
-            attempt["started_at"] = record.started_at
-            attempt["ended_at"] = record.ended_at
-            attempt["log_tail"] = _tail(attempt.pop("log", "") or "")
-            attempt["diff"] = self._diff(record.base_commit, record.patch_commit)
-        task["run"] = run.id
-        task["run_state"] = run.state.value
-        return task
-
-    def _diff(self, base: str, patch: str | None) -> str | None:
-        if not patch:
-            return None
-        try:
-            text = self.repo.git("diff", "--stat", "--patch", base, patch)
-        except OrchardistError as exc:
-            return f"(diff not available: {exc})"
-        if len(text) > DIFF_MAX_BYTES:
-            return text[:DIFF_MAX_BYTES] + "\n(diff cut here)\n"
-        return text
-
-
-def _tail(path: str) -> dict[str, Any]:
-    """The end of a log file, decoded leniently, and whether it was cut."""
-    if not path:
-        return {"text": "", "cut": False, "size": 0}
-    tail = read_tail(Path(path), 0, LOG_TAIL_BYTES, last=True)
-    if not tail.found:
-        return {"text": "(log not available)", "cut": False, "size": 0}
-    return {"text": tail.text(), "cut": tail.start > 0, "size": tail.size}
 
 
 def _same_site(request: Request, settings: Settings) -> bool:
@@ -243,7 +107,7 @@ class _Endpoints:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.data = _Data(settings)
+        self.data = Reads(settings)
         self.watcher = StoreWatcher(settings.store_path.parent)
 
     async def page(self, request: Request) -> Response:

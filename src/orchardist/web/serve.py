@@ -14,7 +14,8 @@ from typing import Any
 
 from ..errors import UsageError
 from ..gitrepo import Repo, find_toplevel
-from .app import Settings, create_app
+from .app import create_app
+from .reads import Settings
 
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 

@@ -1,0 +1,204 @@
+"""What the dashboard shows, read from the store (read-only) and the repository: the runs list,
+a run's page, a task's page. These are its fixed costs, so they are kept flat: the runs list
+counts tasks in one query, a run's page is built again only when the store or the plan file
+changed, and the plan is loaded and forecast once per version of its file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import OrchardistError, StoreError
+from ..gitrepo import Repo
+from ..records import Run
+from ..report import status_document
+from ..safeio import read_tail
+from ..store import RunCounts, Store
+
+LOG_TAIL_BYTES = 256 * 1024
+DIFF_MAX_BYTES = 512 * 1024
+RUN_DOCS_KEPT = 16  # run pages kept built (a 500-task run's is ~0.3 MB)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the app serves and whom it lets in."""
+
+    repo_root: Path
+    store_path: Path
+    token: str
+    allowed_hosts: frozenset[str]  # "host:port" values the Host header may carry
+
+
+class Reads:
+    """Read-side queries over the store and the repository: the documents the pages show."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._store: Store | None = None
+        self.repo = Repo(settings.repo_root)
+        # run id -> (plan file version, (edges, critical path)): see _graph
+        self._graphs: dict[str, tuple[tuple[int, int] | None, Any]] = {}
+        # run id -> ((store data_version, plan file version), page): see run_doc
+        self._docs: dict[str, tuple[tuple[int, tuple[int, int] | None], dict[str, Any]]] = {}
+        self._docs_lock = threading.Lock()
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:  # a repository without runs yet has no store: open it late
+            self._store = Store(self.settings.store_path, read_only=True)
+        return self._store
+
+    def log_folder(self) -> Path:
+        """Where commands the dashboard starts write their output."""
+        return self.settings.store_path.parent / "web"
+
+    def has_store(self) -> bool:
+        """Whether there is a store to read (a first run may be creating it right now)."""
+        if self._store is None and self.settings.store_path.exists():
+            with contextlib.suppress(StoreError):
+                self._store = Store(self.settings.store_path, read_only=True)
+        return self._store is not None
+
+    def run(self, run_id: str) -> Run | None:
+        return self.store.run(run_id) if self.has_store() else None
+
+    def runs(self) -> list[dict[str, Any]]:
+        if not self.has_store():
+            return []
+        counts = self.store.run_counts()
+        rows = []
+        for run in self.store.runs():
+            mine = counts.get(run.id, RunCounts({}, None))
+            rows.append(
+                {
+                    "run": run.id,
+                    "state": run.state.value,
+                    "branch": run.branch,
+                    "plan": run.plan_path,
+                    "created_at": run.created_at,
+                    "finished_at": run.finished_at,
+                    "duration_s": (run.finished_at or time.time()) - run.created_at,
+                    "cost_usd": mine.cost_usd,
+                    "tasks": sum(mine.tasks.values()),
+                    "summary": dict(mine.tasks),
+                }
+            )
+        return rows
+
+    def run_doc(self, run: Run) -> dict[str, Any]:
+        """A run's page, built again only when the store or the plan file changed since the
+        last view: a finished 500-task run's page is then one pragma and one stat."""
+        version = (self.store.data_version(), _plan_version(run.plan_path))
+        cached = self._docs.get(run.id)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        # read after the version was taken: the page is never older than the version it is kept
+        # under (a write in between makes the next view build it again)
+        fresh = self.store.run(run.id) or run
+        doc = self._build_run_doc(fresh)
+        with self._docs_lock:  # requests run in threads: evict and insert as one step
+            if len(self._docs) >= RUN_DOCS_KEPT:
+                self._docs.pop(next(iter(self._docs)))
+            self._docs[run.id] = (version, doc)
+        return doc
+
+    def _build_run_doc(self, run: Run) -> dict[str, Any]:
+        attempts = self.store.attempts(run.id)
+        doc = status_document(self.store, run, attempts)
+        started = {(a.task_id, a.n): a for a in attempts}
+        for task in doc["tasks"]:
+            for attempt in task["attempts"]:
+                record = started[(task["id"], attempt["n"])]
+                attempt["started_at"] = record.started_at
+                attempt["ended_at"] = record.ended_at
+                attempt.pop("log", None)
+        doc["graph"] = self._graph(run, [t["id"] for t in doc["tasks"]])
+        doc["last_seq"] = self.store.last_seq(run.id)
+        return doc
+
+    def _graph(self, run: Run, task_ids: list[str]) -> dict[str, Any]:
+        """Dependencies and the critical path, from the run's plan if it still loads; the plan
+        is loaded and forecast once per run and version of the plan file (its mtime and size),
+        not on every page view (two thirds of a 500-task run's page)."""
+        version = _plan_version(run.plan_path)
+        cached = self._graphs.get(run.id)
+        if cached is None or cached[0] != version:
+            cached = (version, _plan_graph(run.plan_path))
+            self._graphs[run.id] = cached
+        edges, critical = cached[1]
+        if edges is None:
+            return {"edges": [], "critical_path": [], "from_plan": False}
+        known = set(task_ids)
+        return {
+            "edges": [list(e) for e in edges if e[1] in known],
+            "critical_path": [t for t in critical if t in known],
+            "from_plan": True,
+        }
+
+    def task_doc(self, run: Run, task_id: str) -> dict[str, Any] | None:
+        doc = status_document(self.store, run)
+        task: dict[str, Any] | None = next((t for t in doc["tasks"] if t["id"] == task_id), None)
+        if task is None:
+            return None
+        records = {a.n: a for a in self.store.attempts(run.id, task_id)}
+        for attempt in task["attempts"]:
+            record = records[attempt["n"]]
+            attempt["started_at"] = record.started_at
+            attempt["ended_at"] = record.ended_at
+            attempt["log_tail"] = _tail(attempt.pop("log", "") or "")
+            attempt["diff"] = self._diff(record.base_commit, record.patch_commit)
+        task["run"] = run.id
+        task["run_state"] = run.state.value
+        return task
+
+    def _diff(self, base: str, patch: str | None) -> str | None:
+        if not patch:
+            return None
+        try:
+            text = self.repo.git("diff", "--stat", "--patch", base, patch)
+        except OrchardistError as exc:
+            return f"(diff not available: {exc})"
+        if len(text) > DIFF_MAX_BYTES:
+            return text[:DIFF_MAX_BYTES] + "\n(diff cut here)\n"
+        return text
+
+
+def _plan_version(plan_path: str) -> tuple[int, int] | None:
+    """The plan file's modification time and size (None when it is gone)."""
+    try:
+        st = os.stat(plan_path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _plan_graph(
+    plan_path: str,
+) -> tuple[tuple[tuple[str, str], ...] | None, tuple[str, ...]]:
+    """A plan's dependency edges and critical path; (None, ()) when it no longer loads."""
+    from ..forecast import forecast
+    from ..plan import load_plan
+
+    try:
+        plan = load_plan(plan_path)
+    except (OrchardistError, OSError):
+        return None, ()
+    edges = tuple((dep, task.id) for task in plan.tasks for dep in task.depends_on)
+    return edges, tuple(forecast(plan).critical_path)
+
+
+def _tail(path: str) -> dict[str, Any]:
+    """The end of a log file, decoded leniently, and whether it was cut."""
+    if not path:
+        return {"text": "", "cut": False, "size": 0}
+    tail = read_tail(Path(path), 0, LOG_TAIL_BYTES, last=True)
+    if not tail.found:
+        return {"text": "(log not available)", "cut": False, "size": 0}
+    return {"text": tail.text(), "cut": tail.start > 0, "size": tail.size}

@@ -1,0 +1,149 @@
+"""The dashboard's fixed costs, counted rather than timed: the runs list reads the store in a
+fixed number of queries however many runs there are, and a run's page loads its plan once per
+version of the plan file and never reads the whole event log. (The times, before and after:
+``python benchmarks/dashboard_load.py --pages``.)"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from orchardist import plan as plan_module
+from orchardist.records import (
+    AttemptRecord,
+    AttemptState,
+    Event,
+    Run,
+    RunState,
+    TaskRecord,
+    TaskState,
+    Usage,
+)
+from orchardist.report import status_document
+from orchardist.store import Store
+from orchardist.web.reads import Reads, Settings
+from support import Finished, make_repo
+from web.test_api import finished_plan
+
+STATES = [TaskState.DONE, TaskState.FAILED, TaskState.BLOCKED]
+
+
+def dashboard_data(repo: Path) -> Reads:
+    """The dashboard's read side over the store of ``repo``, in this process."""
+    store = repo / ".git" / "orchardist" / "state.db"
+    return Reads(Settings(repo, store, "token", frozenset()))
+
+
+@contextmanager
+def statements(data: Reads) -> Iterator[list[str]]:
+    """The SQL statements the dashboard's store connection runs inside the block."""
+    seen: list[str] = []
+    conn = data.store._conn
+    conn.set_trace_callback(seen.append)
+    try:
+        yield seen
+    finally:
+        conn.set_trace_callback(None)
+
+
+def add_runs(store: Store, first: int, count: int) -> None:
+    """Runs ``first`` .. ``first + count - 1``: run k has k % 4 tasks in varied states and one
+    attempt each, which cost 0.25 $ except in odd runs (the agent reported no cost)."""
+    for k in range(first, first + count):
+        run_id = f"r{k:03d}"
+        with store.transaction() as tx:
+            tx.add_run(Run(run_id, "plan.toml", "d", "repo", "0" * 40, "b", RunState.DONE, k))
+            for i in range(k % 4):
+                tx.add_task(TaskRecord(run_id, f"t{i}", STATES[(k + i) % 3], i))
+                cost = None if k % 2 else 0.25
+                tx.add_attempt(
+                    AttemptRecord(
+                        run_id, f"t{i}", 1, 0, "a", AttemptState.PASSED, "0" * 40, k,
+                        usage=Usage(cost_usd=cost),
+                    )
+                )  # fmt: skip
+                tx.emit(Event(run_id, "task", k, f"t{i}", None, {"state": "done"}))
+
+
+def test_the_runs_list_takes_a_fixed_number_of_queries_however_many_runs(tmp_path: Path) -> None:
+    # Given: a store with 4 runs
+    repo = make_repo(tmp_path / "repo")
+    store = Store.for_repo(repo / ".git")
+    add_runs(store, 0, 4)
+    data = dashboard_data(repo)
+    with statements(data) as few:
+        small = data.runs()
+    # When: 40 more runs are added
+    add_runs(store, 4, 40)
+    with statements(data) as many:
+        rows = data.runs()
+    # Then: the same number of queries reads 11 times as many runs
+    assert len(small) == 4 and len(rows) == 44
+    assert len(many) == len(few) <= 3, many
+    # and each row counts what the run's status document counts
+    for row in rows:
+        doc = status_document(store, store.run(row["run"]))  # type: ignore[arg-type]
+        assert row["summary"] == doc["summary"], row["run"]
+        assert (row["tasks"], row["cost_usd"]) == (len(doc["tasks"]), doc["totals"]["cost_usd"])
+    store.close()
+
+
+def test_a_run_page_loads_its_plan_once_per_version_and_reads_no_event_log(
+    repo: Path, run_plan: Callable[..., Finished], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: a finished run of a plan, and a count of the plan loads the dashboard makes
+    plan = finished_plan(repo)
+    done = run_plan(plan)
+    loads: list[str] = []
+    real_load = plan_module.load_plan
+
+    def counting_load(path: Path | str, *args: object, **kwargs: object) -> object:
+        loads.append(str(path))
+        return real_load(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(plan_module, "load_plan", counting_load)
+    data = dashboard_data(repo)
+    run = data.run(done.run.id)
+    assert run is not None
+    # When: the run's page is viewed three times
+    with statements(data) as seen:
+        docs = [data.run_doc(run) for _ in range(3)]
+    # Then: the plan was loaded and forecast once; the event log was not read, only its end
+    assert loads == [str(plan)]
+    assert docs[0] == docs[2] and ("base", "left") in map(tuple, docs[0]["graph"]["edges"])
+    assert not [s for s in seen if "from events" in s and "max(seq)" not in s], seen
+    assert docs[0]["last_seq"] == max(e.seq for e in done.ws.store.events(run.id))
+    # When: the plan file changes (``top`` now depends on ``left`` only)
+    text = plan.read_text().replace('depends_on = ["left", "right"]', 'depends_on = ["left"]')
+    plan.write_text(text)
+    os.utime(plan, ns=(1, 1))
+    # Then: the next view loads it again and shows the new graph
+    edges = {tuple(e) for e in data.run_doc(run)["graph"]["edges"]}
+    assert len(loads) == 2 and ("right", "top") not in edges and ("left", "top") in edges
+
+
+def test_a_run_page_is_built_again_only_after_the_store_changed(
+    repo: Path, run_plan: Callable[..., Finished]
+) -> None:
+    # Given: a finished run whose page was viewed once
+    done = run_plan(finished_plan(repo))
+    data = dashboard_data(repo)
+    run = data.run(done.run.id)
+    assert run is not None
+    first = data.run_doc(run)
+    # When: it is viewed again with nothing written in between
+    with statements(data) as seen:
+        again = data.run_doc(run)
+    # Then: no task, attempt or event was read
+    assert again == first
+    assert not [s for s in seen if "from tasks" in s or "from attempts" in s], seen
+    # When: the orchestrator's connection (another one) commits a change to the run
+    with done.ws.store.transaction() as tx:
+        tx.set_task(run.id, "left", reason="edited by another process")
+    # Then: the next view reads it
+    tasks = {t["id"]: t for t in data.run_doc(run)["tasks"]}
+    assert tasks["left"]["reason"] == "edited by another process"
