@@ -1,0 +1,51 @@
+"""What a new user hit on the first day (issue 32): commands that crashed with a traceback, runs
+that started when they should not, data a command overwrote, and messages that misled. Each test
+drives the real command line on a real repository."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import git
+from test_cli_inputs import AGENT, in_process, orchardist
+
+ONE_TASK = AGENT + '[[task]]\nid = "a"\nprompt = "make a"\nverify = "true"\n'
+
+
+def no_state(repo: Path) -> bool:
+    """Nothing was created: no state folder, no run branch."""
+    return not (repo / ".git" / "orchardist").exists() and not git(
+        repo, "branch", "--list", "orchardist/*"
+    )
+
+
+# -- tracebacks and runs that should never start ------------------------------------------------
+
+
+def test_run_with_the_ray_executor_but_no_ray_installed_says_how_to_install_it(
+    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a machine where `import ray` fails
+    (repo / "plan.toml").write_text(ONE_TASK)
+    monkeypatch.setitem(sys.modules, "ray", None)
+    # When the plan is run on Ray
+    out = in_process(
+        repo, "run", "plan.toml", "--executor", "ray", capsys=capsys, monkeypatch=monkeypatch
+    )
+    # Then it is a usage error saying how to get Ray, and nothing was created
+    assert out.returncode == 2, out.stderr
+    assert "pip install 'orchardist[ray]'" in out.stderr
+    assert no_state(repo)
+
+
+@pytest.mark.parametrize(("port", "says"), [("99999", "0 to 65535"), ("http", "a port number")])
+def test_serve_on_a_port_that_cannot_exist_is_a_usage_error(
+    repo: Path, port: str, says: str
+) -> None:
+    out = orchardist(repo, "serve", "--port", port)
+    assert out.returncode == 2
+    assert "--port: " in out.stderr and says in out.stderr
+    assert "Traceback" not in out.stderr
