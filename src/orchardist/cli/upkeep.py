@@ -97,10 +97,22 @@ def add_serve(sub: Commands) -> None:
         "request needs (generated unless --token is given).",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks one)")
+    p.add_argument("--port", type=port, default=8765, help="port (default 8765; 0 picks one)")
     p.add_argument("--token", help="the access token (default: a random one)")
     repo_arg(p)
     p.set_defaults(func=cmd_serve)
+
+
+def port(text: str) -> int:
+    """A TCP port number, 0 to 65535 (0: the system picks one); a usage error otherwise, before
+    the socket's own OverflowError."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {value}")
+    return value
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
