@@ -49,3 +49,38 @@ def test_serve_on_a_port_that_cannot_exist_is_a_usage_error(
     assert out.returncode == 2
     assert "--port: " in out.stderr and says in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("form", ["dot", "mermaid"])
+def test_run_asked_for_a_drawing_without_dry_run_draws_or_runs_nothing(
+    repo: Path, form: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (repo / "plan.toml").write_text(ONE_TASK)
+    out = in_process(repo, "run", "plan.toml", "--format", form, capsys=capsys,
+                     monkeypatch=monkeypatch)  # fmt: skip
+    assert out.returncode == 2
+    assert f"--format {form} draws the graph: it needs --dry-run" in out.stderr
+    assert no_state(repo)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--only", "a", "--skip", "a"], "(--only and --skip both name a)"),
+        (["--only", "b", "--skip", "a"], "leave no task of"),
+    ],
+    ids=["the same task", "a task's dependency"],
+)
+def test_run_whose_only_and_skip_leave_nothing_creates_no_run(
+    repo: Path,
+    argv: list[str],
+    says: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given b depends on a
+    (repo / "plan.toml").write_text(ONE_TASK + '[[task]]\nid = "b"\ndepends_on = ["a"]\n')
+    out = in_process(repo, "run", "plan.toml", *argv, capsys=capsys, monkeypatch=monkeypatch)
+    assert out.returncode == 2, out.stdout
+    assert "--only and --skip leave no task" in out.stderr and says in out.stderr
+    assert no_state(repo)

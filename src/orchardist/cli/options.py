@@ -176,6 +176,22 @@ def check_tasks(plan: Any, tasks: Sequence[str]) -> None:
     check_known(plan, tasks)
 
 
+def check_selection(plan: Any, only: Sequence[str], skip: Sequence[str]) -> None:
+    """``--only``/``--skip`` must name known tasks and leave at least one to run: a run of
+    nothing would be created, recorded done and exit 0."""
+    from ..graph import Graph
+
+    check_tasks(plan, [*only, *skip])
+    if not (only or skip):
+        return
+    graph = Graph([t.id for t in plan.tasks], {t.id: t.depends_on for t in plan.tasks})
+    left_out = graph.left_out(only, skip)
+    if len(left_out) == len(plan.tasks):
+        both = sorted(set(only) & set(skip))
+        why = f" (--only and --skip both name {', '.join(both)})" if both else ""
+        raise UsageError(f"--only and --skip leave no task of {plan.path} to run{why}")
+
+
 def has_runs(path: Path) -> bool:
     """Whether the repository at ``path`` has a store (reading never creates one)."""
     from ..gitrepo import Repo, find_toplevel

@@ -24,7 +24,7 @@ from .options import (
     EXIT_FAILED,
     EXIT_OK,
     Commands,
-    check_tasks,
+    check_selection,
     driving_args,
     duration,
     executor_args,
@@ -93,10 +93,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``orchardist run PLAN``."""
     from ..runs import Workspace, create_run, unfinished_runs
 
+    if args.format != "text" and not args.dry_run:  # a drawing was asked for, not a run
+        raise UsageError(f"--format {args.format} draws the graph: it needs --dry-run")
     plan = with_executor(load_plan(args.plan), args)
     if args.dry_run:
         return print_forecast(plan, args)
-    check_tasks(plan, [*args.only, *args.skip])
+    check_selection(plan, args.only, args.skip)
     isolation_note(plan)  # "required" without namespaces: refused before anything is made
     cluster_reachable(plan)  # an unreachable Ray cluster too
     # Read-only until every check passed: a refused run leaves nothing behind.
