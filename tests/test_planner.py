@@ -163,3 +163,19 @@ def test_run_yes_runs_the_plan(repo: Path, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     branch = git(repo, "branch", "--list", "orchardist/*").split()[-1]
     assert git(repo, "show", f"{branch}:b.txt").strip() == "b"
+
+
+def test_an_existing_plan_is_never_overwritten_without_force(repo: Path, tmp_path: Path) -> None:
+    # Given a plan the user wrote by hand where the planner would write
+    setup(repo, tmp_path / "sync", GOOD, GOOD)
+    (repo / "plan.toml").write_text("# mine\n")
+    # When plan runs without --force: refused before the planner starts, the file untouched
+    refused = orchardist(repo, "plan", "SPEC.md", "--agent", "planner")
+    assert refused.returncode == 2
+    assert "plan.toml already exists: pass --force" in refused.stderr
+    assert (repo / "plan.toml").read_text() == "# mine\n"
+    assert not (tmp_path / "sync" / "prompt1.md").exists()  # the planner never ran
+    # With --force it is replaced by the planner's plan
+    forced = orchardist(repo, "plan", "SPEC.md", "--agent", "planner", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert 'id = "b"' in (repo / "plan.toml").read_text()
