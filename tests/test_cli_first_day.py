@@ -84,3 +84,33 @@ def test_run_whose_only_and_skip_leave_nothing_creates_no_run(
     assert out.returncode == 2, out.stdout
     assert "--only and --skip leave no task" in out.stderr and says in out.stderr
     assert no_state(repo)
+
+
+# -- messages -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def created(repo: Path) -> str:
+    """A run of plan.toml created and never driven (as after kill -9 of its orchardist)."""
+    from orchardist import Workspace, create_run, load_plan
+
+    (repo / "plan.toml").write_text(ONE_TASK)
+    return create_run(Workspace.open(repo), load_plan(repo / "plan.toml")).id
+
+
+def test_stats_answers_no_runs_yet_like_runs_and_a_mistyped_plan_is_an_error(
+    repo: Path, tmp_path: Path
+) -> None:
+    # Given a repository without runs, stats says so as `runs` does, and creates nothing
+    empty = orchardist(repo, "stats")
+    assert (empty.returncode, empty.stdout) == (0, "no runs yet\n")
+    assert no_state(repo)
+    # Given runs of plan.toml, a --plan that names no file and no run is a usage error
+    from orchardist import Workspace, create_run, load_plan
+
+    (repo / "plan.toml").write_text(ONE_TASK)
+    create_run(Workspace.open(repo), load_plan(repo / "plan.toml"))
+    typo = orchardist(repo, "stats", "--plan", "pla.toml")
+    assert typo.returncode == 2
+    assert "--plan: pla.toml is not a plan file, and no run here was of it" in typo.stderr
+    assert orchardist(repo, "stats", "--plan", "plan.toml").returncode == 0

@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..errors import UsageError
 from .options import EXIT_OK, Commands, duration, has_runs, repo_arg
 
 
@@ -75,8 +76,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     since_s = None if args.since is None else duration("--since", args.since)
     plan = str(args.plan.resolve()) if args.plan is not None else None
+    if not has_runs(args.repo):  # like `runs`: nothing yet is an answer, not a usage error
+        _check_plan_arg(args.plan)
+        print("no runs yet")
+        return EXIT_OK
     ws = Workspace.open(args.repo, create=False)
     stats = compute(ws.store, time.time(), since_s, plan)
+    if not stats.run_ids and since_s is None:
+        _check_plan_arg(args.plan)
     if args.json:
         print(json.dumps(dataclasses.asdict(stats), indent=2))
     elif not stats.run_ids:
@@ -84,6 +91,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
     else:
         print(render(stats))
     return EXIT_OK
+
+
+def _check_plan_arg(plan: Path | None) -> None:
+    """``--plan`` matching no run is a usage error when it names no file either (a typo),
+    rather than "no runs yet" with exit 0."""
+    if plan is not None and not plan.is_file():
+        raise UsageError(f"--plan: {plan} is not a plan file, and no run here was of it")
 
 
 def add_serve(sub: Commands) -> None:
