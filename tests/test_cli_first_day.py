@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from support import git
-from test_cli_inputs import AGENT, in_process, orchardist
+from test_cli_inputs import in_process, orchardist
 
-ONE_TASK = AGENT + '[[task]]\nid = "a"\nprompt = "make a"\nverify = "true"\n'
+AGENT = '[agents.bot]\nkind = "shell"\ncommand = "echo {task} > {task}.txt"\n'
+ONE_TASK = AGENT + '[[task]]\nid = "a"\nprompt = "make a"\nverify = "test -f a.txt"\n'
 
 
 def no_state(repo: Path) -> bool:
@@ -114,3 +115,18 @@ def test_stats_answers_no_runs_yet_like_runs_and_a_mistyped_plan_is_an_error(
     assert typo.returncode == 2
     assert "--plan: pla.toml is not a plan file, and no run here was of it" in typo.stderr
     assert orchardist(repo, "stats", "--plan", "plan.toml").returncode == 0
+
+
+@pytest.mark.parametrize("age", ["0", "now"])
+def test_gc_older_than_zero_removes_every_finished_run_now(repo: Path, age: str) -> None:
+    # Given a run that just finished, with its logs
+    (repo / "plan.toml").write_text(ONE_TASK)
+    assert orchardist(repo, "run", "plan.toml", "-q").returncode == 0
+    logs = repo / ".git" / "orchardist" / "logs"
+    assert any(logs.iterdir())
+    # When gc is told to keep nothing older than now
+    out = orchardist(repo, "gc", "--older-than", age)
+    # Then the run's logs are gone (the store keeps its history)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("removed run ")
+    assert not any(logs.iterdir())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from ..errors import UsageError
@@ -14,7 +15,12 @@ from .options import EXIT_OK, Commands, duration, has_runs, repo_arg
 def add_gc(sub: Commands) -> None:
     """Register ``orchardist gc``."""
     p = sub.add_parser("gc", help="remove logs, worktrees and refs of old finished runs")
-    p.add_argument("--older-than", default="7d", metavar="AGE", help="age, e.g. 12h or 7d")
+    p.add_argument(
+        "--older-than",
+        default="7d",
+        metavar="AGE",
+        help="age, e.g. 12h or 7d; 0 (or now) for every finished run",
+    )
     p.add_argument("--branches", action="store_true", help="also delete their run branches")
     p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -27,7 +33,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from ..gc import collect
     from ..runs import Workspace
 
-    age_s = duration("--older-than", args.older_than)
+    age_s = _age("--older-than", args.older_than)
     if has_runs(args.repo):
         ws = Workspace.open(args.repo)
         report = collect(ws, age_s, branches=args.branches, dry_run=args.dry_run)
@@ -46,6 +52,14 @@ def cmd_gc(args: argparse.Namespace) -> int:
         f"{report['scan_results']} cached scan result(s)"
     )
     return EXIT_OK
+
+
+def _age(option: str, text: str) -> float:
+    """An age in seconds: a duration, or 0 (``0``, ``0s``, ``now``), which a duration never
+    is, for "everything finished so far"."""
+    if re.fullmatch(r"(0+(\.0*)?[smhd]?|now)", text.strip().lower()):
+        return 0.0
+    return duration(option, text)
 
 
 def add_stats(sub: Commands) -> None:
