@@ -130,3 +130,18 @@ def test_gc_older_than_zero_removes_every_finished_run_now(repo: Path, age: str)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("removed run ")
     assert not any(logs.iterdir())
+
+
+def test_dash_c_before_the_command_works_from_that_folder_as_git_c_does(
+    repo: Path, created: str
+) -> None:
+    # Given a run in repo, and orchardist started in repo's parent folder
+    out = orchardist(repo.parent, "-C", repo.name, "status")
+    assert out.returncode == 0, out.stderr
+    assert f"run {created}: dead" in out.stdout
+    # A plan path after the command is then relative to that folder too
+    dry = orchardist(repo.parent, "-C", repo.name, "run", "plan.toml", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    missing = orchardist(repo.parent, "-C", "nope", "status")
+    assert missing.returncode == 2
+    assert "error: -C nope: No such file or directory" in missing.stderr

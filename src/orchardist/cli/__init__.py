@@ -24,6 +24,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from ..errors import OrchardistError, PlanError, RunLockedError, UsageError
 from ..terminal import visible
@@ -45,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        _enter(args.chdir)
         code: int = args.func(args)
         return code
     except BrokenPipeError:  # `orchardist status | head`: the reader left; so do we, quietly
@@ -64,6 +66,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+
+
+def _enter(folder: Path | None) -> None:
+    """``orchardist -C PATH COMMAND``: work from PATH, as ``git -C`` does."""
+    if folder is None:
+        return
+    try:
+        os.chdir(folder)
+    except OSError as exc:
+        raise UsageError(f"-C {folder}: {exc.strerror}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

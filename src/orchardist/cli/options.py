@@ -28,6 +28,13 @@ def root_parser() -> argparse.ArgumentParser:
         "130 interrupted. State lives under $(git rev-parse --git-common-dir)/orchardist.",
     )
     parser.add_argument("--version", action="version", version=f"orchardist {__version__}")
+    parser.add_argument(
+        "-C",
+        dest="chdir",
+        type=Path,
+        metavar="PATH",
+        help="run as if orchardist was started in PATH (as git -C; also after most commands)",
+    )
     output_args(parser, argparse.SUPPRESS)
     parser.set_defaults(quiet=False, verbose=0, no_color=False)
     return parser
