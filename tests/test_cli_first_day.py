@@ -4,13 +4,14 @@ drives the real command line on a real repository."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from support import git
-from test_cli_inputs import in_process, orchardist
+from test_cli_inputs import assert_refused_cleanly, in_process, orchardist
 
 AGENT = '[agents.bot]\nkind = "shell"\ncommand = "echo {task} > {task}.txt"\n'
 ONE_TASK = AGENT + '[[task]]\nid = "a"\nprompt = "make a"\nverify = "test -f a.txt"\n'
@@ -85,6 +86,120 @@ def test_run_whose_only_and_skip_leave_nothing_creates_no_run(
     assert out.returncode == 2, out.stdout
     assert "--only and --skip leave no task" in out.stderr and says in out.stderr
     assert no_state(repo)
+
+
+SHELL = '[agents.bot]\nkind = "shell"\ncommand = "true"\n'
+CLAUDE = '[agents.ai]\nkind = "claude"\ncommand = "true"\n'
+
+# (name, plan text, what stderr must say): each refused by validate and run alike, exit 2.
+NEVER_START: list[tuple[str, str, str]] = [
+    (
+        "workdir that is no folder",
+        SHELL + '[[task]]\nid = "t"\nworkdir = "nope"\n',
+        "task 't': workdir: 'nope' is not a folder in HEAD of",
+    ),
+    (
+        "run.workdir that is no folder",
+        '[run]\nworkdir = "nope/sub"\n' + SHELL + '[[task]]\nid = "t"\n',
+        "run.workdir: 'nope/sub' is not a folder in HEAD",
+    ),
+    (
+        "fallback on itself",
+        SHELL + 'fallback = "bot"\n[[task]]\nid = "t"\n',
+        "agents.bot.fallback: a profile cannot be its own fallback",
+    ),
+    (
+        "retries 1e18",
+        SHELL + '[[task]]\nid = "t"\nretries = 1000000000000000000\n',
+        "task 't': retries: at most 100",
+    ),
+    (
+        "stage retries 101",
+        SHELL + '[[task]]\nid = "t"\npipeline = "fix"\nstages.fix.retries = 101\n',
+        "stages.fix.retries: at most 100",
+    ),
+    (
+        "no prompt nor title for an agent that reads one",
+        CLAUDE + '[[task]]\nid = "t"\n',
+        "task 't': prompt: required: give prompt, prompt_file or title",
+    ),
+    (
+        "empty prompt for a shell command reading {prompt_file}",
+        '[agents.bot]\nkind = "shell"\ncommand = "cat {prompt_file}"\n[[task]]\nid = "t"\n'
+        'prompt = ""\n',
+        "(agent 'bot' would be sent an empty prompt)",
+    ),
+    (
+        "unknown placeholder in verify",
+        SHELL + '[[task]]\nid = "t"\nverify = "test -f {nosuch}"\n',
+        "task 't': verify: unknown placeholder {nosuch}; known: {task} (write {{ and }}",
+    ),
+    (
+        "unknown placeholder in run.verify",
+        '[run]\nverify = "echo ${HOME}"\n' + SHELL + '[[task]]\nid = "t"\n',
+        "run.verify: unknown placeholder {HOME}",
+    ),
+    (
+        "single brace in check",
+        SHELL + '[[task]]\nid = "t"\ncheck = "f() { true; }; f"\n',
+        "check: unknown placeholder { true; }",
+    ),
+    (
+        "unknown placeholder in regression",
+        '[run]\nregression = "echo {nosuch}"\n' + SHELL + '[[task]]\nid = "t"\n',
+        "run.regression: unknown placeholder {nosuch}; known: none",
+    ),
+]
+
+
+# Runs of the plans with 10^18 retries would not end on a main that accepted them: validate only.
+REFUSALS = [
+    pytest.param(command, text, says, id=f"{name}-{command}")
+    for name, text, says in NEVER_START
+    for command in ("validate", "run")
+    if command == "validate" or "retries" not in name
+]
+
+
+@pytest.mark.parametrize(("command", "text", "says"), REFUSALS)
+def test_a_plan_whose_run_could_never_succeed_is_refused_by_validate_and_run(
+    repo: Path,
+    command: str,
+    text: str,
+    says: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (repo / "plan.toml").write_text(text)
+    monkeypatch.setenv("PATH", f"{repo}:{os.environ['PATH']}")  # a `claude` that is found
+    (repo / "claude").write_text("#!/bin/sh\n")
+    (repo / "claude").chmod(0o755)
+    out = in_process(repo, command, "plan.toml", capsys=capsys, monkeypatch=monkeypatch)
+    assert_refused_cleanly(repo, out, says)
+
+
+def test_a_workdir_a_dependency_may_create_is_only_a_warning(repo: Path) -> None:
+    (repo / "plan.toml").write_text(
+        SHELL + '[[task]]\nid = "mk"\n[[task]]\nid = "t"\nworkdir = "new"\ndepends_on = ["mk"]\n'
+    )
+    out = orchardist(repo, "validate", "plan.toml")
+    assert out.returncode == 0, out.stderr
+    assert "task 't': workdir: 'new' is not a folder in HEAD" in out.stderr
+    assert "a task it depends on must create it" in out.stderr
+
+
+def test_literal_braces_are_written_the_same_in_agent_and_verify_commands(repo: Path) -> None:
+    # Given an agent that writes a file named {a}.txt and a verify that looks for it, both
+    # spelling the literal braces {{ and }}
+    (repo / "plan.toml").write_text(
+        '[agents.bot]\nkind = "shell"\ncommand = "echo x > {{{task}}}.txt"\n'
+        '[[task]]\nid = "a"\nprompt = "p"\nverify = "test -f {{{task}}}.txt"\n'
+    )
+    # When it runs, the verify command finds the agent's file: both read braces alike
+    out = orchardist(repo, "run", "plan.toml", "-q")
+    assert out.returncode == 0, out.stdout + out.stderr
+    branch = git(repo, "branch", "--list", "orchardist/*").split()[-1]
+    assert git(repo, "show", f"{branch}:{{a}}.txt").strip() == "x"
 
 
 # -- messages -------------------------------------------------------------------------------------

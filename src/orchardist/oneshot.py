@@ -102,11 +102,13 @@ def plan_text(shot: OneShot, repo_root: Path, now: float | None = None) -> str:
     if shot.candidates is not None:
         lines.append(f"candidates = {shot.candidates}")
     if shot.check is not None:
-        lines.append(f"check = {_toml(shot.check)}")
+        lines.append(f"check = {_toml(_as_written(shot.check))}")
     if shot.verify == ("none",):
         lines.append('verify = "none"')
+    elif shot.verify:
+        lines.append(f"verify = {_toml_list(tuple(map(_as_written, shot.verify)))}")
     else:
-        lines.append(f"verify = {_toml_list(shot.verify) if shot.verify else _toml('auto')}")
+        lines.append(f"verify = {_toml('auto')}")
     lines.append(f"retries = {shot.retries}")
     if shot.timeout is not None:
         lines.append(f"timeout = {_toml(shot.timeout)}")
@@ -116,6 +118,12 @@ def plan_text(shot: OneShot, repo_root: Path, now: float | None = None) -> str:
     for stage, names in shot.stages.items():
         lines.append(f"stages.{stage}.agent = {_agent_value(names)}")
     return "\n".join(lines) + "\n"
+
+
+def _as_written(command: str) -> str:
+    """A --check or --verify command as the plan must spell it to run as typed: its braces
+    doubled, since a plan's commands read ``{name}`` as a placeholder."""
+    return command.replace("{", "{{").replace("}", "}}")
 
 
 def write_plan(shot: OneShot, repo_root: Path, state_dir: Path) -> Path:
