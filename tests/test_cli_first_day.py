@@ -260,3 +260,28 @@ def test_dash_c_before_the_command_works_from_that_folder_as_git_c_does(
     missing = orchardist(repo.parent, "-C", "nope", "status")
     assert missing.returncode == 2
     assert "error: -C nope: No such file or directory" in missing.stderr
+
+
+def test_a_killed_run_is_called_dead_by_run_and_retry_as_status_calls_it(
+    repo: Path, created: str
+) -> None:
+    # Given a run whose orchardist died (status says dead)
+    assert f"run {created}: dead" in orchardist(repo, "status").stdout
+    # When the plan is run again without a terminal, or the run retried
+    again = orchardist(repo, "run", "plan.toml")
+    retried = orchardist(repo, "retry", created)
+    # Then both call it dead too, and say what to do
+    assert again.returncode == 2
+    assert f"run {created} of this plan is dead: pass --resume" in again.stderr
+    assert retried.returncode == 2
+    assert f"run {created} is dead: retry re-runs" in retried.stderr
+    assert f"continue this one with `orchardist resume {created}`" in retried.stderr
+
+
+def test_retry_of_a_run_that_ended_done_says_there_is_nothing_to_retry(repo: Path) -> None:
+    (repo / "plan.toml").write_text(ONE_TASK)
+    assert orchardist(repo, "run", "plan.toml", "-q").returncode == 0
+    out = orchardist(repo, "retry")
+    assert out.returncode == 2
+    assert "is done: every task ended done or skipped; nothing to retry" in out.stderr
+    assert "use nothing" not in out.stderr

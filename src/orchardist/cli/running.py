@@ -38,7 +38,7 @@ from .options import (
     with_executor,
 )
 from .plans import preflight, print_forecast
-from .summary import elapsed
+from .summary import elapsed, shown_state
 
 
 def add_run(sub: Commands) -> None:
@@ -111,12 +111,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if unfinished:
         old = unfinished[0]
         refuse_if_driven(ws, old)
-        question = f"run {old.id} of this plan is {old.state.value}; resume it?"
+        state = shown_state(ws, old)  # "dead", as status says, for one whose orchardist died
+        question = f"run {old.id} of this plan is {state}; resume it?"
         if args.resume:
             return drive(ws, plan, old, args, resuming=True, prepare=select(ws, plan, args))
         if not interactive():
             raise UsageError(
-                f"run {old.id} of this plan is {old.state.value}: pass --resume to continue it "
+                f"run {old.id} of this plan is {state}: pass --resume to continue it "
                 "or --fresh to start a new run"
             )
         if confirm(question):
@@ -209,11 +210,14 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
     ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
-    if run.state not in (RunState.FAILED, RunState.CANCELLED):
-        hint = "`orchardist resume`" if run.state.value != "done" else "nothing"
+    if run.state is RunState.DONE:
         raise UsageError(
-            f"run {run.id} is {run.state.value}: retry re-runs the failed tasks of a run that "
-            f"ended failed or cancelled; for this one use {hint}"
+            f"run {run.id} is done: every task ended done or skipped; nothing to retry"
+        )
+    if run.state not in (RunState.FAILED, RunState.CANCELLED):
+        raise UsageError(
+            f"run {run.id} is {shown_state(ws, run)}: retry re-runs the failed tasks of a run "
+            f"that ended failed or cancelled; continue this one with `orchardist resume {run.id}`"
         )
     plan = plan_of(ws, run)
     check_known(plan, args.tasks)
