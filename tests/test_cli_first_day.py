@@ -285,3 +285,20 @@ def test_retry_of_a_run_that_ended_done_says_there_is_nothing_to_retry(repo: Pat
     assert out.returncode == 2
     assert "is done: every task ended done or skipped; nothing to retry" in out.stderr
     assert "use nothing" not in out.stderr
+
+
+def test_show_runs_and_validate_read_as_sentences(repo: Path) -> None:
+    # Given a run whose one task failed its verify
+    (repo / "plan.toml").write_text(ONE_TASK.replace("test -f a.txt", "false"))
+    assert orchardist(repo, "run", "plan.toml", "-q").returncode == 1
+    # runs puts BRANCH and PLAN over their columns
+    header, row = orchardist(repo, "runs").stdout.splitlines()[:2]
+    branch = git(repo, "branch", "--list", "orchardist/*").split()[-1]
+    assert header.index("BRANCH") == row.index(branch)
+    assert header.index("PLAN") == row.index(str(repo / "plan.toml"))
+    # show names the state once, not "failed failed failed"
+    first = orchardist(repo, "show", row.split()[0], "a").stdout.splitlines()[0]
+    assert first.endswith("(bot): failed"), first
+    # validate and graph count in the singular when there is one
+    assert "(1 task, 1 agent profile)" in orchardist(repo, "validate", "plan.toml").stdout
+    assert orchardist(repo, "graph", "plan.toml").stdout.startswith("1 task; launch order")

@@ -60,7 +60,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         doc = {"valid": True, "tasks": len(plan.tasks), "repo": str(plan.repo)}
         print(json.dumps({**doc, "warnings": list(checked.warnings)}))
     else:
-        print(f"{args.plan}: ok ({len(plan.tasks)} tasks, {len(plan.agents)} agent profiles)")
+        tasks, profiles = len(plan.tasks), len(plan.agents)
+        print(
+            f"{args.plan}: ok ({tasks} task{'s' * (tasks != 1)}, "
+            f"{profiles} agent profile{'s' * (profiles != 1)})"
+        )
     return EXIT_OK
 
 
