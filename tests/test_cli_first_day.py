@@ -302,3 +302,19 @@ def test_show_runs_and_validate_read_as_sentences(repo: Path) -> None:
     # validate and graph count in the singular when there is one
     assert "(1 task, 1 agent profile)" in orchardist(repo, "validate", "plan.toml").stdout
     assert orchardist(repo, "graph", "plan.toml").stdout.startswith("1 task; launch order")
+
+
+def test_pytest_exits_4_and_5_are_named_with_where_commands_run(repo: Path) -> None:
+    # Given verify commands where pytest finds no tests (5) and a path it cannot use (4)
+    (repo / "plan.toml").write_text(
+        AGENT
+        + '[[task]]\nid = "none"\nprompt = "p"\nverify = "python -m pytest -q"\n'
+        + '[[task]]\nid = "typo"\nprompt = "p"\nverify = "python -m pytest -q tests/nope.py"\n'
+    )
+    out = orchardist(repo, "run", "plan.toml", "-q")
+    # Then each failure says what pytest's code means, and where the command ran
+    assert out.returncode == 1
+    assert "exit 5: pytest collected no tests: is the path right?" in out.stdout
+    assert "exit 4: pytest's usage error: a path or option it could not use" in out.stdout
+    assert "by default the plan's folder" in out.stdout
+    assert "with no failing test to explain it" not in out.stdout
