@@ -30,6 +30,8 @@ from .specs import parse_duration
 __all__ = ["OneShot", "add_parsers", "choose_agents", "plan_text", "write_plan"]
 
 MAX_REPORT_BYTES = 256 * 1024
+TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION = re.compile(r"[A-Za-z_][\w.]*(Error|Exception|Warning|Exit|Interrupt)\b.*")
 DEFAULT_RETRIES = 1  # a rejected reproduction gets one retry with the reason, by default
 
 
@@ -81,10 +83,23 @@ def _agent_value(names: Sequence[str]) -> str:
     return _toml(names[0]) if len(names) == 1 else _toml_list(names)
 
 
+def report_subject(report: str) -> str:
+    """The fix's commit subject, ``Fix: `` and the report's first meaningful line: of a
+    Python traceback its exception line, not "Traceback (most recent call last):"."""
+    lines = [line.strip() for line in report.splitlines() if line.strip()]
+    if TRACEBACK in lines:
+        after = lines[lines.index(TRACEBACK) + 1 :]
+        raised = [line for line in after if not line.startswith(("File ", "^", "~"))]
+        ends = [line for line in raised if _EXCEPTION.match(line)]
+        lines = ends[-1:] or lines
+    meaningful = next((line for line in lines if line != TRACEBACK), "the reported bug")
+    return f"Fix: {meaningful}"[:72]
+
+
 def plan_text(shot: OneShot, repo_root: Path, now: float | None = None) -> str:
     """The plan of one pipeline task, as TOML."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
-    title = shot.report.strip().splitlines()[0][:72] if shot.report.strip() else shot.pipeline
+    title = report_subject(shot.report)
     lines = [
         f"# Written by `orchardist {shot.pipeline}` on {stamp}; agent profiles come from the",
         "# config files (.orchardist.toml, ~/.config/orchardist/config.toml).",
