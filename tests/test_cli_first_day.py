@@ -5,6 +5,7 @@ drives the real command line on a real repository."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -318,3 +319,39 @@ def test_pytest_exits_4_and_5_are_named_with_where_commands_run(repo: Path) -> N
     assert "exit 4: pytest's usage error: a path or option it could not use" in out.stdout
     assert "by default the plan's folder" in out.stdout
     assert "with no failing test to explain it" not in out.stdout
+
+
+def test_bash_completion_completes_run_ids_and_task_ids_from_the_repository(
+    repo: Path, created: str, tmp_path: Path
+) -> None:
+    # Given the bash completion script, and a repository with one run of task a
+    script = tmp_path / "orchardist.bash"
+    script.write_text(orchardist(repo, "completion", "bash").stdout)
+    said = '_orchardist; echo "$COMP_CWORD:${COMPREPLY[*]}"'
+    probe = f"""
+    source {script}
+    COMP_WORDS=(orchardist status ""); COMP_CWORD=2; {said}
+    COMP_WORDS=(orchardist logs {created[:8]} ""); COMP_CWORD=3; {said}
+    COMP_WORDS=(orchardist show -C . {created} ""); COMP_CWORD=5; {said}
+    COMP_WORDS=(orchardist retry {created} a ""); COMP_CWORD=4; {said}
+    COMP_WORDS=(orchardist cancel {created} ""); COMP_CWORD=3; {said}
+    """
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"  # this checkout's orchardist
+    done = subprocess.run(
+        ["bash", "-c", probe],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": path},
+    )
+    # Then the run's id completes where a run goes, its task where a task goes
+    assert done.stdout.splitlines() == [f"2:{created}", "3:a", "5:a", "4:a", "3:"], done.stderr
+
+
+def test_completing_ids_where_there_are_no_runs_prints_nothing_and_creates_nothing(
+    repo: Path,
+) -> None:
+    for argv in (["run"], ["task", "nope"], ["task"]):
+        out = orchardist(repo, "__complete", *argv)
+        assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+    assert no_state(repo)
