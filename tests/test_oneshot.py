@@ -112,7 +112,7 @@ def test_a_report_can_come_from_stdin(repo: Path) -> None:
 
     assert out.returncode == 0, out.stderr
     task = shown_task(repo, out.stdout)
-    assert task["prompt"] == report and task["title"] == "line one"
+    assert task["prompt"] == report and task["title"] == "Fix: line one"
     assert oneshot_plans(repo) == []  # a dry run writes nothing
 
 
