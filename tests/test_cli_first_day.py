@@ -5,6 +5,7 @@ drives the real command line on a real repository."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -355,3 +356,37 @@ def test_completing_ids_where_there_are_no_runs_prints_nothing_and_creates_nothi
         out = orchardist(repo, "__complete", *argv)
         assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
     assert no_state(repo)
+
+
+def this_orchardist() -> dict[str, str]:
+    """The environment with this checkout's ``orchardist`` first on PATH."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
+def test_fish_completion_completes_run_ids_then_task_ids(repo: Path, created: str) -> None:
+    script = repo.parent / "orchardist.fish"
+    script.write_text(orchardist(repo, "completion", "fish").stdout)
+    probe = (
+        f"source {script}; complete -C'orchardist logs '; complete -C'orchardist show {created} '"
+    )
+    done = subprocess.run(
+        ["fish", "--no-config", "-c", probe], cwd=repo, capture_output=True, text=True,
+        env=this_orchardist(),
+    )  # fmt: skip
+    assert done.stdout.split() == [created, "a"], done.stderr
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_completion_offers_run_ids_then_task_ids(repo: Path, created: str) -> None:
+    script = repo.parent / "orchardist.zsh"
+    script.write_text(orchardist(repo, "completion", "zsh").stdout)
+    # compadd stands in for zsh's completion widget: it prints what it was offered
+    probe = (
+        f"autoload -U compinit; compinit -u -D; source {script}; "
+        f'compadd() {{ print -r -- "$@" }}; _orchardist_runs; line=({created}); _orchardist_tasks'
+    )
+    done = subprocess.run(
+        ["zsh", "-fc", probe], cwd=repo, capture_output=True, text=True, env=this_orchardist()
+    )
+    assert done.stdout.splitlines() == [f"-- {created}", "-- a"], done.stderr

@@ -197,8 +197,10 @@ def _zsh(top: list[Option], cmds: list[Command]) -> str:
     cases = []
     for c in cmds:
         specs = " ".join(_zsh_spec(o) for o in c.options)
-        rest = "'*:file:_files'" if c.files else "'*: :'"
-        cases.append(f"        {c.name}) _arguments {specs} {rest} ;;\n")
+        rest = "'*:file:_files'" if c.files else _zsh_ids(c.ids)
+        cases.append(
+            f"        {c.name}) shift words; (( CURRENT-- )); _arguments {specs} {rest} ;;\n"
+        )
     globals_ = " ".join(_zsh_spec(o) for o in top)
     return f"""#compdef orchardist
 # zsh completion for orchardist: source <(orchardist completion zsh), after compinit
@@ -219,16 +221,51 @@ _orchardist() {{
     case "$cmd" in
 {"".join(cases)}    esac
 }}
+_orchardist_runs() {{
+    local -a found; found=(${{(f)"$(orchardist __complete run 2>/dev/null)"}}); compadd -- $found
+}}
+_orchardist_tasks() {{
+    local -a found
+    found=(${{(f)"$(orchardist __complete task "$line[1]" 2>/dev/null)"}}); compadd -- $found
+}}
 if (( $+functions[compdef] )); then
     compdef _orchardist orchardist
 fi
 """
 
 
+def _zsh_ids(ids: tuple[str, ...]) -> str:
+    """The positional specs of a command taking a run, then a task (or tasks)."""
+    specs = {"run": "'1:run:_orchardist_runs'", "task": "'2:task:_orchardist_tasks'"}
+    return " ".join(specs[i] for i in ids) or "'*: :'"
+
+
+def _fish_ids(c: Command) -> list[str]:
+    """Run ids where ``c`` takes its run, the run's task ids where it takes a task."""
+    seen = f"__fish_seen_subcommand_from {c.name}"
+    count = "test (count (__orchardist_positionals))"
+    lines = []
+    if c.ids[:1] == ("run",):
+        ask = "(orchardist __complete run)"
+        lines.append(f"complete -c orchardist -n '{seen}; and {count} -eq 0' -xa '{ask}'")
+    if c.ids[1:2] == ("task",):
+        ask = "(orchardist __complete task (__orchardist_positionals)[1])"
+        lines.append(f"complete -c orchardist -n '{seen}; and {count} -ge 1' -xa '{ask}'")
+    return lines
+
+
+FISH_POSITIONALS = """function __orchardist_positionals
+    set -l words (commandline -opc)
+    set -e words[1..2]
+    string match -v -- '-*' $words
+end"""
+
+
 def _fish(top: list[Option], cmds: list[Command]) -> str:
     lines = [
         "# fish completion for orchardist: orchardist completion fish | source",
         "complete -c orchardist -f",
+        FISH_POSITIONALS,
     ]
     for o in top:
         lines.append(f"complete -c orchardist -n __fish_use_subcommand {_fish_flags(o)}")
@@ -240,6 +277,7 @@ def _fish(top: list[Option], cmds: list[Command]) -> str:
         seen = f"-n '__fish_seen_subcommand_from {c.name}'"
         if c.files:
             lines.append(f"complete -c orchardist {seen} -F")
+        lines += _fish_ids(c)
         for o in c.options:
             lines.append(f"complete -c orchardist {seen} {_fish_flags(o)}")
     return "\n".join(lines) + "\n"
