@@ -390,3 +390,47 @@ def test_zsh_completion_offers_run_ids_then_task_ids(repo: Path, created: str) -
         ["zsh", "-fc", probe], cwd=repo, capture_output=True, text=True, env=this_orchardist()
     )
     assert done.stdout.splitlines() == [f"-- {created}", "-- a"], done.stderr
+
+
+def test_the_progress_names_the_agent_an_attempt_runs_on_and_counts_tries_not_candidates() -> None:
+    import io
+
+    from rich.console import Console
+
+    from orchardist.display import LiveTable
+    from orchardist.events import Kind
+    from orchardist.plan import AgentProfile, Plan, RunConfig, TaskSpec
+    from orchardist.records import Event
+    from orchardist.report import describe
+
+    profiles = {"bot": AgentProfile("bot", "shell", fallback="spare"), "spare": AgentProfile(
+        "spare", "shell")}  # fmt: skip
+    plan = Plan(
+        Path("p"), Path("."), RunConfig(), profiles, (TaskSpec("t", "t", "", "bot", 0),), ""
+    )
+    table = LiveTable(plan, Console(file=io.StringIO(), width=100), "run")
+
+    def started(n: int, candidate: int, agent: str) -> Event:
+        data = {"state": "running", "agent": agent, "candidate": candidate}
+        return Event("r", Kind.ATTEMPT, float(n), "t", n, data)
+
+    try:
+        # Given a first try of 3 candidates on bot
+        for n in range(3):
+            table.on_event(started(n + 1, n, "bot"))
+        first = table.rows["t"]
+        assert (first["round"], first["candidates"]) == (1, 3)
+        drawn = io.StringIO()
+        Console(file=drawn, width=120).print(table._render())
+        assert "1 (3 candidates)" in drawn.getvalue()
+        # When the second try starts on the fallback profile
+        retry = started(4, 0, "spare")
+        table.on_event(retry)
+        drawn = io.StringIO()
+        Console(file=drawn, width=100).print(table._render())
+    finally:
+        table.close()
+    # Then the line and the table name the fallback, and the table says try 2, not 4
+    assert describe(retry) == "  t attempt 4: running on spare"
+    row = next(line for line in drawn.getvalue().splitlines() if line.lstrip().startswith("t "))
+    assert [cell.strip() for cell in row.split("│")][:4] == ["t", "spare", "pending", "2"]
