@@ -109,6 +109,33 @@ def _short(text: str) -> str:
     return re.sub(r"\s+", " ", text)[:70]
 
 
+# After the command's own cases: the positionals before the word being completed (a run, then
+# a task), and their ids from `orchardist __complete` where the command takes them.
+_BASH_POSITIONALS = """    for ((i++; i < COMP_CWORD; i++)); do  # positionals before this word
+        word="${COMP_WORDS[i]}"
+        if [[ "$word" == -C ]]; then ((i++)); repo="${COMP_WORDS[i]}"
+        elif [[ "$takes" == *" $word "* ]]; then ((i++))
+        elif [[ "$word" != -* ]]; then ((n++)); [[ $n == 1 ]] && run="$word"
+        fi
+    done
+    if [[ "$cur" == -* ]]; then
+        COMPREPLY=($(compgen -W "$opts" -- "$cur"))
+    elif [[ "$files" == 1 ]]; then
+        COMPREPLY=($(compgen -f -- "$cur"))
+    elif [[ -n "$ids" ]]; then
+        set -- $ids
+        word="${@:n+1:1}"
+        [[ -z "$word" && "$ids" == *task ]] && word=task  # retry RUN TASK TASK ...
+        case "$word" in
+            run) word=$(orchardist __complete run -C "$repo" 2>/dev/null) ;;
+            task) word=$(orchardist __complete task "$run" -C "$repo" 2>/dev/null) ;;
+            *) word="" ;;
+        esac
+        COMPREPLY=($(compgen -W "$word" -- "$cur"))
+    fi
+"""
+
+
 def _bash(top: list[Option], cmds: list[Command]) -> str:
     names = " ".join(c.name for c in cmds)
     globals_ = " ".join(f for o in top for f in o.flags)
@@ -152,29 +179,7 @@ _orchardist() {{
             return ;;
 {"".join(cases)}        *) return ;;
     esac
-    for ((i++; i < COMP_CWORD; i++)); do  # the positionals before this word: run, task
-        word="${{COMP_WORDS[i]}}"
-        if [[ "$word" == -C ]]; then ((i++)); repo="${{COMP_WORDS[i]}}"
-        elif [[ "$takes" == *" $word "* ]]; then ((i++))
-        elif [[ "$word" != -* ]]; then ((n++)); [[ $n == 1 ]] && run="$word"
-        fi
-    done
-    if [[ "$cur" == -* ]]; then
-        COMPREPLY=($(compgen -W "$opts" -- "$cur"))
-    elif [[ "$files" == 1 ]]; then
-        COMPREPLY=($(compgen -f -- "$cur"))
-    elif [[ -n "$ids" ]]; then
-        set -- $ids
-        word="${{@:n+1:1}}"
-        [[ -z "$word" && "$ids" == *task ]] && word=task  # retry RUN TASK TASK ...
-        case "$word" in
-            run) word=$(orchardist __complete run -C "$repo" 2>/dev/null) ;;
-            task) word=$(orchardist __complete task "$run" -C "$repo" 2>/dev/null) ;;
-            *) word="" ;;
-        esac
-        COMPREPLY=($(compgen -W "$word" -- "$cur"))
-    fi
-}}
+{_BASH_POSITIONALS}}}
 complete -o filenames -F _orchardist orchardist
 """
 
