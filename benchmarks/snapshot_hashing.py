@@ -38,7 +38,7 @@ def main() -> None:
         repo = Repo(root)
         base = repo.rev_parse("HEAD")
         wt = Path(tmp) / "wt"
-        repo.add_worktree(wt, base)
+        repo.git("worktree", "add", "--detach", "--quiet", str(wt), base)
         for i in range(20):
             (wt / f"d{i}" / f"f{i}.txt").write_text(f"changed {i}\n")
         ours, theirs = [], []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,14 @@ def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
         target.write_text(text)
     git(path, "add", "-A")
     git(path, "commit", "-qm", "initial")
+    return path
+
+
+def add_worktree(repo: Path, path: Path, commit: str) -> Path:
+    """A detached git worktree of ``repo`` at ``commit`` (a checkout for the snapshot and
+    hashing tests; orchardist's own attempt folders are worktree.Layout's)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    git(repo, "worktree", "add", "--detach", "--quiet", str(path), commit)
     return path
 
 
@@ -121,3 +130,43 @@ def running_with_arg(arg: str) -> set[int]:
         if arg.encode() in argv and alive(int(entry.name)):
             found.add(int(entry.name))
     return found
+
+
+@dataclass(frozen=True)
+class Stubborn:
+    """A child that takes SIGTERM as the start of a slow clean-up (``cleanup_s``), ignoring
+    further SIGTERMs: it writes when the SIGTERM came to ``term_file``, and ``done_file`` only
+    if it was left to finish. What it leaves shows how the SIGTERM-grace-SIGKILL went."""
+
+    folder: Path
+    cleanup_s: float
+
+    @property
+    def term_file(self) -> Path:
+        return self.folder / "sigterm-at"
+
+    @property
+    def done_file(self) -> Path:
+        return self.folder / "cleanup-done"
+
+    def argv(self) -> list[str]:
+        """The command line: prints ``ready`` once its handler is in place, then waits."""
+        code = textwrap.dedent(
+            f"""
+            import signal, sys, time
+            def term(*_):
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                open({str(self.term_file)!r}, "w").write(repr(time.time()))
+                time.sleep({self.cleanup_s!r})
+                open({str(self.done_file)!r}, "w").write("done")
+                sys.exit(0)
+            signal.signal(signal.SIGTERM, term)
+            print("ready", flush=True)
+            time.sleep(120)
+            """
+        )
+        return [sys.executable, "-c", code]
+
+    def grace_s(self, killed_at: float) -> float:
+        """Seconds from the SIGTERM to ``killed_at`` (a ``time.time()``)."""
+        return killed_at - float(self.term_file.read_text())

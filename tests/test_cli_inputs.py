@@ -10,6 +10,7 @@ of the table, go through the real console entry point in a process of its own.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -302,13 +303,16 @@ def test_a_repository_without_commits_is_refused(tmp_path: Path, command: str) -
 
 @pytest.mark.parametrize("command", ["validate", "run"])
 def test_a_missing_agent_cli_is_refused_before_any_run_exists(
-    repo: Path, command: str, monkeypatch: pytest.MonkeyPatch
+    repo: Path, tmp_path: Path, command: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Given: a PATH of git alone (wherever a claude CLI is installed, it is not on it)
     (repo / "plan.toml").write_text('[agents.ai]\nkind = "claude"\n[[task]]\nid = "t"\n')
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    only_git = tmp_path / "bin"
+    only_git.mkdir()
+    (only_git / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
+    monkeypatch.setenv("PATH", str(only_git))
+    # When / Then
     out = orchardist(repo, command, "plan.toml")
-    if "`claude` not found on PATH" not in out.stderr:
-        pytest.skip("a claude CLI is installed in /usr/bin or /bin")
     assert_refused_cleanly(repo, out, "agents.ai: `claude` not found on PATH")
 
 

@@ -146,3 +146,33 @@ def test_the_live_table_of_a_large_plan_draws_the_tasks_under_way_and_counts_the
     assert "... and 1992 more tasks" in text
     assert "1990 done  7 pending  3 running" in text
     assert len(text.splitlines()) < 20
+
+
+def test_the_live_table_shows_a_reason_an_agent_wrote_as_text_without_escapes() -> None:
+    import io
+    import re
+
+    from rich.console import Console
+
+    from orchardist.display import LiveTable
+    from orchardist.events import Kind
+    from orchardist.plan import AgentProfile, Plan, RunConfig, TaskSpec
+    from orchardist.records import Event
+
+    # Given: a task failed for a reason quoting an agent: rich markup and a title escape
+    tasks = (TaskSpec("t", "t", "", "bot", 0),)
+    plan = Plan(Path("p"), Path("."), RunConfig(), {"bot": AgentProfile("bot", "shell")}, tasks, "")
+    table = LiveTable(plan, Console(file=io.StringIO(), width=100), "run")
+    reason = "bad files: [/bold]\x1b]0;pwned\x07[red]x.py"
+    try:
+        table.on_event(Event("r", Kind.TASK, 1.0, "t", None, {"state": "failed", "reason": reason}))
+
+        # When: it is drawn
+        shown = io.StringIO()
+        Console(file=shown, width=100).print(table._render())
+    finally:
+        table.close()
+
+    # Then: the reason is there as written, markup and all, but without the escape
+    assert "bad files: [/bold][red]x.py" in shown.getvalue()
+    assert re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown.getvalue()) is None

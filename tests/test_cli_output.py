@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from realtools import require
 from run_support import ORCHARDIST, orchardist
 from support import git, toml_str, write_plan
 
@@ -171,10 +172,8 @@ def test_bash_completion_loads_and_completes_commands_options_and_choices(
     ]
 
 
-@pytest.mark.skipif(
-    shutil.which("zsh") is None, reason="zsh is not installed (.ci/run installs it)"
-)
 def test_zsh_completion_loads(repo: Path, tmp_path: Path) -> None:
+    require(shutil.which("zsh") is not None, "zsh is not installed (.ci/run installs it)")
     script = completion_script(tmp_path, repo, "zsh")
     probe = (
         f"autoload -U compinit; compinit -u -D; source {script}; print -r -- $_comps[orchardist]"
@@ -189,10 +188,8 @@ def test_zsh_completion_loads(repo: Path, tmp_path: Path) -> None:
     assert done.stderr == ""
 
 
-@pytest.mark.skipif(
-    shutil.which("fish") is None, reason="fish is not installed (.ci/run installs it)"
-)
 def test_fish_completion_loads_and_completes(repo: Path, tmp_path: Path) -> None:
+    require(shutil.which("fish") is not None, "fish is not installed (.ci/run installs it)")
     script = completion_script(tmp_path, repo, "fish")
     probe = f"source {script}; complete -C'orchardist ret'; complete -C'orchardist graph --format '"
 

@@ -47,10 +47,12 @@ def test_a_plan_uses_a_profile_from_the_repository_config(repo: Path) -> None:
     assert plan.agents["helper"].options["command"] == "echo repo > out.txt"
 
 
-def test_the_plan_wins_over_the_repository_which_wins_over_the_user(repo: Path) -> None:
-    # Given: "a" in all three places, "b" in the two config files, "c" only in the user's
-    user_file(profile("a", "user") + profile("b", "user") + profile("c", "user"))
-    (repo / ".orchardist.toml").write_text(profile("a", "repo") + profile("b", "repo"))
+def test_the_plan_wins_over_the_user_who_wins_over_the_repository(repo: Path) -> None:
+    # Given: "a" in all three places, "b" in the two config files, "c" only in the
+    # repository's, "d" only in the user's
+    user_file(profile("a", "user") + profile("b", "user") + profile("d", "user"))
+    repo_file = repo / ".orchardist.toml"
+    repo_file.write_text(profile("a", "repo") + profile("b", "repo") + profile("c", "repo"))
     text = profile("a", "plan") + TASK_USING.format(agent="a")
 
     plan = load_plan(write_plan(repo, text))
@@ -58,7 +60,23 @@ def test_the_plan_wins_over_the_repository_which_wins_over_the_user(repo: Path) 
     def says(name: str) -> str:
         return str(plan.agents[name].options["command"]).split()[1]
 
-    assert (says("a"), says("b"), says("c")) == ("plan", "repo", "user")
+    # Then: a repository cannot replace the user's own profile; the one it lost is named
+    assert [says(n) for n in "abcd"] == ["plan", "user", "repo", "user"]
+    assert [(i.file, i.key) for i in plan.ignored] == [
+        (repo_file, "agents.a"),
+        (repo_file, "agents.b"),
+    ]
+
+
+def test_a_trusted_repository_wins_over_the_user(repo: Path) -> None:
+    # Given: the user trusts the repository (by a path naming it another way)
+    user_file(f"trusted_repositories = [{str(repo / 'x' / '..')!r}]\n" + profile("b", "user"))
+    (repo / ".orchardist.toml").write_text(profile("b", "repo", 'env = ["HOME"]'))
+
+    plan = load_plan(write_plan(repo, TASK_USING.format(agent="b")))
+
+    assert plan.agents["b"].options["command"] == "echo repo > out.txt"
+    assert plan.agents["b"].env == ("HOME",) and plan.ignored == ()
 
 
 def test_a_task_without_agent_takes_the_plans_only_profile_whatever_the_config_has(
@@ -177,7 +195,7 @@ def test_validate_shows_a_config_problem_with_its_file_and_exits_2(repo: Path) -
 
 def test_doctor_checks_the_config_profiles_a_plan_uses_and_no_others(repo: Path) -> None:
     # Given: two config profiles whose CLIs are missing; the plan uses one of them
-    (repo / ".orchardist.toml").write_text(
+    user_file(
         '[agents.used]\nkind = "codex"\ncommand = "no-such-codex-used"\n'
         '[agents.unused]\nkind = "codex"\ncommand = "no-such-codex-unused"\n'
     )
@@ -197,3 +215,57 @@ def test_doctor_checks_the_config_profiles_a_plan_uses_and_no_others(repo: Path)
     assert out.returncode == 1
     assert "no-such-codex-used" in out.stdout and "no-such-codex-unused" not in out.stdout
     assert '"mine"' in out.stdout
+
+
+# What a repository's config file may not set unless trusted, kind by kind (docs/pipelines.md).
+WIDENING = {
+    "shell": ["env"],
+    "scripted": ["env"],
+    "claude": ["allowed_tools", "args", "command", "env", "permission"],
+    "gemini": ["allowed_tools", "args", "command", "env", "permission"],
+    "codex": ["args", "command", "env", "permission"],
+    "aider": ["args", "command", "env", "permission"],
+    "opencode": ["args", "command", "env", "permission"],
+    "llm": ["api_key_env", "env"],
+}
+KEPT = {"timeout": '"5m"', "max_parallel": "2", "fallback": '"shell"'}
+
+
+def test_each_kind_loses_exactly_its_widening_keys_from_an_untrusted_repository(
+    repo: Path,
+) -> None:
+    # Given: one repository profile per kind, each setting every key of its kind that widens
+    # what the agent receives, and a few that do not
+    from orchardist.agents import KINDS, agent_class
+
+    assert sorted(WIDENING) == sorted(KINDS)
+    values = {
+        "env": '["HOME"]',
+        "command": '"./evil"',
+        "args": '["--yolo"]',
+        "permission": '"x"',
+        "allowed_tools": '["Bash"]',
+        "api_key_env": '"HOME"',
+    }
+    text = ""
+    for kind, keys in WIDENING.items():
+        own = {"llm": {"base_url": '"http://127.0.0.1:9/v1"', "model": '"m"'}}.get(kind, {})
+        if kind == "shell":
+            own = {"command": '"true"'}
+        body = {**KEPT, **own, **{k: values[k] for k in keys if k not in own}}
+        text += f'[agents.{kind}]\nkind = "{kind}"\n'
+        text += "".join(f"{k} = {v}\n" for k, v in body.items())
+    config = repo / ".orchardist.toml"
+    config.write_text(text)
+
+    # When
+    loaded = load_config(repo)
+
+    # Then: each widening key is named once, and only those; the others are kept
+    shown = [item.key for item in loaded.ignored]
+    assert shown == [f"agents.{kind}.{key}" for kind, keys in WIDENING.items() for key in keys]
+    assert all(item.file == config for item in loaded.ignored)
+    for kind in WIDENING:
+        got = loaded.profiles[kind]
+        assert (got.env, got.timeout_s, got.max_parallel) == ((), 300.0, 2)
+        assert not set(got.options) & agent_class(kind).widening_keys

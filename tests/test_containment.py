@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from orchardist import GitError, RunState, sandbox
-from orchardist.gitrepo import Repo
+from orchardist import RunState, isolation, sandbox
 from orchardist.procs import marked_processes
+from realtools import require
 from run_support import leftovers, orchardist, run_folder, task_trailers
 from support import Finished, git, make_repo, running_with_arg, toml_str, write_plan
 
@@ -62,13 +62,11 @@ def test_a_hanging_agent_that_ignores_sigterm_and_left_a_daemon_times_out_leavin
         id = "hang"
         """,
     )
-    started = time.monotonic()
-
     # When
     run = run_plan(plan)
 
-    # Then: a timeout failure, within the timeout plus the kill grace period
-    assert time.monotonic() - started < 15
+    # Then: a timeout failure (the agent and its child ignore SIGTERM: only the SIGKILL after
+    # the grace period ends them, or the run would not have ended)
     assert run.state is RunState.FAILED
     assert attempt(run, "hang")["failure"] == "timeout"
     assert attempt(run, "hang")["detail"] == "agent timed out after 1s"
@@ -182,9 +180,16 @@ def test_output_that_is_not_utf8_crashes_nothing_and_its_log_is_readable(
 
 # -- writing outside the worktree: refused by the sandbox -----------------------------------
 
-needs_landlock = pytest.mark.skipif(
-    not sandbox.available(), reason="this kernel has no Landlock: writes cannot be confined"
-)
+NO_LANDLOCK = "this kernel has no Landlock: writes cannot be confined"
+
+
+@pytest.fixture
+def landlock() -> None:
+    """The sandbox's Landlock, which these tests are about: missing, a skip (a failure on CI)."""
+    require(sandbox.available(), NO_LANDLOCK)
+
+
+needs_landlock = pytest.mark.usefixtures("landlock")
 
 
 @pytest.fixture
@@ -248,11 +253,13 @@ command = {toml_str(chr(10).join(lines))}
 
     run = run_plan(plan)
 
-    # Then: every write outside was refused, git's own writes stayed in the attempt's private
-    # git directory; the checkout, its refs, config and objects are untouched
+    # Then: every write outside was refused (with namespaces, those at the checkout's path
+    # landed in the attempt's own tree, shown there), git's own writes stayed in the attempt's
+    # private git directory; the checkout, its refs, config and objects are untouched
     assert run.state is RunState.DONE, run.doc
     outcomes = {t: git(repo, "show", f"{run.run.branch}:{t}.txt") for t in ESCAPES}
-    assert outcomes == dict.fromkeys(ESCAPES, "refused")
+    own_tree = {"checkout", "new_file_in_checkout"} if isolation.probe().usable else set()
+    assert outcomes == {t: "escaped" if t in own_tree else "refused" for t in ESCAPES}
     in_git = {t: git(repo, "show", f"{run.run.branch}:{t}.txt") for t in PRIVATE_GIT}
     assert in_git == dict.fromkeys(PRIVATE_GIT, "escaped")
     assert checkout(repo) == before
@@ -290,8 +297,11 @@ def test_the_sandbox_is_not_opened_by_a_symlink_that_aliases_a_folder_above_the_
 
     run = run_plan(plan)
 
+    # Then: the user's file is unchanged; with namespaces the write reached the attempt's own
+    # tree, which is shown at the repository's path
     assert (repo / "README.md").read_text() == "hello\n"
-    assert git(repo, "show", f"{run.run.branch}:r.txt") == "refused"
+    expected = "escaped" if isolation.probe().usable else "refused"
+    assert git(repo, "show", f"{run.run.branch}:r.txt") == expected
 
 
 def checkout(repo: Path) -> str:
@@ -638,35 +648,6 @@ circuit_breaker = 100  # these failures are the agent's, and all are wanted
     assert git(repo, "status", "--porcelain") == "?? plan.toml"
 
 
-def test_worktrees_added_and_removed_in_parallel_never_fail(repo: Path) -> None:
-    # Given: four threads, as four parallel attempts, each adding and removing worktrees
-    git_repo = Repo(repo)
-    head = git_repo.rev_parse("HEAD")
-    start = threading.Barrier(4)
-    errors: list[str] = []
-
-    def attempts(k: int) -> None:
-        start.wait()
-        for i in range(50):
-            path = repo.parent / "worktrees" / f"w{k}-{i}"
-            try:
-                git_repo.add_worktree(path, head)
-            except GitError as exc:
-                errors.append(str(exc))
-                continue
-            git_repo.remove_worktree(path)
-
-    threads = [threading.Thread(target=attempts, args=(k,)) for k in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    # Then: every worktree could be made (an attempt failing here is an infra_error)
-    assert errors == []
-    assert git(repo, "worktree", "list").count("\n") == 0
-
-
 # -- the user's own checkout during a run: theirs to edit ------------------------------------
 
 
@@ -674,8 +655,8 @@ def test_worktrees_added_and_removed_in_parallel_never_fail(repo: Path) -> None:
 def test_editing_a_file_and_checking_out_the_run_branch_during_a_run_fails_no_attempt(
     repo: Path, sync: Path, run_plan: RunPlan, confined: bool
 ) -> None:
-    if confined and not sandbox.available():
-        pytest.skip("this kernel has no Landlock")
+    if confined:
+        require(sandbox.available(), NO_LANDLOCK)
     # Given: an agent that works until the user has done their edits
     command = (
         f"touch {sync}/started-$ORCHARDIST_TASK\n"

@@ -17,7 +17,7 @@ from orchardist.gitrepo import (
     commit_message,
     find_toplevel,
 )
-from support import git, make_repo
+from support import add_worktree, git, make_repo
 
 
 @pytest.fixture
@@ -41,8 +41,7 @@ def project(tmp_path: Path) -> Path:
 
 def worktree_at_head(repo: Repo, tmp_path: Path) -> tuple[Path, str]:
     base = repo.rev_parse("HEAD")
-    worktree = tmp_path / "worktrees" / "task-1"
-    repo.add_worktree(worktree, base)
+    worktree = add_worktree(repo.root, tmp_path / "worktrees" / "task-1", base)
     return worktree, base
 
 
@@ -65,7 +64,7 @@ def commit_on(root: Path, base: str, files: dict[str, str], message: str) -> str
     """A commit on top of ``base`` changing ``files``, made without touching any checkout."""
     repo = Repo(root)
     scratch = root.parent / f"scratch-{message.replace(' ', '-')}"
-    repo.add_worktree(scratch, base)
+    add_worktree(root, scratch, base)
     for name, text in files.items():
         (scratch / name).parent.mkdir(parents=True, exist_ok=True)
         (scratch / name).write_text(text)
@@ -271,38 +270,9 @@ def test_is_ancestor(project: Path) -> None:
 # -- worktrees ---------------------------------------------------------------------------
 
 
-def test_a_worktree_is_a_detached_checkout_of_the_commit(project: Path, tmp_path: Path) -> None:
-    # Given a worktree at the commit before HEAD
-    repo = Repo(project)
-    first = repo.rev_parse("HEAD~1")
-    worktree = tmp_path / "wt" / "a"
-    repo.add_worktree(worktree, first)
-
-    # Then it holds that commit's files, detached, and git lists it
-    assert (worktree / "README.md").read_text() == "hello\n"
-    assert not (worktree / "logo.bin").exists()
-    assert git(worktree, "rev-parse", "HEAD") == first
-    assert git(worktree, "branch", "--show-current") == ""
-    assert worktree.resolve() in [p.resolve() for p in repo.worktrees()]
-    assert repo.worktrees()[0].resolve() == project.resolve()
-
-
-def test_adding_a_worktree_over_an_old_one_replaces_it(project: Path, tmp_path: Path) -> None:
-    repo = Repo(project)
-    worktree = tmp_path / "wt" / "a"
-    repo.add_worktree(worktree, repo.rev_parse("HEAD"))
-    (worktree / "leftover.txt").write_text("from the previous attempt\n")
-
-    repo.add_worktree(worktree, repo.rev_parse("HEAD~1"))
-
-    assert not (worktree / "leftover.txt").exists()
-    assert git(worktree, "rev-parse", "HEAD") == repo.rev_parse("HEAD~1")
-
-
 def test_removing_a_worktree_deletes_it_and_git_forgets_it(project: Path, tmp_path: Path) -> None:
     repo = Repo(project)
-    worktree = tmp_path / "wt" / "a"
-    repo.add_worktree(worktree, repo.rev_parse("HEAD"))
+    worktree = add_worktree(project, tmp_path / "wt" / "a", repo.rev_parse("HEAD"))
     (worktree / "dirty.txt").write_text("uncommitted\n")
 
     repo.remove_worktree(worktree)
@@ -311,33 +281,17 @@ def test_removing_a_worktree_deletes_it_and_git_forgets_it(project: Path, tmp_pa
     assert [p.resolve() for p in repo.worktrees()] == [project.resolve()]
 
 
-def test_a_worktree_whose_folder_was_deleted_can_be_removed_and_added_again(
+def test_a_worktree_whose_folder_was_deleted_can_be_removed_and_git_forgets_it(
     project: Path, tmp_path: Path
 ) -> None:
     # Given a worktree that an agent deleted outright
     repo = Repo(project)
-    worktree = tmp_path / "wt" / "a"
-    repo.add_worktree(worktree, repo.rev_parse("HEAD"))
+    worktree = add_worktree(project, tmp_path / "wt" / "a", repo.rev_parse("HEAD"))
     shutil.rmtree(worktree)
 
     # When it is removed, git forgets it
     repo.remove_worktree(worktree)
     assert [p.resolve() for p in repo.worktrees()] == [project.resolve()]
-
-    # and the same path can hold a new worktree
-    repo.add_worktree(worktree, repo.rev_parse("HEAD"))
-    assert (worktree / "README.md").exists()
-
-
-def test_a_worktree_whose_folder_was_deleted_is_replaced_by_add_worktree(
-    project: Path, tmp_path: Path
-) -> None:
-    repo = Repo(project)
-    worktree = tmp_path / "wt" / "a"
-    repo.add_worktree(worktree, repo.rev_parse("HEAD"))
-    shutil.rmtree(worktree)  # git still has it registered
-    repo.add_worktree(worktree, repo.rev_parse("HEAD~1"))
-    assert git(worktree, "rev-parse", "HEAD") == repo.rev_parse("HEAD~1")
 
 
 def test_the_main_checkout_is_never_touched(project: Path, tmp_path: Path) -> None:

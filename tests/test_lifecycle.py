@@ -12,7 +12,7 @@ from orchardist.graph import Graph
 from orchardist.hooks import Hooks
 from orchardist.jobs import Briefs, started
 from orchardist.ledger import Ledger
-from orchardist.lifecycle import MAX_RERUNS, Lifecycle
+from orchardist.lifecycle import Lifecycle
 from orchardist.merge import MemoryIntegrator, Merged, MergeTrain
 from orchardist.pipeline import Pipelines
 from orchardist.plan import Plan, RunConfig, TaskSpec
@@ -26,6 +26,7 @@ from orchardist.records import (
     TaskRecord,
     TaskState,
 )
+from orchardist.regression import Culprit, Rewind
 from orchardist.rounds import Decision, Rounds, Unit
 from orchardist.store import Store
 
@@ -60,17 +61,17 @@ class World:
         self.retries: list[tuple[float, str]] = []
         self.cancelled: list[tuple[str, str]] = []
         self.life = Lifecycle(
-            specs,
-            graph,
-            self.ledger,
-            self.rounds,
-            self.train,
-            Briefs(self.plan, "r"),
-            Pipelines(specs, self.store, "r", self.train.start_on),
-            Backoff(base_s=10.0),
-            random.Random(0),
-            lambda delay_s, task_id: self.retries.append((delay_s, task_id)),
-            lambda task_id, why: self.cancelled.append((task_id, why)),
+            specs=specs,
+            graph=graph,
+            ledger=self.ledger,
+            rounds=self.rounds,
+            train=self.train,
+            briefs=Briefs(self.plan, "r"),
+            pipelines=Pipelines(specs, self.store, "r", self.train.start_on),
+            backoff=Backoff(base_s=10.0),
+            rng=random.Random(0),
+            retry_in=lambda delay_s, task_id: self.retries.append((delay_s, task_id)),
+            cancel=lambda task_id, why: self.cancelled.append((task_id, why)),
         )
         self.life.count_waiting(lambda task_id: False)
 
@@ -85,10 +86,12 @@ class World:
         n = self.rounds.next_attempt(task_id)
         job = AttemptJob(f"{task_id}.{n}", "r", task_id, n, 0, BASE, task_id, "", None, (), ".",
                          9.0, task_id, "m")  # fmt: skip
-        with self.ledger.tx() as tx:
+        outcome = Outcome(job, state, 0.0, 1.0, failure=Failure.VERIFY_FAILED,
+                          detail="tests fail", patch_commit=BASE)  # fmt: skip
+        with self.ledger.tx() as tx:  # started and ended, as the loop records them
             tx.add_attempt(started(job, "bot", 0.0, ""))
-        return Outcome(job, state, 0.0, 1.0, failure=Failure.VERIFY_FAILED, detail="tests fail",
-                       patch_commit=BASE)  # fmt: skip
+            tx.ended(outcome, state)
+        return outcome
 
     def decide(self, decision: Decision) -> None:
         with self.ledger.tx() as tx:
@@ -146,15 +149,51 @@ def test_a_winner_queues_to_merge_and_landing_it_releases_its_dependent() -> Non
     assert [a.state for a in world.store.attempts("r", "a")] == [AttemptState.MERGED]
 
 
-def test_re_runs_are_bounded() -> None:
+def test_a_task_is_re_run_at_most_three_times_then_fails_and_blocks_its_dependents() -> None:
+    # Given: a started; its tip moves under it three times (the README: "at most 3 re-runs")
     world = World()
     world.start()
-    for k in range(MAX_RERUNS):
+    for k in (1, 2, 3):
         with world.ledger.tx() as tx:
             world.life.rerun(tx, "a", "the tip moved")
-        assert world.state("a") is TaskState.READY and world.ledger.tasks["a"].reruns == k + 1
+        # Then: each time it is ready for a fresh round, not counted as a failure
+        assert world.state("a") is TaskState.READY
+        assert (world.ledger.tasks["a"].reruns, world.ledger.tasks["a"].failures) == (k, 0)
+    # When: a fourth re-run is asked for
     with world.ledger.tx() as tx:
         world.life.rerun(tx, "a", "the tip moved")
+    # Then: a failed for good, and what depends on it is blocked
     assert world.state("a") is TaskState.FAILED
-    assert world.ledger.tasks["a"].reason == f"the tip moved (gave up after {MAX_RERUNS} re-runs)"
+    assert world.ledger.tasks["a"].reason == "the tip moved (gave up after 3 re-runs)"
+    assert world.state("b") is TaskState.BLOCKED
+
+
+def test_a_back_off_that_ends_after_a_rewind_starts_no_round_for_a_task_that_waits_again() -> None:
+    # Given: a landed, b lost a round and waits out its back-off
+    world = World()
+    world.start()
+    won = world.attempt("a", AttemptState.PASSED)
+    world.decide(Decision("a", won, "only passing candidate", ((won, "won: only"),)))
+    step = world.train.next(lambda task_id: True)
+    assert isinstance(step, Merged) and step.commit is not None
+    with world.ledger.tx() as tx:
+        world.life.merge_step(tx, step, stopping=False)
+    world.decide(lost(world.attempt("b", AttemptState.FAILED)))
+    assert world.state("b") is TaskState.READY and [t for _, t in world.retries] == ["b"]
+    # When: a regression rewind takes a off the branch, and then b's back-off ends
+    culprit = Rewind(Culprit(step.commit, 1, "boom"), "a", ((step.commit, "a"),), frozenset("bc"))
+    with world.ledger.tx() as tx:
+        world.life.replay(tx, culprit)
+    with world.ledger.tx() as tx:
+        world.life.retry_due(tx, "b")
+    # Then: b waits for a's re-run, it does not start a round of its own
+    assert world.state("a") is TaskState.READY and world.state("b") is TaskState.PENDING
+    # When: a's re-runs give up (b is blocked), and a second back-off of b ends
+    for _ in range(3):  # the culprit re-run was its first of three; the fourth gives up
+        with world.ledger.tx() as tx:
+            world.life.rerun(tx, "a", "regression culprit")
+    assert world.state("a") is TaskState.FAILED and world.state("b") is TaskState.BLOCKED
+    with world.ledger.tx() as tx:
+        world.life.retry_due(tx, "b")
+    # Then: b stays blocked (its table has no move from blocked to ready)
     assert world.state("b") is TaskState.BLOCKED

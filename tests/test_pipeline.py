@@ -101,6 +101,8 @@ def judge(
         ({"handoff": {"failing_test": "t"}}, "malformed handoff: repro_cmd is required"),
         ({"handoff": {"repro_cmd": 3}}, "malformed handoff: repro_cmd is required"),
         ({"handoff": {"repro_cmd": "x", "notes": ["a"]}}, "malformed handoff: notes is a"),
+        ({"handoff": {"repro_cmd": "x" * 8001}}, "malformed handoff: repro_cmd is over 8000"),
+        ({"handoff": {"repro_cmd": "x", "notes": "n" * 8001}}, "malformed handoff: notes is over"),
     ],
 )
 def test_a_missing_or_malformed_reproduce_handoff_fails_with_the_reason_and_the_contract(
@@ -119,6 +121,28 @@ def test_a_reproduction_that_fails_on_the_base_passes_with_its_handoff(
     assert judged.failure == ""
     assert json.loads(judged.handoff) == handoff
     assert judged.detail == "reproduces: `sh fails.sh` fails on the base (exit 1)"
+
+
+def test_a_handoff_keeps_its_stages_keys_only_and_strings_up_to_their_cap(
+    tree: Path, token: CancelToken
+) -> None:
+    # Given: a reproduction's handoff with an 8,000-character command and megabytes of extras
+    handoff = {"repro_cmd": "sh fails.sh #" + "x" * 7987, "junk": "j" * 200_000, "n": [1] * 9}
+    # When it is judged; Then only the contract's keys are kept, the command whole
+    judged = judge(tree, token, REPRODUCE, {"handoff": handoff})
+    assert judged.failure == ""
+    assert json.loads(judged.handoff) == {"repro_cmd": handoff["repro_cmd"]}
+
+
+@pytest.mark.parametrize(
+    "files",
+    [["src/calc.py"] * 201, ["src/calc.py", "s" * 1001]],
+)
+def test_a_localize_handoff_with_too_many_or_too_long_names_is_refused(
+    tree: Path, token: CancelToken, files: list[str]
+) -> None:
+    judged = judge(tree, token, LOCALIZE, {"handoff": {"files": files}})
+    assert judged.failure.startswith("malformed handoff: files holds at most 200 entries of")
 
 
 def test_a_reproduction_that_passes_on_the_base_does_not_reproduce_and_says_what_it_printed(

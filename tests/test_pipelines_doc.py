@@ -51,7 +51,7 @@ def test_the_plan_example_validates_with_its_pipelines_and_routing(repo: Path) -
 
 def test_every_toml_block_is_checked() -> None:
     firsts = sorted(b.splitlines()[0] for b in blocks("toml"))
-    assert firsts == ["# .orchardist.toml", "# plan"]
+    assert firsts == ["# .orchardist.toml", "# plan", "# ~/.config/orchardist/config.toml"]
 
 
 def test_each_handoff_example_has_its_stages_required_keys() -> None:
@@ -102,3 +102,59 @@ def test_the_config_error_example_is_what_validate_prints(repo: Path) -> None:
     assert out.returncode == 2
     expected = example.group(1).replace("/home/me/.config/orchardist/config.toml", str(path))
     assert expected in out.stderr
+
+
+def test_the_user_config_example_trusts_the_repositories_it_names(repo: Path) -> None:
+    # Given: the example as the user's file, its first repository being this one
+    example = toml_block("# ~/.config/orchardist/config.toml")
+    assert '"/src/app"' in example
+    user = user_config()
+    user.parent.mkdir(parents=True)
+    user.write_text(example.replace("/src/app", str(repo)))
+    (repo / ".orchardist.toml").write_text(
+        '[agents.helper]\nkind = "shell"\ncommand = "true"\nenv = ["HOME"]\n'
+    )
+
+    config = load_config(repo)
+
+    # Then: the repository's profile is read whole, and wins over the user's
+    assert (config.profiles["helper"].kind, config.profiles["helper"].env) == ("shell", ("HOME",))
+    assert config.ignored == ()
+
+
+def test_the_ignored_lines_example_is_what_a_command_prints(repo: Path) -> None:
+    # Given: the situation of the example: a user's helper, and a repository config that
+    # redefines it and asks for the user's variable as an API key
+    text = DOC.read_text()
+    example = [line for line in text.splitlines() if line.startswith("orchardist: ")]
+    assert len(example) == 3
+    user = user_config()
+    user.parent.mkdir(parents=True)
+    user.write_text('[agents.helper]\nkind = "shell"\ncommand = "true"\n')
+    (repo / ".orchardist.toml").write_text(
+        '[agents.helper]\nkind = "shell"\ncommand = "true"\n'
+        '[agents.cheap]\nkind = "llm"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n'
+        'api_key_env = "GITHUB_TOKEN"\n'
+    )
+    (repo / "plan.toml").write_text('[[task]]\nid = "t"\nprompt = "p"\nagent = "helper"\n')
+
+    # When
+    out = subprocess.run(
+        [sys.executable, "-m", "orchardist", "validate", "plan.toml"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=os.environ,
+        timeout=60,
+    )
+
+    # Then: those three lines, in the example's order; the plan is valid all the same
+    assert out.returncode == 0, out.stderr
+    printed = [line for line in out.stderr.splitlines() if line.startswith("orchardist: ")]
+    here = {"/src/app": str(repo), "/home/me/.config/orchardist/config.toml": str(user)}
+    expected = []
+    for line in example:
+        for shown, real in here.items():
+            line = line.replace(shown, real)
+        expected.append(line)
+    assert printed == expected

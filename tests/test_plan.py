@@ -11,8 +11,6 @@ import pytest
 
 from orchardist.errors import PlanError, Problem
 from orchardist.plan import (
-    DEFAULT_BRANCH,
-    DEFAULT_TASK_TIMEOUT_S,
     Plan,
     RunConfig,
     load_plan,
@@ -176,16 +174,25 @@ def test_unset_fields_take_their_defaults(repo: Path) -> None:
     # When it is loaded
     plan = load_plan(plan_path)
 
-    # Then the run and the task carry the defaults
-    assert plan.run == RunConfig(
-        base="HEAD", branch=DEFAULT_BRANCH, max_parallel=os.cpu_count() or 2, verify=()
+    # Then the run and the task carry the defaults docs/plan.md gives (written out here: a
+    # comparison with RunConfig() would read the defaults back and pass whatever they were)
+    run = plan.run
+    assert (run.base, run.branch, run.max_parallel) == (
+        "HEAD",
+        "orchardist/{run}",
+        os.cpu_count() or 2,
     )
+    assert (run.verify, run.workdir, run.candidates, run.select) == ((), ".", 1, "smallest")
+    assert (run.retry_backoff_s, run.deadline_s, run.max_cost_usd) == (1.0, None, None)
+    assert (run.regression, run.regression_every, run.max_patch_mb) == ((), 1, 50.0)
+    assert (run.guard_checkout, run.isolation, run.network) == (True, "auto", False)
+    assert (run.workspace, run.executor, run.ray_address) == (None, "local", "auto")
     (task,) = plan.tasks
     assert task.title == "bare"
     assert task.prompt == ""
     assert task.agent == "bot"  # the only profile is everyone's agent
     assert (task.depends_on, task.verify, task.retries) == ((), (), 0)
-    assert (task.timeout_s, task.priority, task.estimate) == (DEFAULT_TASK_TIMEOUT_S, 0, 1.0)
+    assert (task.timeout_s, task.priority, task.estimate) == (3600.0, 0, 1.0)  # "1h"
     assert task.workdir == "."
     assert plan.agents["bot"].timeout_s is None
     assert plan.agents["bot"].launch_interval_s == 0.0

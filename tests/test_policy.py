@@ -427,13 +427,13 @@ def test_after_the_cooldown_one_probe_runs_alone_and_its_success_closes_the_brea
         clock.offset_s += 2 * HOUR_S
         opened.touch()
 
-    began = time.monotonic()
     run = drive_bounded(
         run_plan, plan, clock=clock, hooks=Hooks([OnEvent("breaker", "open", two_hours_later)])
     )
 
     # Then: one probe ran alone (though slots were free); its success closed the breaker and
-    # the last task ran; none of the two hours was really waited for
+    # the last task ran; none of the two hours was really waited for (drive_bounded stops a
+    # run that outlives a minute, and the tasks would not be done)
     assert run.states() == {
         "bad1": "failed",
         "bad2": "failed",
@@ -446,7 +446,6 @@ def test_after_the_cooldown_one_probe_runs_alone_and_its_success_closes_the_brea
     probe, after = attempts["probe"], attempts["after"]
     assert probe.started_at >= opened_at + HOUR_S
     assert probe.ended_at is not None and after.started_at >= probe.ended_at
-    assert time.monotonic() - began < 30
 
 
 def test_a_timed_out_attempt_is_retried_on_the_fallback(repo: Path, run_plan: RunPlan) -> None:
@@ -629,14 +628,11 @@ def test_a_deadline_stops_the_run_quickly_and_it_is_resumable(repo: Path) -> Non
         """,
         commit=True,
     )
-    began = time.monotonic()
-
     # When
     first = orchardist(repo, "run", str(plan))
 
-    # Then: stopped at the deadline (well before the agents' 30 s), the running attempts cut and
-    # recorded interrupted
-    assert time.monotonic() - began < 25
+    # Then: stopped at the deadline, the running attempts cut before their 30 s sleep ended
+    # (they would have ended failed, with no changes) and recorded interrupted
     assert first.returncode == 1, first.stdout + first.stderr
     run_id = only_run(repo)
     doc = status(repo, run_id)

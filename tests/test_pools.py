@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
+from orchardist.agents import KINDS
 from orchardist.clocks import FakeClock
+from orchardist.plan import load_plan
 from orchardist.policy import Budgets, Pools
 from orchardist.records import AgentProfile, AttemptState, Failure, Usage
+from support import write_plan
 
 
 @dataclass(frozen=True)
@@ -153,3 +157,70 @@ def test_budgets_hold_a_task_at_its_limit_and_stop_the_run_at_the_runs() -> None
     budgets.spend("b", Usage())  # an agent that said nothing spent nothing
     assert not budgets.task_spent("b")
     assert budgets.run_spent() == "run cost budget spent ($1.00 of $1.00)"
+
+
+class Jitter(random.Random):
+    """A Random whose ``random()`` is always ``value``: 1.0 gives the full back-off."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__(0)
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+def test_rate_limits_without_a_reset_pause_a_profile_15_s_doubling_up_to_15_min() -> None:
+    # Given: a profile whose backend refuses for rate limits without saying until when, and
+    # the jitter at its top (the full pause) or its bottom (half of it)
+    for jitter, share in ((1.0, 1.0), (0.0, 0.5)):
+        clock = FakeClock(0.0)
+        main = AgentProfile("main", "claude", breaker_threshold=3)
+        p = Pools({"main": main}, clock, Jitter(jitter))
+        limited = Ended(AttemptState.FAILED, Failure.RATE_LIMITED)
+        pauses = []
+        # When: eight launches in a row are rate limited, each as soon as the pause allows
+        for _ in range(8):
+            p.started("main")
+            p.ended("main", "t", limited)
+            wait_s = p.wake_in(["main"])
+            assert wait_s is not None and not p.open("main")
+            pauses.append(wait_s)
+            clock.advance(wait_s)
+        # Then: the README's schedule, 15 s doubling per limit up to 15 minutes
+        full = [15.0, 30.0, 60.0, 120.0, 240.0, 480.0, 900.0, 900.0]
+        assert pauses == [s * share for s in full]
+        # And: a launch that goes through starts the schedule again
+        p.started("main")
+        p.ended("main", "t", PASSED)
+        p.started("main")
+        p.ended("main", "t", limited)
+        assert p.wake_in(["main"]) == 15.0 * share
+
+
+def failures_to_open(p: Pools, pool: str, most: int = 20) -> int | None:
+    """How many agent errors in a row open the pool's breaker (None: not ``most`` of them)."""
+    for n in range(1, most + 1):
+        p.started(pool)
+        if p.ended(pool, "t", FAILED):
+            return n
+    return None
+
+
+def test_a_plan_s_profiles_break_after_three_agent_errors_except_shell_and_scripted(
+    repo: Path,
+) -> None:
+    # Given: a plan with a profile of every kind, none saying ``circuit_breaker``
+    required = {
+        "shell": 'command = "true"',
+        "llm": 'base_url = "http://127.0.0.1:9/v1"\nmodel = "m"',
+    }
+    profiles = "\n".join(
+        f'[agents.{kind}]\nkind = "{kind}"\n{required.get(kind, "")}\n' for kind in KINDS
+    )
+    plan = load_plan(write_plan(repo, f'{profiles}\n[[task]]\nid = "t"\nagent = "shell"\n'))
+    p = Pools(plan.agents, FakeClock(0.0), random.Random(0))
+    # When: each fails with agent errors until its breaker opens
+    opened = {kind: failures_to_open(p, kind) for kind in KINDS}
+    # Then: the README's defaults: 3 for the coding agents, off for shell and scripted
+    assert opened == {kind: None if kind in ("shell", "scripted") else 3 for kind in KINDS}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import threading
@@ -26,6 +27,7 @@ from orchardist.procs import (
     new_marker,
     run_process,
 )
+from support import Stubborn
 
 ENV = {"PATH": os.environ["PATH"]}
 
@@ -126,21 +128,20 @@ def test_a_missing_executable_exits_127_and_says_why_in_the_log(tmp_path: Path) 
 
 
 def test_a_quick_command_is_not_held_up_by_the_grace_period(tmp_path: Path) -> None:
-    started = time.monotonic()
-    result, _ = run(tmp_path, ["true"], grace_s=30.0)
+    result, _ = run(tmp_path, ["true"], grace_s=60.0)
     assert result.exit_code == 0
-    assert time.monotonic() - started < 20  # well under the 30 s it would take
+    assert result.duration_s < 60.0  # it returned before the grace period could have ended
 
 
 def test_a_background_child_left_by_a_finished_command_is_killed(tmp_path: Path) -> None:
     # Given a command that starts a long sleeper holding its output, and exits at once
     marker = new_marker()
-    started = time.monotonic()
-    result, _ = run(tmp_path, ["/bin/sh", "-c", "sleep 30 & exit 0"], marker=marker)
+    sleeper = "(sleep 30; touch slept) & exit 0"
+    result, _ = run(tmp_path, ["/bin/sh", "-c", sleeper], marker=marker)
 
-    # Then it returns promptly, and the sleeper is gone
+    # Then it returns before the sleeper could end by itself, and the sleeper is gone
     assert result.exit_code == 0
-    assert time.monotonic() - started < 20  # well under the 30 s it would take
+    assert not (tmp_path / "slept").exists()
     assert marked_processes(marker) == set()
 
 
@@ -148,12 +149,10 @@ def test_a_background_child_left_by_a_finished_command_is_killed(tmp_path: Path)
 
 
 def test_a_timeout_ends_a_hanging_command(tmp_path: Path) -> None:
-    started = time.monotonic()
     result, _ = run(tmp_path, ["sleep", "30"], timeout_s=0.2)
     assert result.timed_out
     assert not result.cancelled
-    assert result.exit_code < 0
-    assert time.monotonic() - started < 20  # well under the 30 s it would take
+    assert result.exit_code < 0  # killed by a signal: it did not sleep its 30 s out
 
 
 def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
@@ -201,7 +200,6 @@ def test_a_timeout_kills_a_child_that_escaped_with_setsid_and_ignores_sigterm(
     seen: list[bytes] = []
 
     # When the command's time runs out once the child has escaped
-    started = time.monotonic()
     result, _ = run(
         tmp_path,
         python(ESCAPE),
@@ -217,7 +215,6 @@ def test_a_timeout_kills_a_child_that_escaped_with_setsid_and_ignores_sigterm(
     escaped_pid = int(line.split()[1])
     assert not alive(escaped_pid)
     assert marked_processes(marker) == set()
-    assert time.monotonic() - started < 20  # the child never ends by itself
 
 
 def test_a_command_that_never_stops_talking_still_times_out(tmp_path: Path) -> None:
@@ -239,16 +236,15 @@ def test_a_command_that_never_stops_talking_still_times_out(tmp_path: Path) -> N
     )
 
     # When it runs with a short timeout
-    began = time.monotonic()
     worker.start()
-    worker.join(timeout=15)
-    elapsed = time.monotonic() - began
-    if worker.is_alive():  # the timeout never fired: end the child so the suite can go on
+    worker.join(timeout=30)
+    hung = worker.is_alive()
+    if hung:  # the timeout never fired: end the child so the suite can go on
         kill_tree(-1, marker, grace_s=0.0)
         worker.join()
 
-    # Then the timeout ended it (a timeout that never fires leaves it to the 15 s join)
-    assert elapsed < 12
+    # Then the timeout ended it, not the test
+    assert not hung
     assert outcome[0].timed_out
     assert outcome[0].truncated
 
@@ -270,7 +266,6 @@ def test_cancelling_from_another_thread_ends_the_command_promptly(tmp_path: Path
     thread.start()
 
     # When it runs
-    began = time.monotonic()
     result, _ = run(
         tmp_path,
         ["/bin/sh", "-c", "echo started; exec sleep 30"],
@@ -280,21 +275,38 @@ def test_cancelling_from_another_thread_ends_the_command_promptly(tmp_path: Path
     )
     thread.join()
 
-    # Then it ends well before its sleep would have, marked cancelled, leaving nothing
-    assert time.monotonic() - began < 20  # well under the 30 s it would take
+    # Then it is killed before its sleep ends, marked cancelled, leaving nothing
+    assert result.exit_code < 0
     assert result.cancelled
     assert not result.timed_out
     assert token.reason == "no longer needed"
     assert marked_processes(marker) == set()
 
 
+def test_a_cancelled_command_gets_sigterm_then_sigkill_after_the_default_3_s_grace(
+    tmp_path: Path,
+) -> None:
+    # Given: a command that meets SIGTERM with a clean-up of 4.5 s, and a token cancelled as
+    # soon as it is ready; run with the default grace period
+    child = Stubborn(tmp_path, cleanup_s=4.5)
+    token = CancelToken()
+    # When
+    result, _ = run(tmp_path, child.argv(), cancel=token, on_line=lambda line: token.cancel())
+    killed_at = time.time()
+    # Then: it got SIGTERM first, was left its 3 s to end, and was killed before its clean-up
+    # could finish (no upper bound on the clock: the clean-up it never finished is the bound)
+    assert result.cancelled and result.exit_code == -signal.SIGKILL
+    assert child.term_file.exists()
+    assert child.grace_s(killed_at) >= 2.9
+    assert not child.done_file.exists()
+
+
 def test_a_token_cancelled_before_the_start_ends_the_command_at_once(tmp_path: Path) -> None:
     token = CancelToken()
     token.cancel()
-    began = time.monotonic()
     result, _ = run(tmp_path, ["sleep", "30"], cancel=token)
     assert result.cancelled
-    assert time.monotonic() - began < 20  # well under the 30 s it would take
+    assert result.exit_code < 0  # killed: it did not sleep its 30 s out
 
 
 def test_a_cancel_token_keeps_its_first_reason_and_wakes_a_selector() -> None:

@@ -15,15 +15,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from orchardist import RunLockedError, RunState, Workspace
-from orchardist.records import AttemptState, TaskState
-from orchardist.runs import run_lock
+from orchardist import RunLockedError, RunState, Workspace, create_run, load_plan
+from orchardist.runs import reconcile, run_lock
 from run_support import (
     attempt_states,
     leftovers,
@@ -33,7 +33,7 @@ from run_support import (
     task_trailers,
     wait_until,
 )
-from support import Finished, git, toml_str, write_plan
+from support import Finished, Stubborn, git, toml_str, write_plan
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 RunPlan = Callable[..., Finished]
@@ -374,6 +374,40 @@ def two_task_plan(repo: Path) -> Path:
     )
 
 
+def test_resume_ends_a_dead_orchestrator_s_agents_with_sigterm_then_sigkill_after_1_s(
+    repo: Path, tmp_path: Path
+) -> None:
+    # Given: a run, and an agent its orchestrator left behind that meets SIGTERM with a 2.5 s
+    # clean-up (it carries the run's id, as every agent of the run does)
+    plan = load_plan(two_task_plan(repo))
+    ws = Workspace.open(repo)
+    run = create_run(ws, plan)
+    child = Stubborn(tmp_path, cleanup_s=2.5)
+    agent = subprocess.Popen(
+        child.argv(),
+        env={**os.environ, "ORCHARDIST_RUN": run.id},
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert agent.stdout is not None and agent.stdout.readline() == b"ready\n"
+        # When: the run is reconciled, as resume does first
+        summary = reconcile(ws, run)
+        killed_at = time.time()
+        # Then: the agent got SIGTERM, at least 1 s, then SIGKILL before its clean-up ended
+        assert summary["killed"] == 1
+        assert agent.wait() == -signal.SIGKILL
+        assert child.term_file.exists(), "killed without a SIGTERM first"
+        assert child.grace_s(killed_at) >= 0.9
+        assert not child.done_file.exists()
+    finally:
+        agent.kill()
+        agent.wait()
+        assert agent.stdout is not None
+        agent.stdout.close()
+        ws.store.close()
+
+
 def test_a_task_whose_commit_reached_the_branch_before_the_crash_is_not_merged_again(
     repo: Path, run_plan: RunPlan
 ) -> None:
@@ -382,10 +416,17 @@ def test_a_task_whose_commit_reached_the_branch_before_the_crash_is_not_merged_a
     ended = run_plan(two_task_plan(repo))
     assert ended.state is RunState.DONE
     run_id, commits = ended.run.id, ended.commits()
-    with ended.ws.store.transaction() as tx:
-        tx.set_run(run_id, state=RunState.RUNNING, finished_at=None)
-        tx.set_task(run_id, "b", state=TaskState.MERGING, commit=None)
-        tx.set_attempt(run_id, "b", 1, state=AttemptState.PASSED)
+    with ended.ws.store.transaction() as tx:  # raw SQL: going back in time is no legal move
+        tx.execute("update runs set state = 'running', finished_at = null where id = ?", [run_id])
+        tx.execute(
+            "update tasks set state = 'merging', commit_sha = null where run_id = ? and "
+            "task_id = 'b'",
+            [run_id],
+        )
+        tx.execute(
+            "update attempts set state = 'passed' where run_id = ? and task_id = 'b' and n = 1",
+            [run_id],
+        )
 
     # When
     resumed = orchardist(repo, "resume", run_id)
@@ -406,8 +447,8 @@ def test_a_task_the_store_calls_done_but_the_branch_lacks_is_run_again(
     # Given: a finished run whose branch lost b's commit
     ended = run_plan(two_task_plan(repo))
     run_id, (a_commit, b_commit) = ended.run.id, ended.commits()
-    with ended.ws.store.transaction() as tx:
-        tx.set_run(run_id, state=RunState.RUNNING, finished_at=None)
+    with ended.ws.store.transaction() as tx:  # raw SQL: going back in time is no legal move
+        tx.execute("update runs set state = 'running', finished_at = null where id = ?", [run_id])
     git(repo, "update-ref", f"refs/heads/{ended.run.branch}", a_commit, b_commit)
 
     # When

@@ -77,6 +77,39 @@ def test_the_smallest_passing_diff_wins_once_every_candidate_finished() -> None:
     assert rounds.current(big.job) is None
 
 
+def test_between_diffs_of_one_size_the_shortest_attempt_wins_then_the_lowest_index() -> None:
+    # Given: three candidates passing with 4 lines each; 0 and 2 took 5 s, 1 took 2 s
+    rounds = rounds_of(spec("a", candidates=3))
+    rounds.start("a")
+    slow = ended(rounds, Unit("a", 0), AttemptState.PASSED, lines=4, took_s=5.0)
+    quick = ended(rounds, Unit("a", 1), AttemptState.PASSED, lines=4, took_s=2.0)
+    also_slow = ended(rounds, Unit("a", 2), AttemptState.PASSED, lines=4, took_s=5.0)
+    # When: they finish, the slow ones first and last
+    assert rounds.record(slow) is None
+    assert rounds.record(also_slow) is None
+    decision = rounds.record(quick)
+    # Then: the quickest wins, though it has neither the lowest index nor finished first
+    assert decision is not None and decision.winner is quick
+    assert dict((o.job.candidate, why) for o, why in decision.selections) == {
+        0: "lost to candidate 1: same diff size, slower",
+        1: "won: smallest passing diff",
+        2: "lost to candidate 1: same diff size, slower",
+    }
+
+
+def test_between_diffs_of_one_size_and_duration_the_lowest_index_wins() -> None:
+    rounds = rounds_of(spec("a", candidates=2))
+    rounds.start("a")
+    second = ended(rounds, Unit("a", 1), AttemptState.PASSED, lines=4, took_s=3.0)
+    first = ended(rounds, Unit("a", 0), AttemptState.PASSED, lines=4, took_s=3.0)
+    assert rounds.record(second) is None
+    decision = rounds.record(first)
+    assert decision is not None and decision.winner is first
+    assert dict((o.job.candidate, why) for o, why in decision.selections)[1] == (
+        "lost to candidate 0: same diff size and duration, higher index"
+    )
+
+
 def test_select_first_decides_at_the_first_pass_and_takes_the_rest_off_the_ready_set() -> None:
     rounds = rounds_of(spec("a", candidates=3, select="first"))
     rounds.start("a")

@@ -4,15 +4,28 @@ integrator and an in-memory store. No git, no process, no file: what is left is 
 from __future__ import annotations
 
 import itertools
+import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from orchardist.clocks import WallTimers
+from orchardist.executors import Job, Notify, Outcome, Phase
 from orchardist.executors.inline import InlineExecutor
+from orchardist.hooks import Hook, Hooks
 from orchardist.merge import MemoryIntegrator
 from orchardist.plan import Plan, RunConfig, TaskSpec
-from orchardist.records import AgentProfile, AttemptState, Run, RunState, TaskRecord, TaskState
+from orchardist.records import (
+    AgentProfile,
+    AttemptState,
+    Event,
+    Failure,
+    Run,
+    RunState,
+    TaskRecord,
+    TaskState,
+)
 from orchardist.scheduler import Scheduler
 from orchardist.store import Store
 
@@ -159,6 +172,103 @@ def test_retries_back_off_between_attempts_and_end_in_failure_when_spent() -> No
     for before, after, retry in zip(attempts, attempts[1:], retries, strict=False):
         assert before.ended_at is not None
         assert after.started_at - before.ended_at >= retry["retry_in_s"] - 0.01
+    store.close()
+
+
+class FullJitter(random.Random):
+    """The jitter at its top: every back-off is its whole delay."""
+
+    def random(self) -> float:
+        return 1.0
+
+
+class StopAtRetry(Hook):
+    """Stops the run once a retry is scheduled, keeping the delay it was given."""
+
+    def __init__(self) -> None:
+        self.scheduler: Scheduler | None = None
+        self.retry_in_s: list[float] = []
+
+    def on_event(self, event: Event) -> None:
+        if event.kind == "task" and "retry_in_s" in event.data and self.scheduler is not None:
+            self.retry_in_s.append(event.data["retry_in_s"])
+            self.scheduler.stop("the test saw the retry")
+
+
+def test_a_retry_after_many_failures_waits_at_most_five_minutes() -> None:
+    # Given: a task that failed 20 times already (a resumed run) and has retries left, with
+    # a 1 s back-off: doubling per failure, uncapped that would be 2^20 s, about 12 days
+    spec = TaskSpec(id="stubborn", title="s", prompt="p", agent="fake", index=0, retries=30)
+    plan, run, store = one_task_run(spec, RunConfig(max_parallel=1, retry_backoff_s=1.0))
+    with store.transaction() as tx:
+        tx.set_task(run.id, "stubborn", failures=20)
+    timers = WallTimers()
+    executor = InlineExecutor(timers, failures={"stubborn": 1})
+    hook = StopAtRetry()
+    scheduler = Scheduler(plan, run, store, executor, MemoryIntegrator(BASE), hooks=Hooks([hook]),
+                          rng=FullJitter(0))  # fmt: skip
+    hook.scheduler = scheduler
+    # When: its next attempt fails too
+    try:
+        state = scheduler.run()
+    finally:
+        executor.close()
+        timers.close()
+    # Then: the retry is due after the README's cap, 5 minutes (the jitter at its top)
+    assert state is RunState.INTERRUPTED
+    assert hook.retry_in_s == [300.0]
+    assert store.tasks(run.id)[0].failures == 21
+    store.close()
+
+
+class InfraErrors(InlineExecutor):
+    """The inline executor whose failing attempts fail for the infrastructure (git, disk), not
+    for their patch: what a worktree that cannot be made reports."""
+
+    def submit(self, job: Job, notify: Notify) -> None:
+        def infra(message: Phase | Outcome) -> None:
+            if isinstance(message, Outcome) and message.failure is Failure.VERIFY_FAILED:
+                message = replace(message, failure=Failure.INFRA_ERROR, verdict="",
+                                  detail="git worktree add failed")  # fmt: skip
+            notify(message)
+
+        super().submit(job, infra)
+
+
+def test_a_task_s_first_two_infra_errors_are_requeued_free_and_the_third_counts() -> None:
+    # Given: two tasks without retries; "two" meets two infra errors, "three" three
+    tasks = (
+        TaskSpec(id="two", title="two", prompt="p", agent="fake", index=0, retries=0),
+        TaskSpec(id="three", title="three", prompt="p", agent="fake", index=1, retries=0),
+    )
+    plan, run, store = one_task_run(tasks[0], RunConfig(max_parallel=2, retry_backoff_s=0.01))
+    plan = Plan(plan.path, plan.repo, plan.run, plan.agents, tasks, "")
+    with store.transaction() as tx:
+        tx.add_task(TaskRecord(run.id, "three", TaskState.PENDING, 1))
+    timers = WallTimers()
+    executor = InfraErrors(timers, failures={"two": 2, "three": 3})
+    # When: the scheduler drives them
+    try:
+        state = Scheduler(plan, run, store, executor, MemoryIntegrator(BASE)).run()
+    finally:
+        executor.close()
+        timers.close()
+    # Then: "two" merged on its third attempt, no failure counted; "three" failed on its third
+    # infra error, the first to count against its (zero) retries
+    assert state is RunState.FAILED
+    tasks_by_id = {t.task_id: t for t in store.tasks(run.id)}
+    assert (tasks_by_id["two"].state, tasks_by_id["two"].failures) == (TaskState.DONE, 0)
+    assert [a.state for a in store.attempts(run.id, "two")][-1] is AttemptState.MERGED
+    assert len(store.attempts(run.id, "two")) == 3
+    assert tasks_by_id["three"].state is TaskState.FAILED
+    assert tasks_by_id["three"].reason == "infra_error: git worktree add failed"
+    assert len(store.attempts(run.id, "three")) == 3
+    requeued = [
+        e.task_id
+        for e in store.events(run.id)
+        if e.kind == "attempt" and e.data.get("state") == "requeued"
+    ]
+    assert sorted(requeued) == ["three", "three", "two", "two"]
     store.close()
 
 

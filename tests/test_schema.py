@@ -15,6 +15,7 @@ import yaml
 
 from orchardist.agents import KINDS, agent_class
 from orchardist.cli import main
+from orchardist.config import TRUST_KEY
 from orchardist.errors import PlanError
 from orchardist.plan import PROFILE_KEYS, RUN_KEYS, STAGE_KEYS, TASK_KEYS, load_plan
 from orchardist.scan.profiles import SCANNER_KEYS
@@ -45,6 +46,8 @@ def documented_plans() -> list[tuple[str, Any]]:
         for block in re.finditer(r"```(toml|yaml|yml)\n(.*?)```", text, re.S):
             lang, body = block.groups()
             data = tomllib.loads(body) if lang == "toml" else yaml.safe_load(body)
+            if isinstance(data, dict) and TRUST_KEY in data:  # the user's config file: its
+                data.pop(TRUST_KEY)  # profiles are a plan's [agents]; this key is its own
             if isinstance(data, dict) and PLAN_KEYS & set(data):
                 line = text[: block.start()].count("\n") + 1
                 found.append((f"{doc.relative_to(ROOT)}:{line}", data))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchardist.errors import StoreError
+from orchardist.errors import StoreError, TransitionError
 from orchardist.records import (
     AttemptRecord,
     AttemptState,
@@ -271,6 +271,45 @@ def test_a_duplicate_insert_fails_the_whole_transaction(store: Store) -> None:
         tx.add_task(TaskRecord("r1", "parse", TaskState.READY, index=0))
         tx.add_run(a_run())
     assert store.tasks("r1") == []
+
+
+def test_a_state_move_its_table_lacks_is_refused_and_rolls_back_the_transaction(
+    store: Store,
+) -> None:
+    # Given a run whose task is done and whose attempt merged
+    with store.transaction() as tx:
+        tx.add_run(a_run())
+        tx.add_task(TaskRecord("r1", "parse", TaskState.DONE, index=0, commit="c" * 40))
+        tx.add_attempt(an_attempt())
+        tx.set_attempt("r1", "parse", 1, state=AttemptState.PASSED)
+        tx.set_attempt("r1", "parse", 1, state=AttemptState.MERGED)
+
+    # When one transaction notes a reason, then moves the merged attempt back to running
+    with (
+        pytest.raises(TransitionError, match=r"attempt r1/parse/1: .* merged -> running"),
+        store.transaction() as tx,
+    ):
+        tx.set_run("r1", reason="half done")
+        tx.set_attempt("r1", "parse", 1, state=AttemptState.RUNNING)
+    # or the done task to running, or the finished run back to running
+    with (
+        pytest.raises(TransitionError, match=r"task r1/parse: .* done -> running"),
+        store.transaction() as tx,
+    ):
+        tx.set_task("r1", "parse", state=TaskState.RUNNING)
+    with store.transaction() as tx:
+        tx.set_run("r1", state=RunState.DONE)
+    with (
+        pytest.raises(TransitionError, match=r"run r1: .* done -> running"),
+        store.transaction() as tx,
+    ):
+        tx.set_run("r1", state=RunState.RUNNING)
+
+    # Then none of it was stored
+    run = store.run("r1")
+    assert run is not None and (run.state, run.reason) == (RunState.DONE, "")
+    assert store.tasks("r1")[0].state is TaskState.DONE
+    assert store.attempts("r1")[0].state is AttemptState.MERGED
 
 
 def test_an_empty_update_changes_nothing(store: Store) -> None:

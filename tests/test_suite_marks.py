@@ -3,12 +3,19 @@ so ``python -m pytest -m "not slow"`` (the quick loop of CONTRIBUTING.md) keeps 
 files are added. Read from the source: a test module that imports ``require_tool`` or
 ``RayCluster``, or defines a ``browser`` fixture, carries ``pytestmark`` with
 ``pytest.mark.slow``.
+
+And no skip hides on CI: a test skips only through ``realtools.require`` (or the helpers built on
+it), which fails instead when env ``CI`` is set.
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
+
+from realtools import require
 
 TESTS = Path(__file__).resolve().parent
 HEAVY_IMPORTS = {"require_tool", "RayCluster"}
@@ -57,3 +64,51 @@ def test_every_test_module_driving_a_real_tool_is_marked_slow() -> None:
         if (uses := heavy(tree)) and not module_marked_slow(tree):
             unmarked[str(path.relative_to(TESTS))] = sorted(uses)
     assert unmarked == {}
+
+
+# Where a skip may be written out: the helpers that fail under CI, and Ray's own guard (its
+# marker skips only outside CI; importorskip("ray") in tests of the Ray executor).
+SKIPPING_ALLOWED = {
+    "realtools.py",
+    "ns_support.py",
+    "test_suite_marks.py",
+    "executors/test_ray.py",
+    "executors/test_ray_cli.py",
+}
+SKIP_CALLS = {"pytest.skip", "pytest.importorskip"}
+SKIP_MARKS = {"pytest.mark.skipif", "pytest.mark.skip"}
+
+
+def skips(tree: ast.Module) -> list[int]:
+    """The lines where the module skips, or marks a test skipped, by itself."""
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if (isinstance(node, ast.Call) and ast.unparse(node.func) in SKIP_CALLS)
+        or (isinstance(node, ast.Attribute) and ast.unparse(node) in SKIP_MARKS)
+    )
+
+
+def test_a_missing_production_path_is_a_skip_here_and_a_failure_on_ci(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    require(True, "never said")
+    for value in ("1", "true"):
+        monkeypatch.setenv("CI", value)
+        with pytest.raises(pytest.fail.Exception, match="CI must run this test: no zsh"):
+            require(False, "no zsh")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="no zsh"):
+        require(False, "no zsh")
+
+
+def test_no_test_skips_but_through_the_helpers_that_fail_on_ci() -> None:
+    marked = "@pytest.mark.skipif(True, reason='x')\ndef test(): pytest.skip('y')\n"
+    assert skips(ast.parse(marked)) == [1, 2]
+    assert skips(ast.parse("pytest.raises(pytest.skip.Exception)\n")) == []
+    found = {}
+    for path in sorted(TESTS.rglob("*.py")):
+        name = str(path.relative_to(TESTS))
+        if name not in SKIPPING_ALLOWED and (lines := skips(ast.parse(path.read_text("utf-8")))):
+            found[name] = lines
+    assert found == {}

@@ -13,7 +13,8 @@ from orchardist import mounts
 from orchardist.gitrepo import Repo
 from orchardist.treehash import escaping_symlinks, refused_path
 from orchardist.worktree import AttemptPaths, Layout, remove_tree
-from support import git, make_repo
+from realtools import require
+from support import add_worktree, git, make_repo
 
 
 def test_a_chain_is_followed_hop_by_hop_not_read_as_text() -> None:
@@ -41,8 +42,7 @@ def test_a_snapshot_reads_no_fifo_and_looks_through_no_symlinked_folder(tmp_path
     root = make_repo(tmp_path / "repo", {"README.md": "hello\n", "lib/code.py": "x = 1\n"})
     repo = Repo(root)
     base = repo.rev_parse("HEAD")
-    worktree = tmp_path / "wt"
-    repo.add_worktree(worktree, base)
+    worktree = add_worktree(root, tmp_path / "wt", base)
     os.mkfifo(worktree / "pipe")
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -123,8 +123,11 @@ def test_paths_are_refused_exactly_as_git_refuses_them(tmp_path: Path) -> None:
 def overlaid(request: pytest.FixtureRequest) -> bool:
     """Each snapshot test on an attempt tree of its own, and on an overlay of a pristine one."""
     tmp_path: Path = request.getfixturevalue("tmp_path")
-    if request.param and not (mounts.enter() and mounts.probe(tmp_path / "probe")):
-        pytest.skip("overlays cannot be mounted here (no CAP_SYS_ADMIN, or tmp cannot be upper)")
+    if request.param:
+        mountable = mounts.enter() and mounts.probe(tmp_path / "probe")
+        require(
+            mountable, "overlays cannot be mounted here (no CAP_SYS_ADMIN, or tmp cannot be upper)"
+        )
     return bool(request.param)
 
 

@@ -20,6 +20,7 @@ from orchardist.records import RunState
 from orchardist.runfolders import recorded_run_folder
 from orchardist.safeio import remove_tree
 from orchardist.worktree import ROOT_VAR, AttemptPaths, Layout, repo_key, workdir_root
+from realtools import require
 from run_support import leftovers, run_folder
 from support import Finished, git, make_repo, toml_str, write_plan
 
@@ -111,8 +112,8 @@ def test_commits_refs_and_config_written_inside_an_attempt_never_reach_the_users
 
 @pytest.fixture
 def overlays(repo: Path, tmp_path: Path) -> Layout:
-    if not (mounts.enter() and mounts.probe(tmp_path / "probe")):
-        pytest.skip("overlays cannot be mounted here (no CAP_SYS_ADMIN, or tmp cannot be upper)")
+    mountable = mounts.enter() and mounts.probe(tmp_path / "probe")
+    require(mountable, "overlays cannot be mounted here (no CAP_SYS_ADMIN, or tmp cannot be upper)")
     return Layout(Repo(repo), tmp_path / "root", tmp_path / "state", overlays=True)
 
 
@@ -235,8 +236,7 @@ print(first[0][1], mounts.enter(), os.readlink("/proc/thread-self/ns/mnt"), moun
 def test_a_thread_entering_after_another_made_the_namespace_joins_it(tmp_path: Path) -> None:
     # Given a process whose mount namespace was made by a thread that has ended since
     proc = subprocess.run([sys.executable, "-c", _JOIN_LATER], capture_output=True, text=True)
-    if proc.returncode == 3:
-        pytest.skip("no private mount namespace here (no CAP_SYS_ADMIN)")
+    require(proc.returncode != 3, "no private mount namespace here (no CAP_SYS_ADMIN)")
     # When its main thread enters too: it is in that same namespace, not left outside it
     made, entered, joined, usable = proc.stdout.split()
     assert (entered, usable) == ("True", "True"), proc.stderr

@@ -19,6 +19,7 @@ from .hooks import Hook
 from .plan import Plan
 from .records import Event, TaskState
 from .report import describe
+from .terminal import plain
 
 _STYLE = {
     "pending": "dim",
@@ -186,7 +187,7 @@ class LiveTable(Hook):
                 Text(state, style=_STYLE.get(state, "")),
                 _try(row),
                 elapsed,
-                str(row["note"])[:80],
+                Text(plain(str(row["note"]))[:80]),  # agents' words: no markup, no escapes
             )
         counts = {s: n for s, n in self.counts.items() if n > 0}
         footer = "  ".join(f"{n} {s}" for s, n in sorted(counts.items()))

@@ -8,6 +8,7 @@
     │   └── IsolationError     [run] isolation = "required" where namespaces cannot be made
     ├── GitError               a git command failed (translated where git is called)
     ├── StoreError             the SQLite store failed or holds something unexpected
+    ├── TransitionError        a state moved where its transition table does not allow (a bug)
     ├── AgentError             an agent could not be built or started
     └── RunLockedError         another orchestrator is driving the run
 
@@ -66,6 +67,11 @@ class GitError(OrchardistError):
 
 class StoreError(OrchardistError):
     """The state store failed."""
+
+
+class TransitionError(OrchardistError):
+    """A run, task or attempt was about to move between states its table (records.py) does not
+    join: a bug in orchardist, refused before it is stored."""
 
 
 class AgentError(OrchardistError):

@@ -251,16 +251,6 @@ class Repo:
         finally:
             os.close(fd)
 
-    def add_worktree(self, path: Path, commit: str) -> None:
-        """A detached worktree at ``commit``; an old directory at ``path`` is replaced."""
-        with self.worktree_lock():
-            if path.exists():
-                self._remove_worktree(path)
-            else:  # git refuses a path still registered to a worktree whose folder was deleted
-                self.run_git("worktree", "prune")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.git("worktree", "add", "--detach", "--quiet", str(path), commit)
-
     def remove_worktree(self, path: Path) -> None:
         """Remove a worktree, even one an agent damaged or deleted."""
         with self.worktree_lock():
@@ -276,14 +266,6 @@ class Repo:
         if path.exists():
             shutil.rmtree(path, ignore_errors=True)
         self.run_git("worktree", "prune")
-
-    def worktree_admin(self, worktree: Path) -> Path | None:
-        """The administration folder git keeps for a linked worktree (read from git's side)."""
-        proc = self.run_git("rev-parse", "--path-format=absolute", "--git-dir", cwd=worktree)
-        admin = Path(proc.stdout.strip()) if proc.returncode == 0 else None
-        if admin is None or not admin.is_relative_to(self.common_dir / "worktrees"):
-            return None
-        return admin
 
     def worktrees(self) -> list[Path]:
         """Paths of all worktrees git knows, the main one first."""

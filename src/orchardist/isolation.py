@@ -70,6 +70,33 @@ class Spec:
     tmp: Path | None = None  # becomes /tmp ($TMPDIR=/tmp); None: an empty tmpfs
     network: bool = True  # False: a private network namespace with loopback only
     mode: Mode = Mode.NAMESPACES
+    view: RepoView | None = None  # the attempt's tree shown at the repository's own path
+
+
+@dataclass(frozen=True)
+class RepoView:
+    """The attempt's tree shown at the repository's own path ``root``, so that whatever names
+    the repository by absolute path (editable installs, ``.pth`` files, configs) reads the
+    attempt's files, never the user's checkout (hidden beneath it).
+
+    ``environment`` are folders of the user's checkout shown read-only at the same place
+    inside (say ``root/.venv``); ``links`` are orchardist's symlinks ``(link, target)`` outside
+    the repository, each shown inside as ``target`` bound read-only at ``link`` (a bind onto a
+    symlink would follow it, into the hidden checkout): the attempts' git directories read the
+    user's objects through one.
+    """
+
+    root: Path  # the repository's absolute path
+    tree: Path  # the attempt's tree, shown there (writable when the spec's writable has it)
+    environment: tuple[Path, ...] = ()  # beneath root, bound read-only from the real checkout
+    links: tuple[tuple[Path, Path], ...] = ()
+
+    def inside(self, path: Path) -> Path:
+        """Where ``path`` (under the tree, say a task's workdir) is seen inside: under root."""
+        path = Path(path).absolute()
+        if path.is_relative_to(self.tree):
+            return self.root / path.relative_to(self.tree)
+        return path
 
 
 @cache
@@ -145,6 +172,8 @@ def wrap(argv: Sequence[str], spec: Spec, cwd: Path | None = None) -> list[str]:
         raise IsolationError(f"namespaces are unavailable: {found.reason}")
     wrapped = _base(found.bwrap, spec)
     wrapped += _binds(spec)
+    if spec.view is not None and cwd is not None:
+        cwd = spec.view.inside(cwd)
     if spec.home is not None:
         wrapped += ["--setenv", "HOME", str(spec.home)]
     if spec.tmp is not None:
@@ -203,13 +232,38 @@ def _base(bwrap: str, spec: Spec) -> list[str]:
 
 
 def _binds(spec: Spec) -> list[str]:
-    """Bind mounts for the spec's paths, outer ones first so inner ones end up on top."""
-    mounts = [(p, "--ro-bind-try") for p in spec.readonly]
-    mounts += [(p, "--bind") for p in spec.writable]
+    """Bind mounts for the spec's paths, outer ones first so inner ones end up on top.
+
+    bwrap takes a bind's source from the host's root, so a source hidden inside by an earlier
+    mount (the user's checkout beneath the attempt's tree) is still the host's."""
+    mounts = [_mount(p, "--ro-bind-try", p) for p in spec.readonly]
+    mounts += [_mount(p, "--bind", p) for p in spec.writable]
     if spec.home is not None:
-        mounts.append((spec.home, "--bind"))
+        mounts.append(_mount(spec.home, "--bind", spec.home))
+    if spec.view is not None:
+        mounts += _view_mounts(spec.view, writable=spec.view.tree in spec.writable)
     argv: list[str] = []
-    for path, flag in sorted(mounts, key=lambda m: len(Path(m[0]).absolute().parts)):
-        target = str(Path(path).absolute())
-        argv += [flag, target, target]
+    for _, mount in sorted(mounts, key=lambda m: m[0]):  # stable: a folder before its contents
+        argv += mount
     return argv
+
+
+def _mount(target: Path, flag: str, source: Path | None) -> tuple[int, list[str]]:
+    """One mount, keyed by its target's depth; ``source`` None for a tmpfs."""
+    where = Path(target).absolute()
+    argv = [flag] if source is None else [flag, str(Path(source).absolute())]
+    return len(where.parts), [*argv, str(where)]
+
+
+def _view_mounts(view: RepoView, writable: bool) -> list[tuple[int, list[str]]]:
+    """The mounts of a :class:`RepoView`: the tree at the root (made read-only after the
+    environment's mount points are in it, when the spec does not let it be written), the
+    environment above it, and each link's folder emptied, then given its target."""
+    found = [_mount(view.root, "--bind", view.tree)]
+    found += [_mount(path, "--ro-bind-try", path) for path in view.environment]
+    if not writable:
+        depth = 1 + max(len(Path(p).absolute().parts) for p in (view.root, *view.environment))
+        found.append((depth, ["--remount-ro", str(view.root)]))
+    for link, target in view.links:
+        found += [_mount(link.parent, "--tmpfs", None), _mount(link, "--ro-bind", target)]
+    return found

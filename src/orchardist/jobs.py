@@ -1,6 +1,10 @@
 """What an attempt is given: its job (prompt, commit message, limits), and what it is told of
 the tasks it depends on and of its own earlier failure.
 
+What other agents wrote (a dependency's summary, a failing command's output, which the attempt's
+own code may print) is quoted as data (see :mod:`orchardist.quoting`): it cannot add a header or
+an instruction of orchardist's to the prompt.
+
 :class:`Briefs` keeps what each task's next attempt is told; it also rebuilds a passed attempt's
 outcome from the store, to merge it again after a restart or a rewind.
 """
@@ -13,7 +17,8 @@ from .executors import AttemptJob, Job, Outcome
 from .gitrepo import commit_message
 from .plan import Plan
 from .procs import new_marker
-from .records import AttemptRecord, AttemptState
+from .quoting import inline, quoted
+from .records import ATTEMPT_START, AttemptRecord, AttemptState
 from .specs import TaskSpec
 
 FEEDBACK_CHARS = 4000  # the tail of a failure's output an attempt is shown
@@ -25,12 +30,13 @@ class Briefs:
     def __init__(self, plan: Plan, run_id: str) -> None:
         self.plan, self.run_id = plan, run_id
         self.specs = {t.id: t for t in plan.tasks}
-        self.feedback: dict[str, str] = {}  # task -> why its last attempt failed
+        self.feedback: dict[str, tuple[str, str]] = {}  # task -> why its last attempt failed,
+        # and the tail of its output
         self.summaries: dict[str, str] = {}  # task -> what its winner said it did
 
     def failed(self, task_id: str, detail: str, output: str) -> None:
         """What the task's next attempt is told about the last one's failure."""
-        self.feedback[task_id] = f"{detail}\n\n```\n{output[-FEEDBACK_CHARS:]}\n```"
+        self.feedback[task_id] = (detail, output[-FEEDBACK_CHARS:])
 
     def attempt(
         self, spec: TaskSpec, n: int, candidate: int, agent: str, tip: str, budget: float | None
@@ -63,12 +69,19 @@ class Briefs:
     def prompt(self, spec: TaskSpec) -> str:
         """The task's prompt, what its dependencies did, and its last failure."""
         parts = [spec.prompt]
-        done = [(d, self.summaries[d]) for d in spec.depends_on if self.summaries.get(d)]
+        said = {d: self.summaries.get(d, "") for d in spec.depends_on}
+        done = [(d, text) for d, text in said.items() if inline(text)]  # not only escapes
         if done:
-            parts.append("## What the tasks this one depends on did\n")
-            parts += [f"- {dep}: {summary}" for dep, summary in done]
-        if self.feedback.get(spec.id):
-            parts.append(f"## An earlier attempt failed\n\n{self.feedback[spec.id]}")
+            parts.append("## What the tasks this one depends on did")
+            parts += [
+                quoted(summary, f"Written by the agent of task {dep}") for dep, summary in done
+            ]
+        if spec.id in self.feedback:
+            detail, output = self.feedback[spec.id]
+            parts.append(f"## An earlier attempt failed\n\nWhy: {inline(detail)}")
+            if output:
+                label = "The end of its output (its commands', and what its code printed)"
+                parts.append(quoted(output, label))
         return "\n\n".join(parts) + "\n"
 
     def message(self, spec: TaskSpec, n: int, agent: str) -> str:
@@ -124,7 +137,7 @@ def started(job: Job, agent: str, now: float, log_path: str) -> AttemptRecord:
         n=job.attempt,
         candidate=job.candidate,
         agent=agent,
-        state=AttemptState.RUNNING,
+        state=ATTEMPT_START,
         base_commit=job.base_commit,
         started_at=now,
         marker=job.marker,

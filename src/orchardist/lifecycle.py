@@ -41,6 +41,7 @@ class Lifecycle:
 
     def __init__(
         self,
+        *,
         specs: Mapping[str, TaskSpec],
         graph: Graph,
         ledger: Ledger,
@@ -68,6 +69,13 @@ class Lifecycle:
         self.rounds.start(task_id)
         if self.tasks[task_id].state is not TaskState.READY:
             tx.state(task_id, TaskState.READY)
+
+    def retry_due(self, tx: Writes, task_id: str) -> None:
+        """A task's back-off ended: its next round starts if it still waits for one. A rewind
+        (it waits for a dependency again) or a dependency failing for good (blocked) may have
+        moved it meanwhile; such a task is not started."""
+        if self.tasks[task_id].state is TaskState.READY:
+            self.new_round(tx, task_id)
 
     def decided(self, tx: Writes, decision: Decision) -> None:
         """Record why each candidate won or lost; queue the winner, or count the failure."""

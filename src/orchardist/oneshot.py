@@ -190,8 +190,9 @@ examples:
   orchardist {0} "CSV export drops the last row" --agent claude --agent codex --candidates 3
   orchardist {0} "..." --check "python -m pytest -q tests/test_export.py" --stage localize=cheap
 
-Agent profiles come from .orchardist.toml at the repository root, then
-~/.config/orchardist/config.toml ([agents.NAME] tables, as in a plan). The plan built is kept
+Agent profiles come from ~/.config/orchardist/config.toml, then .orchardist.toml at the
+repository root ([agents.NAME] tables, as in a plan; the repository's cannot replace yours nor
+pass anything more to an agent unless you trust it: see docs/pipelines.md). The plan built is kept
 under the state folder's oneshot/ (status, logs, resume and retry work as for any run). Exit
 codes as for `run`: 0 landed, 1 failed, 2 bad usage or config, 130 interrupted. See
 docs/pipelines.md.

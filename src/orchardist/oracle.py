@@ -126,13 +126,14 @@ def looks_like_pytest(command: str) -> bool:
     return False
 
 
-def parse_junit(path: Path) -> TestReport | None:
-    """Read a JUnit XML file into a TestReport; None if it is missing, truncated or not JUnit.
+def parse_junit(path: Path | str, dir_fd: int | None = None) -> TestReport | None:
+    """Read a JUnit XML file (``path`` relative to ``dir_fd`` when given, see safeio) into a
+    TestReport; None if it is missing, truncated or not JUnit.
 
     Accepts a ``<testsuites>`` or ``<testsuite>`` root and any number of suites. A test reported
     more than once counts as failed if any entry failed, else skipped if any was skipped.
     """
-    raw = read_capped(path, MAX_JUNIT_BYTES)
+    raw = read_capped(path, MAX_JUNIT_BYTES, dir_fd)
     if raw is None:
         return None
     try:

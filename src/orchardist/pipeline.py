@@ -274,12 +274,14 @@ class Pipelines:
     def escalation(self, task_id: str, detail: str, output: str) -> tuple[str, dict[str, Any]]:
         """The pipeline task a failed shot escalates, and the escalation event's data (the
         shot's output, kept as the later stages' context)."""
-        from .verify import tail_of
+        from .safeio import read_tail
+        from .verify import FEEDBACK_BYTES
 
         owner = self.specs[task_id].pipeline_task
         attempts = self.store.attempts(self.run_id, task_id)
         if attempts and attempts[-1].log_path:  # what the agent printed, and verify did
-            output = tail_of(Path(attempts[-1].log_path)) or output
+            log = Path(attempts[-1].log_path)
+            output = read_tail(log, 0, FEEDBACK_BYTES, last=True).text() or output
         data = {
             "state": EscalationEvent.ESCALATED,
             "to": "debug",

@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .config import Config, config_files
+from .config import (
+    CONFIG_NAME,
+    Config,
+    Ignored,
+    config_files,
+    config_text,
+    screen_repository,
+    take_trusted,
+    user_config,
+    widening_keys,
+)
 from .errors import PlanError, Problem, unknown_key
 from .executors import EXECUTORS
 from .isolation import Policy
@@ -29,6 +39,7 @@ from .plantasks import TASK_KEYS as TASK_KEYS
 from .plantasks import TaskChecks
 from .plantasks import task_id_problem as task_id_problem
 from .records import AgentProfile as AgentProfile  # its home; kept importable from here
+from .runenv import FIELD, environment_problems
 from .scan.profiles import validate_scanners
 from .specs import DEFAULT_BRANCH as DEFAULT_BRANCH  # the records live in specs.py; kept
 from .specs import DEFAULT_TASK_TIMEOUT_S as DEFAULT_TASK_TIMEOUT_S  # importable from here
@@ -62,6 +73,7 @@ RUN_KEYS = {
     "workspace",
     "executor",
     "ray_address",
+    "environment",
 }
 PROFILE_KEYS = {
     "kind",
@@ -93,10 +105,13 @@ def load_plan(path: str | os.PathLike[str], require_tasks: bool = True) -> Plan:
     return _Validator(shown, plan_path, data, digest, require_tasks).plan()
 
 
-def read_profiles_file(path: Path) -> tuple[dict[str, AgentProfile], list[Problem]]:
+def read_profiles_file(
+    path: Path, screen: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> tuple[dict[str, AgentProfile], list[Problem]]:
     """The ``[agents.NAME]`` tables of a config file (nothing else is allowed in one), checked
     as a plan's are, and the problems found, each naming the file (the profiles that could
-    be read are returned even then, so a plan using them is not told they are unknown)."""
+    be read are returned even then, so a plan using them is not told they are unknown).
+    ``screen`` takes out of the parsed file what may not be read from it."""
     try:
         raw_bytes = path.read_bytes()
     except OSError as exc:
@@ -105,6 +120,8 @@ def read_profiles_file(path: Path) -> tuple[dict[str, AgentProfile], list[Proble
         data = parse(str(path), path, raw_bytes)
     except PlanError as exc:
         return {}, exc.problems
+    if screen is not None:
+        data = screen(data)
     return _Validator(str(path), path, data, "").profiles_file()
 
 
@@ -120,20 +137,59 @@ def load_config(repo_root: Path, environ: Mapping[str, str] | None = None) -> Co
 def read_config(
     repo_root: Path, environ: Mapping[str, str] | None = None
 ) -> tuple[Config, list[Problem]]:
-    """The config files' profiles that could be read, and every problem found in them."""
-    files = config_files(repo_root, environ)
+    """The config files' profiles that could be read, and every problem found in them.
+
+    The user's file first: it says whether the repository is trusted and which names are
+    the user's. The repository's is then read whole when trusted (its profiles win, as the
+    user asked), else screened (the user's win; see :mod:`orchardist.config`)."""
+    user_path, repo_path = user_config(environ), repo_root / CONFIG_NAME
+    trusted, user, problems = _read_user_file(user_path)
+    repo: dict[str, AgentProfile] = {}
+    ignored: list[Ignored] = []
+    is_trusted = repo_root.resolve() in trusted
+    if repo_path.is_file():
+
+        def screen(data: dict[str, Any]) -> dict[str, Any]:
+            screened, left_out = screen_repository(
+                data, repo_path, dict.fromkeys(user, user_path), widening_keys
+            )
+            ignored.extend(left_out)
+            return screened
+
+        repo, wrong = read_profiles_file(repo_path, None if is_trusted else screen)
+        problems += wrong
+    order = [(user_path, user), (repo_path, repo)]  # the winner last
     profiles: dict[str, AgentProfile] = {}
     origins: dict[str, Path] = {}
-    problems: list[Problem] = []
-    texts = []
-    for path in reversed(files):  # the winner last
-        found, wrong = read_profiles_file(path)
-        problems += wrong
+    for path, found in order:
         profiles.update(found)
         origins.update(dict.fromkeys(found, path))
-        if found:
-            texts.append(f"# from {path}\n" + path.read_text(encoding="utf-8", errors="replace"))
-    return Config(profiles, origins, tuple(files), "\n".join(reversed(texts))), problems
+    texts = [
+        config_text(path, found, path == repo_path and not is_trusted)
+        for path, found in reversed(order)
+        if found
+    ]
+    files = tuple(config_files(repo_root, environ))
+    return Config(profiles, origins, files, "\n".join(texts), tuple(ignored)), problems
+
+
+def _read_user_file(
+    path: Path,
+) -> tuple[tuple[Path, ...], dict[str, AgentProfile], list[Problem]]:
+    """The user's file: the repositories it trusts, its profiles, and its problems."""
+    if not path.is_file():
+        return (), {}, []
+    trusted: tuple[Path, ...] = ()
+    problems: list[Problem] = []
+
+    def take(data: dict[str, Any]) -> dict[str, Any]:
+        nonlocal trusted
+        trusted, wrong = take_trusted(data, path)
+        problems.extend(wrong)
+        return data
+
+    profiles, wrong = read_profiles_file(path, take)
+    return trusted, profiles, problems + wrong
 
 
 class _Validator(TaskChecks):
@@ -144,6 +200,7 @@ class _Validator(TaskChecks):
     ) -> None:
         super().__init__(shown, path, data, require_tasks)
         self.digest = digest
+        self.ignored: tuple[Ignored, ...] = ()  # what the repository's config could not set
 
     def plan(self) -> Plan:
         """The whole plan, or PlanError with every problem found."""
@@ -175,7 +232,9 @@ class _Validator(TaskChecks):
             raise PlanError(self.problems)
         assert repo is not None
         from_config = frozenset(agents) - frozenset(self.own_agents)
-        return Plan(self.path, repo, run, agents, tasks, self.digest, scanners, from_config)
+        return Plan(
+            self.path, repo, run, agents, tasks, self.digest, scanners, from_config, self.ignored
+        )
 
     def profiles_file(self) -> tuple[dict[str, AgentProfile], list[Problem]]:
         """A config file: ``[agents.NAME]`` tables only."""
@@ -194,6 +253,7 @@ class _Validator(TaskChecks):
         if repo is not None:
             config, problems = read_config(repo)
             self.problems += problems
+            self.ignored = config.ignored
             agents = {**config.profiles, **own}
             origins = config.origins
         for name, profile in agents.items():
@@ -301,6 +361,11 @@ class _Validator(TaskChecks):
             values["max_patch_mb"] = self._money(raw["max_patch_mb"], "run.max_patch_mb")
         if "workspace" in raw:
             values["workspace"] = self._workspace(raw["workspace"], repo)
+        if "environment" in raw:
+            names = self._str_list(raw["environment"], FIELD)
+            values["environment"], problems = environment_problems(names, repo)
+            for message in problems:
+                self.problem(message, fld=FIELD)
         if "executor" in raw:
             values["executor"] = self._executor(raw["executor"])
         if "ray_address" in raw:

@@ -6,6 +6,10 @@ validates it with the full validator, exactly as ``orchardist validate`` would a
 final path; while there are problems (at most ``max_rounds`` rounds) it sends them back, with
 the previous plan, in the next round's prompt. Agent profiles come from the config files
 (:mod:`orchardist.config`).
+
+The plan is an agent's words, and ``--run --yes`` runs it unread: it may not widen what agents
+receive beyond what the user configured (:func:`widening`), the same rule as for a repository's
+config file; each such key is a problem sent back, and the user sets it after review.
 """
 
 from __future__ import annotations
@@ -15,14 +19,17 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from .agents import BASE_ENV, Agent, AgentContext, AgentResult, agent_class, make_agent
+from .config import PROFILE_WIDENING
 from .errors import PlanError, UsageError
+from .isolation import Policy
 from .plan import AgentProfile, Plan, load_plan
 from .procs import CancelToken, new_marker
+from .specs import RunConfig
 
 MAX_PLAN_BYTES = 1024 * 1024
 
@@ -68,9 +75,13 @@ def _prompt(spec: str, profiles_toml: str, last: str, problems: tuple[str, ...])
         "- small tasks that touch few files; dependencies only where one task needs another's",
         "  work; no cycles",
         "- a plan is self-contained: copy the [agents.NAME] tables of the profiles it uses",
-        "  from these (the user's configured profiles) into the plan:",
+        "  from these (the user's configured profiles) into the plan, or name them:",
         "",
         profiles_toml.strip() or "(none configured: define [agents.NAME] tables yourself)",
+        "",
+        "- leave out [run] isolation, sandbox, network, guard_checkout, workspace, executor",
+        "  and ray_address, and a profile's env, command, args, permission, allowed_tools and",
+        "  api_key_env unless copied as configured: they widen what agents get; the user sets them",
         "",
         "Specification:",
         spec.strip(),
@@ -117,14 +128,19 @@ def _read_plan(path: Path) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
-def _validate(text: str, out: Path) -> tuple[Plan | None, tuple[str, ...]]:
-    """Validate ``text`` as the plan at ``out`` would be (relative paths resolve the same)."""
+def _validate(
+    text: str, out: Path, configured: Mapping[str, AgentProfile]
+) -> tuple[Plan | None, tuple[str, ...]]:
+    """Validate ``text`` as the plan at ``out`` would be (relative paths resolve the same),
+    then check that it widens nothing (:func:`widening`)."""
     fd, name = tempfile.mkstemp(prefix=".orchardist-plan-", suffix=out.suffix, dir=out.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         try:
-            return load_plan(name), ()
+            plan = load_plan(name)
+            wide = widening(plan, configured)
+            return (None, tuple(f"{out.name}: {w}" for w in wide)) if wide else (plan, ())
         except PlanError as exc:
             shown = name
             return None, tuple(str(p).replace(shown, out.name) for p in exc.problems)
@@ -141,9 +157,11 @@ def make_plan(
     log_dir: Path,
     max_rounds: int = 3,
     on_round: Callable[[Round], None] | None = None,
+    configured: Mapping[str, AgentProfile] | None = None,
 ) -> Planned:
     """Ask the planner for a plan until it validates (``max_rounds`` at most); write it.
-    Each round's log is kept in ``log_dir``."""
+    Each round's log is kept in ``log_dir``. ``configured``: the config files' profiles, which
+    the plan may copy as they are."""
     try:
         spec = spec_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -175,7 +193,7 @@ def make_plan(
                 problems = ("no plan was written to $ORCHARDIST_PLAN_FILE (a TOML file)",)
             else:
                 last = text
-                plan, problems = _validate(text, out)
+                plan, problems = _validate(text, out, configured or {})
             done = Round(n, result.exit_code, problems, _keep(log, log_dir / f"round{n}.log"))
             rounds.append(done)
             if on_round is not None:
@@ -233,3 +251,45 @@ def _keep(log: Path, kept: Path) -> Path:
     else:
         kept.write_text("")
     return kept
+
+
+_WIDE = "widens what agents receive: the user sets it, after reading the plan"
+
+
+def widening(plan: Plan, configured: Mapping[str, AgentProfile]) -> list[str]:
+    """What a planned plan sets that widens what agents receive: ``[run]`` keys that weaken
+    isolation or send attempts elsewhere, and profile keys (``env``, each kind's
+    ``widening_keys``) not as the configured profile of that name has them."""
+    found = [f"run.{key}: {_WIDE}" for key in _wider_run(plan.run)]
+    for name, profile in plan.agents.items():
+        if name in plan.config_agents:
+            continue  # the configured profile itself, named
+        same = configured.get(name)
+        if same is not None and same.kind != profile.kind:
+            same = None
+        for key in sorted(PROFILE_WIDENING | agent_class(profile.kind).widening_keys):
+            if _value(profile, key) not in (_value(same, key), _value(None, key)):
+                found.append(f"agents.{name}.{key}: {_WIDE}")
+    return found
+
+
+def _wider_run(run: RunConfig) -> list[str]:
+    """The ``[run]`` keys set wider than the defaults (``required`` isolation is narrower)."""
+    plain = RunConfig()
+    wider = {
+        "isolation": run.isolation not in (Policy.AUTO, Policy.REQUIRED),
+        "sandbox": not run.sandbox,
+        "network": run.network,
+        "guard_checkout": not run.guard_checkout,
+        "workspace": run.workspace is not None,
+        "executor": run.executor != plain.executor,
+        "ray_address": run.ray_address != plain.ray_address,
+    }
+    return [key for key, wide in wider.items() if wide]
+
+
+def _value(profile: AgentProfile | None, key: str) -> object:
+    """A profile's value of a widening key; its default when absent (or no profile)."""
+    if profile is None:
+        return () if key == "env" else None
+    return profile.env if key == "env" else profile.options.get(key)

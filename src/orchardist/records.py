@@ -6,7 +6,9 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
+
+from .errors import TransitionError
 
 
 class RunState(enum.StrEnum):
@@ -19,6 +21,25 @@ class RunState(enum.StrEnum):
 
 
 UNFINISHED = (RunState.RUNNING, RunState.INTERRUPTED, RunState.STOPPED)  # may be resumed
+
+RUN_START = RunState.RUNNING  # a run is created running
+RUN_MOVES: Mapping[RunState, frozenset[RunState]] = {
+    # the loop ends it one of five ways
+    RunState.RUNNING: frozenset(
+        {
+            RunState.DONE,
+            RunState.FAILED,
+            RunState.INTERRUPTED,
+            RunState.STOPPED,
+            RunState.CANCELLED,
+        }
+    ),
+    RunState.DONE: frozenset(),
+    RunState.FAILED: frozenset({RunState.RUNNING}),  # retried
+    RunState.INTERRUPTED: frozenset({RunState.RUNNING, RunState.CANCELLED}),  # resumed, cancelled
+    RunState.STOPPED: frozenset({RunState.RUNNING, RunState.CANCELLED}),  # resumed, cancelled
+    RunState.CANCELLED: frozenset({RunState.RUNNING}),  # retried
+}
 
 
 class TaskState(enum.StrEnum):
@@ -47,6 +68,31 @@ _TERMINAL_TASK = {
     TaskState.SKIPPED,
 }
 
+TASK_START = TaskState.PENDING  # every task of a new run
+_T = TaskState
+# Any task may become done: a resume trusts the run branch over the store (runs.reconcile),
+# and a fix pipeline's owner is done when its shot lands.
+_SETTLE = frozenset({_T.BLOCKED, _T.CANCELLED, _T.SKIPPED, _T.DONE})  # what an open task may end as
+# A fix pipeline's escalated shot, retried by name, lands: its debug stages are skipped, whatever
+# they had reached (pipeline.Pipelines.landed).
+_SHOT_LANDED = frozenset({_T.SKIPPED})
+TASK_MOVES: Mapping[TaskState, frozenset[TaskState]] = {
+    _T.PENDING: _SETTLE | {_T.READY, _T.MERGING},  # released (a parked patch merges at once)
+    # the round's attempts start; a rewind makes it wait again; a hold or decision ends a round
+    _T.READY: _SETTLE | {_T.PENDING, _T.RUNNING, _T.MERGING, _T.FAILED},
+    _T.RUNNING: _SETTLE | {_T.PENDING, _T.READY, _T.VERIFYING, _T.MERGING, _T.FAILED},
+    _T.VERIFYING: _SETTLE | {_T.PENDING, _T.READY, _T.RUNNING, _T.MERGING, _T.FAILED},
+    # landed; re-run (conflict, moved branch, merged tree failed) or failed for good
+    _T.MERGING: _SETTLE | {_T.PENDING, _T.READY, _T.FAILED},
+    # a regression rewind takes it off the branch: re-run (or failed), waits, or merges again;
+    # a resume that does not find its commit on the branch runs it again
+    _T.DONE: _SHOT_LANDED | {_T.PENDING, _T.READY, _T.MERGING, _T.FAILED},
+    _T.FAILED: _SHOT_LANDED | {_T.PENDING, _T.DONE},  # retried
+    _T.BLOCKED: _SHOT_LANDED | {_T.PENDING, _T.DONE},  # retried
+    _T.CANCELLED: _SHOT_LANDED | {_T.PENDING, _T.READY, _T.MERGING, _T.DONE},  # retried, restored
+    _T.SKIPPED: frozenset({_T.PENDING, _T.DONE}),  # retried by name
+}
+
 
 class AttemptState(enum.StrEnum):
     RUNNING = "running"  # agent or verify in progress
@@ -55,6 +101,36 @@ class AttemptState(enum.StrEnum):
     CANCELLED = "cancelled"  # stopped because it was no longer needed
     INTERRUPTED = "interrupted"  # the orchestrator died or was stopped while it ran
     MERGED = "merged"  # its patch is the task's commit
+
+
+ATTEMPT_START = AttemptState.RUNNING  # an attempt is recorded as it starts
+_A = AttemptState
+ATTEMPT_MOVES: Mapping[AttemptState, frozenset[AttemptState]] = {
+    _A.RUNNING: frozenset({_A.PASSED, _A.FAILED, _A.CANCELLED, _A.INTERRUPTED}),
+    _A.PASSED: frozenset({_A.MERGED, _A.FAILED}),  # landed, or conflicted on the way
+    # taken off the branch by a rewind, as the culprit or replayed into a conflict
+    _A.MERGED: frozenset({_A.FAILED}),
+    _A.FAILED: frozenset({_A.MERGED}),  # a resume found its commit still on the branch
+    _A.CANCELLED: frozenset(),
+    _A.INTERRUPTED: frozenset(),
+}
+
+State = TypeVar("State", bound=enum.StrEnum)
+_MOVES: Mapping[type[enum.StrEnum], Mapping[Any, frozenset[Any]]] = {
+    RunState: RUN_MOVES,
+    TaskState: TASK_MOVES,
+    AttemptState: ATTEMPT_MOVES,
+}
+
+
+def moved(old: State, new: State, what: str) -> State:
+    """``new`` if its table lets ``old`` become it (staying is no move); every stored change of
+    a run's, task's or attempt's state passes here, so an illegal move is a bug that raises
+    :class:`TransitionError` naming ``what`` moved, and the transaction rolls back."""
+    if old is not new and new not in _MOVES[type(old)][old]:
+        name = type(old).__name__
+        raise TransitionError(f"{what}: {name} {old.value} -> {new.value} is not allowed")
+    return new
 
 
 class Failure(enum.StrEnum):
@@ -79,21 +155,59 @@ class Usage:
     session_id: str | None = None
 
 
+# What orchardist keeps of what an agent says about itself (docs/security.md): a figure outside
+# its range is dropped, never stored (SQLite's INTEGER is 64-bit: 2**70 tokens would end a run
+# for good), and a string is cut to its cap (an agent could send megabytes of session id).
+MAX_TOKENS = 10**12  # input or output tokens of one attempt
+MAX_TURNS = 10**6
+MAX_COST_USD = 10**6
+USAGE_LIMITS = {
+    "cost_usd": MAX_COST_USD,
+    "input_tokens": MAX_TOKENS,
+    "output_tokens": MAX_TOKENS,
+    "turns": MAX_TURNS,
+}
+MAX_RETRY_AFTER_S = 8 * 86400  # a rate limit's reset: a weekly quota's is at most 7 days off
+SESSION_ID_CHARS = 256
+SUMMARY_CHARS = 2000  # an agent's summary of its work (it reaches dependents' prompts)
+DETAIL_CHARS = 4000  # an attempt's detail (it can quote the agent's error message)
+FEEDBACK_CHARS = 16000  # failing output kept for the next attempt's prompt
+
+
 def checked_usage(usage: Usage) -> tuple[Usage, tuple[str, ...]]:
-    """``usage`` without the figures that are not finite non-negative numbers (an agent could
-    report NaN or -1e9 and switch budgets off), and the names of those dropped."""
-    dropped = tuple(
-        name
-        for name in ("cost_usd", "input_tokens", "output_tokens", "turns")
-        if (value := getattr(usage, name)) is not None
-        and (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value < 0
-        )
-    )
-    return replace(usage, **dict.fromkeys(dropped)), dropped
+    """``usage`` without the figures outside ``USAGE_LIMITS`` (an agent could report NaN or
+    -1e9 and switch budgets off, or 1e30 and overflow the store), and the names of those
+    dropped; the session id cut to ``SESSION_ID_CHARS``."""
+    kept: dict[str, Any] = {}
+    dropped = []
+    for name, limit in USAGE_LIMITS.items():
+        value = getattr(usage, name)
+        if value is None:
+            continue
+        if _within(value, limit):
+            kept[name] = float(value) if name == "cost_usd" else int(value)
+        else:
+            dropped.append(name)
+            kept[name] = None
+    session = usage.session_id
+    kept["session_id"] = None if session is None else capped(str(session), SESSION_ID_CHARS)
+    return replace(usage, **kept), tuple(dropped)
+
+
+def _within(value: Any, limit: int) -> bool:
+    """A number from 0 to ``limit``; compared without converting (10**400 has no float)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return 0 <= value <= limit
+
+
+def capped(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` characters, saying how much was cut."""
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}… [{len(text) - max_chars} characters cut]"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Any
 from .events import Kind
 from .records import AttemptRecord, AttemptState, Event, Run
 from .store import Store
+from .terminal import plain
 
 
 def status_document(store: Store, run: Run) -> dict[str, Any]:
@@ -136,4 +137,4 @@ def describe(event: Event) -> str:
             text += f" ({data['agent']})"
     if reason:
         text += f" — {reason}"
-    return text
+    return plain(text)  # a reason can quote what an agent wrote (a handoff's file names, say)

@@ -19,7 +19,17 @@ from .events import Kind, RunEvent
 from .gitrepo import Repo, find_toplevel
 from .graph import Graph
 from .procs import kill_by_env
-from .records import UNFINISHED, AttemptState, Event, Run, RunState, TaskRecord, TaskState
+from .records import (
+    RUN_START,
+    TASK_START,
+    UNFINISHED,
+    AttemptState,
+    Event,
+    Run,
+    RunState,
+    TaskRecord,
+    TaskState,
+)
 from .runfolders import remove_run_folder
 from .store import Store, Transaction
 
@@ -248,7 +258,7 @@ def create_run(
         repo=str(ws.repo.root),
         base_commit=base,
         branch=branch,
-        state=RunState.RUNNING,
+        state=RUN_START,
         created_at=clock(),
     )
     with ws.store.transaction() as tx:
@@ -258,7 +268,7 @@ def create_run(
                 TaskRecord(
                     run_id,
                     task.id,
-                    TaskState.PENDING,
+                    TASK_START,
                     task.index,
                     stage=task.stage,
                     pipeline_task=task.pipeline_task,

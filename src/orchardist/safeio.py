@@ -4,6 +4,12 @@ Such a path may hold a FIFO (an ordinary open would block for good), a symlink t
 ``/dev/zero`` or to a file the agent should not see, or a file of hundreds of megabytes. So a
 file is opened without following a final symlink and without blocking, read only if it is a
 regular file, and read only up to a cap.
+
+A folder the agent could write (the attempt's io folder and what is in it) may have become a
+symlink to any folder of the user's: orchardist makes such a folder afresh after the agent ends
+(``fresh_folder``, removing what is there without following links) and works in it through a
+descriptor opened without following one (``open_folder``, then ``dir_fd`` relative names), so
+a link made later, by the code verify runs, leads nowhere.
 """
 
 from __future__ import annotations
@@ -14,18 +20,28 @@ import os
 import shutil
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["flocked", "read_capped", "read_tail"]
+__all__ = [
+    "Tail",
+    "flocked",
+    "fresh_folder",
+    "open_folder",
+    "read_capped",
+    "read_tail",
+    "remove_tree",
+]
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def read_capped(path: Path, max_bytes: int) -> bytes | None:
-    """The bytes of the regular file at ``path``; None when it is missing, a symlink, not a
-    regular file, or larger than ``max_bytes``."""
+def read_capped(path: Path | str, max_bytes: int, dir_fd: int | None = None) -> bytes | None:
+    """The bytes of the regular file at ``path`` (relative to ``dir_fd`` when given); None when
+    it is missing, a symlink, not a regular file, or larger than ``max_bytes``."""
     try:
-        fd = os.open(path, _FLAGS)
+        fd = os.open(path, _FLAGS, dir_fd=dir_fd)
     except OSError:
         return None
     try:
@@ -46,19 +62,41 @@ def read_capped(path: Path, max_bytes: int) -> bytes | None:
         os.close(fd)
 
 
-def read_tail(path: Path, offset: int, max_bytes: int) -> bytes | None:
+@dataclass(frozen=True)
+class Tail:
+    """A slice of a file that may still be growing, as one look saw it."""
+
+    data: bytes
+    start: int  # where ``data`` begins in the file
+    size: int  # the file's size at the look
+    found: bool = True  # False: missing, a symlink or not a regular file (``data`` is empty)
+
+    @property
+    def end(self) -> int:
+        """Where the next look at a growing file starts."""
+        return self.start + len(self.data)
+
+    def text(self) -> str:
+        """``data`` decoded leniently (a slice may cut a character in two)."""
+        return self.data.decode("utf-8", errors="replace")
+
+
+def read_tail(path: Path, offset: int, max_bytes: int, last: bool = False) -> Tail:
     """At most ``max_bytes`` of the regular file at ``path`` from ``offset`` on (a log that
-    grows, read a slice per look); None when it is missing, a symlink or not a regular file."""
+    grows, read a slice per look); with ``last``, its last ``max_bytes``, none before
+    ``offset``. The one reader of logs: they live where agents write."""
     try:
         fd = os.open(path, _FLAGS)
     except OSError:
-        return None
+        return Tail(b"", offset, 0, found=False)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.pread(fd, max_bytes, offset)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return Tail(b"", offset, 0, found=False)
+        start = max(offset, st.st_size - max_bytes) if last else offset
+        return Tail(os.pread(fd, max_bytes, start), start, st.st_size)
     except OSError:
-        return None
+        return Tail(b"", offset, 0, found=False)
     finally:
         os.close(fd)
 
@@ -76,8 +114,25 @@ def flocked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def open_folder(path: Path) -> int | None:
+    """A descriptor of the folder at ``path``, opened without following a symlink there; None
+    when ``path`` is not (or no longer) a real folder. The caller closes it."""
+    try:
+        return os.open(path, _FOLDER_FLAGS)
+    except OSError:
+        return None
+
+
+def fresh_folder(path: Path) -> None:
+    """An empty folder at ``path``, made now: whatever was there (a symlink, a file, a folder
+    an agent filled) removed first without following any link."""
+    remove_tree(path)
+    path.mkdir(mode=0o755)
+
+
 def remove_tree(path: Path) -> None:
-    """Delete ``path`` and everything in it, even folders an agent made read-only."""
+    """Delete ``path`` and everything in it, even folders an agent made read-only; a symlink
+    is removed, never followed (``shutil.rmtree`` works through descriptors on Linux)."""
     if not os.path.lexists(path):
         return
     if path.is_symlink() or not path.is_dir():

@@ -19,7 +19,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .clocks import Alarms
 from .events import AttemptEvent, BreakerEvent, Kind, MergeEvent, RegressionEvent, RunEvent
@@ -95,17 +95,17 @@ class Scheduler:
         self.before_finish: Callable[[], None] = lambda: None  # runs.execute: tidy first
         self.pipelines = Pipelines(self.specs, store, run.id, self.train.start_on)
         self.life = Lifecycle(
-            self.specs,
-            self.graph,
-            self.ledger,
-            self.rounds,
-            self.train,
-            self.briefs,
-            self.pipelines,
-            Backoff(base_s=plan.run.retry_backoff_s),
-            self.rng,
-            lambda delay_s, task_id: self.alarms.set(delay_s, "retry", task_id),
-            self._cancel,
+            specs=self.specs,
+            graph=self.graph,
+            ledger=self.ledger,
+            rounds=self.rounds,
+            train=self.train,
+            briefs=self.briefs,
+            pipelines=self.pipelines,
+            backoff=Backoff(base_s=plan.run.retry_backoff_s),
+            rng=self.rng,
+            retry_in=lambda delay_s, task_id: self.alarms.set(delay_s, "retry", task_id),
+            cancel=self._cancel,
         )
 
     # -- the loop ------------------------------------------------------------------------
@@ -187,7 +187,7 @@ class Scheduler:
         for kind, task_id in self.alarms.due():
             if kind == "retry" and self.stopping is None:
                 with self.ledger.tx() as tx:
-                    self.life.new_round(tx, task_id)
+                    self.life.retry_due(tx, task_id)
             elif kind == "deadline":
                 self._stop(Stop("deadline reached", RunState.STOPPED))
 
@@ -266,9 +266,8 @@ class Scheduler:
             return
         if job.profile is None:  # (never: an attempt submitted has its agent's profile)
             return
-        usage, dropped = checked_usage(outcome.usage)
-        outcome = replace(outcome, usage=usage)
-        self.budgets.spend(job.task_id, usage)
+        outcome, dropped = outcome.bounded()  # nothing the agent said is kept unchecked
+        self.budgets.spend(job.task_id, outcome.usage)
         if self.pools.ended(job.profile.name, job.task_id, outcome):
             with self.ledger.tx() as tx:
                 tx.event(

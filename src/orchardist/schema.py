@@ -97,6 +97,7 @@ RUN_FIELDS: dict[str, Schema] = {
     "isolation": _choice([p.value for p in Policy], "how attempts are confined"),
     "network": _doc(BOOL, "verify commands, checks and baselines may use the network"),
     "workspace": _doc(NONEMPTY, "root of the attempt folders, outside the repository"),
+    "environment": _doc(STR_LIST, "untracked folders of the checkout shown read-only in attempts"),
     "executor": _choice(sorted(EXECUTORS), "where attempts run"),
     "ray_address": _doc(NONEMPTY, "the Ray cluster of executor ray: host:port, or auto"),
 }

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .config import Ignored
 from .isolation import Policy
 from .records import AgentProfile
 from .scan.profiles import ScannerProfile
@@ -94,6 +95,7 @@ class RunConfig:
     isolation: Policy = Policy.AUTO  # namespaces, Landlock or nothing (see isolation.py)
     network: bool = False  # verify commands, checks and baselines may use the network
     workspace: Path | None = None  # root of the attempt folders (None: see worktree.workdir_root)
+    environment: tuple[str, ...] = ()  # untracked folders of the checkout shown read-only
     executor: str = "local"  # where attempts run: a name in executors.EXECUTORS
     ray_address: str = "auto"  # the Ray cluster of executor "ray" (run --ray-address)
 
@@ -110,6 +112,7 @@ class Plan:
     digest: str  # sha256 of the file's bytes, recorded with the run (resume compares task ids)
     scanners: Mapping[str, ScannerProfile] = field(default_factory=dict)  # [scanners.NAME]
     config_agents: frozenset[str] = frozenset()  # profiles from the config files, not the plan
+    ignored: tuple[Ignored, ...] = ()  # what the repository's config file set and was not read
 
     def used_agents(self) -> set[str]:
         """The profiles its tasks and scanners run, and their fallbacks."""

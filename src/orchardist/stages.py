@@ -3,8 +3,9 @@ the handoff it must leave, and how a reproduce, audit or localize attempt is jud
 executor's side). :mod:`orchardist.pipeline` expands tasks into stages and schedules them.
 
 The contract, the same for every agent kind: a stage's agent gets ``ORCHARDIST_STAGE`` and the
-earlier handoffs both in its prompt and as JSON at ``$ORCHARDIST_INPUTS``; it leaves its own as
-the ``handoff`` object of the JSON it writes to ``$ORCHARDIST_OUTPUT``.
+earlier handoffs both in its prompt (quoted as data, see :mod:`orchardist.quoting`) and as JSON
+at ``$ORCHARDIST_INPUTS``; it leaves its own as the ``handoff`` object of the JSON it writes to
+``$ORCHARDIST_OUTPUT``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .isolation import Spec
+from .quoting import code_span, plain_data, quoted
 from .records import Failure
 from .safeio import read_capped
 
@@ -42,6 +44,16 @@ LANDING_STAGES = ("", SHOT, FIX)  # "" : an ordinary task
 DOES_NOT_REPRODUCE = "does_not_reproduce"
 ESCALATING = (Failure.NO_CHANGES, Failure.VERIFY_FAILED)  # a shot failing so escalates
 MAX_HANDOFF_BYTES = 256 * 1024
+# A handoff is stored and quoted into later prompts: a longer string is refused (cut, a command
+# or a path would mean something else), and keys outside the stage's contract are not kept.
+HANDOFF_TEXT_CHARS = 8000  # repro_cmd, failing_test, notes
+HANDOFF_ITEM_CHARS = 1000  # one entry of files or symbols
+HANDOFF_ITEMS = 200  # entries of files or symbols
+HANDOFF_KEYS = {
+    "reproduce": ("repro_cmd", "failing_test", "notes"),
+    "audit": ("verdict", "repro_cmd", "notes"),
+    "localize": ("files", "symbols", "notes"),
+}
 OUTPUT_CHARS = 4000  # of a command's output, in feedback and in the escalation context
 NOT_RUNNABLE = {126: "is not executable", 127: "was not found"}
 PYTEST_NOT_RUN = {4: "pytest could not run it (usage error)", 5: "pytest collected no tests"}
@@ -100,14 +112,15 @@ def stage_prompt(stage: str, report: str, inputs: Mapping[str, Any], kind: str =
         parts.append(duty)
     if inputs:
         parts.append(
-            "## What the earlier stages handed over (also in the JSON file at "
-            "$ORCHARDIST_INPUTS)\n\n```json\n" + json.dumps(inputs, indent=2) + "\n```"
+            "## What the earlier stages handed over (also in the JSON file at $ORCHARDIST_INPUTS)"
         )
+        label = "Written by the agents of the earlier stages"
+        parts.append(quoted(json.dumps(plain_data(inputs), indent=2), label, info="json"))
     repro = repro_command(inputs)
     if stage == FIX and repro:
         parts.append(
-            f"Fix the bug. The reproduction `{repro}` must pass after your change; do not "
-            "weaken or delete its test. Keep the change minimal."
+            f"Fix the bug. The reproduction {code_span(repro)} must pass after your change; do "
+            "not weaken or delete its test. Keep the change minimal."
         )
     if stage in DUTIES:
         parts.append(
@@ -150,7 +163,7 @@ def read_handoff(output_file: Path, stage: str) -> dict[str, Any]:
     if not isinstance(handoff, dict):
         raise HandoffError(f'no handoff: {where} has no "handoff" object')
     _check_keys(handoff, stage)
-    return handoff
+    return {k: v for k, v in handoff.items() if k in HANDOFF_KEYS.get(stage, handoff)}
 
 
 def _check_keys(handoff: dict[str, Any], stage: str) -> None:
@@ -161,6 +174,8 @@ def _check_keys(handoff: dict[str, Any], stage: str) -> None:
         if not isinstance(value, str) or not value.strip():
             need = "required, " if required else ""
             raise HandoffError(f"malformed handoff: {key} is {need}a non-empty string")
+        if len(value) > HANDOFF_TEXT_CHARS:
+            raise HandoffError(f"malformed handoff: {key} is over {HANDOFF_TEXT_CHARS} characters")
 
     def strings(key: str, required: bool = False) -> None:
         value = handoff.get(key)
@@ -168,6 +183,11 @@ def _check_keys(handoff: dict[str, Any], stage: str) -> None:
             return
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
             raise HandoffError(f"malformed handoff: {key} must be a non-empty list of strings")
+        if len(value) > HANDOFF_ITEMS or any(len(v) > HANDOFF_ITEM_CHARS for v in value):
+            raise HandoffError(
+                f"malformed handoff: {key} holds at most {HANDOFF_ITEMS} entries of at most"
+                f" {HANDOFF_ITEM_CHARS} characters"
+            )
 
     if stage == REPRODUCE:
         text("repro_cmd", required=True)

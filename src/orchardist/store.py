@@ -4,6 +4,7 @@ One database per repository, under the git common directory, so nothing appears 
 tree. WAL mode with a busy timeout lets ``orchardist status`` read while a run writes. Every
 state change goes through :meth:`Store.transaction`, which opens an immediate transaction and
 rolls back on error, so a crash at any instant leaves the last committed step, never half of one.
+A run's, task's or attempt's state changes only along its transition table (records.py).
 The tables themselves, and how rows become records, are in :mod:`orchardist.tables`.
 """
 
@@ -21,10 +22,21 @@ from typing import Any
 
 from .errors import StoreError
 from .oracle import CommandOutcome, TestReport
-from .records import AttemptRecord, Event, Run, TaskRecord, Usage
+from .records import (
+    AttemptRecord,
+    AttemptState,
+    Event,
+    Run,
+    RunState,
+    TaskRecord,
+    TaskState,
+    Usage,
+    moved,
+)
 from .tables import SCHEMA, USAGE_FIELDS, attempt_of, attempt_row, migrate, run_of, task_of
 
 MEMORY = ":memory:"  # the path of an in-memory store
+_STATES = {"runs": RunState, "tasks": TaskState, "attempts": AttemptState}  # a table's state
 
 
 class Transaction:
@@ -146,14 +158,25 @@ class Transaction:
     def _update(self, table: str, key: Mapping[str, Any], changes: Mapping[str, Any]) -> None:
         if not changes:
             return
+        where = " and ".join(f"{c} = ?" for c in key)
+        if "state" in changes:
+            self._check_move(table, key, where, changes["state"])
         values = [v.value if hasattr(v, "value") else v for v in changes.values()]
         sets = ", ".join(f"{c} = ?" for c in changes)
-        where = " and ".join(f"{c} = ?" for c in key)
         cur = self._conn.execute(
             f"update {table} set {sets} where {where}", (*values, *key.values())
         )
         if cur.rowcount != 1:
             raise StoreError(f"no {table[:-1]} {dict(key)} to update")
+
+    def _check_move(self, table: str, key: Mapping[str, Any], where: str, new: str) -> None:
+        """Refuse a state change the transition table does not allow (records.moved)."""
+        sql = f"select state from {table} where {where}"
+        row = self._conn.execute(sql, tuple(key.values())).fetchone()
+        if row is not None:  # (no row: the update that follows says so)
+            kind = _STATES[table]
+            what = f"{table[:-1]} {'/'.join(str(v) for v in key.values())}"
+            moved(kind(row[0]), kind(new), what)
 
 
 class Store:

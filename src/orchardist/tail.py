@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import codecs
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import IO, Any
 
 from .follow import follow
 from .records import Event, Run
+from .safeio import read_tail
 from .terminal import plain
 
 
@@ -75,17 +75,10 @@ def _copy_from(
     path: Path, offset: int, decoder: codecs.IncrementalDecoder, out: IO[str], raw: bool
 ) -> int:
     """Write the bytes of ``path`` from ``offset`` on (leniently decoded); the new offset."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return offset  # not created yet
-    try:
-        while chunk := os.pread(fd, 1 << 16, offset):
-            text = decoder.decode(chunk)
-            out.write(text if raw else plain(text))
-            offset += len(chunk)
-    finally:
-        os.close(fd)
+    while chunk := read_tail(path, offset, 1 << 16).data:  # nothing yet: not created
+        text = decoder.decode(chunk)
+        out.write(text if raw else plain(text))
+        offset += len(chunk)
     return offset
 
 

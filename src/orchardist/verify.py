@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from .oracle import (
     pytest_env,
 )
 from .procs import CancelToken, run_process
+from .safeio import fresh_folder, open_folder, read_tail
 
 FEEDBACK_BYTES = 4000
 
@@ -95,31 +98,41 @@ def run_one(
     """Run one command with ``/bin/sh -c``; with ``junit``, pytest runs report per test.
 
     Returns the result, the per-test report (None when not pytest or unreadable) and the
-    tail of what the command printed.
+    tail of what the command printed. The command (the agent's code) can write ``junit``'s
+    folder: it is used only through a descriptor opened without following links (see safeio),
+    so a symlink put there makes orchardist neither remove nor read a file elsewhere.
     """
     with log.open("ab") as fh:
         fh.write(f"$ {command}\n".encode())
     offset = log.stat().st_size
+    folder, name = None, ""
     if junit is not None and looks_like_pytest(command):
-        junit.unlink(missing_ok=True)
+        folder, name = open_folder(junit.parent), junit.name  # None: not a real folder
         env = {**env, **pytest_env(junit, env)}
-    else:
-        junit = None
-    left = None if deadline is None else max(0.01, deadline - time.monotonic())
-    proc = run_process(
-        ["/bin/sh", "-c", command],
-        cwd=cwd,
-        env=env,
-        log=log,
-        timeout_s=left,
-        cancel=cancel,
-        marker=marker,
-        writable=writable,
-        confine=confine,
-    )
+    try:
+        if folder is not None:
+            # a stale report is not this run's; one that cannot go (a folder an earlier
+            # command made there) is no regular file either, so it is never read as a report
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=folder)
+        left = None if deadline is None else max(0.01, deadline - time.monotonic())
+        proc = run_process(
+            ["/bin/sh", "-c", command],
+            cwd=cwd,
+            env=env,
+            log=log,
+            timeout_s=left,
+            cancel=cancel,
+            marker=marker,
+            writable=writable,
+            confine=confine,
+        )
+        report = None if folder is None else parse_junit(name, folder)
+    finally:
+        if folder is not None:
+            os.close(folder)
     result = CommandResult(command, proc.exit_code, proc.duration_s, proc.timed_out, proc.cancelled)
-    report = parse_junit(junit) if junit is not None else None
-    return result, report, tail_of(log, offset)
+    return result, report, read_tail(log, offset, FEEDBACK_BYTES, last=True).text()
 
 
 def run_commands(
@@ -230,7 +243,8 @@ class CommandVerifier:
         each command (see isolation.py); the base is run with the same ``network``."""
         if not commands and check is None:
             return Verdict(True, "unverified", "no verify commands: merged unchecked")
-        scratch.mkdir(parents=True, exist_ok=True)
+        scratch.parent.mkdir(parents=True, exist_ok=True)
+        fresh_folder(scratch)  # the agent may have left a symlink there (see run_one)
         run = partial(
             self.runner,
             cwd=cwd,
@@ -323,16 +337,6 @@ class CommandVerifier:
             result.timed_out,
             judgement.flag or "",
         )
-
-
-def tail_of(log: Path, offset: int = 0) -> str:
-    """The last bytes of a log written after ``offset``, decoded leniently."""
-    try:
-        with log.open("rb") as fh:
-            fh.seek(max(offset, log.stat().st_size - FEEDBACK_BYTES))
-            return fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
 
 
 CommandFunction = Callable[[Path], tuple[int, str]]  # cwd -> (exit code, output)

@@ -16,6 +16,7 @@ edit there), so an attempt's files never live inside the user's git directory::
     <root>/<repo-key>/runs/<run>/pristine/<k>/   a checkout of one base commit (tree/, git/),
                shared read-only by the overlays of the attempts on that commit
     <root>/<repo-key>/baselines/<name>/...   the same, for a baseline run
+    <root>/<repo-key>/links/git   a symlink to the user's git directory (see userlink.py)
 
 Where orchardist can mount overlays (see mounts.py) and the attempt's processes are confined
 (so no agent can write the pristine checkout beneath its neighbours), an attempt's ``tree/`` is an
@@ -42,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import mounts
+from . import mounts, userlink
 from .errors import OrchardistError
 from .gitrepo import Checkout, Repo
 from .indexfile import IndexFile, advance
@@ -177,6 +178,10 @@ class Layout:
         self._lowers: dict[Path, _Pristine] = {}  # attempt root -> the pristine under it
         self._removing: dict[Path, threading.Event] = {}  # attempt roots being removed
         self._skeletons: set[Path] = set()  # removed overlaid attempts: their empty tree/ left
+
+    @property
+    def user_git(self) -> Path:  # the link the attempts' alternates name (see userlink.py)
+        return userlink.path(self.folder)
 
     def attempt(self, run_id: str, job_id: str) -> AttemptPaths:
         """The folders of a run's job (not created)."""
@@ -326,7 +331,7 @@ class Layout:
         """A private git directory at ``commit``: objects read from the user's repository."""
         for sub in ("objects/info", "refs/heads", "refs/tags", "info"):
             (git / sub).mkdir(parents=True)
-        objects = (self.repo.common_dir / "objects").resolve()
+        objects = userlink.ensure(self.folder, self.repo.common_dir)
         (git / "objects" / "info" / "alternates").write_text(f"{objects}\n")
         (git / "HEAD").write_text(f"{commit}\n")
         (git / "config").write_text(self._git_config())
@@ -445,6 +450,8 @@ class Layout:
             if not any(p.root.is_relative_to(self.run_folder(run_id)) for p in self._pristines):
                 remove_tree(self.run_folder(run_id) / PRISTINE)
             for folder in (self.run_folder(run_id), self.folder / "runs", self.folder):
+                if folder == self.folder:
+                    userlink.remove(self.folder)
                 try:
                     folder.rmdir()
                 except OSError:

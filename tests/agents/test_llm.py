@@ -14,7 +14,7 @@ import pytest
 from agent_testing import ChatServer, make_ctx
 
 from orchardist.agents import agent_class
-from orchardist.agents.llm import DONE, MAX_RETRIES, LlmAgent
+from orchardist.agents.llm import DONE, LlmAgent
 from orchardist.plan import AgentProfile
 from orchardist.procs import CancelToken, marked_processes
 from orchardist.records import Failure
@@ -192,14 +192,14 @@ def test_a_long_retry_after_ends_the_attempt_as_rate_limited(
 
 
 def test_retries_are_bounded(calc_repo: Path, chat_server: ChatServer) -> None:
-    for _ in range(MAX_RETRIES + 1):
+    for _ in range(7):  # more than the documented 5 retries would use
         chat_server.error(503)
     sleeps: list[float] = []
     result = llm(chat_server, sleeps).run(make_ctx(calc_repo, "llm"))
     assert result.failure is Failure.AGENT_ERROR
     assert "HTTP 503" in result.detail
     assert sleeps == [1.0, 2.0, 4.0, 8.0, 16.0]
-    assert len(chat_server.requests) == MAX_RETRIES + 1
+    assert len(chat_server.requests) == 6  # the first try and 5 retries (docs/agents.md)
 
 
 def test_a_rejected_key_is_an_auth_error_without_retry(
@@ -227,7 +227,7 @@ def test_an_unreachable_server_is_retried_then_an_agent_error(calc_repo: Path) -
     result = LlmAgent(profile, sleep=sleeps.append).run(make_ctx(calc_repo, "llm"))
     assert result.failure is Failure.AGENT_ERROR
     assert "cannot reach" in result.detail
-    assert len(sleeps) == MAX_RETRIES
+    assert sleeps == [1.0, 2.0, 4.0, 8.0, 16.0]  # 5 retries (docs/agents.md)
 
 
 # -- cancellation and time ----------------------------------------------------------------------

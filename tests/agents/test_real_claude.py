@@ -6,7 +6,6 @@ Skipped with the reason when the tool is not installed; failed under CI.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +21,6 @@ from realtools import require_tool
 from support import git
 
 pytestmark = pytest.mark.slow
-# Claude Code refuses every edit under .git, where attempt worktrees lived before AttemptPaths.
-OUTSIDE_GIT = importlib.util.find_spec("orchardist.worktree") is not None
 FIX = [
     ToolUse("Read", {"file_path": "{cwd}/calc.py"}, "Let me look."),
     ToolUse("Edit", {"file_path": "{cwd}/calc.py", "old_string": "a - b", "new_string": "a + b"}),
@@ -64,15 +61,14 @@ def _run(
     return run_fix(tmp_path, monkeypatch, api, "ANTHROPIC_BASE_URL", settings), api
 
 
-@pytest.mark.skipif(
-    not OUTSIDE_GIT,
-    reason="attempt worktrees still live under .git, where Claude Code refuses every edit"
-    " (issue 11; helper ws moves them out)",
-)
 def test_claude_fixes_a_failing_test_and_its_fix_is_merged(
     tmp_path: Path, claude: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     doc, api = _run(tmp_path, claude, monkeypatch, FIX)
+    # Claude Code refuses every edit under .git: it worked in a folder outside the repository's
+    (cwd,) = api.working_directories()
+    git_dir = Path(doc["_repo"]).resolve() / ".git"
+    assert not Path(cwd).resolve().is_relative_to(git_dir), cwd
     task = only_task(doc)
     assert task["state"] == "done", task
     (attempt,) = task["attempts"]
@@ -129,7 +125,7 @@ def test_a_rate_limit_pauses_and_relaunches_without_counting_a_retry(
     task = only_task(doc)
     # Then the rate-limited attempt was requeued, and the next one merged the fix
     assert task["attempts"][0]["failure"] == "rate_limited"
-    assert task["state"] == ("done" if OUTSIDE_GIT else "failed"), task
+    assert task["state"] == "done", task
     assert "requeued" in [e.get("state") for e in events(doc, "attempt")]
 
 

@@ -3,7 +3,6 @@ findings and adds one of its own, and the merged log holds exactly one new findi
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shlex
 import shutil
@@ -17,13 +16,16 @@ from orchardist import Workspace
 from orchardist.agents.llm import DONE
 from orchardist.plan import load_plan
 from orchardist.scan.engine import Scanner
+from realtools import require_modules
 from support import git
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "scan_repo"
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("ruff") is None, reason="needs ruff (pip install -e '.[dev]')"
-)
+
+@pytest.fixture(autouse=True)
+def scanner_tools() -> None:
+    """The scanner these tests run: ruff."""
+    require_modules("ruff")
 
 
 def test_an_llm_reviewer_repeating_two_ruff_findings_adds_exactly_one(

@@ -22,6 +22,8 @@ def test_every_kind_declares_its_name_keys_and_environment(kind: str) -> None:
     assert cls.kind == kind
     assert isinstance(cls.profile_keys, frozenset)
     assert not cls.profile_keys & PROFILE_KEYS, "a kind's keys must not shadow the common ones"
+    # what an untrusted repository's config may not set: keys the kind really has
+    assert isinstance(cls.widening_keys, frozenset) and cls.widening_keys <= cls.profile_keys
     for names in (cls.env_keys, cls.home_files, cls.home_state):
         assert isinstance(names, tuple) and all(isinstance(n, str) and n for n in names)
     # Wrong-typed options are reported as (message, key) pairs, never raised.

@@ -1,8 +1,9 @@
 """Hostile agents against the files orchardist reads after them: ``$ORCHARDIST_OUTPUT`` and the
 JUnit report made a FIFO, a symlink to ``/dev/zero``, or a 300 MB file.
 
-The orchestrator runs as a real process; the outcome is that it ends, and how much memory it
-took at its peak (from the kernel's accounting of the waited-for child).
+The orchestrator runs as a real process; the outcome is that it ends, blaming the agent for an
+output file it cannot read, and how much memory it took at its peak (from the kernel's
+accounting of the waited-for child).
 """
 
 from __future__ import annotations
@@ -71,13 +72,20 @@ verify = {toml_str(JUNIT_FIFO)}
         check=False,
     )
 
-    # Then: it ended, every task merged (the files are ignored, not blamed on anyone)
+    # Then: it ended; each trap is the agent's failure (agent_error, tried once: retries = 0),
+    # never orchardist's (infra_error, retried), and the task whose report was a FIFO merged
     exit_code, peak_kib = (int(v) for v in proc.stdout.split())
     doc = status(repo, only_run(repo))
-    assert exit_code == 0, json.dumps(doc, indent=1)
-    assert {t["id"]: t["state"] for t in doc["tasks"]} == dict.fromkeys(
-        ("fifo", "zero", "huge", "deep", "junit"), "done"
-    )
+    assert exit_code == 1, json.dumps(doc, indent=1)
+    traps = ("fifo", "zero", "huge", "deep")
+    assert {t["id"]: t["state"] for t in doc["tasks"]} == {
+        **dict.fromkeys(traps, "failed"),
+        "junit": "done",
+    }
+    for task in doc["tasks"]:
+        if task["id"] in traps:
+            assert [a["failure"] for a in task["attempts"]] == ["agent_error"], task
+            assert "output file" in task["attempts"][0]["detail"], task
     # and it never held anything like the 300 MB file (or /dev/zero) in memory
     assert peak_kib < 250 * 1024, f"peak resident size {peak_kib} KiB"
     assert_untouched(repo, ground)

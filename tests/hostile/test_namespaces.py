@@ -104,7 +104,7 @@ for f in /proc/[0-9]*/environ; do
   tr '\\0' '\\n' < "$f" 2>/dev/null | grep ORCHARDIST_TEST_SECRET || true
 done > loot.txt
 cat loot.txt
-printf '{{"summary": "%s"}}' "$(tr -d '\\n"' < loot.txt)" > "$ORCHARDIST_OUTPUT"
+printf '{"summary": "%s"}' "$(tr -d '\\n"' < loot.txt)" > "$ORCHARDIST_OUTPUT"
 echo stolen >> loot.txt
 """
 
@@ -202,9 +202,12 @@ def test_an_agent_cannot_write_the_users_checkout_git_directory_or_real_home(
 
     run = run_plan(plan)
 
-    # Then: every write was refused (the agent says so) and nothing changed on the host
+    # Then: the writes at the checkout's path reached the attempt's own tree (shown there),
+    # every other write was refused (the agent says so), and nothing changed on the host
     assert run.state is RunState.DONE, run.doc
-    assert run.read("escaped.txt") == "tried"
+    assert run.read("escaped.txt") == "checkout\nnew_file\ntried"
+    assert run.read("README.md") == "hello\nhacked"
+    assert run.read("dropped.txt") == "hacked"
     assert not (repo / "dropped.txt").exists()
     assert not (repo / ".git" / "objects" / "planted").exists()
     for name in ("checkout", "config", "bashrc"):

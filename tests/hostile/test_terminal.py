@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
 from orchardist import RunState
+from pipeline_support import BUG, add_project, stage_plan
 from run_support import orchardist
 from support import Finished, toml_str, write_plan
 
@@ -53,3 +56,37 @@ def test_logs_and_show_print_no_escape_sequence_an_agent_wrote_unless_raw(
     assert "+file link  up" in show.stdout, show.stdout
     # and --raw prints the log as it is
     assert "\x1b]0;pwned\x07" in raw.stdout
+
+
+def test_run_and_status_print_no_escape_sequence_an_agent_put_in_a_failure_s_detail(
+    repo: Path, shell_scripts: Callable[..., str]
+) -> None:
+    # Given: a debug task whose localize agent names a file with a window title and a screen
+    # clear in its name (the stage refuses it, and the detail quotes the name), and no retry
+    add_project(repo)
+    evil = "\x1b]0;pwned\x07\x1b[2Jnope\x9b31m.py"
+    handoff = json.dumps({"handoff": {"files": [evil]}})
+    plan = stage_plan(
+        repo,
+        shell_scripts,
+        f"""
+        [[task]]
+        id = "bug"
+        prompt = {toml_str(BUG)}
+        agent = "sh"
+        pipeline = "debug"
+        check = "python -c 'from calc import mean; assert mean([]) == 0.0'"
+        stages.localize.retries = 0
+        """,
+        **{"bug.localize": f"printf '%s' {shlex.quote(handoff)} > \"$ORCHARDIST_OUTPUT\"\n"},
+    )
+
+    # When: it runs from the command line, and its status is printed
+    ran = orchardist(repo, "run", str(plan))
+    shown = orchardist(repo, "status")
+
+    # Then: the detail is printed, the name in it, without one control character
+    assert ran.returncode != 0
+    for printed in (ran, shown):
+        assert "files not in the repository: nope31m.py" in printed.stdout, printed.stdout
+        assert CONTROLS.findall(printed.stdout + printed.stderr) == []

@@ -96,6 +96,10 @@ class ScriptedServer(ModelServer):
             bodies = [r.body for r in self.requests if isinstance(r.body, dict)]
         return [b for b in bodies if b.get("tools")]
 
+    def working_directories(self) -> set[str]:
+        """The working directories the agent named in its turns (where it edits)."""
+        return {found.group(1) for b in self.turns() if (found := _CWD.search(json.dumps(b)))}
+
     def failing(self, body: Mapping[str, Any]) -> ApiError | None:
         """The error to answer an agent's turn with, if any."""
         with self.lock:

@@ -7,7 +7,6 @@ an edit to one file must re-run the file-scoped scanners on that file only.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,13 +16,16 @@ from typing import Any
 import pytest
 from scan_support import PYTHON, fixture_repo, validate_sarif
 
+from realtools import require_modules
 from run_support import orchardist
 from support import git, write_plan
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("ruff") is None or importlib.util.find_spec("bandit") is None,
-    reason="needs ruff and bandit (pip install -e '.[dev]')",
-)
+
+@pytest.fixture(autouse=True)
+def scanner_tools() -> None:
+    """The scanners these tests run: ruff and bandit."""
+    require_modules("ruff", "bandit")
+
 
 SCANNERS = f"""
 [scanners.ruff]

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
-import pytest
-
+from realtools import require_modules
 from run_support import orchardist
 from support import git
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("ruff") is None or importlib.util.find_spec("bandit") is None,
-    reason="needs ruff and bandit (pip install -e '.[dev]')",
-)
 def test_the_quickstart_scanners_run_and_cache(tmp_path: Path) -> None:
+    require_modules("ruff", "bandit")
     # Given: the example as a repository of its own (`python` is this interpreter: conftest)
     repo = tmp_path / "quickstart"
     shutil.copytree(EXAMPLE, repo, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -117,6 +118,33 @@ def test_the_api_serves_runs_tasks_logs_diffs_and_the_graph(repo: Path, run_plan
 
         assert client.get("/api/runs/nope").status_code == 404
         assert client.get(f"/api/runs/{done.run.id}/tasks/nope").status_code == 404
+
+
+def test_a_log_an_agent_replaced_by_a_symlink_or_a_fifo_is_shown_as_not_available(
+    repo: Path, tmp_path: Path, run_plan: RunPlan
+) -> None:
+    # Given: a finished run whose "base" log became a symlink to a secret outside, and whose
+    # "left" log a FIFO no one writes to (an open of it would wait for good)
+    done = run_plan(finished_plan(repo))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOKEN-4242\n")
+    logs = {a.task_id: Path(a.log_path) for a in done.ws.store.attempts(done.run.id)}
+    logs["base"].unlink()
+    logs["base"].symlink_to(secret)
+    logs["left"].unlink()
+    os.mkfifo(logs["left"])
+    with serving(repo) as dash, dash.client() as client:
+        # When: the dashboard shows their tails, and streams the symlinked one
+        tails = {
+            task: client.get(f"/api/runs/{done.run.id}/tasks/{task}").json()["attempts"][0]
+            for task in ("base", "left", "right")
+        }
+        stream = client.get(f"/api/runs/{done.run.id}/tasks/base/attempts/1/log").text
+    # Then: neither is read; the untouched log still is
+    assert tails["base"]["log_tail"]["text"] == "(log not available)"
+    assert tails["left"]["log_tail"]["text"] == "(log not available)"
+    assert tails["right"]["log_tail"]["text"] != "(log not available)"
+    assert "TOKEN-4242" not in stream and "event: end" in stream
 
 
 def test_the_event_stream_resumes_after_the_last_event_id(repo: Path, run_plan: RunPlan) -> None:

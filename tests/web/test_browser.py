@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from orchardist.scheduler import Scheduler
+from realtools import require
 from support import Finished, write_plan
 from web.dashboard import serving
 
@@ -36,11 +37,7 @@ def browser() -> Iterator[Any]:
         for name, ok in (("playwright", sync_playwright is not None), ("chromium", CHROMIUM))
         if not ok
     ]
-    if missing:
-        message = f"browser tests need {' and '.join(missing)} (apt-get install chromium)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require(not missing, f"browser tests need {' and '.join(missing)} (apt-get install chromium)")
     assert sync_playwright is not None
     with sync_playwright() as pw:
         chromium = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])

@@ -94,6 +94,9 @@ class Agent(Protocol):
 
     kind: ClassVar[str]
     profile_keys: ClassVar[frozenset[str]]  # kind-specific keys a profile may set
+    # those that widen what the agent receives (credentials, flags, permissions): not read
+    # from an untrusted repository's config file (see orchardist.config)
+    widening_keys: ClassVar[frozenset[str]]
     env_keys: ClassVar[tuple[str, ...]]  # caller's variables this kind needs (API keys)
     home_files: ClassVar[tuple[str, ...]]  # files it reads from the real home (copied, ~-relative)
     home_state: ClassVar[tuple[str, ...]]  # folders in its private home it writes (~-relative)

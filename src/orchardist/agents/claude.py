@@ -47,6 +47,7 @@ class ClaudeAgent(CliAgent):
     )
     home_state: ClassVar[tuple[str, ...]] = (".claude",)
     profile_keys: ClassVar[frozenset[str]] = COMMON_KEYS | {"allowed_tools"}
+    widening_keys: ClassVar[frozenset[str]] = CliAgent.widening_keys | {"allowed_tools"}
     budget_flag: ClassVar[bool] = True
     env_keys: ClassVar[tuple[str, ...]] = (
         "ANTHROPIC_API_KEY",

@@ -114,6 +114,8 @@ class CliAgent(abc.ABC):
     kind: ClassVar[str]
     executable: ClassVar[str]  # the default ``command``
     profile_keys: ClassVar[frozenset[str]] = COMMON_KEYS
+    # which program gets the tool's credentials and home files, with which flags and mode
+    widening_keys: ClassVar[frozenset[str]] = frozenset({"command", "args", "permission"})
     env_keys: ClassVar[tuple[str, ...]] = ()
     home_files: ClassVar[tuple[str, ...]] = ()  # copied from the real home into the private one
     home_state: ClassVar[tuple[str, ...]] = ()  # folders made in the private home for its state
@@ -290,9 +292,21 @@ class CliAgent(abc.ABC):
             except ValueError:
                 event = None
             if isinstance(event, dict):
-                self.event(seen, event)
+                self._take(seen, event)
                 return
         self.text(seen, line)
+
+    def _take(self, seen: Seen, event: dict[str, Any]) -> None:
+        """One event through the adapter; one it cannot read (NaN turns, a cost of 400 digits,
+        a reset time past the calendar) fails the attempt as the agent's error, not
+        orchardist's (an exception here used to end it as infra_error, retried uncounted)."""
+        try:
+            self.event(seen, event)
+        except (ArithmeticError, ValueError, TypeError, LookupError, AttributeError) as exc:
+            if seen.failure is not Failure.AGENT_ERROR:
+                said = plain(f"{type(exc).__name__}: {exc}")[:200]
+                seen.errors.insert(0, f"output orchardist cannot read ({said})")
+            seen.errored, seen.failure = True, Failure.AGENT_ERROR
 
     def result(self, proc: ProcessResult, seen: Seen, ctx: AgentContext) -> AgentResult:
         """Map the finished process and what it said to an AgentResult."""

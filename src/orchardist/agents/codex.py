@@ -180,9 +180,10 @@ def _read_session_log(seen: Seen, ctx: AgentContext) -> None:
             return
         log = seen.state["session_log"] = found[-1]
     # The log is in the agent's home: never an open that blocks (a FIFO) or reads without end.
-    data = read_tail(log, seen.state.get("session_offset", 0), SESSION_LOG_SLICE)
-    if data is None:
+    tail = read_tail(log, seen.state.get("session_offset", 0), SESSION_LOG_SLICE)
+    if not tail.found:
         return
+    data = tail.data
     complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for next time
     if not complete and len(data) == SESSION_LOG_SLICE:
         complete = data  # one line longer than a slice holds no token count: skip it

@@ -65,6 +65,7 @@ class GeminiAgent(CliAgent):
     )
     home_state: ClassVar[tuple[str, ...]] = (".gemini",)
     profile_keys: ClassVar[frozenset[str]] = COMMON_KEYS | {"allowed_tools"}
+    widening_keys: ClassVar[frozenset[str]] = CliAgent.widening_keys | {"allowed_tools"}
     env_keys: ClassVar[tuple[str, ...]] = (
         "GEMINI_API_KEY",
         "GOOGLE_API_KEY",

@@ -91,6 +91,8 @@ class LlmAgent:
             "temperature",
         }
     )
+    # which of the caller's variables orchardist sends to base_url as the API key
+    widening_keys: ClassVar[frozenset[str]] = frozenset({"api_key_env"})
     env_keys: ClassVar[tuple[str, ...]] = ()  # the key stays with orchardist
     home_files: ClassVar[tuple[str, ...]] = ()  # it runs in orchardist, not in a tool
     home_state: ClassVar[tuple[str, ...]] = ()

@@ -47,6 +47,7 @@ class ScriptedAgent:
 
     kind: ClassVar[str] = "scripted"
     profile_keys: ClassVar[frozenset[str]] = frozenset({"script"})
+    widening_keys: ClassVar[frozenset[str]] = frozenset()  # canned steps, given nothing
     env_keys: ClassVar[tuple[str, ...]] = ()
     home_files: ClassVar[tuple[str, ...]] = ()
     home_state: ClassVar[tuple[str, ...]] = ()

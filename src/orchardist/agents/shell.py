@@ -29,6 +29,8 @@ class ShellAgent:
 
     kind: ClassVar[str] = "shell"
     profile_keys: ClassVar[frozenset[str]] = frozenset({"command"})
+    # its command is the agent itself, confined like any: it is given nothing beyond env
+    widening_keys: ClassVar[frozenset[str]] = frozenset()
     env_keys: ClassVar[tuple[str, ...]] = ()
     home_files: ClassVar[tuple[str, ...]] = ()
     home_state: ClassVar[tuple[str, ...]] = ()

@@ -8,7 +8,7 @@ import contextlib
 import json
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
 from typing import Any
 
@@ -145,6 +145,18 @@ def isolation_note(plan: Any) -> str:
     from .. import isolation
 
     return isolation.describe(plan.run.isolation, isolation.choose(plan.run.isolation))
+
+
+def checkout_note(plan: Any, env: Mapping[str, str] | None = None) -> str:
+    """Where attempts cannot be shown at the repository's path (no namespaces), what names the
+    checkout by absolute path, so that verify tests it; with namespaces, the folders on PATH
+    inside the repository that attempts will not see (see checkoutrefs.py); "" when none."""
+    from .. import isolation
+    from ..checkoutrefs import explain, references, unseen_path_entries
+
+    if isolation.choose(plan.run.isolation) is isolation.Mode.NAMESPACES:
+        return unseen_path_entries(plan.repo, plan.run.environment, env)
+    return explain(plan.repo, references(plan.repo, env))
 
 
 def _progress_hooks(

@@ -125,10 +125,14 @@ def executor_args(p: argparse.ArgumentParser) -> None:
 def load_plan(path: Path) -> Plan:
     """:func:`orchardist.plan.load_plan`, imported when a command reads a plan: the plan's
     models and every agent kind are most of the package, which commands that only read a
-    run's record (status, logs, events, runs) never need."""
+    run's record (status, logs, events, runs) never need. What the repository's config file
+    set and was not read is printed, one line each, on stderr."""
+    from ..config import tell_ignored
     from ..plan import load_plan as load
 
-    return load(path)
+    plan = load(path)
+    tell_ignored(plan.ignored)
+    return plan
 
 
 def with_executor(plan: Any, args: argparse.Namespace) -> Any:

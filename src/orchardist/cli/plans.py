@@ -171,11 +171,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     plan = with_executor(load_plan(args.plan), args)
     if plan.run.executor == "ray":
         return _doctor_cluster(plan, args)
+    from .drive import checkout_note
+
     reports = check_plan(plan, probe=args.probe)
     if args.json:
         print(json.dumps(to_json(str(args.plan), reports), indent=2))
     else:
         print(render(str(args.plan), reports))
+    note = checkout_note(plan)  # what verify tests without namespaces
+    if note:
+        print(note, file=sys.stderr if args.json else sys.stdout)
     return EXIT_OK if all(r.ok for r in reports) else EXIT_FAILED
 
 
@@ -199,8 +204,9 @@ def add_plan(sub: Commands, main: Main) -> None:
         "plan to $ORCHARDIST_PLAN_FILE. orchardist validates it as `validate` would at the "
         "output path; while it has problems (at most --rounds rounds) they are sent back to the "
         "agent. The valid plan is written, and its graph and critical path printed. Agent "
-        "profiles come from .orchardist.toml at the repository root, then "
-        "~/.config/orchardist/config.toml ([agents.NAME] tables as in plans).",
+        "profiles come from ~/.config/orchardist/config.toml, then .orchardist.toml at the "
+        "repository root ([agents.NAME] tables as in plans; see docs/pipelines.md). The plan "
+        "may not widen what agents receive (isolation, network, env passed through).",
     )
     p.add_argument("spec", type=Path, help="the specification (Markdown or text)")
     p.add_argument("--agent", required=True, help="the planner's agent profile")
@@ -239,6 +245,7 @@ def cmd_plan(args: argparse.Namespace, main: Main) -> int:
         log_dir,
         args.rounds,
         shown,
+        config.profiles,
     )
     if planned.plan is None:
         print(
@@ -258,6 +265,7 @@ def cmd_plan(args: argparse.Namespace, main: Main) -> int:
 
 def _planner_config(args: argparse.Namespace) -> tuple[Path, Config]:
     """``plan``'s usage checked: the repository's root and the config holding ``--agent``."""
+    from ..config import tell_ignored
     from ..gitrepo import find_toplevel
     from ..plan import load_config
 
@@ -271,6 +279,7 @@ def _planner_config(args: argparse.Namespace) -> tuple[Path, Config]:
     if args.run and not args.yes and not sys.stdin.isatty():
         raise UsageError("--run without a terminal needs --yes")
     config = load_config(root)
+    tell_ignored(config.ignored)
     if args.agent not in config.profiles:
         known = ", ".join(sorted(config.profiles)) or "none"
         raise UsageError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     shown = (lambda text: text) if args.raw else plain  # what agents wrote: detail, diff, log
     print(
         f"==> {args.task} attempt {attempt.n} candidate {attempt.candidate} "
-        f"({attempt.agent}): {_outcome(attempt)}"
+        f"({attempt.agent}): {_outcome(attempt, shown)}"
     )
     print(f"    {shown(attempt.detail)}")
     if attempt.patch_commit:
@@ -56,15 +57,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _outcome(attempt: Any) -> str:
-    """The attempt's state, then its verdict and selection only where they say more
-    (``failed``, not ``failed failed failed``)."""
+def _outcome(attempt: Any, shown: Callable[[str], str]) -> str:
+    """The attempt's state, then its verdict and selection (what agents wrote, ``shown``)
+    only where they say more (``failed``, not ``failed failed failed``)."""
     state = attempt.state.value
     parts = [state]
     if attempt.verdict and attempt.verdict != state:
         parts.append(f"verdict {attempt.verdict}")
     if attempt.selection and attempt.selection not in (state, attempt.verdict):
-        parts.append(str(attempt.selection))
+        parts.append(shown(str(attempt.selection)))
     return "; ".join(parts)
 
 

@@ -4,6 +4,7 @@ terminal)."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 from ..errors import PlanError, UsageError
 from ..records import RunState
 from .drive import (
+    checkout_note,
     cluster_reachable,
     confirm,
     drive,
@@ -101,6 +103,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_selection(plan, args.only, args.skip)
     isolation_note(plan)  # "required" without namespaces: refused before anything is made
     cluster_reachable(plan)  # an unreachable Ray cluster too
+    note = checkout_note(plan)  # an editable install verify would test instead of the attempt
+    if note and not args.quiet:
+        print(note, file=sys.stderr, flush=True)
     # Read-only until every check passed: a refused run leaves nothing behind.
     existing = Workspace.open(plan.repo) if has_runs(plan.repo) else None
     unfinished = [] if args.fresh or existing is None else unfinished_runs(existing, plan)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..records import RunState
+from ..terminal import plain
 
 # A run's final summary lists at most this many tasks (counts by state say the rest), and of a
 # longer list of ids the first few: a 10,000-task run must not print 10,000 lines.
@@ -41,7 +42,7 @@ def print_summary(
         tries = len(task["attempts"])
         line += f"  {tries} attempt{'s' if tries != 1 else ''}"
         if task["reason"] and task["state"] != "done":
-            line += f"  ({task['reason']})"
+            line += f"  ({plain(task['reason'])})"  # reasons and details quote agents' words
         print(line)
         if attempts:
             for a in task["attempts"]:
@@ -49,10 +50,10 @@ def print_summary(
                 failure = f" {a['failure']}" if a["failure"] else ""
                 print(
                     f"      #{a['n']} c{a['candidate']} {a['agent']:<12} {a['state']:<11} "
-                    f"{_exit_label(a)}{took}{failure}{_spent(a)} {a['detail']}"
+                    f"{_exit_label(a)}{took}{failure}{_spent(a)} {plain(a['detail'])}"
                 )
                 if a["selection"]:
-                    print(f"         {a['selection']}")
+                    print(f"         {plain(a['selection'])}")
     if hidden:
         print(f"  ... and {len(hidden)} more (`orchardist status {doc['run']}` lists them all)")
     totals = doc.get("totals", {})

@@ -11,12 +11,23 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..errors import UsageError
-from ..records import AgentProfile, AttemptState, Failure, Usage
+from ..records import (
+    DETAIL_CHARS,
+    FEEDBACK_CHARS,
+    MAX_RETRY_AFTER_S,
+    SUMMARY_CHARS,
+    AgentProfile,
+    AttemptState,
+    Failure,
+    Usage,
+    capped,
+    checked_usage,
+)
 
 if TYPE_CHECKING:  # plan.py validates [run] executor against EXECUTORS: no import at run time
     from ..gitrepo import Repo
@@ -117,6 +128,29 @@ class Outcome:
     flag: str = ""  # something the user should look at, e.g. "check_does_not_reproduce"
     verify_commands: tuple[str, ...] = ()  # the commands verification actually ran
     handoff: str = ""  # a pipeline stage's validated handoff, JSON text
+
+    def bounded(self) -> tuple[Outcome, tuple[str, ...]]:
+        """This outcome as it may be kept: usage figures out of range dropped (noted in the
+        detail; their names returned), the agent's strings cut to their caps (records.py)."""
+        usage, dropped = checked_usage(self.usage)
+        detail = capped(self.detail, DETAIL_CHARS)
+        notes = [f"usage ignored, out of range: {', '.join(dropped)}"] if dropped else []
+        retry = self.retry_after_s
+        if retry is not None and not 0 <= retry <= MAX_RETRY_AFTER_S:  # NaN is not either
+            notes.append(f"rate-limit reset ignored, out of range: {retry!r}s")
+            retry = None  # the profile's back-off instead: a reset of 1e300 s paused it for good
+        detail = "; ".join([detail, *notes] if detail else notes)
+        return (
+            replace(
+                self,
+                usage=usage,
+                retry_after_s=retry,
+                detail=detail,
+                summary=capped(self.summary, SUMMARY_CHARS),
+                feedback=capped(self.feedback, FEEDBACK_CHARS),
+            ),
+            dropped,
+        )
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,11 @@ def agent_context(
     """What the job's agent is given: its prompt (in the environment and a file), where to
     leave its output, earlier stages' handoffs, its time left and its confinement."""
     assert job.profile is not None
-    prompt_file = log.with_suffix(".prompt.md")
+    # Kept beside the log for the record; the agent reads its own copy in the io folder: the
+    # logs are in the user's git directory, out of sight where the tree is shown at the
+    # repository's path (see isolation.RepoView).
+    log.with_suffix(".prompt.md").write_text(job.prompt, encoding="utf-8")
+    prompt_file = paths.io / "prompt.md"
     output_file = paths.output_file
     prompt_file.write_text(job.prompt, encoding="utf-8")
     output_file.unlink(missing_ok=True)
@@ -73,7 +77,8 @@ def agent_context(
         "ORCHARDIST_OUTPUT": str(output_file),
     }
     if job.stage:
-        inputs_file = log.with_suffix(".inputs.json")
+        log.with_suffix(".inputs.json").write_text(job.inputs or "{}", encoding="utf-8")
+        inputs_file = paths.io / "inputs.json"
         inputs_file.write_text(job.inputs or "{}", encoding="utf-8")
         agent_env.update(ORCHARDIST_STAGE=job.stage, ORCHARDIST_INPUTS=str(inputs_file))
     left = max(0.01, deadline - time.monotonic())

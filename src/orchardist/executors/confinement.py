@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from .. import sandbox
+from .. import sandbox, userlink
+from ..errors import IsolationError
 from ..gitrepo import Repo
 from ..homes import tool_homes
-from ..isolation import Mode, Spec, hidden_by_tmp
+from ..isolation import Mode, RepoView, Spec, hidden_by_tmp
 from ..worktree import AttemptPaths, Layout
 
 # Folders (separated like PATH) shown to every confined process although the private /tmp would
@@ -27,11 +28,24 @@ class Confinement:
     """The confinement of every attempt of one executor (what it looks up, it looks up once)."""
 
     def __init__(
-        self, repo: Repo, layout: Layout, mode: Mode, environ: Mapping[str, str] | None
+        self,
+        repo: Repo,
+        layout: Layout,
+        mode: Mode,
+        environ: Mapping[str, str] | None,
+        environment: tuple[str, ...] = (),
     ) -> None:
         self.repo, self.layout, self.mode, self.environ = repo, layout, mode, environ
+        self.root = Path(repo.root).absolute()
+        self.environment = tuple(self.root / name for name in environment)
         self._theirs: list[Path] | None = None
         self._hidden: tuple[Path, ...] | None = None
+        if mode is Mode.NAMESPACES and layout.folder.absolute().is_relative_to(self.root):
+            raise IsolationError(
+                f"the attempt folders ({layout.folder}) are inside the repository {self.root}: "
+                "each attempt's tree is shown at the repository's path, which would hide them; "
+                "set $ORCHARDIST_WORKDIR_ROOT or [run] workspace to a folder outside it"
+            )
 
     def source_env(self) -> Mapping[str, str]:
         """The environment attempts' environments are made from."""
@@ -45,31 +59,51 @@ class Confinement:
         """How a process of the attempt at ``paths`` is confined, in the executor's mode.
 
         With namespaces: writable only the attempt's tree, git directory, io folder, home and
-        tmp (which becomes /tmp); the rest of the host read-only, the user's object store
-        included (the private git directory reads it through alternates). ``network`` False
-        leaves loopback only.
+        tmp (which becomes /tmp); the rest of the host read-only. The tree is seen both at its
+        own path and at the repository's, which hides the user's checkout (see
+        :class:`RepoView`): the user's git directory is read at the layout's link to it (the
+        private git directory reads its objects through alternates naming that link), and the
+        ``[run] environment`` folders of the checkout read-only in their places. ``network``
+        False leaves loopback only.
         """
         if self.mode is Mode.NONE:
             return None
         if self.mode is Mode.LANDLOCK:
             return Spec(self._landlock_writable(paths), mode=Mode.LANDLOCK)
+        shared = self._outside(self._shared(SHARE_WRITABLE_VAR))
+        view = RepoView(
+            self.root,
+            paths.tree,
+            self.environment,
+            links=((self._user_git(), self.repo.common_dir.resolve()),),
+        )
         return Spec(
-            writable=(paths.tree, paths.git, paths.io, *self._shared(SHARE_WRITABLE_VAR)),
+            writable=(paths.tree, paths.git, paths.io, *shared),
             readonly=self._hidden_needs(),
             home=paths.home,
             tmp=paths.tmp,
             network=network,
+            view=view,
         )
+
+    def _user_git(self) -> Path:
+        """The layout's link to the user's git directory, made again if another orchestrator's
+        tidy removed it since this attempt's git directory named it (see userlink.py)."""
+        return userlink.ensure(self.layout.folder, self.repo.common_dir).parent
+
+    def _outside(self, paths: tuple[Path, ...]) -> tuple[Path, ...]:
+        """Those of ``paths`` outside the repository: inside it, only the attempt's tree and
+        the declared environment are seen."""
+        return tuple(p for p in paths if not Path(p).absolute().is_relative_to(self.root))
 
     def _hidden_needs(self) -> tuple[Path, ...]:
         """What confined processes must still read beneath the host's /tmp (looked up once):
-        the user's repository (as elsewhere on the host, read-only: the attempts' git
-        directories read its objects, the agents their prompt files among its logs), the
-        alternates of its objects, this interpreter and orchardist itself, the folders on PATH
-        and the toolchain roots."""
+        the user's git directory when it is not in the checkout (a worktree's), the alternates
+        of its objects, this interpreter and orchardist itself, the folders on PATH and the
+        toolchain roots; never anything inside the repository, where the attempt's tree is."""
         if self._hidden is None:
             objects = self.repo.common_dir / "objects"
-            needs: list[Path | str] = [self.repo.root, self.repo.common_dir, objects]
+            needs: list[Path | str] = [self.repo.common_dir, objects]
             needs += [sys.prefix, sys.base_prefix]
             with contextlib.suppress(OSError):
                 alternates = (objects / "info" / "alternates").read_text().splitlines()
@@ -79,7 +113,8 @@ class Confinement:
             needs += env.get("PATH", os.defpath).split(os.pathsep)
             needs += tool_homes(env, self.real_home()).values()
             needs += self._shared(SHARE_READONLY_VAR)
-            self._hidden = hidden_by_tmp(p for p in needs if Path(p).exists())
+            found = hidden_by_tmp(p for p in needs if p and Path(p).exists())
+            self._hidden = self._outside(found)
         return self._hidden
 
     def _shared(self, var: str) -> tuple[Path, ...]:

@@ -22,11 +22,11 @@ from ..homes import empty_home, fill_home, tool_homes
 from ..isolation import Mode, Policy, Spec, choose
 from ..procs import CancelToken
 from ..records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
-from ..safeio import read_capped
+from ..safeio import read_capped, read_tail
 from ..specs import RunConfig
 from ..stages import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
 from ..store import Store
-from ..verify import CommandVerifier, tail_of
+from ..verify import FEEDBACK_BYTES, CommandVerifier
 from ..worktree import AttemptPaths, Layout, workdir_root
 from . import AttemptJob, Job, Notify, Outcome, Phase
 from .attempt import Attempt, Work, agent_context, note_ending
@@ -59,6 +59,7 @@ class LocalExecutor:
         workspace: Path | None = None,
         isolation: Policy | None = None,
         overlays: bool = True,
+        environment: tuple[str, ...] = (),
     ) -> None:
         self.repo = repo
         self.layout = Layout(repo, workdir_root(workspace), Path(state_dir))
@@ -87,7 +88,7 @@ class LocalExecutor:
         # Confined agents cannot write to the user's checkout or git directory: whatever
         # changes there is the user's own doing, so the guard has nothing to look for.
         active = guard_checkout and self.mode is Mode.NONE
-        self.confinement = Confinement(repo, self.layout, self.mode, environ)
+        self.confinement = Confinement(repo, self.layout, self.mode, environ, environment)
         self.guard = CheckoutGuard(self._fingerprint, active=active, look=guard_checkout)
 
     @classmethod
@@ -111,6 +112,7 @@ class LocalExecutor:
             workspace=settings.workspace,
             isolation=settings.isolation,
             overlays=overlays,
+            environment=settings.environment,
         )
 
     def submit(self, job: Job, notify: Notify) -> None:
@@ -251,7 +253,7 @@ class LocalExecutor:
                 detail=result.detail,
                 exit_code=result.exit_code,
                 usage=usage,
-                feedback=tail_of(a.log),
+                feedback=read_tail(a.log, 0, FEEDBACK_BYTES, last=True).text(),
                 retry_after_s=result.retry_after_s,
             )
         return self._work(a, gitfile, result, usage)

@@ -1,4 +1,4 @@
-"""Agent scanners: an agent profile asked to review a read-only tree.
+"""Agent scanners: an agent profile asked to review a scratch copy of the base.
 
 The agent runs like a task's agent (same kinds, process control and sandbox), in the scan's
 export of the base, with ``$ORCHARDIST_FINDINGS`` naming the file where it must write its

@@ -28,7 +28,7 @@ def add_parser(sub: Any, positive: Any, drive: DriveRun) -> None:
     p = sub.add_parser(
         "scan",
         help="run read-only scanners in parallel; merge their findings into SARIF",
-        description="Run the plan's [scanners] on a read-only tree of the base, in parallel, "
+        description="Run the plan's [scanners] on a scratch copy of the base, in parallel, "
         "with a cache keyed by configuration and content. Findings of all scanners are "
         "deduplicated into one SARIF 2.1.0 log. Exit 0: no finding at or above --fail-on; "
         "1: there is one, or a scanner failed; 2: bad plan or usage.",
@@ -100,12 +100,14 @@ def _fix_args(p: argparse.ArgumentParser, positive: Any) -> None:
 
 def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     """``orchardist scan``; ``drive`` runs the fix run of ``--fix``."""
+    from ..config import tell_ignored
     from ..gitrepo import Repo
     from ..plan import load_plan
     from ..runs import Workspace
     from .engine import Scanner
 
     plan = load_plan(_plan_path(args.plan), require_tasks=False)
+    tell_ignored(plan.ignored)
     profiles = list(plan.scanners.values())
     if not profiles:
         raise UsageError(f"{args.plan or plan.path.name} has no [scanners.NAME] tables")
@@ -122,6 +124,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     base = args.base or plan.run.base
     if Repo(plan.repo).try_rev_parse(base) is None:  # before the store exists: exit 2 makes nothing
         raise UsageError(f"--base {base!r} names no commit")
+    _warn_dirty(Repo(plan.repo), base)
     ws = Workspace.open(plan.repo)
     scanner = Scanner(
         ws.repo,
@@ -130,6 +133,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
         max_parallel=args.max_parallel or plan.run.max_parallel,
         use_cache=not args.no_cache,
         sandbox=plan.run.sandbox,
+        workspace=plan.run.workspace,
     )
     result = scanner.scan(profiles, base, plan.run.workdir)
     if args.fix:
@@ -150,6 +154,19 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
         out = sys.stdout if args.output is not None or fmt == "table" else sys.stderr
         _print_summary(result, args.stats, out)
     return code
+
+
+def _warn_dirty(repo: Any, base: str) -> None:
+    """Say that uncommitted changes are not scanned: a scan reads a commit, as a run starts
+    from one (untracked files, often the plan itself, do not count)."""
+    out = repo.run_git("status", "--porcelain", "--untracked-files=no")
+    dirty = len(out.stdout.splitlines()) if out.returncode == 0 else 0
+    if dirty:
+        print(
+            f"warning: your checkout has {dirty} uncommitted change(s); scanning {base} "
+            "as committed, without them",
+            file=sys.stderr,
+        )
 
 
 def _plan_path(given: Path | None) -> Path:
@@ -174,6 +191,7 @@ def summary(result: Any, code: int, output: Path | None) -> dict[str, Any]:
         "exit_code": code,
         "output": None if output is None else str(output),
         "findings": len(result.merged),
+        "failed": [r.name for r in result.failed],
         "levels": levels,
         "scanners": [
             {
@@ -196,11 +214,18 @@ def _print_summary(result: Any, stats: bool, out: Any) -> None:
     for m in result.merged:
         counts[m.finding.level] += 1
     shown = ", ".join(f"{n} {level}" for level, n in counts.items() if n) or "none"
-    print(
-        f"scanned {result.base_commit[:12]} with {len(result.reports)} scanner(s): "
-        f"{len(result.merged)} finding(s) ({shown})",
-        file=out,
-    )
+    head = f"scanned {result.base_commit[:12]} with {len(result.reports)} scanner(s)"
+    if result.failed:  # a failed scanner found nothing we know of: never "0 findings"
+        names = ", ".join(r.name for r in result.failed)
+        others = len(result.reports) - len(result.failed)
+        print(
+            f"scan FAILED: {len(result.failed)} of {len(result.reports)} scanner(s) failed "
+            f"({names}); {head}"
+            + (f", the other {others} found {len(result.merged)} ({shown})" if others else ""),
+            file=out,
+        )
+    else:
+        print(f"{head}: {len(result.merged)} finding(s) ({shown})", file=out)
     for report in result.reports:
         if report.error is not None:
             print(f"  {report.name}: FAILED: {report.error}", file=out)

@@ -1,13 +1,15 @@
-"""Running scanners: a read-only export of the base per scanner, cache first, jobs in parallel.
+"""Running scanners: a scratch export of the base per scanner, cache first, jobs in parallel.
 
 For each scanner: select its files (include/exclude), look every file (or the tree) up in the
 cache, and run the scanner only on what missed, in batches spread over ``max_parallel``
-processes. Each scanner gets its own export of the base tree, read-only (files and folders
-without write bits, and Landlock when the kernel has it); afterwards the export is compared
-with the base tree, so a scanner that changed a file is caught and its results are neither
-used nor cached. Processes run through :func:`procs.run_process`: own session, timeout,
-cancellation, nothing left behind. One process is :mod:`.runner`'s, the exports are
-:mod:`.trees`' and the file selection :mod:`.globs`'.
+processes. Each scanner gets its own export of the base tree, a throwaway copy: its folders are
+writable (tools write caches where their documented commands put them: ``.ruff_cache``,
+``.mypy_cache``) and all it writes is removed with it; its tracked files are read-only, and
+afterwards the export is compared with the base tree, so a scanner that changed a tracked file
+is caught and its results are neither used nor cached. Where Landlock exists, a scanner may
+write only its export and its own folder. Processes run through :func:`procs.run_process`: own
+session, timeout, cancellation, nothing left behind. One process is :mod:`.runner`'s, the
+exports are :mod:`.trees`' and the file selection :mod:`.globs`'.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..gitrepo import Repo
 from ..procs import CancelToken, run_process
 from ..records import AgentProfile, Event
 from ..store import Store
+from ..worktree import repo_key, workdir_root
 from .findings import Finding, ScanJobError, ToolInfo
 from .globs import compile_globs, select_files
 from .profiles import ScannerProfile, Scope
@@ -40,6 +43,7 @@ MAX_CACHE_ENTRIES = 200_000
 MAX_ENTRY_BYTES = 1 << 20  # a larger per-file result is not cached
 MAX_BATCH_FILES = 256
 VERSION_TIMEOUT_S = 60.0
+DEV_NULL = Path("/dev/null")
 
 
 @dataclass(frozen=True)
@@ -79,15 +83,10 @@ class _Tally:
     fresh: list[tuple[str, str]] = field(default_factory=list)  # (key, value) to cache
 
 
-def scan_root(repo: Repo) -> Path:
-    """Where scan exports live: outside the user's checkout and outside .git."""
-    root = os.environ.get("ORCHARDIST_WORKDIR_ROOT")
-    if root:
-        base = Path(root)
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orchardist"
-    digest = hashlib.sha256(str(repo.common_dir.resolve()).encode()).hexdigest()[:12]
-    return base / f"{repo.root.name}-{digest}" / "scans"
+def scan_root(repo: Repo, workspace: Path | None = None) -> Path:
+    """Where scan exports live: outside the user's checkout and outside .git, in the same
+    folder of the repository as its runs' attempts (one key, :func:`worktree.repo_key`)."""
+    return workdir_root(workspace) / repo_key(repo.common_dir) / "scans"
 
 
 class Scanner:
@@ -104,12 +103,14 @@ class Scanner:
         sandbox: bool = True,
         clock: Callable[[], float] = time.time,
         environ: Mapping[str, str] | None = None,
+        workspace: Path | None = None,
     ) -> None:
         self.repo, self.store, self.agents = repo, store, dict(agents or {})
         self.max_parallel = max_parallel or os.cpu_count() or 2
         self.use_cache, self.sandbox, self.clock = use_cache, sandbox, clock
         self.environ = dict(os.environ if environ is None else environ)
         self.cancel = CancelToken()
+        self.workspace = workspace  # [run] workspace: the root of its scratch folders
         self.workdir = "."
         self._entries: Mapping[str, str] = {}
 
@@ -132,7 +133,7 @@ class Scanner:
         self._entries = entries
         tree = self.repo.tree_of(commit)
         scan_id = f"scan-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        work = scan_root(self.repo) / scan_id
+        work = scan_root(self.repo, self.workspace) / scan_id
         work.mkdir(parents=True)
         names = [p.name for p in profiles]
         self._emit(scan_id, "scan", state="started", base=commit, scanners=names)
@@ -259,7 +260,9 @@ class Scanner:
         try:
             for n, job in enumerate(ordered):
                 cwd = exports[job.profile.name] / "tree" / self.workdir
-                futures.append((job, pool.submit(self._run_job, job, cwd, work / f"job{n}")))
+                scratch = exports[job.profile.name] / "tree"
+                folder = work / f"job{n}"
+                futures.append((job, pool.submit(self._run_job, job, cwd, folder, scratch)))
             for job, future in futures:
                 self._collect(
                     job, future, exports[job.profile.name] / "tree" / self.workdir, tallies
@@ -274,7 +277,7 @@ class Scanner:
             if changed:
                 tally = tallies[name]
                 shown = ", ".join(changed[:5]) + (" …" if len(changed) > 5 else "")
-                tally.errors.append(f"the scanner changed files in its read-only tree: {shown}")
+                tally.errors.append(f"the scanner changed tracked files of its tree: {shown}")
                 tally.fresh.clear()  # nothing it reported is trusted
         rows = [
             (key, name, value)
@@ -342,9 +345,10 @@ class Scanner:
                 tally.fresh.append((key, value))
 
     def _run_job(
-        self, job: _Job, tree: Path, folder: Path
+        self, job: _Job, tree: Path, folder: Path, scratch: Path
     ) -> tuple[list[Finding], ToolInfo | None]:
-        """Run one scanner process over its files; its findings and tool."""
+        """Run one scanner process over its files in ``tree`` (inside its export, ``scratch``);
+        its findings and tool."""
         agent = self.agents[job.profile.agent] if job.profile.agent is not None else None
         return run_scanner(
             job.profile,
@@ -353,14 +357,16 @@ class Scanner:
             folder,
             scanner_env(job.profile, folder, self.environ, agent),
             self.cancel,
-            self._writable(folder),
+            self._writable(folder, scratch),
             agent,
         )
 
-    def _writable(self, folder: Path) -> tuple[Path, ...] | None:
+    def _writable(self, *folders: Path) -> tuple[Path, ...] | None:
+        """What a scanner may write under the sandbox: its folders, and ``/dev/null`` (the
+        tools' documented commands redirect to it; nothing else of ``/dev``)."""
         from .. import sandbox
 
-        return (folder,) if self.sandbox and sandbox.available() else None
+        return (*folders, DEV_NULL) if self.sandbox and sandbox.available() else None
 
     def _env(self, profile: ScannerProfile, folder: Path) -> dict[str, str]:
         agent = self.agents[profile.agent] if profile.agent is not None else None

@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from ..plan import Plan
+from ..quoting import code_span, inline
 from .findings import level_rank
+from .fixcheck import profile_to_json
 from .profiles import Format
 from .sarif import MergedFinding
 
@@ -103,10 +105,13 @@ def fix_prompt(group: FixGroup) -> str:
         "",
     ]
     for m in group.findings[:MAX_PROMPT_FINDINGS]:
+        # A scanner's words (an agent reviewer's among them) and the repository's lines: each
+        # on its item's line, so that none can add a header or a block to the prompt.
         f = m.finding
-        lines.append(f"- {f.path}:{f.start_line} [{f.rule}, {f.level}] {f.message}")
+        lines.append(f"- {inline(f.path)}:{f.start_line} [{inline(f.rule)}, {f.level}] ")
+        lines[-1] += inline(f.message)
         if f.source:
-            lines.append(f"    {f.source.splitlines()[0][:200]}")
+            lines.append(f"    {code_span(f.source.splitlines()[0][:200])}")
     if len(group.findings) > MAX_PROMPT_FINDINGS:
         lines.append(f"- … and {len(group.findings) - MAX_PROMPT_FINDINGS} more of the same kind")
     return "\n".join(lines) + "\n"
@@ -136,8 +141,7 @@ def write_fix_plan(
         spec.write_text(
             json.dumps(
                 {
-                    "plan": str(plan.path),
-                    "scanners": list(scanners),
+                    "profiles": [profile_to_json(plan.scanners[n]) for n in scanners],
                     "workdir": plan.run.workdir,
                     "targets": _counts(group.findings),
                     "before": before,

@@ -11,11 +11,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..plan import Plan, load_plan
+from . import fixcheck
 from .engine import Scanner, ScanResult
 from .findings import level_rank
 from .fix import fix_folder, group_findings, verifiable_scanners, write_fix_plan
 from .profiles import ScannerProfile
 from .sarif import MergedFinding, render, write_whole
+
+MAX_REASONS = 3  # lines of the fix check shown as a task's reason
+MAX_REASON_CHARS = 300
 
 
 class DriveRun(Protocol):
@@ -95,12 +99,50 @@ def _incomplete(before: ScanResult) -> bool:
 def _run_doc(ws: Any, run_id: str) -> dict[str, Any]:
     """The fix run as it ended: id, branch, state and its tasks."""
     run = ws.resolve_run(run_id)
+    tasks = {t.task_id: t for t in ws.store.tasks(run.id)}
+    checks = {}
+    for task_id in tasks:
+        said = _check_says(ws.store.attempts(run.id, task_id))
+        if said:
+            checks[task_id] = said
     return {
         "run": run.id,
         "branch": run.branch,
         "state": run.state.value,
-        "tasks": {t.task_id: t for t in ws.store.tasks(run.id)},
+        "tasks": tasks,
+        "checks": checks,
     }
+
+
+def _check_says(attempts: Sequence[Any]) -> str | None:
+    """What the fix check said about the latest attempt it judged (``still there: …``, ``new
+    finding: …``, or ``could not check: …``), for a reason a user can act on; None if nothing."""
+    kinds = (fixcheck.STILL_THERE, fixcheck.NEW_FINDING, fixcheck.COULD_NOT_CHECK)
+    for attempt in reversed(attempts):
+        try:
+            text = Path(attempt.log_path).read_text(encoding="utf-8", errors="replace")
+        except (OSError, TypeError):
+            continue
+        said = [
+            line.removeprefix(fixcheck.PREFIX).strip()
+            for line in text.splitlines()
+            if line.startswith(fixcheck.PREFIX)
+        ]
+        lines = [_short(line) for line in said if line.startswith(kinds)]
+        if lines:
+            shown = "; ".join(lines[:MAX_REASONS])
+            more = len(lines) - MAX_REASONS
+            return shown + (f"; and {more} more" if more > 0 else "")
+    return None
+
+
+def _short(line: str) -> str:
+    """``still there: inv/money.py:3 B404`` without the message (the finding has it); a line
+    saying why the check could not run, whole (up to a limit)."""
+    kind, _, rest = line.partition(": ")
+    if kind == fixcheck.COULD_NOT_CHECK:
+        return f"the check could not run: {rest[:MAX_REASON_CHARS]}"
+    return f"{kind}: {' '.join(rest.split()[:2])}"
 
 
 def _write_logs(
@@ -152,7 +194,10 @@ def _outcome(
             elif task.state.value == "done":
                 why = f"{task.task_id} landed but the finding is still reported"
             else:
-                why = f"{task.task_id} {task.state.value}: {task.reason or 'no candidate passed'}"
+                said = run_doc.get("checks", {}).get(task.task_id)
+                why = f"{task.task_id} {task.state.value}: " + (
+                    said or task.reason or "no candidate passed"
+                )
         still.append({**_brief(m), "task": task_of.get(m.fingerprint), "why": why})
     return {
         "run": run_doc.get("run"),

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import Problem, unknown_key
+from ..errors import unknown_key
 
 SCANNER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 DEFAULT_SCAN_TIMEOUT_S = 600.0
@@ -230,8 +230,3 @@ class _Profile:
                 f"unknown finding field {key!r}; known: {', '.join(FINDING_FIELDS)}", "fields"
             )
         return dict(raw)
-
-
-def problem_sink(problems: list[Problem], shown: str) -> Callable[[str, str], None]:
-    """A ``problem(message, field)`` callback appending located problems to ``problems``."""
-    return lambda message, fld: problems.append(Problem(shown, message, None, fld))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..procs import CancelToken, run_process
 from ..records import AgentProfile
+from ..safeio import read_tail
 from .findings import (
     Finding,
     ScanJobError,
@@ -104,8 +105,9 @@ def scanner_env(
 
 
 def _tail(path: Path, limit: int = 400) -> str:
-    try:
-        text = path.read_bytes()[-limit:].decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return " ".join(text.split())
+    """The end of a scanner's stderr, whitespace collapsed, starting at a whole word."""
+    tail = read_tail(path, 0, limit, last=True)
+    words = tail.text().split()
+    if tail.start > 0 and words:
+        words[0] = "…"  # cut inside a word: "rror:" reads as a different message
+    return " ".join(words)

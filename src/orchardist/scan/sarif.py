@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from .findings import Finding, ToolInfo, level_rank
+from .findings import Finding, ToolInfo
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 FINGERPRINT_KEY = "orchardist/v1"
@@ -78,13 +78,6 @@ def _place(finding: Finding) -> tuple[Any, ...]:
         finding.rule,
         finding.message,
     )
-
-
-def worst_level(merged: Sequence[MergedFinding]) -> str | None:
-    """The most severe level among the findings, or None without findings."""
-    if not merged:
-        return None
-    return max((m.finding.level for m in merged), key=level_rank)
 
 
 # -- SARIF ---------------------------------------------------------------------------------

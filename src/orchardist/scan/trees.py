@@ -1,5 +1,10 @@
-"""The trees scanners read: read-only exports of a commit (whole, or only some paths), what a
-scanner changed in one, and the source lines a finding points at."""
+"""The trees scanners read: scratch exports of a commit (whole, or only some paths), what a
+scanner changed in one, and the source lines a finding points at.
+
+An export is a throwaway copy: its folders are writable, so that tools write their caches where
+their documented commands put them (``.ruff_cache``, ``.mypy_cache``, ``.pytest_cache``), and
+everything written is removed with the export. Its tracked files have no write bits; changing,
+removing or replacing one is what :func:`changed_files` reports, and fails the scanner."""
 
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ def ls_tree(repo: Repo, commit: str) -> dict[str, str]:
 
 def export(repo: Repo, commit: str, folder: Path, paths: Sequence[str] | None = None) -> None:
     """Write ``commit``'s tree (or only ``paths`` of it) to ``folder/tree``, its index beside
-    it, then make it read-only."""
+    it; its files read-only, its folders writable (scratch space for the scanner's caches)."""
     tree = folder / "tree"
     tree.mkdir(parents=True, exist_ok=True)
     env = _index_env(repo, folder)
@@ -46,12 +51,13 @@ def export(repo: Repo, commit: str, folder: Path, paths: Sequence[str] | None = 
             mode = os.lstat(path).st_mode
             if stat.S_ISREG(mode):
                 os.chmod(path, mode & ~0o222)
-        os.chmod(root, 0o555)
 
 
 def changed_files(repo: Repo, folder: Path, exported: set[str] | None) -> list[str]:
-    """Paths of the export in ``folder`` that differ from the base: changed, removed, added
-    (``exported``: the paths a partial export holds; the others are absent by design).
+    """Tracked paths of the export in ``folder`` that differ from the base: changed, removed,
+    or (in a partial export) written where the base has a file that was not exported
+    (``exported``: the paths a partial export holds; the others are absent by design). New
+    untracked files are a scanner's scratch (its caches) and are not reported.
 
     Content is compared by hashing, and nothing is written to the object store.
     """
@@ -59,11 +65,10 @@ def changed_files(repo: Repo, folder: Path, exported: set[str] | None) -> list[s
     tree = folder / "tree"
     repo.git("update-index", "-q", "--refresh", env=env, cwd=tree, ok=(0, 1))
     changed = repo.git("diff-files", "--name-only", "-z", env=env, cwd=tree)
-    added = repo.git("ls-files", "--others", "-z", env=env, cwd=tree)
     differ = [p for p in changed.split("\0") if p]
-    if exported is not None:  # an unexported file is "deleted"; one that appeared was added
+    if exported is not None:  # an unexported file is "deleted"; one that appeared was written
         differ = [p for p in differ if p in exported or os.path.lexists(tree / p)]
-    return sorted({*differ, *(p for p in added.split("\0") if p)})
+    return sorted(set(differ))
 
 
 def _index_env(repo: Repo, folder: Path) -> dict[str, str]:

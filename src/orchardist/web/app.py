@@ -39,6 +39,7 @@ from ..errors import OrchardistError, StoreError
 from ..gitrepo import Repo
 from ..records import Run, RunState
 from ..report import status_document
+from ..safeio import read_tail
 from ..store import Store
 from ..tail import event_json
 from .metrics import prometheus_text
@@ -180,15 +181,10 @@ def _tail(path: str) -> dict[str, Any]:
     """The end of a log file, decoded leniently, and whether it was cut."""
     if not path:
         return {"text": "", "cut": False, "size": 0}
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - LOG_TAIL_BYTES))
-            data = f.read(LOG_TAIL_BYTES)
-    except OSError:
+    tail = read_tail(Path(path), 0, LOG_TAIL_BYTES, last=True)
+    if not tail.found:
         return {"text": "(log not available)", "cut": False, "size": 0}
-    return {"text": data.decode("utf-8", "replace"), "cut": size > LOG_TAIL_BYTES, "size": size}
+    return {"text": tail.text(), "cut": tail.start > 0, "size": tail.size}
 
 
 def _same_site(request: Request, settings: Settings) -> bool:
@@ -476,10 +472,5 @@ def _size(path: Path) -> int:
 
 
 def _read_from(path: Path, offset: int) -> tuple[str, int]:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(LOG_TAIL_BYTES)
-    except OSError:
-        return "", offset
-    return data.decode("utf-8", "replace"), offset + len(data)
+    tail = read_tail(path, offset, LOG_TAIL_BYTES)
+    return tail.text(), tail.end

@@ -1,0 +1,209 @@
+"""A scanner's tree is scratch space: caches work, only a tracked file's change is an error; a
+scanner that fails fails the scan; one folder per repository; a dirty checkout is said."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from scan_support import PYTHON, logging_scanner, validate_sarif
+
+from orchardist import Workspace
+from orchardist.plan import load_plan
+from orchardist.scan.engine import Scanner, ScanResult
+from orchardist.worktree import Layout, workdir_root
+from realtools import require, require_modules
+from run_support import orchardist
+from support import git, make_repo, write_plan
+
+
+def scan(plan: Path) -> ScanResult:
+    """Scan through the public API, as ``orchardist scan`` does (sandbox as the plan says)."""
+    loaded = load_plan(plan, require_tasks=False)
+    ws = Workspace.open(loaded.repo)
+    scanner = Scanner(ws.repo, ws.store, loaded.agents, max_parallel=2, sandbox=loaded.run.sandbox)
+    return scanner.scan(list(loaded.scanners.values()), "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    files = {f"pkg/m{i}.py": f"import os\n# TODO: item {i}\n" for i in range(3)}
+    files["pkg/__init__.py"] = ""
+    return make_repo(tmp_path / "repo", files)
+
+
+def test_a_scanner_writes_its_cache_in_its_tree_and_the_writes_are_discarded(
+    repo: Path, tmp_path: Path
+) -> None:
+    # Given: a scanner that reports only if it could write a cache folder in its tree (and
+    # /dev/null)
+    command, _log = logging_scanner(tmp_path)
+    cache = "mkdir -p .tool_cache && pwd > .tool_cache/where && test -s .tool_cache/where"
+    cache += " && echo quiet > /dev/null"  # documented commands redirect there
+    plan = write_plan(
+        repo,
+        f"""
+        [scanners.cached]
+        command = "{cache} && {command} {{files}}"
+        format = "json"
+        include = ["pkg/*.py"]
+        """,
+        name="scan.toml",
+    )
+
+    # When: scanned (with the default sandbox)
+    result = scan(plan)
+
+    # Then: it succeeded, so its write happened, and nothing of it is left anywhere
+    assert result.reports[0].error is None, result.reports[0].error
+    assert len(result.merged) == 3
+    assert not (repo / ".tool_cache").exists()
+    assert git(repo, "status", "--porcelain") == "?? scan.toml"
+    leftovers = list(workdir_root().rglob(".tool_cache"))
+    assert leftovers == []
+
+
+def test_ruffs_documented_command_with_its_cache_reports_what_ruff_reports(
+    repo: Path, tmp_path: Path
+) -> None:
+    require_modules("ruff")
+    # Given: ruff's own documented command, with its cache (no --no-cache)
+    plan = write_plan(
+        repo,
+        f"""
+        [scanners.ruff]
+        command = "{PYTHON} -m ruff check --output-format sarif {{files}}"
+        include = ["**/*.py"]
+        """,
+        name="scan.toml",
+    )
+
+    # When: scanned
+    result = scan(plan)
+
+    # Then: ruff ran and reported its three F401, one per module
+    assert result.reports[0].error is None, result.reports[0].error
+    assert sorted((m.finding.path, m.finding.rule) for m in result.merged) == [
+        (f"pkg/m{i}.py", "F401") for i in range(3)
+    ]
+    assert not (repo / ".ruff_cache").exists()
+
+
+def test_with_the_sandbox_a_scanner_still_cannot_write_outside_its_tree(
+    repo: Path, tmp_path: Path
+) -> None:
+    from orchardist import sandbox
+
+    require(sandbox.available(), "this kernel has no Landlock")
+    # Given: a scanner that tries to write the user's checkout, then scans
+    command, _log = logging_scanner(tmp_path)
+    target = repo / "pkg" / "m1.py"
+    plan = write_plan(
+        repo,
+        f"""
+        [scanners.vandal]
+        command = "echo evil >> {target}; {command} {{files}}"
+        format = "json"
+        include = ["pkg/*.py"]
+        """,
+        name="scan.toml",
+    )
+    before = target.read_text()
+
+    # When: scanned
+    result = scan(plan)
+
+    # Then: the write was refused; the scan itself ran
+    assert target.read_text() == before
+    assert result.reports[0].error is None and len(result.merged) == 3
+
+
+def test_a_failed_scanner_fails_the_scan_and_never_reads_as_no_findings(
+    repo: Path, tmp_path: Path
+) -> None:
+    # Given: a scanner that fails without output, after a long stderr
+    noise = "for i in $(seq 100); do printf 'words '; done >&2"
+    plan = write_plan(
+        repo,
+        f"""
+        [scanners.broken]
+        command = "{noise}; echo 'error: cannot start' >&2; exit 2"
+        scope = "tree"
+        """,
+        name="scan.toml",
+    )
+    out = tmp_path / "findings.sarif"
+
+    # When: scanned, as a table and into SARIF
+    table = orchardist(repo, "scan", str(plan))
+    written = orchardist(repo, "scan", str(plan), "-o", str(out))
+
+    # Then: exit 1, the summary says the scan failed and why, not "0 finding(s)"
+    for result in (table, written):
+        assert result.returncode == 1, result.stderr
+        assert "0 finding(s)" not in result.stdout
+        assert "scan FAILED: 1 of 1 scanner(s) failed (broken)" in result.stdout
+        assert "cannot start" in result.stdout
+    log = json.loads(out.read_text())
+    validate_sarif(log)
+    (invocation,) = log["runs"][0]["invocations"]
+    assert invocation["executionSuccessful"] is False
+    assert "cannot start" in invocation["toolExecutionNotifications"][0]["message"]["text"]
+    summary = json.loads(orchardist(repo, "scan", str(plan), "--json").stdout)
+    assert summary["exit_code"] == 1 and summary["failed"] == ["broken"]
+    # and the end of its stderr is shown from a whole word on
+    shown = summary["scanners"][0]["error"].split("no output: ")[1]
+    assert shown.split()[0] in ("…", "words") and shown.endswith("error: cannot start")
+
+
+def test_scans_and_runs_of_a_repository_share_one_folder(repo: Path, tmp_path: Path) -> None:
+    # Given: a scanner that leaves the path it ran in outside its tree
+    where = tmp_path / "where"
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = false
+        [scanners.where]
+        command = "pwd > {where}; echo '[]'"
+        format = "json"
+        scope = "tree"
+        """,
+        name="scan.toml",
+    )
+
+    # When: scanned
+    assert scan(plan).reports[0].error is None
+
+    # Then: it ran inside the folder the repository's attempts use
+    ws = Workspace.open(repo)
+    folder = Layout(ws.repo, workdir_root(), ws.state_dir).folder
+    assert Path(where.read_text().strip()).is_relative_to(folder / "scans")
+    assert sorted(p.name for p in workdir_root().iterdir()) == [folder.name]
+
+
+def test_scan_on_a_dirty_checkout_says_it_scanned_the_commit(repo: Path, tmp_path: Path) -> None:
+    # Given: an uncommitted change
+    command, _log = logging_scanner(tmp_path)
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = false
+        [scanners.todo]
+        command = "{command} {{files}}"
+        format = "json"
+        """,
+        name="scan.toml",
+    )
+    (repo / "pkg" / "m0.py").write_text("# TODO: more\n# TODO: and more\n")
+
+    # When: scanned
+    result = orchardist(repo, "scan", str(plan))
+
+    # Then: the warning names the change count and the commit; the findings are HEAD's
+    assert "your checkout has 1 uncommitted change(s); scanning HEAD" in result.stderr
+    assert result.stdout.count("pkg/m0.py") == 1
+    git(repo, "checkout", "-q", "pkg/m0.py")
+    assert "uncommitted" not in orchardist(repo, "scan", str(plan)).stderr
