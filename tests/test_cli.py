@@ -473,6 +473,7 @@ def test_a_yaml_plan_outside_the_repository_names_its_repo(
         "  - id: one\n"
         "    prompt_file: prompt.md\n"
         "  - id: two\n"
+        "    title: copy one\n"  # its agent reads {prompt_file}: an empty prompt is refused
         "    depends_on: [one]\n"
         '    verify: "test -f one.txt"\n'
     )

@@ -306,7 +306,8 @@ def test_a_missing_agent_cli_is_refused_before_any_run_exists(
     repo: Path, tmp_path: Path, command: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given: a PATH of git alone (wherever a claude CLI is installed, it is not on it)
-    (repo / "plan.toml").write_text('[agents.ai]\nkind = "claude"\n[[task]]\nid = "t"\n')
+    task = '[[task]]\nid = "t"\nprompt = "p"\n'
+    (repo / "plan.toml").write_text('[agents.ai]\nkind = "claude"\n' + task)
     only_git = tmp_path / "bin"
     only_git.mkdir()
     (only_git / "git").symlink_to(shutil.which("git") or "/usr/bin/git")

@@ -70,7 +70,7 @@ def test_without_a_terminal_each_change_is_printed_once_and_a_failure_names_its_
     )
     out = orchardist(repo, "run", "plan.toml").stdout
     changes = [line.split(" ", 1)[1] for line in out.splitlines() if line[:2].isdigit()]
-    assert "  a attempt 1: running" in changes
+    assert "  a attempt 1: running on sh" in changes
     assert "a: running" not in changes
     failed = next(line for line in changes if line.startswith("  a attempt 1: failed"))
     assert failed.endswith("verify command failed (3): exit 3")

@@ -36,6 +36,7 @@ command = "make fix"
 
 [[task]]
 id = "t"
+prompt = "p"
 agent = "fast"
 """
 KEY = "sk-ant-do-not-print-me"
@@ -162,6 +163,7 @@ def test_the_command_override_is_what_is_looked_for(
 
         [[task]]
         id = "t"
+        prompt = "p"
         """,
     )
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
@@ -185,6 +187,7 @@ command = "make fix"
 
 [[task]]
 id = "t"
+prompt = "p"
 agent = "local"
 """
 

@@ -112,7 +112,7 @@ def test_a_report_can_come_from_stdin(repo: Path) -> None:
 
     assert out.returncode == 0, out.stderr
     task = shown_task(repo, out.stdout)
-    assert task["prompt"] == report and task["title"] == "line one"
+    assert task["prompt"] == report and task["title"] == "Fix: line one"
     assert oneshot_plans(repo) == []  # a dry run writes nothing
 
 
@@ -207,3 +207,20 @@ def test_help_names_the_options_and_the_config_files(repo: Path) -> None:
         assert out.returncode == 0
         for word in ("--check", "--agent", "--candidates", "--verify", ".orchardist.toml"):
             assert word in out.stdout
+
+
+def test_the_fix_commit_says_what_it_fixes_not_the_reports_first_line(repo: Path) -> None:
+    # Given a report that is a Python traceback, and a verify with literal braces as typed
+    configure(repo, FIXER)
+    report = (
+        "Traceback (most recent call last):\n"
+        '  File "app.py", line 3, in <module>\n'
+        "    parse_date('2024-02-30')\n"
+        "ValueError: day is out of range for month\n"
+    )
+    out = orchardist(repo, "fix", report, "--verify", "test -f fixed.txt && echo '{}'")
+    assert out.returncode == 0, out.stdout + out.stderr
+    # Then the landed commit's subject is the exception, with no stage name appended
+    branch = git(repo, "branch", "--list", "orchardist/*").split()[-1]
+    subject = git(repo, "log", "-1", "--format=%s", branch)
+    assert subject == "Fix: ValueError: day is out of range for month"

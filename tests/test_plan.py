@@ -674,7 +674,8 @@ def test_unknown_isolation_and_non_boolean_network_are_located_problems(repo: Pa
 
 
 def test_task_is_filled_in_verify_and_check_commands_shell_quoted(repo: Path) -> None:
-    # Given a run-wide verify and a task check that name {task}, and braces that are not ours
+    # Given a run-wide verify and a task check that name {task}, and literal braces written
+    # {{ and }} as in agent commands (one rule for both)
     plan = write_plan(
         repo,
         """
@@ -687,14 +688,14 @@ def test_task_is_filled_in_verify_and_check_commands_shell_quoted(repo: Path) ->
 
         [[task]]
         id = "a-1"
-        check = "grep {task} log && awk '{print $1}' f && echo ${task} {{task}}"
+        check = "grep {task} log && awk '{{print $1}}' f && echo ${{task}} {{{{task}}}}"
         """,
     )
 
     # When it is loaded, {task} is the task's id, quoted as agent commands quote it
     task = load_plan(plan).task("a-1")
     assert task.verify == ("test -f a-1.txt",)
-    # and shell braces, ${task} and {{task}} are left as written
+    # and doubled braces are single ones
     assert task.check == "grep a-1 log && awk '{print $1}' f && echo ${task} {{task}}"
 
 

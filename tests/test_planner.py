@@ -169,6 +169,22 @@ def test_run_yes_runs_the_plan(repo: Path, tmp_path: Path) -> None:
     assert git(repo, "show", f"{branch}:b.txt").strip() == "b"
 
 
+def test_an_existing_plan_is_never_overwritten_without_force(repo: Path, tmp_path: Path) -> None:
+    # Given a plan the user wrote by hand where the planner would write
+    setup(repo, tmp_path / "sync", GOOD, GOOD)
+    (repo / "plan.toml").write_text("# mine\n")
+    # When plan runs without --force: refused before the planner starts, the file untouched
+    refused = orchardist(repo, "plan", "SPEC.md", "--agent", "planner")
+    assert refused.returncode == 2
+    assert "plan.toml already exists: pass --force" in refused.stderr
+    assert (repo / "plan.toml").read_text() == "# mine\n"
+    assert not (tmp_path / "sync" / "prompt1.md").exists()  # the planner never ran
+    # With --force it is replaced by the planner's plan
+    forced = orchardist(repo, "plan", "SPEC.md", "--agent", "planner", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert 'id = "b"' in (repo / "plan.toml").read_text()
+
+
 # A planned plan that widens what its agent gets: isolation off, the network, a secret passed
 # through to a profile that writes its environment into the tree.
 WIDE = """

@@ -252,7 +252,7 @@ def test_a_retry_after_failed_verify_is_told_why_and_passes(
         echo "$ORCHARDIST_ATTEMPT" > attempt.txt
         """
     )
-    check = 'grep -qx 2 attempt.txt || { echo "CHECK-SAYS: got $(cat attempt.txt)"; exit 1; }'
+    check = 'grep -qx 2 attempt.txt || {{ echo "CHECK-SAYS: got $(cat attempt.txt)"; exit 1; }}'
     plan = write_plan(
         repo,
         f"""
@@ -415,7 +415,7 @@ def test_a_merged_tree_that_fails_verify_is_rerun_from_the_new_tip(
     )
     check = (
         "if [ -f early.txt ]; then grep -q v2 late.txt"
-        ' || { echo "MERGED-CHECK: next to early.txt, late.txt must say v2"; exit 1; }; fi'
+        ' || {{ echo "MERGED-CHECK: next to early.txt, late.txt must say v2"; exit 1; }}; fi'
     )
     plan = write_plan(
         repo,

@@ -41,7 +41,7 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     assert len(out) == len(blocks) == 10, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert "command not found" not in done.stderr, done.stderr
-    assert "plan.toml: ok (2 tasks, 1 agent profiles)" in out[2]
+    assert "plan.toml: ok (2 tasks, 1 agent profile)" in out[2]
     assert "critical path (*): divide → docs" in out[3]
     first = out[4]
     assert re.search(r"run \S+: failed", first), first

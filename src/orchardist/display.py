@@ -61,6 +61,15 @@ class PlainLines(Hook):
         print(line, file=self.stream, flush=True)
 
 
+def _try(row: Mapping[str, Any]) -> str:
+    """The try column: ``2`` for a task's second try, ``1 (3 candidates)`` for a first try of
+    3 candidates (the attempt number counts candidates: try 3 was a first try of 3)."""
+    if not row["round"]:
+        return ""
+    several = f" ({row['candidates']} candidates)" if row["candidates"] > 1 else ""
+    return f"{row['round']}{several}"
+
+
 def _idle(state: str) -> bool:
     """Whether a task in ``state`` is not under way (waiting to start, or ended)."""
     return state in ("pending", "ready") or state in _TERMINAL
@@ -93,6 +102,8 @@ class LiveTable(Hook):
                 "until": None,
                 "note": "",
                 "agent": t.agent,
+                "round": 0,  # tries of the task so far: a round of candidates is one try
+                "candidates": 1,  # in the latest round
             }
             for t in plan.tasks
         }
@@ -124,6 +135,18 @@ class LiveTable(Hook):
                 row["note"] = str(data.get("commit", ""))[:12]
         elif event.kind == Kind.ATTEMPT and event.attempt:
             row["attempt"] = event.attempt
+            if data.get("state") == "running":
+                self._started(row, data)
+
+    @staticmethod
+    def _started(row: dict[str, Any], data: Mapping[str, Any]) -> None:
+        """An attempt started: candidate 0 opens a new try; the agent is the one it runs on
+        (a fallback profile when its own breaker is open)."""
+        candidate = int(data.get("candidate", 0))
+        if candidate == 0:
+            row["round"], row["candidates"] = row["round"] + 1, 1
+        row["candidates"] = max(row["candidates"], candidate + 1)
+        row["agent"] = data.get("agent", row["agent"])
 
     def _moved(self, task_id: str, row: dict[str, Any], state: str) -> None:
         """Keep the counts, the tasks under way and the last ended in step with a new state."""
@@ -162,7 +185,7 @@ class LiveTable(Hook):
                 task_id,
                 row["agent"],
                 Text(state, style=_STYLE.get(state, "")),
-                str(row["attempt"] or ""),
+                _try(row),
                 elapsed,
                 Text(plain(str(row["note"]))[:80]),  # agents' words: no markup, no escapes
             )

@@ -177,7 +177,8 @@ def _text(fc: Forecast) -> str:
     for slot in fc.schedule:
         starts.setdefault(slot.task, slot.start)
         ends[slot.task] = max(ends.get(slot.task, 0.0), slot.end)
-    lines = [f"{len(graph.ids)} tasks; launch order (times in estimate units):"]
+    count = len(graph.ids)
+    lines = [f"{count} task{'s' * (count != 1)}; launch order (times in estimate units):"]
     for i, task in enumerate(fc.launch_order, 1):
         deps = graph.deps[task]
         after = f"  after {', '.join(deps)}" if deps else ""

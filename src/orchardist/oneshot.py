@@ -30,6 +30,8 @@ from .specs import parse_duration
 __all__ = ["OneShot", "add_parsers", "choose_agents", "plan_text", "write_plan"]
 
 MAX_REPORT_BYTES = 256 * 1024
+TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION = re.compile(r"[A-Za-z_][\w.]*(Error|Exception|Warning|Exit|Interrupt)\b.*")
 DEFAULT_RETRIES = 1  # a rejected reproduction gets one retry with the reason, by default
 
 
@@ -81,10 +83,23 @@ def _agent_value(names: Sequence[str]) -> str:
     return _toml(names[0]) if len(names) == 1 else _toml_list(names)
 
 
+def report_subject(report: str) -> str:
+    """The fix's commit subject, ``Fix: `` and the report's first meaningful line: of a
+    Python traceback its exception line, not "Traceback (most recent call last):"."""
+    lines = [line.strip() for line in report.splitlines() if line.strip()]
+    if TRACEBACK in lines:
+        after = lines[lines.index(TRACEBACK) + 1 :]
+        raised = [line for line in after if not line.startswith(("File ", "^", "~"))]
+        ends = [line for line in raised if _EXCEPTION.match(line)]
+        lines = ends[-1:] or lines
+    meaningful = next((line for line in lines if line != TRACEBACK), "the reported bug")
+    return f"Fix: {meaningful}"[:72]
+
+
 def plan_text(shot: OneShot, repo_root: Path, now: float | None = None) -> str:
     """The plan of one pipeline task, as TOML."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
-    title = shot.report.strip().splitlines()[0][:72] if shot.report.strip() else shot.pipeline
+    title = report_subject(shot.report)
     lines = [
         f"# Written by `orchardist {shot.pipeline}` on {stamp}; agent profiles come from the",
         "# config files (.orchardist.toml, ~/.config/orchardist/config.toml).",
@@ -102,11 +117,13 @@ def plan_text(shot: OneShot, repo_root: Path, now: float | None = None) -> str:
     if shot.candidates is not None:
         lines.append(f"candidates = {shot.candidates}")
     if shot.check is not None:
-        lines.append(f"check = {_toml(shot.check)}")
+        lines.append(f"check = {_toml(_as_written(shot.check))}")
     if shot.verify == ("none",):
         lines.append('verify = "none"')
+    elif shot.verify:
+        lines.append(f"verify = {_toml_list(tuple(map(_as_written, shot.verify)))}")
     else:
-        lines.append(f"verify = {_toml_list(shot.verify) if shot.verify else _toml('auto')}")
+        lines.append(f"verify = {_toml('auto')}")
     lines.append(f"retries = {shot.retries}")
     if shot.timeout is not None:
         lines.append(f"timeout = {_toml(shot.timeout)}")
@@ -116,6 +133,12 @@ def plan_text(shot: OneShot, repo_root: Path, now: float | None = None) -> str:
     for stage, names in shot.stages.items():
         lines.append(f"stages.{stage}.agent = {_agent_value(names)}")
     return "\n".join(lines) + "\n"
+
+
+def _as_written(command: str) -> str:
+    """A --check or --verify command as the plan must spell it to run as typed: its braces
+    doubled, since a plan's commands read ``{name}`` as a placeholder."""
+    return command.replace("{", "{{").replace("}", "}}")
 
 
 def write_plan(shot: OneShot, repo_root: Path, state_dir: Path) -> Path:

@@ -45,6 +45,11 @@ BASELINE_KEY_VERSION = "1"  # bump when the way baselines are run changes, to re
 MAX_NAMES_IN_REASON = 5
 MAX_JUNIT_BYTES = 64 * 1024 * 1024  # a larger report is not read: per-command verdicts apply
 _PYTEST_PROGRAMS = frozenset({"pytest", "py.test", "pytest-3"})
+_WHERE = "commands run in the task's workdir, by default the plan's folder"
+PYTEST_EXITS = {  # what pytest's own exit codes mean, for the exits no failing test explains
+    4: f"pytest's usage error: a path or option it could not use ({_WHERE})",
+    5: f"pytest collected no tests: is the path right? ({_WHERE})",
+}
 
 
 @dataclass(frozen=True)
@@ -198,9 +203,15 @@ def judge(candidate: CommandOutcome, baseline: CommandOutcome | None) -> Judgeme
     detail = f"; failing: {_names(failing)}" if failing else ""
     return Judgement(
         False,
-        f"exit {candidate.exit_code}{detail}: {candidate.command}",
+        f"{exit_said(candidate)}{detail}: {candidate.command}",
         newly_failed=failing,
     )
+
+
+def exit_said(outcome: CommandOutcome) -> str:
+    """``exit N``, with what N means when pytest ran and N is one of its own (4, 5)."""
+    meaning = PYTEST_EXITS.get(outcome.exit_code) if looks_like_pytest(outcome.command) else None
+    return f"exit {outcome.exit_code}" + (f": {meaning}" if meaning else "")
 
 
 def _judge_reports(candidate: CommandOutcome, now: TestReport, before: TestReport) -> Judgement:
@@ -223,7 +234,8 @@ def _judge_reports(candidate: CommandOutcome, now: TestReport, before: TestRepor
             f"skipped: {_names(missing)}"
         )
     if candidate.exit_code != 0 and not now.failed:
-        problems.append(f"exit {candidate.exit_code} with no failing test to explain it")
+        said = exit_said(candidate)
+        problems.append(said if ":" in said else f"{said} with no failing test to explain it")
     if problems:
         return Judgement(
             False,

@@ -126,7 +126,7 @@ def _stages_of(task: TaskSpec, agents: Mapping[str, AgentProfile]) -> list[TaskS
         spec = replace(
             task,
             id=stage_id(task.id, name),
-            title=task.title if name == FIX else f"{task.title} ({name})",
+            title=task.title if name in (FIX, SHOT) else f"{task.title} ({name})",  # commits
             agent=chosen[0],
             agents=tuple(chosen) if len(chosen) > 1 else (),
             candidates=candidates,

@@ -28,10 +28,8 @@ from .config import (
 from .errors import PlanError, Problem, unknown_key
 from .executors import EXECUTORS
 from .isolation import Policy
-from .planfields import AGENT_ONLY_PLACEHOLDERS as AGENT_ONLY_PLACEHOLDERS
-from .planfields import PLACEHOLDER
+from .placeholders import fill, placeholder_problems
 from .planfields import SELECT_RULES as SELECT_RULES
-from .planfields import VERIFY_PLACEHOLDERS as VERIFY_PLACEHOLDERS
 from .planfile import nul_fields, parse
 from .plantasks import PIPELINES as PIPELINES  # the task tables' own; kept importable from here
 from .plantasks import STAGE_KEYS as STAGE_KEYS
@@ -259,7 +257,16 @@ class _Validator(TaskChecks):
             agents = {**config.profiles, **own}
             origins = config.origins
         for name, profile in agents.items():
-            if profile.fallback is not None and profile.fallback not in agents:
+            if profile.fallback == name:  # its breaker open, it would fall back on itself
+                where = str(origins[name]) if name not in own else self.shown
+                self.problems.append(
+                    Problem(
+                        where,
+                        "a profile cannot be its own fallback",
+                        field=f"agents.{name}.fallback",
+                    )
+                )
+            elif profile.fallback is not None and profile.fallback not in agents:
                 where = str(origins[name]) if name not in own else self.shown
                 self.problems.append(
                     Problem(
@@ -335,14 +342,13 @@ class _Validator(TaskChecks):
         values: dict[str, Any] = {}
         if "regression" in raw:
             regression = self._commands(raw["regression"], "run.regression") or ()
-            for command in regression:
-                for name in PLACEHOLDER.findall(command):
-                    self.problem(
-                        f"{{{name}}} is not filled in regression commands (they run on the "
-                        "run branch, for no one task)",
-                        fld="run.regression",
-                    )
-            values["regression"] = regression
+            filled = []
+            for command in regression:  # they run on the run branch, for no one task
+                problems = placeholder_problems(command, (), "regression")
+                for message in problems:
+                    self.problem(message, fld="run.regression")
+                filled.append(command if problems else fill(command, {}))
+            values["regression"] = tuple(filled)
         if "regression_every" in raw:
             every = self._positive_int(raw["regression_every"], "run.regression_every")
             values["regression_every"] = every

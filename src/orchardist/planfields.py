@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import Problem, unknown_key
-from .specs import parse_duration
+from .placeholders import VERIFY_PLACEHOLDERS, fill, placeholder_problems
+from .specs import MAX_RETRIES, parse_duration
 
-# Placeholders a verify or check command may use, filled when the plan is read.
-VERIFY_PLACEHOLDERS = ("task",)
-AGENT_ONLY_PLACEHOLDERS = ("candidate", "attempt", "prompt_file", "worktree", "run")
-PLACEHOLDER = re.compile(r"(?<![${])\{(" + "|".join(("task", *AGENT_ONLY_PLACEHOLDERS)) + r")\}")
 SELECT_RULES = ("smallest", "first")
 D = TypeVar("D")
 
@@ -82,22 +78,12 @@ class Fields:
         return text
 
     def _placeholders(self, command: str, task_id: str, fld: str, task: str) -> str:
-        """Fill ``{task}`` as agent commands do; a placeholder only agents have is a problem."""
-        import shlex
-
-        def fill(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name in VERIFY_PLACEHOLDERS:
-                return shlex.quote(task_id)
-            self.problem(
-                f"{{{name}}} is only filled in agent commands; verify and check commands "
-                "get {task}",
-                task,
-                fld,
-            )
-            return match.group(0)
-
-        return PLACEHOLDER.sub(fill, command)
+        """``command`` with ``{task}`` filled, as agent commands are (one rule for both, see
+        :mod:`orchardist.placeholders`); as written, with its problems recorded, otherwise."""
+        problems = placeholder_problems(command, VERIFY_PLACEHOLDERS, "verify and check")
+        for message in problems:
+            self.problem(message, task, fld)
+        return command if problems else fill(command, {"task": task_id})
 
     def _select(self, value: object, fld: str, task: str | None = None) -> str | None:
         if value not in SELECT_RULES:
@@ -107,6 +93,14 @@ class Fields:
 
     def _count(self, value: object, fld: str, task: str | None = None) -> int:
         count: int = self._checked(value, fld, task, _expect_count) or 0
+        return count
+
+    def _retries(self, value: object, fld: str, task: str | None = None) -> int:
+        """A retry count: a whole number from 0 to MAX_RETRIES."""
+        count = self._count(value, fld, task)
+        if count > MAX_RETRIES:
+            self.problem(f"at most {MAX_RETRIES} (each retry is another agent run)", task, fld)
+            return MAX_RETRIES
         return count
 
     def _str_list(self, value: object, fld: str, task: str | None = None) -> list[str]:

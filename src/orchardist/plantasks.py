@@ -120,6 +120,7 @@ class TaskChecks(Fields):
             self.problem('stages need pipeline = "debug" or "fix"', label, "stages")
         if task_id is None or not agent_list:
             return None
+        self._prompt_needed(raw, prompt, [agents[n] for n in agent_list if n in agents], label)
         return TaskSpec(
             id=task_id,
             title=self._title(raw, task_id, label),
@@ -189,7 +190,7 @@ class TaskChecks(Fields):
 
     def _limits(self, raw: dict[str, Any], label: str) -> dict[str, Any]:
         """``retries``, ``timeout``, ``priority`` and ``estimate``, as TaskSpec fields."""
-        retries = self._count(raw.get("retries", 0), "retries", label)
+        retries = self._retries(raw.get("retries", 0), "retries", label)
         timeout = DEFAULT_TASK_TIMEOUT_S
         if "timeout" in raw:
             timeout = self._duration(raw["timeout"], "timeout", label) or timeout
@@ -271,7 +272,7 @@ class TaskChecks(Fields):
                 timeout = self._duration(value["timeout"], f"{where}.timeout", label)
             retries = None
             if "retries" in value:
-                retries = self._count(value["retries"], f"{where}.retries", label)
+                retries = self._retries(value["retries"], f"{where}.retries", label)
             candidates = None
             if "candidates" in value:
                 candidates = self._positive_int(value["candidates"], f"{where}.candidates", label)
@@ -296,6 +297,25 @@ class TaskChecks(Fields):
             if name not in agents:
                 self.problem(f"unknown agent {name!r} (known: {known})", label, fld)
         return [str(n) for n in names]
+
+    def _prompt_needed(
+        self, raw: dict[str, Any], prompt: str, profiles: list[AgentProfile], label: str
+    ) -> None:
+        """A task whose agents read a prompt needs one: without prompt, prompt_file or title
+        its agent would be asked nothing. Shell commands that do not read {prompt_file} and
+        scripted agents do without."""
+        if prompt.strip() or "prompt_file" in raw:
+            return
+        for profile in profiles:
+            command = str(profile.options.get("command", ""))
+            if profile.kind not in ("shell", "scripted") or "{prompt_file}" in command:
+                self.problem(
+                    f"required: give prompt, prompt_file or title (agent {profile.name!r} "
+                    "would be sent an empty prompt)",
+                    label,
+                    "prompt",
+                )
+                return
 
     def _prompt(self, raw: dict[str, Any], label: str) -> str:
         """The task's prompt: ``prompt``, the file ``prompt_file`` names, or its title."""

@@ -7,6 +7,7 @@ the run goes on. Only cheap, read-only checks: no agent or verify command is sta
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> Preflight
             )
         )
     problems += _branch_problems(repo, plan, shown)
+    problems += _missing_workdirs(repo, plan, shown, warnings)
     problems += _missing_clis(plan, shown, environ)
     unverified = [
         t.id for t in plan.tasks if not t.verify and t.check is None and not t.auto_verify
@@ -70,6 +72,33 @@ def _branch_problems(repo: Repo, plan: Plan, shown: str) -> list[Problem]:
     if "{run}" not in plan.run.branch and repo.try_rev_parse(f"refs/heads/{branch}") is not None:
         return [Problem(shown, f"branch {branch!r} already exists", None, "run.branch")]
     return []
+
+
+def _missing_workdirs(repo: Repo, plan: Plan, shown: str, warnings: list[str]) -> list[Problem]:
+    """Workdirs that are no folder at the base: each attempt would fail in ``cd``. A problem
+    for a task that depends on nothing; a warning for one whose dependencies may create it."""
+    base = repo.try_rev_parse(plan.run.base)
+    wanted = sorted({t.workdir for t in plan.tasks if os.path.normpath(t.workdir) != "."})
+    if base is None or not wanted:
+        return []
+    lines = "".join(f"{base}:{os.path.normpath(w)}\n" for w in wanted)
+    found = repo.run_git("cat-file", "--batch-check=%(objecttype)", input=lines).stdout.splitlines()
+    missing = {w for w, kind in zip(wanted, found, strict=False) if kind != "tree"}
+    problems: list[Problem] = []
+    for where in sorted(missing):
+        said = f"{where!r} is not a folder in {plan.run.base} of {repo.root}"
+        tasks = [t for t in plan.tasks if t.workdir == where]
+        if where == plan.run.workdir and not all(t.depends_on for t in tasks):
+            problems.append(Problem(shown, said, None, "run.workdir"))
+            continue
+        for task in tasks:
+            if task.depends_on:
+                warnings.append(
+                    f"task {task.id!r}: workdir: {said}; a task it depends on must create it"
+                )
+            else:
+                problems.append(Problem(shown, said, task.id, "workdir"))
+    return problems
 
 
 def _missing_clis(plan: Plan, shown: str, environ: Mapping[str, str] | None) -> list[Problem]:

@@ -117,6 +117,8 @@ def describe(event: Event) -> str:
             text += f" (branch {data['branch']}, {data.get('tasks', '?')} tasks)"
     elif event.kind == Kind.ATTEMPT:
         text = f"  {event.task_id} attempt {event.attempt}: {state}"
+        if "agent" in data:  # which profile: a fallback's name when the task's own is resting
+            text += f" on {data['agent']}"
         if "duration_s" in data:
             text += f" in {data['duration_s']:.1f}s"
     elif event.kind == Kind.MERGE:

@@ -19,6 +19,7 @@ from .records import AgentProfile
 from .scan.profiles import ScannerProfile
 
 MAX_TASK_ID = 64  # task ids name refs and folders: keep them short
+MAX_RETRIES = 100  # each retry is another agent run: more is a typo (1e18 was accepted)
 MAX_DURATION_S = 366 * 86400.0  # a year: longer is a typo, and overflows the scheduler's waits
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

@@ -19,7 +19,8 @@ EXAMPLES = re.findall(r"```toml\n(.*?)```", DOC.read_text(), re.DOTALL)
 def test_each_profile_example_is_a_valid_plan(example: str, repo: Path) -> None:
     name = re.search(r"\[agents\.(\w+)\]", example)
     assert name is not None
-    plan = load_plan(write_plan(repo, f'{example}\n[[task]]\nid = "t"\nagent = "{name[1]}"\n'))
+    task = f'[[task]]\nid = "t"\nprompt = "p"\nagent = "{name[1]}"\n'
+    plan = load_plan(write_plan(repo, f"{example}\n{task}"))
     assert set(plan.agents) >= {name[1]}
 
 

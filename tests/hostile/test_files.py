@@ -35,7 +35,7 @@ esac
 """
 # A verify command that looks like pytest (so a JUnit report is expected) and leaves a FIFO
 # where the report should be.
-JUNIT_FIFO = 'pytest() { f=${PYTEST_ADDOPTS#--junitxml=}; mkfifo "${f%% *}"; }; pytest'
+JUNIT_FIFO = 'pytest() {{ f=${{PYTEST_ADDOPTS#--junitxml=}}; mkfifo "${{f%% *}}"; }}; pytest'
 
 
 def test_output_and_report_files_made_traps_neither_hang_nor_bloat_the_orchestrator(

@@ -2,33 +2,17 @@
 
 from __future__ import annotations
 
-import shlex
-import string
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from ..placeholders import AGENT_PLACEHOLDERS, fill, placeholder_problems
 from ..records import AgentProfile
 from . import AgentContext, AgentResult
 from .output import run_agent_process
 
-PLACEHOLDERS = ("task", "candidate", "attempt", "prompt_file", "worktree", "run")
-
-
-def placeholder_problems(template: str) -> list[str]:
-    """Names in ``template`` that are not placeholders, or a format error."""
-    try:
-        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
-    except ValueError as exc:
-        return [f"bad placeholder syntax: {exc} (write {{{{ and }}}} for literal braces)"]
-    return [
-        f"unknown placeholder {{{n}}}; known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
-        for n in names
-        if n not in PLACEHOLDERS
-    ]
-
 
 def render(template: str, ctx: AgentContext) -> str:
-    """Fill a command template; every value is shell-quoted."""
+    """Fill a command template (checked with the plan); every value is shell-quoted."""
     values = {
         "task": ctx.task_id,
         "candidate": str(ctx.candidate),
@@ -37,7 +21,7 @@ def render(template: str, ctx: AgentContext) -> str:
         "worktree": str(ctx.worktree),
         "run": ctx.run_id,
     }
-    return template.format_map({k: shlex.quote(v) for k, v in values.items()})
+    return fill(template, values)
 
 
 class ShellAgent:
@@ -61,7 +45,8 @@ class ShellAgent:
         command = options.get("command")
         if not isinstance(command, str) or not command.strip():
             return [("required: the command line to run", "command")]
-        return [(message, "command") for message in placeholder_problems(command)]
+        problems = placeholder_problems(command, AGENT_PLACEHOLDERS, "agent")
+        return [(message, "command") for message in problems]
 
     def run(self, ctx: AgentContext) -> AgentResult:
         """Run the command; non-zero exit is an agent error."""

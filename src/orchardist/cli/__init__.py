@@ -24,6 +24,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from ..errors import OrchardistError, PlanError, RunLockedError, UsageError
 from ..terminal import visible
@@ -35,6 +36,11 @@ __all__ = ["build_parser", "main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``orchardist`` console script."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["__complete"]:  # what completion scripts ask for: ids, fast and quiet
+        from ..completion import ids
+
+        return ids(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.verbose:
@@ -45,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        _enter(args.chdir)
         code: int = args.func(args)
         return code
     except BrokenPipeError:  # `orchardist status | head`: the reader left; so do we, quietly
@@ -64,6 +71,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+
+
+def _enter(folder: Path | None) -> None:
+    """``orchardist -C PATH COMMAND``: work from PATH, as ``git -C`` does."""
+    if folder is None:
+        return
+    try:
+        os.chdir(folder)
+    except OSError as exc:
+        raise UsageError(f"-C {folder}: {exc.strerror}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,6 +28,13 @@ def root_parser() -> argparse.ArgumentParser:
         "130 interrupted. State lives under $(git rev-parse --git-common-dir)/orchardist.",
     )
     parser.add_argument("--version", action="version", version=f"orchardist {__version__}")
+    parser.add_argument(
+        "-C",
+        dest="chdir",
+        type=Path,
+        metavar="PATH",
+        help="run as if orchardist was started in PATH (as git -C; also after most commands)",
+    )
     output_args(parser, argparse.SUPPRESS)
     parser.set_defaults(quiet=False, verbose=0, no_color=False)
     return parser
@@ -178,6 +185,22 @@ def check_tasks(plan: Any, tasks: Sequence[str]) -> None:
     from ..runs import check_known
 
     check_known(plan, tasks)
+
+
+def check_selection(plan: Any, only: Sequence[str], skip: Sequence[str]) -> None:
+    """``--only``/``--skip`` must name known tasks and leave at least one to run: a run of
+    nothing would be created, recorded done and exit 0."""
+    from ..graph import Graph
+
+    check_tasks(plan, [*only, *skip])
+    if not (only or skip):
+        return
+    graph = Graph([t.id for t in plan.tasks], {t.id: t.depends_on for t in plan.tasks})
+    left_out = graph.left_out(only, skip)
+    if len(left_out) == len(plan.tasks):
+        both = sorted(set(only) & set(skip))
+        why = f" (--only and --skip both name {', '.join(both)})" if both else ""
+        raise UsageError(f"--only and --skip leave no task of {plan.path} to run{why}")
 
 
 def has_runs(path: Path) -> bool:

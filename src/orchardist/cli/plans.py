@@ -60,7 +60,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         doc = {"valid": True, "tasks": len(plan.tasks), "repo": str(plan.repo)}
         print(json.dumps({**doc, "warnings": list(checked.warnings)}))
     else:
-        print(f"{args.plan}: ok ({len(plan.tasks)} tasks, {len(plan.agents)} agent profiles)")
+        tasks, profiles = len(plan.tasks), len(plan.agents)
+        print(
+            f"{args.plan}: ok ({tasks} task{'s' * (tasks != 1)}, "
+            f"{profiles} agent profile{'s' * (profiles != 1)})"
+        )
     return EXIT_OK
 
 
@@ -207,6 +211,7 @@ def add_plan(sub: Commands, main: Main) -> None:
     p.add_argument("spec", type=Path, help="the specification (Markdown or text)")
     p.add_argument("--agent", required=True, help="the planner's agent profile")
     p.add_argument("-o", dest="out", type=Path, default=Path("plan.toml"), help="plan to write")
+    p.add_argument("--force", action="store_true", help="overwrite the plan at -o if it exists")
     p.add_argument("--rounds", type=int, default=3, help="validation rounds at most (default 3)")
     p.add_argument("--run", action="store_true", help="run the plan once it is valid")
     p.add_argument("--yes", action="store_true", help="with --run: do not ask first")
@@ -269,6 +274,8 @@ def _planner_config(args: argparse.Namespace) -> tuple[Path, Config]:
         raise UsageError(f"{args.repo} is not inside a git repository")
     if args.rounds < 1:
         raise UsageError("--rounds must be at least 1")
+    if args.out.exists() and not args.force:  # a plan someone wrote by hand is not a draft
+        raise UsageError(f"{args.out} already exists: pass --force to overwrite it, or -o PATH")
     if args.run and not args.yes and not sys.stdin.isatty():
         raise UsageError("--run without a terminal needs --yes")
     config = load_config(root)

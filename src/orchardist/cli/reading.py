@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     shown = (lambda text: text) if args.raw else plain  # what agents wrote: detail, diff, log
     print(
         f"==> {args.task} attempt {attempt.n} candidate {attempt.candidate} "
-        f"({attempt.agent}): {attempt.state.value} {attempt.verdict} {shown(attempt.selection)}"
+        f"({attempt.agent}): {_outcome(attempt, shown)}"
     )
     print(f"    {shown(attempt.detail)}")
     if attempt.patch_commit:
@@ -54,6 +55,18 @@ def cmd_show(args: argparse.Namespace) -> int:
         print("(no patch: the attempt ended before its changes were taken)")
     _print_attempt_log(args.task, attempt, args.raw)
     return EXIT_OK
+
+
+def _outcome(attempt: Any, shown: Callable[[str], str]) -> str:
+    """The attempt's state, then its verdict and selection (what agents wrote, ``shown``)
+    only where they say more (``failed``, not ``failed failed failed``)."""
+    state = attempt.state.value
+    parts = [state]
+    if attempt.verdict and attempt.verdict != state:
+        parts.append(f"verdict {attempt.verdict}")
+    if attempt.selection and attempt.selection not in (state, attempt.verdict):
+        parts.append(shown(str(attempt.selection)))
+    return "; ".join(parts)
 
 
 def attempts_of(ws: Any, run: Any, task: str, n: int | None) -> list[Any]:
@@ -217,11 +230,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not rows:
         print("no runs yet")
         return EXIT_OK
-    print(f"{'RUN':<20}  {'STATE':<11} {'DONE':>7}  {'STARTED':<16}  {'TOOK':>8}  BRANCH  PLAN")
+    wide = max(len("BRANCH"), *(len(row["branch"]) for row in rows))  # BRANCH over its column
+    print(
+        f"{'RUN':<20}  {'STATE':<11} {'DONE':>7}  {'STARTED':<16}  {'TOOK':>8}  "
+        f"{'BRANCH':<{wide}}  PLAN"
+    )
     for row in rows:
         took = "" if row["finished_at"] is None else elapsed(row["finished_at"] - row["created_at"])
         print(
             f"{row['run']:<20}  {row['state']:<11} {row['done']:>3}/{row['tasks']:<3}  "
-            f"{when(row['created_at'])}  {took:>8}  {row['branch']}  {row['plan']}"
+            f"{when(row['created_at'])}  {took:>8}  {row['branch']:<{wide}}  {row['plan']}"
         )
     return EXIT_OK

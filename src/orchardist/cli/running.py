@@ -26,7 +26,7 @@ from .options import (
     EXIT_FAILED,
     EXIT_OK,
     Commands,
-    check_tasks,
+    check_selection,
     driving_args,
     duration,
     executor_args,
@@ -40,7 +40,7 @@ from .options import (
     with_executor,
 )
 from .plans import preflight, print_forecast
-from .summary import elapsed
+from .summary import elapsed, shown_state
 
 
 def add_run(sub: Commands) -> None:
@@ -95,10 +95,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``orchardist run PLAN``."""
     from ..runs import Workspace, create_run, unfinished_runs
 
+    if args.format != "text" and not args.dry_run:  # a drawing was asked for, not a run
+        raise UsageError(f"--format {args.format} draws the graph: it needs --dry-run")
     plan = with_executor(load_plan(args.plan), args)
     if args.dry_run:
         return print_forecast(plan, args)
-    check_tasks(plan, [*args.only, *args.skip])
+    check_selection(plan, args.only, args.skip)
     isolation_note(plan)  # "required" without namespaces: refused before anything is made
     cluster_reachable(plan)  # an unreachable Ray cluster too
     note = checkout_note(plan)  # an editable install verify would test instead of the attempt
@@ -114,12 +116,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if unfinished:
         old = unfinished[0]
         refuse_if_driven(ws, old)
-        question = f"run {old.id} of this plan is {old.state.value}; resume it?"
+        state = shown_state(ws, old)  # "dead", as status says, for one whose orchardist died
+        question = f"run {old.id} of this plan is {state}; resume it?"
         if args.resume:
             return drive(ws, plan, old, args, resuming=True, prepare=select(ws, plan, args))
         if not interactive():
             raise UsageError(
-                f"run {old.id} of this plan is {old.state.value}: pass --resume to continue it "
+                f"run {old.id} of this plan is {state}: pass --resume to continue it "
                 "or --fresh to start a new run"
             )
         if confirm(question):
@@ -212,11 +215,14 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
     ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
-    if run.state not in (RunState.FAILED, RunState.CANCELLED):
-        hint = "`orchardist resume`" if run.state.value != "done" else "nothing"
+    if run.state is RunState.DONE:
         raise UsageError(
-            f"run {run.id} is {run.state.value}: retry re-runs the failed tasks of a run that "
-            f"ended failed or cancelled; for this one use {hint}"
+            f"run {run.id} is done: every task ended done or skipped; nothing to retry"
+        )
+    if run.state not in (RunState.FAILED, RunState.CANCELLED):
+        raise UsageError(
+            f"run {run.id} is {shown_state(ws, run)}: retry re-runs the failed tasks of a run "
+            f"that ended failed or cancelled; continue this one with `orchardist resume {run.id}`"
         )
     plan = plan_of(ws, run)
     check_known(plan, args.tasks)

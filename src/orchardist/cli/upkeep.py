@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
+from ..errors import UsageError
 from .options import EXIT_OK, Commands, duration, has_runs, repo_arg
 
 
 def add_gc(sub: Commands) -> None:
     """Register ``orchardist gc``."""
     p = sub.add_parser("gc", help="remove logs, worktrees and refs of old finished runs")
-    p.add_argument("--older-than", default="7d", metavar="AGE", help="age, e.g. 12h or 7d")
+    p.add_argument(
+        "--older-than",
+        default="7d",
+        metavar="AGE",
+        help="age, e.g. 12h or 7d; 0 (or now) for every finished run",
+    )
     p.add_argument("--branches", action="store_true", help="also delete their run branches")
     p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -26,7 +33,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from ..gc import collect
     from ..runs import Workspace
 
-    age_s = duration("--older-than", args.older_than)
+    age_s = _age("--older-than", args.older_than)
     if has_runs(args.repo):
         ws = Workspace.open(args.repo)
         report = collect(ws, age_s, branches=args.branches, dry_run=args.dry_run)
@@ -45,6 +52,14 @@ def cmd_gc(args: argparse.Namespace) -> int:
         f"{report['scan_results']} cached scan result(s)"
     )
     return EXIT_OK
+
+
+def _age(option: str, text: str) -> float:
+    """An age in seconds: a duration, or 0 (``0``, ``0s``, ``now``), which a duration never
+    is, for "everything finished so far"."""
+    if re.fullmatch(r"(0+(\.0*)?[smhd]?|now)", text.strip().lower()):
+        return 0.0
+    return duration(option, text)
 
 
 def add_stats(sub: Commands) -> None:
@@ -75,8 +90,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     since_s = None if args.since is None else duration("--since", args.since)
     plan = str(args.plan.resolve()) if args.plan is not None else None
+    if not has_runs(args.repo):  # like `runs`: nothing yet is an answer, not a usage error
+        _check_plan_arg(args.plan)
+        print("no runs yet")
+        return EXIT_OK
     ws = Workspace.open(args.repo, create=False)
     stats = compute(ws.store, time.time(), since_s, plan)
+    if not stats.run_ids and since_s is None:
+        _check_plan_arg(args.plan)
     if args.json:
         print(json.dumps(dataclasses.asdict(stats), indent=2))
     elif not stats.run_ids:
@@ -84,6 +105,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
     else:
         print(render(stats))
     return EXIT_OK
+
+
+def _check_plan_arg(plan: Path | None) -> None:
+    """``--plan`` matching no run is a usage error when it names no file either (a typo),
+    rather than "no runs yet" with exit 0."""
+    if plan is not None and not plan.is_file():
+        raise UsageError(f"--plan: {plan} is not a plan file, and no run here was of it")
 
 
 def add_serve(sub: Commands) -> None:
@@ -97,10 +125,22 @@ def add_serve(sub: Commands) -> None:
         "request needs (generated unless --token is given).",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks one)")
+    p.add_argument("--port", type=port, default=8765, help="port (default 8765; 0 picks one)")
     p.add_argument("--token", help="the access token (default: a random one)")
     repo_arg(p)
     p.set_defaults(func=cmd_serve)
+
+
+def port(text: str) -> int:
+    """A TCP port number, 0 to 65535 (0: the system picks one); a usage error otherwise, before
+    the socket's own OverflowError."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {value}")
+    return value
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -47,6 +47,7 @@ def reachable(address: str, timeout_s: float | None = None) -> str:
     takes at most ``timeout_s`` for the TCP connection plus as long for Ray's answer.
     """
     timeout_s = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
+    import_ray()  # without Ray installed: how to install it, not a ModuleNotFoundError
     services = importlib.import_module("ray._private.services")
     try:
         resolved = str(services.canonicalize_bootstrap_address_or_die(address))
