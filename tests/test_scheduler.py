@@ -299,6 +299,7 @@ def test_a_patch_on_a_moved_tip_is_merged_three_ways_and_verified_again(
     repo: Path, sync: Path, shell_scripts: Scripts, run_plan: RunPlan
 ) -> None:
     # Given: two independent tasks from the same base; "late" finishes only once "early" landed
+    record = f"{sync}/verify-$ORCHARDIST_TASK.txt"
     command = shell_scripts(
         early="echo early > early.txt\n",
         late="""\
@@ -311,7 +312,7 @@ def test_a_patch_on_a_moved_tip_is_merged_three_ways_and_verified_again(
         f"""
         [run]
         max_parallel = 2
-        verify = {toml_str(f'(pwd -P; ls; echo ---) >> "{sync}/verify-$ORCHARDIST_TASK.txt"')}
+        verify = {toml_str(f'(echo "$ORCHARDIST_WORKTREE"; ls; echo ---) >> "{record}"')}
 
         [agents.sh]
         kind = "shell"
@@ -343,7 +344,9 @@ def test_a_patch_on_a_moved_tip_is_merged_three_ways_and_verified_again(
     assert len(trees) == 2
     assert "early.txt" not in trees[0]
     assert {"early.txt", "late.txt"} <= set(trees[1])
-    assert trees[0][0] != trees[1][0]  # the merged tree was checked in a fresh worktree
+    # the merged tree was checked in a fresh worktree (both are shown at the repository's own
+    # path inside the namespaces, so the folder's own name tells them apart)
+    assert trees[0][0] != trees[1][0]
 
 
 def test_a_conflicting_patch_is_rerun_from_the_new_tip_without_counting_a_failure(
