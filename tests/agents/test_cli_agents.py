@@ -277,6 +277,20 @@ def test_an_auth_failure_is_classified(
     assert result.retry_after_s is None
 
 
+def test_claudes_final_401_decides_over_a_side_requests_rate_limit(
+    repo: Path, fake_bin: Path, fake_mode: Callable[..., None]
+) -> None:
+    # Given Claude Code reporting a rejected rate_limit_event (a side request's 429), then a
+    # final result that failed 401 "Not logged in"
+    fake_mode("side_rate_limit_then_auth")
+    # When the adapter runs
+    result = agent_for(BY_KIND["claude"]).run(make_ctx(repo, "claude"))
+    # Then the attempt is an auth error (counted, opens the breaker), not a rate limit to wait out
+    assert result.failure is Failure.AUTH_ERROR, result.detail
+    assert result.retry_after_s is None
+    assert "Not logged in" in result.detail
+
+
 @every_adapter
 def test_a_crash_is_an_agent_error(
     case: Case, repo: Path, fake_bin: Path, fake_mode: Callable[..., None]

@@ -27,7 +27,7 @@ from ..procs import ProcessResult
 from ..records import AgentProfile, Failure
 from . import AgentContext, AgentResult
 from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, str_list_problem
-from .limits import epoch_datetime
+from .limits import classify, epoch_datetime
 
 PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "dontAsk", "plan")
 DEFAULT_TOOLS = ("Bash", "Edit", "MultiEdit", "Write", "Read", "Glob", "Grep", "LS", "TodoWrite")
@@ -154,9 +154,26 @@ class ClaudeAgent(CliAgent):
             errors = event.get("errors")
             said = "; ".join(str(e) for e in errors) if isinstance(errors, list) else ""
             reason = text or said or subtype.replace("_", " ")
-            seen.error(f"{reason}\n{refused}" if refused else reason, event.get("api_error_status"))
+            _final_failure(seen, reason, event.get("api_error_status"))
+            seen.error(f"{reason}\n{refused}" if refused else reason)
         else:
             seen.summary = f"{refused}\n{text}" if refused else text
+
+
+def _final_failure(seen: Seen, reason: str, status: Any) -> None:
+    """The failed ``result``'s own status (or message) decides over earlier events.
+
+    With a subscription, a side request's 429 arrives as a rejected ``rate_limit_event`` while
+    the main request fails 401 ("Not logged in"): kept as rate limited, the attempt was requeued
+    uncounted forever and the breaker never opened. An output orchardist could not read stays
+    the agent's error.
+    """
+    if seen.failure is Failure.AGENT_ERROR:
+        return
+    code = status if isinstance(status, int) and not isinstance(status, bool) else None
+    final = classify(reason, code)
+    if final is not None:
+        seen.failure = final
 
 
 def _tokens(seen: Seen, event: dict[str, Any]) -> None:
