@@ -54,6 +54,8 @@ CASES = [
             "--verbose",
             "--permission-mode",
             "acceptEdits",
+            "--tools",
+            CLAUDE_TOOLS,
             "--allowedTools",
             CLAUDE_TOOLS,
             "--max-turns",
@@ -513,6 +515,15 @@ def test_claude_passes_its_budget_and_tools(repo: Path, fake_bin: Path) -> None:
     argv = fake_call("claude")["argv"]
     assert argv[argv.index("--max-budget-usd") + 1] == "2.5"
     assert argv[argv.index("--allowedTools") + 1] == "Read,Bash(git:*)"
+    # every tool not named is removed, whatever the permission mode (patterns name their tool)
+    assert argv[argv.index("--tools") + 1] == "Read,Bash"
+
+
+def test_claude_with_no_allowed_tools_gets_none(repo: Path, fake_bin: Path) -> None:
+    agent_for(BY_KIND["claude"], allowed_tools=[]).run(make_ctx(repo, "claude"))
+    argv = fake_call("claude")["argv"]
+    assert argv[argv.index("--tools") + 1] == ""
+    assert "--allowedTools" not in argv
 
 
 # -- profile checks ---------------------------------------------------------------------------

@@ -101,6 +101,24 @@ def test_an_edit_claude_refuses_fails_the_attempt_and_says_why(
     assert "Claude Code refused 1 tool call(s)" in log_of(attempt)
 
 
+def test_an_edit_outside_allowed_tools_is_not_made_under_accept_edits(
+    tmp_path: Path, claude: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a profile that allows only reading, under the default acceptEdits
+    # And a model that reads calc.py and then asks for the fixing Edit
+    doc, api = _run(tmp_path, claude, monkeypatch, FIX, profile='allowed_tools = ["Read", "Glob"]')
+    # Then nothing was changed or merged: the run branch still subtracts
+    assert "a - b" in git(Path(doc["_repo"]), "show", f"{doc['branch']}:calc.py")
+    task = only_task(doc)
+    (attempt,) = task["attempts"]
+    assert attempt["failure"] == "no_changes", attempt
+    assert task["state"] == "failed"
+    # And the model really asked for the Edit: its third turn carries Claude Code's refusal
+    assert len(api.turns()) == 3
+    answered = json.dumps(api.turns()[2]["messages"][-1])
+    assert "No such tool available: Edit" in answered, answered
+
+
 def test_a_refused_key_is_an_auth_error_that_opens_the_breaker(
     tmp_path: Path, claude: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,7 +13,8 @@ Variables it reads: ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``,
 :data:`MAX_RETRIES` unless the caller sets it (its default retries a refused key for minutes).
 
 Permission: ``acceptEdits`` plus an explicit ``allowed_tools`` list (Bash and the file tools),
-because ``bypassPermissions`` refuses to start as root.
+because ``bypassPermissions`` refuses to start as root. ``allowed_tools`` also goes to ``--tools``,
+so a tool it does not name is not there at all, whatever the permission mode.
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ class ClaudeAgent(CliAgent):
         tools = self.allowed_tools
         argv = [self.command, "-p", "--output-format", "stream-json", "--verbose"]
         argv += ["--permission-mode", str(self.permission)]
+        # --allowedTools only pre-approves: acceptEdits still let an unlisted Edit through, so
+        # --tools removes every built-in tool not named (Claude Code: "No such tool available")
+        argv += ["--tools", ",".join(tool_names(tools))]
         if tools:
             argv += ["--allowedTools", ",".join(tools)]
         if self.max_turns is not None:
@@ -195,6 +199,12 @@ def _tokens(seen: Seen, event: dict[str, Any]) -> None:
 def _count(counts: dict[str, Any], key: str) -> int:
     value = counts.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def tool_names(allowed: tuple[str, ...]) -> list[str]:
+    """The tools ``allowed`` names, without their patterns: ``Bash(git:*)`` is ``Bash``."""
+    names = (entry.split("(", 1)[0].strip() for entry in allowed)
+    return list(dict.fromkeys(name for name in names if name))
 
 
 def denials(raw: Any) -> str:
