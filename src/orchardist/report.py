@@ -72,7 +72,7 @@ def _rate_limit_waits(events: list[Event]) -> dict[str, dict[str, Any]]:
         if data.get("state") == AttemptEvent.REQUEUED and data.get("failure") == "rate_limited":
             after = data.get("retry_after_s")
             timed = isinstance(after, int | float) and not isinstance(after, bool)
-            at = round(event.ts + after, 3) if timed else None
+            at = round(event.ts + float(after), 3) if timed and after is not None else None
             waits[event.task_id] = {"since": event.ts, "retry_after_s": after, "retry_at": at}
     return waits
 
