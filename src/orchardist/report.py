@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from .events import Kind
+from .events import AttemptEvent, Kind
 from .records import AttemptRecord, AttemptState, Event, Run
 from .store import Store
 from .terminal import plain
@@ -20,6 +20,7 @@ def status_document(
     attempts: dict[str, list[AttemptRecord]] = {}
     for attempt in store.attempts(run.id) if records is None else records:
         attempts.setdefault(attempt.task_id, []).append(attempt)
+    waits = _rate_limit_waits(store.events(run.id))
     tasks = []
     for task in store.tasks(run.id):
         mine = sorted(attempts.get(task.task_id, []), key=lambda a: a.n)
@@ -39,6 +40,7 @@ def status_document(
                 "winner": winner,
                 "attempts": [_attempt(a) for a in mine],
                 **_totals(mine),
+                "rate_limited": None if task.state.terminal else waits.get(task.task_id),
             }
         )
     all_attempts = [a for mine in attempts.values() for a in mine]
@@ -56,6 +58,26 @@ def status_document(
         "summary": dict(Counter(t["state"] for t in tasks)),
         "unverified": [t["id"] for t in tasks if _merged_verdict(t) == "unverified"],
     }
+
+
+def _rate_limit_waits(events: list[Event]) -> dict[str, dict[str, Any]]:
+    """Tasks whose latest attempt event is a rate limit's requeue: when they may run again.
+
+    ``retry_at`` is the requeue's time plus the reset the backend reported (Unix seconds); null
+    when it reported none (the profile's back-off decides). A later attempt event clears it.
+    """
+    waits: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if event.kind != Kind.ATTEMPT or event.task_id is None:
+            continue
+        data = event.data
+        waits.pop(event.task_id, None)
+        if data.get("state") == AttemptEvent.REQUEUED and data.get("failure") == "rate_limited":
+            after = data.get("retry_after_s")
+            timed = isinstance(after, int | float) and not isinstance(after, bool)
+            at = round(event.ts + float(after), 3) if timed and after is not None else None
+            waits[event.task_id] = {"since": event.ts, "retry_after_s": after, "retry_at": at}
+    return waits
 
 
 def _merged_verdict(task: dict[str, Any]) -> str:

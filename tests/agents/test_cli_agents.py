@@ -54,6 +54,8 @@ CASES = [
             "--verbose",
             "--permission-mode",
             "acceptEdits",
+            "--tools",
+            CLAUDE_TOOLS,
             "--allowedTools",
             CLAUDE_TOOLS,
             "--max-turns",
@@ -275,6 +277,20 @@ def test_an_auth_failure_is_classified(
     result = agent_for(case).run(make_ctx(repo, case.kind))
     assert result.failure is Failure.AUTH_ERROR, result.detail
     assert result.retry_after_s is None
+
+
+def test_claudes_final_401_decides_over_a_side_requests_rate_limit(
+    repo: Path, fake_bin: Path, fake_mode: Callable[..., None]
+) -> None:
+    # Given Claude Code reporting a rejected rate_limit_event (a side request's 429), then a
+    # final result that failed 401 "Not logged in"
+    fake_mode("side_rate_limit_then_auth")
+    # When the adapter runs
+    result = agent_for(BY_KIND["claude"]).run(make_ctx(repo, "claude"))
+    # Then the attempt is an auth error (counted, opens the breaker), not a rate limit to wait out
+    assert result.failure is Failure.AUTH_ERROR, result.detail
+    assert result.retry_after_s is None
+    assert "Not logged in" in result.detail
 
 
 @every_adapter
@@ -499,6 +515,15 @@ def test_claude_passes_its_budget_and_tools(repo: Path, fake_bin: Path) -> None:
     argv = fake_call("claude")["argv"]
     assert argv[argv.index("--max-budget-usd") + 1] == "2.5"
     assert argv[argv.index("--allowedTools") + 1] == "Read,Bash(git:*)"
+    # every tool not named is removed, whatever the permission mode (patterns name their tool)
+    assert argv[argv.index("--tools") + 1] == "Read,Bash"
+
+
+def test_claude_with_no_allowed_tools_gets_none(repo: Path, fake_bin: Path) -> None:
+    agent_for(BY_KIND["claude"], allowed_tools=[]).run(make_ctx(repo, "claude"))
+    argv = fake_call("claude")["argv"]
+    assert argv[argv.index("--tools") + 1] == ""
+    assert "--allowedTools" not in argv
 
 
 # -- profile checks ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ Skipped with the reason when the tool is not installed; failed under CI.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from real_runs import events, only_task, reported, run_fix
 from e2e_support import log_of
 from modelapi.anthropic import AnthropicServer, ApiError, Step, Text, ToolUse, unauthorized
 from modelapi.anthropic import rate_limited as too_many
+from modelapi.server import Reply, Request
 from realtools import require_tool
 from support import git
 
@@ -101,6 +102,24 @@ def test_an_edit_claude_refuses_fails_the_attempt_and_says_why(
     assert "Claude Code refused 1 tool call(s)" in log_of(attempt)
 
 
+def test_an_edit_outside_allowed_tools_is_not_made_under_accept_edits(
+    tmp_path: Path, claude: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a profile that allows only reading, under the default acceptEdits
+    # And a model that reads calc.py and then asks for the fixing Edit
+    doc, api = _run(tmp_path, claude, monkeypatch, FIX, profile='allowed_tools = ["Read", "Glob"]')
+    # Then nothing was changed or merged: the run branch still subtracts
+    assert "a - b" in git(Path(doc["_repo"]), "show", f"{doc['branch']}:calc.py")
+    task = only_task(doc)
+    (attempt,) = task["attempts"]
+    assert attempt["failure"] == "no_changes", attempt
+    assert task["state"] == "failed"
+    # And the model really asked for the Edit: its third turn carries Claude Code's refusal
+    assert len(api.turns()) == 3
+    answered = json.dumps(api.turns()[2]["messages"][-1])
+    assert "No such tool available: Edit" in answered, answered
+
+
 def test_a_refused_key_is_an_auth_error_that_opens_the_breaker(
     tmp_path: Path, claude: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -112,6 +131,53 @@ def test_a_refused_key_is_an_auth_error_that_opens_the_breaker(
     assert task["state"] == "failed"
     # Claude Code's own retries are capped (3 requests, not 11)
     assert len(api.turns()) == 3
+    assert [e["state"] for e in events(doc, "breaker")] == ["open"]
+
+
+class RejectedThenLoggedOut(AnthropicServer):
+    """A subscription's quota state: the first turn is answered, but with headers saying the
+    unified limit is rejected (Claude Code prints a rejected ``rate_limit_event``); every later
+    turn is refused 401, as for a token no longer logged in."""
+
+    def __init__(self, script: list[Step]) -> None:
+        super().__init__(script)
+        self.answered = False
+
+    def failing(self, body: Mapping[str, Any]) -> ApiError | None:
+        """No error for the first turn; 401 for every later one."""
+        if not body.get("tools"):
+            return None
+        with self.lock:
+            first, self.answered = not self.answered, True
+        return None if first else ApiError(401, "authentication_error", "Invalid bearer token")
+
+    def answer(self, request: Request) -> Reply:
+        """The scripted answer, with the rejected limit in its headers."""
+        reply = super().answer(request)
+        if reply.status != 200:
+            return reply
+        rejected = {k: v for k, v in too_many(3600).headers.items() if "unified" in k}
+        return Reply(reply.status, {**reply.headers, **rejected}, reply.body)
+
+
+def test_a_401_after_a_rejected_rate_limit_event_is_an_auth_error_not_requeued(
+    tmp_path: Path, claude: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a subscription token whose first answer says the limit is rejected, then 401s
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-test-token")
+    api = RejectedThenLoggedOut(FIX)
+    settings = f'kind = "claude"\ncommand = {json.dumps(str(claude))}\n'
+    doc = run_fix(tmp_path, monkeypatch, api, "ANTHROPIC_BASE_URL", settings)
+    task = only_task(doc)
+    (attempt,) = task["attempts"]
+    # Then Claude Code really printed the rejected rate_limit_event before its 401 result
+    assert '"status":"rejected"' in log_of(attempt)
+    assert reported(attempt)["api_error_status"] == 401
+    # And the one attempt failed as an auth error: counted, breaker open, never requeued
+    assert attempt["failure"] == "auth_error", attempt
+    assert task["state"] == "failed", task
+    assert "requeued" not in [e.get("state") for e in events(doc, "attempt")]
     assert [e["state"] for e in events(doc, "breaker")] == ["open"]
 
 

@@ -13,7 +13,8 @@ Variables it reads: ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``,
 :data:`MAX_RETRIES` unless the caller sets it (its default retries a refused key for minutes).
 
 Permission: ``acceptEdits`` plus an explicit ``allowed_tools`` list (Bash and the file tools),
-because ``bypassPermissions`` refuses to start as root.
+because ``bypassPermissions`` refuses to start as root. ``allowed_tools`` also goes to ``--tools``,
+so a tool it does not name is not there at all, whatever the permission mode.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..procs import ProcessResult
 from ..records import AgentProfile, Failure
 from . import AgentContext, AgentResult
 from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, str_list_problem
-from .limits import epoch_datetime
+from .limits import classify, epoch_datetime
 
 PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "dontAsk", "plan")
 DEFAULT_TOOLS = ("Bash", "Edit", "MultiEdit", "Write", "Read", "Glob", "Grep", "LS", "TodoWrite")
@@ -94,6 +95,9 @@ class ClaudeAgent(CliAgent):
         tools = self.allowed_tools
         argv = [self.command, "-p", "--output-format", "stream-json", "--verbose"]
         argv += ["--permission-mode", str(self.permission)]
+        # --allowedTools only pre-approves: acceptEdits still let an unlisted Edit through, so
+        # --tools removes every built-in tool not named (Claude Code: "No such tool available")
+        argv += ["--tools", ",".join(tool_names(tools))]
         if tools:
             argv += ["--allowedTools", ",".join(tools)]
         if self.max_turns is not None:
@@ -154,9 +158,26 @@ class ClaudeAgent(CliAgent):
             errors = event.get("errors")
             said = "; ".join(str(e) for e in errors) if isinstance(errors, list) else ""
             reason = text or said or subtype.replace("_", " ")
-            seen.error(f"{reason}\n{refused}" if refused else reason, event.get("api_error_status"))
+            _final_failure(seen, reason, event.get("api_error_status"))
+            seen.error(f"{reason}\n{refused}" if refused else reason)
         else:
             seen.summary = f"{refused}\n{text}" if refused else text
+
+
+def _final_failure(seen: Seen, reason: str, status: Any) -> None:
+    """The failed ``result``'s own status (or message) decides over earlier events.
+
+    With a subscription, a side request's 429 arrives as a rejected ``rate_limit_event`` while
+    the main request fails 401 ("Not logged in"): kept as rate limited, the attempt was requeued
+    uncounted forever and the breaker never opened. An output orchardist could not read stays
+    the agent's error.
+    """
+    if seen.failure is Failure.AGENT_ERROR:
+        return
+    code = status if isinstance(status, int) and not isinstance(status, bool) else None
+    final = classify(reason, code)
+    if final is not None:
+        seen.failure = final
 
 
 def _tokens(seen: Seen, event: dict[str, Any]) -> None:
@@ -178,6 +199,12 @@ def _tokens(seen: Seen, event: dict[str, Any]) -> None:
 def _count(counts: dict[str, Any], key: str) -> int:
     value = counts.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def tool_names(allowed: tuple[str, ...]) -> list[str]:
+    """The tools ``allowed`` names, without their patterns: ``Bash(git:*)`` is ``Bash``."""
+    names = (entry.split("(", 1)[0].strip() for entry in allowed)
+    return list(dict.fromkeys(name for name in names if name))
 
 
 def denials(raw: Any) -> str:

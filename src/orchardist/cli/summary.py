@@ -44,6 +44,8 @@ def print_summary(
         if task["reason"] and task["state"] != "done":
             line += f"  ({plain(task['reason'])})"  # reasons and details quote agents' words
         print(line)
+        if task.get("rate_limited"):
+            print(f"      {rate_limit_wait(task['rate_limited'])}")
         if attempts:
             for a in task["attempts"]:
                 took = "" if a["duration_s"] is None else f"{a['duration_s']:.1f}s"
@@ -166,6 +168,18 @@ def lock_held(path: Path) -> bool:
         if same_device and int(inode) == st.st_ino:
             return True
     return False
+
+
+def rate_limit_wait(wait: dict[str, Any], now: float | None = None) -> str:
+    """When a rate-limited task may run again, as its requeue recorded it."""
+    import time
+
+    at = wait.get("retry_at")
+    if at is None:
+        return "rate limited: requeued; the profile's back-off decides when it runs again"
+    left = at - (time.time() if now is None else now)
+    soon = f"in {elapsed(left)}" if left > 0 else "now"
+    return f"rate limited: may run again at {when(at)} ({soon})"
 
 
 def when(timestamp: float) -> str:
