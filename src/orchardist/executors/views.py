@@ -1,0 +1,59 @@
+"""The tree verify runs on: a fresh view of exactly what the patch holds, made once the agent
+ended.
+
+The agent's own working tree holds more than its patch: files git ignores (``__pycache__``,
+generated modules, build folders) and files the snapshot leaves out. Tests run there can pass on
+what will never merge (a planted ``.pyc`` compiled from correct code beside a broken source).
+So verify, check and a judged stage's commands run in folders of their own, made by orchardist
+once the agent's processes are gone: the tree of the attempt's start commit (an overlay of the
+run's pristine checkout where the layout has one, two mounts) with the files that differ in the
+patch written into it (:func:`~orchardist.indexfile.advance`: a cost that follows the change),
+else git's ``read-tree --reset -u`` of the patch. HEAD and the index say the start commit, as in
+the agent's tree, so the change shows as modified files; home, tmp and io are new and empty.
+"""
+
+from __future__ import annotations
+
+from ..gitrepo import Repo
+from ..indexfile import IndexFile, advance
+from ..worktree import VIEWS, AttemptPaths, Layout
+
+
+def view_paths(layout: Layout, run_id: str, job_id: str) -> AttemptPaths:
+    """Where the view of a run's job is made (not created)."""
+    return AttemptPaths.under(layout.run_folder(run_id) / VIEWS / job_id)
+
+
+def make_view(
+    layout: Layout, view: AttemptPaths, start: str, commit: str, run_id: str | None
+) -> None:
+    """Fresh folders at ``view`` whose tree is exactly ``commit``'s, HEAD and index ``start``'s.
+
+    ``run_id`` lets the layout overlay the run's pristine checkout of ``start`` (already there:
+    the attempt itself stands on it); without one, or where it cannot, a checkout of its own.
+    """
+    layout.create(view, start, run_id)
+    if start == commit:
+        return
+    started = view.checkout_index.read_bytes()
+    index = IndexFile.parse(started)
+    if index is not None and advance(layout.repo, view.tree, index, start, commit):
+        return  # the view's own index is still the start's: only the files were written
+    _reset(layout.repo, view, commit)
+    (view.git / "index").write_bytes(started)  # HEAD and index the start's, as in the agent's
+
+
+def _reset(repo: Repo, view: AttemptPaths, commit: str) -> None:
+    """Make the view's tracked files ``commit``'s (what :func:`advance` does not do: links,
+    mode changes, attributes, a file becoming a folder); files whose stat differs from the
+    index are written again, so a stale stat can only cost time."""
+    repo.git(
+        f"--git-dir={view.git}",
+        f"--work-tree={view.tree}",
+        "-c",
+        "core.splitIndex=false",
+        "read-tree",
+        "--reset",
+        "-u",
+        commit,
+    )
