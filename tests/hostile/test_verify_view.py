@@ -169,7 +169,7 @@ def test_verify_sees_exactly_the_snapshots_files_and_a_tmpdir_of_its_own(
     # When
     run = run_plan(plan)
 
-    # Then: the agent ran; verify saw the patch's files, no other, and a TMPDIR without the agent's file
+    # Then: the agent ran; verify saw the patch's files, no other, and not the agent's TMPDIR
     assert (sync / "agent").is_file()
     assert run.states() == {"t": "done"}, run.doc
     (attempt,) = run.ws.store.attempts(run.run.id)

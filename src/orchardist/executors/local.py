@@ -213,9 +213,10 @@ class LocalExecutor:
                 work = ran
             empty_home(paths)  # verify runs the agent's code: no credentials copied for it
             notify(Phase(job, "verifying"))
-            if isinstance(job, AttemptJob):
+            if isinstance(job, AttemptJob) and _runs_commands(job):
                 return self._on_view(attempt, work)
-            return self._verify(attempt, work)  # no agent ran: the tree is orchardist's own
+            # no agent ran (the tree is orchardist's own), or nothing runs on the tree
+            return self._verify(attempt, work)
         finally:
             self.guard.ended(job.id)
 
@@ -491,6 +492,11 @@ class LocalExecutor:
     def confine(self, paths: AttemptPaths, network: bool) -> Spec | None:
         """How a process of the attempt at ``paths`` is confined (see :mod:`.confinement`)."""
         return self.confinement.spec(paths, network)
+
+
+def _runs_commands(job: AttemptJob) -> bool:
+    """Whether anything runs on the attempt's tree after its agent: else no view is made."""
+    return bool(job.verify or job.check or job.auto_verify or job.stage in JUDGED_STAGES)
 
 
 class _Contained(Exception):
