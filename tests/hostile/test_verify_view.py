@@ -17,6 +17,7 @@ import pytest
 
 from orchardist import RunState
 from orchardist.mounts import OVERLAY_VAR
+from run_support import leftovers
 from support import Finished, git, make_repo, toml_str, write_plan
 from userstate import assert_untouched, user_ground
 
@@ -88,6 +89,7 @@ def test_a_planted_pyc_of_correct_code_does_not_let_a_broken_source_merge(
     assert run.read("src/app.py") == CORRECT.rstrip()
     assert run.state is RunState.FAILED
     assert_untouched(repo, ground)
+    assert leftovers(repo, run.run.id) == []  # the view went with its attempt
 
 
 def test_an_ignored_generated_module_the_change_imports_fails_verify(
@@ -179,6 +181,7 @@ def test_verify_sees_exactly_the_snapshots_files_and_a_tmpdir_of_its_own(
     assert "new/file.txt" in seen and "gone.txt" not in seen
     # (confined, TMPDIR is /tmp, where what the host's /tmp hides is shown read-only)
     assert "left-by-agent" not in (sync / "tmp").read_text().split()
+    assert leftovers(repo, run.run.id) == []
 
 
 def _header_fits(pyc: bytes, source: str) -> bool:
