@@ -33,7 +33,6 @@ the user's repository: orchardist reads the result by hashing the tree itself.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
@@ -444,10 +443,9 @@ class Layout:
             remove_tree(root)
         for run_id in self._recorded:
             remove_tree(self.run_folder(run_id) / LISTING)
+            remove_tree(self.run_folder(run_id) / VIEWS)  # each went with its attempt, unmounted
             if not any(p.root.is_relative_to(self.run_folder(run_id)) for p in self._pristines):
                 remove_tree(self.run_folder(run_id) / PRISTINE)
-            with contextlib.suppress(OSError):  # emptied with the skeletons, if there was one
-                (self.run_folder(run_id) / VIEWS).rmdir()
             for folder in (self.run_folder(run_id), self.folder / "runs", self.folder):
                 try:
                     folder.rmdir()
