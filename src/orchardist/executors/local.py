@@ -174,6 +174,7 @@ class LocalExecutor:
             # Off the critical path: the scheduler already has the outcome; close() still
             # waits for this thread, so no folder outlives the executor.
             try:
+                self.layout.remove(view_paths(self.layout, job.run_id, job.id))  # if made
                 self.layout.remove(paths)
             finally:
                 with self._lock:
@@ -224,25 +225,22 @@ class LocalExecutor:
         """Verify (or judge) the patch on a fresh view of exactly its tree, made now that the
         agent has ended (see views.py): nothing it left beside the patch is seen."""
         job = a.agent_job
-        view = view_paths(self.layout, job.run_id, job.id)
+        view = view_paths(self.layout, job.run_id, job.id)  # removed with the attempt's folder
         try:
-            try:
-                make_view(self.layout, view, job.start, work.patch, job.run_id)
-            except (OrchardistError, OSError) as exc:
-                detail = f"cannot make the tree verify runs on: {exc}"
-                return a.end(
-                    AttemptState.FAILED,
-                    Failure.INFRA_ERROR,
-                    detail=detail,
-                    patch_commit=work.patch,
-                    usage=work.usage,
-                )
-            viewed = replace(a, view=view, cwd=view.tree / job.workdir)
-            if job.stage in JUDGED_STAGES:
-                return self._judge(viewed, work)
-            return self._verify(viewed, work)
-        finally:
-            self.layout.remove(view)
+            make_view(self.layout, view, job.start, work.patch, job.run_id)
+        except (OrchardistError, OSError) as exc:
+            detail = f"cannot make the tree verify runs on: {exc}"
+            return a.end(
+                AttemptState.FAILED,
+                Failure.INFRA_ERROR,
+                detail=detail,
+                patch_commit=work.patch,
+                usage=work.usage,
+            )
+        viewed = replace(a, view=view, cwd=view.tree / job.workdir)
+        if job.stage in JUDGED_STAGES:
+            return self._judge(viewed, work)
+        return self._verify(viewed, work)
 
     def _run_agent(self, a: Attempt) -> Outcome | Work:
         """Run the job's agent, then take what it did as a patch; an Outcome when that ends
