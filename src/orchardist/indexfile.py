@@ -18,6 +18,7 @@ import bisect
 import hashlib
 import os
 import struct
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,10 +92,13 @@ class IndexFile:
             del self.paths[at], self.entries[at]
 
 
-def advance(repo: Plumbing, tree: Path, index: IndexFile, old: str, new: str) -> bytes | None:
+def advance(
+    repo: Plumbing, tree: Path, index: IndexFile, old: str, new: str, loose: Path | None = None
+) -> bytes | None:
     """Move the checkout ``tree`` of ``old``, whose index is ``index``, to ``new``: the new
     index file's bytes (``index`` now says ``new``), or None, nothing changed, where the
-    move is not the plain case (then git must do it)."""
+    move is not the plain case (then git must do it). ``loose``: an objects folder whose
+    loose blobs are read here, checked against their ids, before git is asked for the rest."""
     raw = repo.git_bytes(
         "diff-tree",
         "-r",
@@ -110,11 +114,28 @@ def advance(repo: Plumbing, tree: Path, index: IndexFile, old: str, new: str) ->
     changes = parse_raw(raw)
     if not plain(index, changes):
         return None
-    objects = repo.read_objects([c.new_oid for c in changes if c.status != "D"])
+    wanted = [c.new_oid for c in changes if c.status != "D"]
+    objects = {oid: found for oid in wanted if (found := _loose(loose, oid)) is not None}
+    objects.update(repo.read_objects([oid for oid in wanted if oid not in objects]))
     if any(kind != "blob" for kind, _ in objects.values()):
         return None
     apply(tree, index, changes, {oid: body for oid, (_, body) in objects.items()})
     return index.to_bytes()
+
+
+def _loose(objects: Path | None, oid: str) -> tuple[str, bytes] | None:
+    """A loose object's type and body, if it is there and hashes to ``oid`` (what orchardist's
+    own snapshot just wrote: read without starting git); else None."""
+    if objects is None or len(oid) != 40:
+        return None
+    try:
+        data = zlib.decompress((objects / oid[:2] / oid[2:]).read_bytes())
+    except (OSError, ValueError, zlib.error):
+        return None
+    if hashlib.sha1(data, usedforsecurity=False).hexdigest() != oid:
+        return None
+    header, _, body = data.partition(b"\0")
+    return header.split(b" ", 1)[0].decode(errors="replace"), body
 
 
 def entry(path: bytes, mode: int, oid: str, st: os.stat_result) -> bytes:

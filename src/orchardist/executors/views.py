@@ -37,7 +37,8 @@ def make_view(
         return
     started = view.checkout_index.read_bytes()
     index = IndexFile.parse(started)
-    if index is not None and advance(layout.repo, view.tree, index, start, commit):
+    objects = layout.repo.common_dir / "objects"  # the snapshot's new blobs are loose there
+    if index is not None and advance(layout.repo, view.tree, index, start, commit, objects):
         return  # the view's own index is still the start's: only the files were written
     _reset(layout.repo, view, commit)
     (view.git / "index").write_bytes(started)  # HEAD and index the start's, as in the agent's
