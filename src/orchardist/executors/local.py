@@ -34,7 +34,7 @@ from .attempt import Attempt, Work, agent_context, note_ending
 from .baselines import LocalBaselines as LocalBaselines  # kept importable from here
 from .confinement import Confinement, without, writable_of
 from .guard import CheckoutGuard
-from .views import make_view, view_paths
+from .views import make_view, needs_view, view_paths
 
 NO_CHANGES = "the agent changed no file"
 NO_CHANGES_FEEDBACK = (
@@ -214,7 +214,7 @@ class LocalExecutor:
                 work = ran
             empty_home(paths)  # verify runs the agent's code: no credentials copied for it
             notify(Phase(job, "verifying"))
-            if isinstance(job, AttemptJob) and _runs_commands(job):
+            if isinstance(job, AttemptJob) and needs_view(job):
                 return self._on_view(attempt, work)
             # no agent ran (the tree is orchardist's own), or nothing runs on the tree
             return self._verify(attempt, work)
@@ -490,11 +490,6 @@ class LocalExecutor:
     def confine(self, paths: AttemptPaths, network: bool) -> Spec | None:
         """How a process of the attempt at ``paths`` is confined (see :mod:`.confinement`)."""
         return self.confinement.spec(paths, network)
-
-
-def _runs_commands(job: AttemptJob) -> bool:
-    """Whether anything runs on the attempt's tree after its agent: else no view is made."""
-    return bool(job.verify or job.check or job.auto_verify or job.stage in JUDGED_STAGES)
 
 
 class _Contained(Exception):

@@ -16,7 +16,14 @@ from __future__ import annotations
 
 from ..gitrepo import Repo
 from ..indexfile import IndexFile, advance
+from ..stages import JUDGED_STAGES
 from ..worktree import VIEWS, AttemptPaths, Layout
+from . import AttemptJob
+
+
+def needs_view(job: AttemptJob) -> bool:
+    """Whether anything runs on the attempt's tree after its agent (else no view is made)."""
+    return bool(job.verify or job.check or job.auto_verify or job.stage in JUDGED_STAGES)
 
 
 def view_paths(layout: Layout, run_id: str, job_id: str) -> AttemptPaths:
