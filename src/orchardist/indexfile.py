@@ -92,12 +92,25 @@ class IndexFile:
             del self.paths[at], self.entries[at]
 
 
-def advance(
-    repo: Plumbing, tree: Path, index: IndexFile, old: str, new: str, loose: Path | None = None
-) -> bytes | None:
+def advance(repo: Plumbing, tree: Path, index: IndexFile, old: str, new: str) -> bytes | None:
     """Move the checkout ``tree`` of ``old``, whose index is ``index``, to ``new``: the new
     index file's bytes (``index`` now says ``new``), or None, nothing changed, where the
-    move is not the plain case (then git must do it). ``loose``: an objects folder whose
+    move is not the plain case (then git must do it)."""
+    return index.to_bytes() if write_changes(repo, tree, index, old, new, update=True) else None
+
+
+def write_changes(
+    repo: Plumbing,
+    tree: Path,
+    index: IndexFile,
+    old: str,
+    new: str,
+    update: bool = False,
+    loose: Path | None = None,
+) -> bool:
+    """Write into the checkout ``tree`` of ``old`` (whose index is ``index``) the files that
+    differ in ``new``; False, nothing written, where that is not the plain case. ``update``:
+    make ``index`` say ``new`` too (else it is only read). ``loose``: an objects folder whose
     loose blobs are read here, checked against their ids, before git is asked for the rest."""
     raw = repo.git_bytes(
         "diff-tree",
@@ -113,14 +126,14 @@ def advance(
     )
     changes = parse_raw(raw)
     if not plain(index, changes):
-        return None
+        return False
     wanted = [c.new_oid for c in changes if c.status != "D"]
     objects = {oid: found for oid in wanted if (found := _loose(loose, oid)) is not None}
     objects.update(repo.read_objects([oid for oid in wanted if oid not in objects]))
     if any(kind != "blob" for kind, _ in objects.values()):
-        return None
-    apply(tree, index, changes, {oid: body for oid, (_, body) in objects.items()})
-    return index.to_bytes()
+        return False
+    apply(tree, index if update else None, changes, {o: b for o, (_, b) in objects.items()})
+    return True
 
 
 def _loose(objects: Path | None, oid: str) -> tuple[str, bytes] | None:
@@ -199,7 +212,7 @@ def _file_above(index: IndexFile, change: Change) -> bool:
 
 
 def apply(
-    tree: Path, index: IndexFile, changes: Iterable[Change], blobs: Mapping[str, bytes]
+    tree: Path, index: IndexFile | None, changes: Iterable[Change], blobs: Mapping[str, bytes]
 ) -> None:
     """Make ``tree`` and ``index`` say the new commit: removed files first (and the folders
     they leave empty), then every added or changed file written anew (a new inode, as git's
@@ -209,7 +222,8 @@ def apply(
     for change in changes:
         if change.status == "D":
             os.unlink(os.path.join(root, change.path))
-            index.drop(change.path)
+            if index is not None:
+                index.drop(change.path)
             _prune(root, change.path.rpartition(b"/")[0])
     for change in changes:
         if change.status == "D":
@@ -227,7 +241,8 @@ def apply(
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
-        index.put(change.path, entry(change.path, mode, change.new_oid, os.lstat(full)))
+        if index is not None:
+            index.put(change.path, entry(change.path, mode, change.new_oid, os.lstat(full)))
 
 
 def _prune(root: bytes, folder: bytes) -> None:

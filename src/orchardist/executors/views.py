@@ -7,18 +7,26 @@ what will never merge (a planted ``.pyc`` compiled from correct code beside a br
 So verify, check and a judged stage's commands run in folders of their own, made by orchardist
 once the agent's processes are gone: the tree of the attempt's start commit (an overlay of the
 run's pristine checkout where the layout has one, two mounts) with the files that differ in the
-patch written into it (:func:`~orchardist.indexfile.advance`: a cost that follows the change),
+patch written into it (:func:`~orchardist.indexfile.write_changes`: a cost that follows the change),
 else git's ``read-tree --reset -u`` of the patch. HEAD and the index say the start commit, as in
 the agent's tree, so the change shows as modified files; home, tmp and io are new and empty.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+from pathlib import Path
+
 from ..gitrepo import Repo
-from ..indexfile import IndexFile, advance
+from ..indexfile import IndexFile, write_changes
 from ..stages import JUDGED_STAGES
 from ..worktree import VIEWS, AttemptPaths, Layout
 from . import AttemptJob
+
+MAX_PARSED = 4  # parsed start indexes kept (one per pristine in use, about)
+_parsed: dict[tuple[int, int, int, int], IndexFile] = {}
+_lock = threading.Lock()
 
 
 def needs_view(job: AttemptJob) -> bool:
@@ -42,17 +50,38 @@ def make_view(
     layout.create(view, start, run_id)
     if start == commit:
         return
-    started = view.checkout_index.read_bytes()
-    index = IndexFile.parse(started)
+    index = _start_index(view.checkout_index)
     objects = layout.repo.common_dir / "objects"  # the snapshot's new blobs are loose there
-    if index is not None and advance(layout.repo, view.tree, index, start, commit, objects):
+    if index is not None and write_changes(
+        layout.repo, view.tree, index, start, commit, loose=objects
+    ):
         return  # the view's own index is still the start's: only the files were written
+    started = view.checkout_index.read_bytes()
     _reset(layout.repo, view, commit)
     (view.git / "index").write_bytes(started)  # HEAD and index the start's, as in the agent's
 
 
+def _start_index(path: Path) -> IndexFile | None:
+    """The start's index, parsed once per index file (the overlaid views of one pristine all
+    link its one file: parsing 30,000 entries again for each cost 150 ms), shared: only read;
+    None where it is not a plain version 2 index."""
+    st = os.stat(path)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)  # replaced whole, never rewritten
+    with _lock:
+        parsed = _parsed.get(key)
+    if parsed is None:
+        parsed = IndexFile.parse(path.read_bytes())
+        if parsed is None:
+            return None
+        with _lock:
+            _parsed[key] = parsed
+            while len(_parsed) > MAX_PARSED:
+                _parsed.pop(next(iter(_parsed)))  # the oldest
+    return parsed
+
+
 def _reset(repo: Repo, view: AttemptPaths, commit: str) -> None:
-    """Make the view's tracked files ``commit``'s (what :func:`advance` does not do: links,
+    """Make the view's tracked files ``commit``'s (what :func:`write_changes` does not do: links,
     mode changes, attributes, a file becoming a folder); files whose stat differs from the
     index are written again, so a stale stat can only cost time."""
     repo.git(
