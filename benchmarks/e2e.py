@@ -4,10 +4,12 @@ Usage::
 
     python benchmarks/e2e.py [--tasks 100] [--shapes layered,independent] [--workers 4]
                              [--profile FILE] [--large [--large-files 30000]] [--no-floor]
+                             [--verify CMD]
 
 For each (shape, tasks, workers): a throwaway repository (``--files`` committed files), a plan of
 ``tasks`` shell agents that each add a one-line file (``g<k>/<task>.txt``, 100 files per folder),
-``verify = "none"``, default sandbox and checkout guard, run through the real CLI
+``verify = "none"`` (``--verify CMD``: that command, run on each patch's verify view), default
+sandbox and checkout guard, run through the real CLI
 (``python -m orchardist run``: real attempt folders, snapshots and merges). ``layered``: tasks in
 layers of 20, each depending on two tasks of the layer before; ``independent``: no dependencies.
 
@@ -30,7 +32,8 @@ line of its own) and as a checkout of its own, ``git worktree add``, ``--no-chec
 sparse checkout of the one folder the task touches (the agent does not see the other files),
 ``cp --reflink=auto`` of a pristine checkout, and a bare overlay mount of a pristine checkout in
 a user namespace (``unshare -Urm``; timed beyond starting the namespace).
-Median ms to make and to remove one, and the disk one attempt uses after a one-line edit. Then
+Median ms to make and to remove one, and the disk one attempt uses after a one-line edit; for
+orchardist's two, the verify view of a one-line patch (executors/views.py) beside it. Then
 the snapshot of a one-line edit, reading what changed against reading every file.
 ``--setups`` picks some of them (overlay, layout, worktree, sparse, reflink, unshare).
 """
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sqlite3
 import stat
@@ -98,10 +102,12 @@ def task_ids(n: int) -> list[str]:
     return [f"g{i // PER_FOLDER}-t{i:05d}" for i in range(n)]
 
 
-def write_plan(repo: Path, n: int, shape: str) -> Path:
-    """The plan: ``n`` shell agents adding a one-line file each, ``verify = "none"``."""
+def write_plan(repo: Path, n: int, shape: str, verify: str = "none") -> Path:
+    """The plan: ``n`` shell agents adding a one-line file each, ``verify = "none"`` (or
+    ``--verify``'s command, run on each patch's verify view)."""
     ids = task_ids(n)
-    lines = ['[run]\nverify = "none"\n', "[agents.edit]", 'kind = "shell"', f"command = '{AGENT}'"]
+    lines = [f"[run]\nverify = {json.dumps(verify)}\n", "[agents.edit]", 'kind = "shell"']
+    lines.append(f"command = '{AGENT}'")
     for i, task in enumerate(ids):
         lines += ["", "[[task]]", f'id = "{task}"', 'agent = "edit"', 'prompt = "add a line"']
         if shape == "layered" and i >= LAYER:
@@ -180,7 +186,7 @@ def bench_run(args: argparse.Namespace, shape: str, n: int, workers: int, tmp: P
     """One row: orchardist and the floor, same repository, same run of the script."""
     folder = tmp / f"{shape}-{n}-{workers}"
     repo = make_repo(folder / "repo", args.files)
-    plan = write_plan(repo, n, shape)
+    plan = write_plan(repo, n, shape, args.verify)
     sample = min(n, args.floor_sample or n)
     floor_s = 0.0
     if sample < n and not args.no_floor:  # the floor sampled at the start and at the end
@@ -374,6 +380,27 @@ def setup_cost(setup: Setup, rounds: int) -> tuple[float, float, int]:
     return statistics.median(made) * 1e3, statistics.median(removed) * 1e3, disk
 
 
+def view_ms(setup: LayoutSetup, rounds: int) -> float:
+    """Median ms to make the verify view of an attempt's one-line patch (executors/views.py)
+    while the attempt stands on its base, as verify does."""
+    from orchardist.executors.views import make_view, view_paths
+
+    layout, repo = setup.layout, Repo(setup.repo)
+    attempt = layout.attempt("bench", "viewed")
+    layout.create(attempt, setup.head, "bench")
+    (attempt.tree / "pkg0" / "mod0.py").write_text("# edited\n")
+    patch = repo.snapshot(attempt.tree, setup.head, "edit", layout.checkout(attempt, "bench"))
+    made = []
+    for i in range(rounds):
+        view = view_paths(layout, "bench", f"v.{i}")
+        start = time.perf_counter()
+        make_view(layout, view, setup.head, patch, "bench")
+        made.append(time.perf_counter() - start)
+        layout.remove(view)
+    layout.remove(attempt)
+    return statistics.median(made) * 1e3
+
+
 def next_base_ms(setup: OverlaySetup) -> float:
     """ms of the first attempt on a new commit (one file changed) when the pristine of the
     last one is unused: it is moved to the new commit, only the changed file rewritten."""
@@ -433,7 +460,7 @@ def bench_large(args: argparse.Namespace, tmp: Path) -> None:
     if OverlaySetup in kinds and not mounts.enter():
         kinds.remove(OverlaySetup)
         print("(orchardist's overlays: cannot mount here; the copy is what attempts get)")
-    pristine = {}
+    pristine, views = {}, {}
     for kind in kinds:
         rows = {}
         for n, repo in repos.items():
@@ -441,6 +468,8 @@ def bench_large(args: argparse.Namespace, tmp: Path) -> None:
             folder.mkdir()
             setup = kind(repo, folder)
             rows[n] = setup_cost(setup, args.rounds)
+            if isinstance(setup, LayoutSetup):
+                views[kind.__name__, n] = view_ms(setup, args.rounds)
             if isinstance(setup, OverlaySetup):
                 pristine[n] = (setup.first_ms, next_base_ms(setup))
         (small_ms, small_rm, _), (large_ms, large_rm, disk) = rows[100], rows[large]
@@ -449,6 +478,12 @@ def bench_large(args: argparse.Namespace, tmp: Path) -> None:
             f"{large_ms:9.1f} | {large_rm:6.1f} {large_ms / small_ms:5.1f}x {disk:9d} "
             f"{'yes' if kind.whole else 'NO'}",
             flush=True,
+        )
+    for name in dict.fromkeys(name for name, _ in views):
+        small_ms, large_ms = views[name, 100], views[name, large]
+        print(
+            f"  {name}: verify view of a one-line patch {small_ms:.1f} ms at 100 files, "
+            f"{large_ms:.1f} ms at {large} ({large_ms / small_ms:.1f}x)"
         )
     for n, (first_ms, next_ms) in pristine.items():
         print(
@@ -512,6 +547,7 @@ def main() -> None:
         help="time the floor on this many tasks before and after the run (for 10,000 tasks)",
     )
     parser.add_argument("--no-floor", action="store_true", help="skip the raw git floor")
+    parser.add_argument("--verify", default="none", help='the plan\'s verify (e.g. "true")')
     parser.add_argument("--large", action="store_true", help="also the large-repository case")
     parser.add_argument("--large-only", action="store_true", help="only the large case")
     parser.add_argument("--large-files", type=int, default=30_000)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import stat
+import zlib
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
 from orchardist.gitrepo import Repo
-from orchardist.indexfile import IndexFile, advance
+from orchardist.indexfile import IndexFile, advance, write_changes
 from support import git, make_repo
 
 
@@ -146,3 +147,32 @@ def test_an_index_with_attributes_in_the_tree_or_not_version_2_is_left_to_git(
     assert index is not None and index.attributes
     git(repo, f"--git-dir={gitdir}", "update-index", "--index-version", "4")
     assert IndexFile.parse((gitdir / "index").read_bytes()) is None
+
+
+def test_loose_blobs_are_read_without_git_only_when_they_hash_to_their_id(
+    tmp_path: Path,
+) -> None:
+    # Given: a move that adds two files; an objects folder holding one of their blobs (moved
+    # out of the repository: only there) and, under the other's id, a forged object
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    old = git(repo, "rev-parse", "HEAD")
+    new = _commit(repo, {"real.txt": "real\n", "forged.txt": "the truth\n"})
+    gitdir, tree = _checkout(repo, tmp_path / "checkout", old)
+    index = IndexFile.parse((gitdir / "index").read_bytes())
+    assert index is not None
+    loose = tmp_path / "loose"
+    real = git(repo, "rev-parse", f"{new}:real.txt")
+    (loose / real[:2]).mkdir(parents=True)
+    (repo / ".git" / "objects" / real[:2] / real[2:]).rename(loose / real[:2] / real[2:])
+    forged = git(repo, "rev-parse", f"{new}:forged.txt")
+    (loose / forged[:2]).mkdir(exist_ok=True)
+    (loose / forged[:2] / forged[2:]).write_bytes(zlib.compress(b"blob 6\0a lie\n"))
+
+    # When
+    moved = write_changes(Repo(repo), tree, index, old, new, loose=loose)
+
+    # Then: both files hold the commit's bytes: the blob only in the folder was read from
+    # there, and the forged object was not believed (git read the real one)
+    assert moved
+    assert (tree / "real.txt").read_text() == "real\n"
+    assert (tree / "forged.txt").read_text() == "the truth\n"

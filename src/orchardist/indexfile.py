@@ -18,6 +18,7 @@ import bisect
 import hashlib
 import os
 import struct
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,22 @@ def advance(repo: Plumbing, tree: Path, index: IndexFile, old: str, new: str) ->
     """Move the checkout ``tree`` of ``old``, whose index is ``index``, to ``new``: the new
     index file's bytes (``index`` now says ``new``), or None, nothing changed, where the
     move is not the plain case (then git must do it)."""
+    return index.to_bytes() if write_changes(repo, tree, index, old, new, update=True) else None
+
+
+def write_changes(
+    repo: Plumbing,
+    tree: Path,
+    index: IndexFile,
+    old: str,
+    new: str,
+    update: bool = False,
+    loose: Path | None = None,
+) -> bool:
+    """Write into the checkout ``tree`` of ``old`` (whose index is ``index``) the files that
+    differ in ``new``; False, nothing written, where that is not the plain case. ``update``:
+    make ``index`` say ``new`` too (else it is only read). ``loose``: an objects folder whose
+    loose blobs are read here, checked against their ids, before git is asked for the rest."""
     raw = repo.git_bytes(
         "diff-tree",
         "-r",
@@ -109,12 +126,29 @@ def advance(repo: Plumbing, tree: Path, index: IndexFile, old: str, new: str) ->
     )
     changes = parse_raw(raw)
     if not plain(index, changes):
-        return None
-    objects = repo.read_objects([c.new_oid for c in changes if c.status != "D"])
+        return False
+    wanted = [c.new_oid for c in changes if c.status != "D"]
+    objects = {oid: found for oid in wanted if (found := _loose(loose, oid)) is not None}
+    objects.update(repo.read_objects([oid for oid in wanted if oid not in objects]))
     if any(kind != "blob" for kind, _ in objects.values()):
+        return False
+    apply(tree, index if update else None, changes, {o: b for o, (_, b) in objects.items()})
+    return True
+
+
+def _loose(objects: Path | None, oid: str) -> tuple[str, bytes] | None:
+    """A loose object's type and body, if it is there and hashes to ``oid`` (what orchardist's
+    own snapshot just wrote: read without starting git); else None."""
+    if objects is None or len(oid) != 40:
         return None
-    apply(tree, index, changes, {oid: body for oid, (_, body) in objects.items()})
-    return index.to_bytes()
+    try:
+        data = zlib.decompress((objects / oid[:2] / oid[2:]).read_bytes())
+    except (OSError, ValueError, zlib.error):
+        return None
+    if hashlib.sha1(data, usedforsecurity=False).hexdigest() != oid:
+        return None
+    header, _, body = data.partition(b"\0")
+    return header.split(b" ", 1)[0].decode(errors="replace"), body
 
 
 def entry(path: bytes, mode: int, oid: str, st: os.stat_result) -> bytes:
@@ -178,7 +212,7 @@ def _file_above(index: IndexFile, change: Change) -> bool:
 
 
 def apply(
-    tree: Path, index: IndexFile, changes: Iterable[Change], blobs: Mapping[str, bytes]
+    tree: Path, index: IndexFile | None, changes: Iterable[Change], blobs: Mapping[str, bytes]
 ) -> None:
     """Make ``tree`` and ``index`` say the new commit: removed files first (and the folders
     they leave empty), then every added or changed file written anew (a new inode, as git's
@@ -188,7 +222,8 @@ def apply(
     for change in changes:
         if change.status == "D":
             os.unlink(os.path.join(root, change.path))
-            index.drop(change.path)
+            if index is not None:
+                index.drop(change.path)
             _prune(root, change.path.rpartition(b"/")[0])
     for change in changes:
         if change.status == "D":
@@ -206,7 +241,8 @@ def apply(
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
-        index.put(change.path, entry(change.path, mode, change.new_oid, os.lstat(full)))
+        if index is not None:
+            index.put(change.path, entry(change.path, mode, change.new_oid, os.lstat(full)))
 
 
 def _prune(root: bytes, folder: bytes) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .safeio import remove_tree
-from .worktree import LISTING, PRISTINE
+from .worktree import LISTING, PRISTINE, VIEWS
 
 
 def recorded_run_folder(state_dir: Path, run_id: str) -> Path | None:
@@ -30,7 +30,7 @@ def remove_run_folder(state_dir: Path, run_id: str) -> int:
     count = sum(
         1
         for entry in folder.iterdir()
-        if entry.name not in (LISTING, PRISTINE) and not _skeleton(entry)
+        if entry.name not in (LISTING, PRISTINE, VIEWS) and not _skeleton(entry)
     )
     remove_tree(folder)
     return count

@@ -53,6 +53,7 @@ from .safeio import remove_tree as remove_tree  # kept importable from here
 ROOT_VAR = "ORCHARDIST_WORKDIR_ROOT"
 LISTING = "listing.git"  # in a run folder; job ids end in ".<number>", so none is named so
 PRISTINE = "pristine"  # in a run folder, likewise
+VIEWS = "views"  # in a run folder: what verify runs on (see executors/views.py)
 MAX_LISTED = 2000  # more changes than this in an overlay's upper folder: list every file
 MAX_LISTED_BYTES = 256 * 1024
 # The listing git directory's config: stat data compared in full, executable bits and symlinks
@@ -447,6 +448,7 @@ class Layout:
             remove_tree(root)
         for run_id in self._recorded:
             remove_tree(self.run_folder(run_id) / LISTING)
+            remove_tree(self.run_folder(run_id) / VIEWS)  # each went with its attempt, unmounted
             if not any(p.root.is_relative_to(self.run_folder(run_id)) for p in self._pristines):
                 remove_tree(self.run_folder(run_id) / PRISTINE)
             for folder in (self.run_folder(run_id), self.folder / "runs", self.folder):

@@ -31,6 +31,12 @@ class Attempt:
     deadline: float
     token: CancelToken
     end: Callable[..., Outcome]  # the attempt's Outcome, with its times and log filled in
+    view: AttemptPaths | None = None  # where verify runs, once the agent ended (views.py)
+
+    @property
+    def checked(self) -> AttemptPaths:
+        """The folders verify and check run in: the view of the patch, where there is one."""
+        return self.paths if self.view is None else self.view
 
     @property
     def agent_job(self) -> AttemptJob:

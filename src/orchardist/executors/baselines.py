@@ -19,6 +19,7 @@ from ..safeio import flocked
 from ..store import Store
 from ..verify import run_one
 from ..worktree import AttemptPaths, Layout
+from .views import make_view
 
 
 class Host(Protocol):
@@ -100,10 +101,15 @@ class LocalBaselines:
         paths = ex.layout.baseline(f"{name}.{secrets.token_hex(3)}")  # other orchestrators' differ
         log = ex.log_root / "baselines" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        ex.layout.create(paths, commit)
         try:
+            # the same kind of tree as a candidate's verify: exactly the commit's, fresh folders
+            make_view(ex.layout, paths, commit, commit, run_id or None)
             env = scrubbed_env((), ex.environ)
-            env.update(ORCHARDIST_PHASE="baseline", ORCHARDIST_RUN=run_id)
+            env.update(
+                ORCHARDIST_PHASE="baseline",
+                ORCHARDIST_RUN=run_id,
+                ORCHARDIST_WORKTREE=str(paths.tree),
+            )
             env.update(ex.private_env(paths))
             result, report, _ = run_one(
                 command,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from .attempt import Attempt, Work, agent_context, note_ending
 from .baselines import LocalBaselines as LocalBaselines  # kept importable from here
 from .confinement import Confinement, without, writable_of
 from .guard import CheckoutGuard
+from .views import make_view, needs_view, view_paths
 
 NO_CHANGES = "the agent changed no file"
 NO_CHANGES_FEEDBACK = (
@@ -174,6 +176,7 @@ class LocalExecutor:
             # Off the critical path: the scheduler already has the outcome; close() still
             # waits for this thread, so no folder outlives the executor.
             try:
+                self.layout.remove(view_paths(self.layout, job.run_id, job.id))  # if made
                 self.layout.remove(paths)
             finally:
                 with self._lock:
@@ -213,11 +216,33 @@ class LocalExecutor:
                 work = ran
             empty_home(paths)  # verify runs the agent's code: no credentials copied for it
             notify(Phase(job, "verifying"))
-            if isinstance(job, AttemptJob) and job.stage in JUDGED_STAGES:
-                return self._judge(attempt, work)
+            if isinstance(job, AttemptJob) and needs_view(job):
+                return self._on_view(attempt, work)
+            # no agent ran (the tree is orchardist's own), or nothing runs on the tree
             return self._verify(attempt, work)
         finally:
             self.guard.ended(job.id)
+
+    def _on_view(self, a: Attempt, work: Work) -> Outcome:
+        """Verify (or judge) the patch on a fresh view of exactly its tree, made now that the
+        agent has ended (see views.py): nothing it left beside the patch is seen."""
+        job = a.agent_job
+        view = view_paths(self.layout, job.run_id, job.id)  # removed with the attempt's folder
+        try:
+            make_view(self.layout, view, job.start, work.patch, job.run_id)
+        except (OrchardistError, OSError) as exc:
+            detail = f"cannot make the tree verify runs on: {exc}"
+            return a.end(
+                AttemptState.FAILED,
+                Failure.INFRA_ERROR,
+                detail=detail,
+                patch_commit=work.patch,
+                usage=work.usage,
+            )
+        viewed = replace(a, view=view, cwd=view.tree / job.workdir)
+        if job.stage in JUDGED_STAGES:
+            return self._judge(viewed, work)
+        return self._verify(viewed, work)
 
     def _run_agent(self, a: Attempt) -> Outcome | Work:
         """Run the job's agent, then take what it did as a patch; an Outcome when that ends
@@ -282,7 +307,7 @@ class LocalExecutor:
 
     def _judge(self, a: Attempt, work: Work) -> Outcome:
         """A reproduce, audit or localize stage: its handoff judged, nothing verified."""
-        job, paths = a.agent_job, a.paths
+        job, paths = a.agent_job, a.checked
         env = {**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"}
         spec = self.confine(paths, network=job.network)
         writable = None if spec is None else writable_of(spec)
@@ -291,7 +316,7 @@ class LocalExecutor:
             StageRun(
                 paths.tree,
                 a.cwd,
-                paths.output_file,
+                a.paths.output_file,  # the agent's handoff
                 env,
                 a.log,
                 a.deadline,
@@ -329,7 +354,7 @@ class LocalExecutor:
 
     def _verify(self, a: Attempt, work: Work) -> Outcome:
         """Run the verify commands (and the check) on the patch."""
-        job, paths = a.job, a.paths
+        job, paths = a.job, a.checked
         commands, note = self._commands(job, paths.tree, work.patch)
         if note:
             with a.log.open("a", encoding="utf-8") as fh:
