@@ -32,13 +32,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from orchardist.confine.procs import CancelToken
 from orchardist.executors.local import LocalExecutor
-from orchardist.oracle import CommandOutcome
-from orchardist.plan import Plan, load_plan
-from orchardist.procs import CancelToken
-from orchardist.records import Failure
-from orchardist.runs import Workspace, create_run, execute
-from orchardist.verify import Baselines
+from orchardist.plan.loading import load_plan
+from orchardist.runs.start import Workspace, create_run, execute
+from orchardist.specs import Plan
+from orchardist.state.records import Failure
+from orchardist.verify.oracle import CommandOutcome
+from orchardist.verify.verifier import Baselines
 
 SUITE = f"{shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider"
 SHOP = """\

@@ -140,7 +140,7 @@ PAGE_TARGETS_MS = {
 def fill_store(root: Path, runs: int, big_tasks: int) -> str:
     """A repository whose store holds ``runs`` finished runs of 10 tasks and one run of
     ``big_tasks`` tasks (an attempt and four events each), with its plan on disk; its id."""
-    from orchardist.records import (
+    from orchardist.state.records import (
         AttemptRecord,
         AttemptState,
         Event,
@@ -150,7 +150,7 @@ def fill_store(root: Path, runs: int, big_tasks: int) -> str:
         TaskState,
         Usage,
     )
-    from orchardist.store import Store
+    from orchardist.state.store import Store
 
     plan = make_repo(root, big_tasks, 4)
     store = Store.for_repo(root / ".git")
@@ -231,8 +231,8 @@ def old_source(ref: str, into: Path) -> str:
 
 def pages(old_ref: str, requests: int) -> None:
     """Median request times of both code paths, A/B interleaved on one store."""
-    from orchardist.records import Event
-    from orchardist.store import Store
+    from orchardist.state.records import Event
+    from orchardist.state.store import Store
 
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"

@@ -54,9 +54,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from orchardist import mounts
-from orchardist.gitrepo import Repo
-from orchardist.worktree import Layout
+from orchardist.confine import mounts
+from orchardist.confine.layout import Layout
+from orchardist.git.repo import Repo
 
 GIT_ENV = {
     **os.environ,

@@ -23,13 +23,13 @@ import time
 from pathlib import Path
 
 from orchardist import Workspace
-from orchardist.records import Event, Run, RunState
+from orchardist.state.records import Event, Run, RunState
 
 HOLD = """
 import sys
 from pathlib import Path
 from orchardist import Workspace
-from orchardist.runs import run_lock
+from orchardist.runs.start import run_lock
 ws = Workspace.open(Path(sys.argv[1]))
 with run_lock(ws, sys.argv[2]):
     print("held", flush=True)

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchardist import isolation
+from orchardist.confine import isolation
 
 PLAN = """\
 [run]

@@ -44,10 +44,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from orchardist.procs import processes_with_env
-from orchardist.records import RunState, TaskState
-from orchardist.runfolders import recorded_run_folder
-from orchardist.runs import Workspace
+from orchardist.confine.procs import processes_with_env
+from orchardist.runs.folders import recorded_run_folder
+from orchardist.runs.start import Workspace
+from orchardist.state.records import RunState, TaskState
 
 ORCHARDIST = [sys.executable, "-m", "orchardist"]
 MAX_KILLS = 3  # per trial: the first run plus resumes

@@ -39,12 +39,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchardist.engine.merge import GitIntegrator, MemoryIntegrator
+from orchardist.engine.scheduler import Scheduler
 from orchardist.executors.inline import InlineExecutor
-from orchardist.graph import Graph
-from orchardist.merge import GitIntegrator, MemoryIntegrator
-from orchardist.plan import Plan, load_plan
-from orchardist.runs import Workspace, create_run
-from orchardist.scheduler import Scheduler
+from orchardist.plan.graph import Graph
+from orchardist.plan.loading import load_plan
+from orchardist.runs.start import Workspace, create_run
+from orchardist.specs import Plan
 
 RATIO_TARGET = 1.10
 OVERHEAD_TARGET_MS = 5.0

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchardist.gitrepo import Repo
+from orchardist.git.repo import Repo
 
 
 def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchardist.gitrepo import Repo
-from orchardist.worktree import Layout
+from orchardist.confine.layout import Layout
+from orchardist.git.repo import Repo
 
 
 def make_repo(root: Path, files: int) -> Repo:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchardist.worktree import repo_key, workdir_root
+from orchardist.confine.paths import repo_key, workdir_root
 from run_support import leftovers
 from support import Finished, git
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchardist import isolation
+from orchardist.confine import isolation
 
 
 def require_namespaces() -> None:

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchardist.plan import load_plan
+from orchardist.plan.loading import load_plan
 from support import git
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "quickstart"

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from orchardist import Workspace, status_document
-from orchardist.procs import processes_with_env
-from orchardist.worktree import repo_key, workdir_root
+from orchardist.confine.paths import repo_key, workdir_root
+from orchardist.confine.procs import processes_with_env
 from support import git
 
 ORCHARDIST = [sys.executable, "-m", "orchardist"]

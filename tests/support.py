@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from orchardist import RunState, Workspace
-from orchardist.records import Event, Run
+from orchardist.state.records import Event, Run
 
 
 def git(repo: Path, *args: str) -> str:

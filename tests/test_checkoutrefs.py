@@ -10,7 +10,7 @@ import pytest
 
 from editable_support import calc_repo, editable_venv
 from ns_support import require_namespaces
-from orchardist.checkoutrefs import references, unseen_path_entries
+from orchardist.confine.checkoutrefs import references, unseen_path_entries
 from run_support import orchardist
 from support import make_repo, toml_str, write_plan
 

@@ -234,7 +234,14 @@ def test_logs_prints_the_agents_output(in_repo: Path, capsys: pytest.CaptureFixt
 
 
 READ_ONLY = ("status", "runs", "events", "logs", "show")
-LOOP_MODULES = ("scheduler", "plan", "merge", "executors.local", "agents", "pipeline")
+LOOP_MODULES = (
+    "engine.scheduler",
+    "plan.loading",
+    "engine.merge",
+    "executors.local",
+    "agents",
+    "pipelines.expand",
+)
 
 
 def test_commands_that_read_a_run_start_without_the_plan_models_or_the_loop(

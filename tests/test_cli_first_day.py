@@ -397,11 +397,11 @@ def test_the_progress_names_the_agent_an_attempt_runs_on_and_counts_tries_not_ca
 
     from rich.console import Console
 
-    from orchardist.display import LiveTable
-    from orchardist.events import Kind
-    from orchardist.plan import AgentProfile, Plan, RunConfig, TaskSpec
-    from orchardist.records import Event
-    from orchardist.report import describe
+    from orchardist.runs.display import LiveTable
+    from orchardist.specs import Plan, RunConfig, TaskSpec
+    from orchardist.state.events import Kind
+    from orchardist.state.records import AgentProfile, Event
+    from orchardist.state.report import describe
 
     profiles = {"bot": AgentProfile("bot", "shell", fallback="spare"), "spare": AgentProfile(
         "spare", "shell")}  # fmt: skip

@@ -406,7 +406,7 @@ def test_a_run_whose_lock_is_held_is_running_and_dead_once_it_is_released(
     repo: Path, abandoned: str
 ) -> None:
     from orchardist import Workspace
-    from orchardist.runs import run_lock
+    from orchardist.runs.start import run_lock
 
     ws = Workspace.open(repo)
     with run_lock(ws, abandoned):

@@ -93,8 +93,9 @@ def test_the_live_table_starts_a_resumed_runs_tasks_where_they_were_and_ticks_by
 
     from rich.console import Console
 
-    from orchardist.display import LiveTable
-    from orchardist.plan import AgentProfile, Plan, RunConfig, TaskSpec
+    from orchardist.runs.display import LiveTable
+    from orchardist.specs import Plan, RunConfig, TaskSpec
+    from orchardist.state.records import AgentProfile
 
     tasks = tuple(TaskSpec(i, i, "", "bot", n) for n, i in enumerate(("old", "new")))
     plan = Plan(Path("p"), Path("."), RunConfig(), {"bot": AgentProfile("bot", "shell")}, tasks, "")
@@ -114,10 +115,10 @@ def test_the_live_table_of_a_large_plan_draws_the_tasks_under_way_and_counts_the
 
     from rich.console import Console
 
-    from orchardist.display import LiveTable
-    from orchardist.events import Kind
-    from orchardist.plan import AgentProfile, Plan, RunConfig, TaskSpec
-    from orchardist.records import Event
+    from orchardist.runs.display import LiveTable
+    from orchardist.specs import Plan, RunConfig, TaskSpec
+    from orchardist.state.events import Kind
+    from orchardist.state.records import AgentProfile, Event
 
     # Given a plan of 2,000 tasks: 1,990 done, 3 running, the rest pending
     ids = [f"t{n:04d}" for n in range(2000)]
@@ -154,10 +155,10 @@ def test_the_live_table_shows_a_reason_an_agent_wrote_as_text_without_escapes() 
 
     from rich.console import Console
 
-    from orchardist.display import LiveTable
-    from orchardist.events import Kind
-    from orchardist.plan import AgentProfile, Plan, RunConfig, TaskSpec
-    from orchardist.records import Event
+    from orchardist.runs.display import LiveTable
+    from orchardist.specs import Plan, RunConfig, TaskSpec
+    from orchardist.state.events import Kind
+    from orchardist.state.records import AgentProfile, Event
 
     # Given: a task failed for a reason quoting an agent: rich markup and a title escape
     tasks = (TaskSpec("t", "t", "", "bot", 0),)

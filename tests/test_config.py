@@ -12,7 +12,7 @@ import pytest
 
 from orchardist import PlanError, load_plan
 from orchardist.config import user_config
-from orchardist.plan import load_config
+from orchardist.plan.loading import load_config
 from support import git, write_plan
 
 

@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 
-from orchardist import RunState, isolation, sandbox
-from orchardist.procs import marked_processes
+from orchardist import RunState
+from orchardist.confine import isolation
+from orchardist.confine import landlock as sandbox
+from orchardist.confine.procs import marked_processes
 from realtools import require
 from run_support import leftovers, orchardist, run_folder, task_trailers
 from support import Finished, git, make_repo, running_with_arg, toml_str, write_plan

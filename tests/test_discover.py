@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orchardist import discover
-from orchardist.discover import (
+from orchardist.verify import discovery as discover
+from orchardist.verify.discovery import (
     DEFAULT_JS_RUNNER,
     DEFAULT_PYTHON_RUNNER,
     auto_commands,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from modelapi.openai import OpenAiServer, Text, unauthorized
+from orchardist.agents.doctor import check_plan
 from orchardist.cli import main
-from orchardist.doctor import check_plan
-from orchardist.plan import load_plan
+from orchardist.plan.loading import load_plan
 from support import write_plan
 
 PLAN = """

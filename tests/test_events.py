@@ -6,8 +6,8 @@ import ast
 import re
 from pathlib import Path
 
-from orchardist.events import STATES, Kind, known
-from orchardist.records import TaskState
+from orchardist.state.events import STATES, Kind, known
+from orchardist.state.records import TaskState
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "src" / "orchardist"
@@ -22,8 +22,8 @@ def _constant(node: ast.expr) -> list[str] | None:
         body, other = _constant(node.body), _constant(node.orelse)
         return body + other if body is not None and other is not None else None
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        import orchardist.events as events
-        import orchardist.records as records
+        import orchardist.state.events as events
+        import orchardist.state.records as records
 
         enum = getattr(events, node.value.id, None) or getattr(records, node.value.id, None)
         member = getattr(enum, node.attr, None) if enum is not None else None

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from orchardist import Workspace
-from orchardist.control import holder
+from orchardist.runs.control import holder
 from run_support import ORCHARDIST, only_run, orchardist, wait_until
 from support import toml_str, write_plan
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchardist.forecast import forecast
-from orchardist.plan import load_plan
+from orchardist.plan.forecast import forecast
+from orchardist.plan.loading import load_plan
 from run_support import orchardist
 from support import git, write_plan
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchardist import RunState, create_run, load_plan
-from orchardist.gc import collect, run_disk_bytes
+from orchardist.runs.gc import collect, run_disk_bytes
 from run_support import orchardist
 from support import Finished, git, write_plan
 

@@ -10,13 +10,8 @@ from pathlib import Path
 import pytest
 
 from orchardist.errors import GitError
-from orchardist.gitrepo import (
-    FALLBACK_EMAIL,
-    FALLBACK_NAME,
-    Repo,
-    commit_message,
-    find_toplevel,
-)
+from orchardist.git.env import FALLBACK_EMAIL, FALLBACK_NAME
+from orchardist.git.repo import Repo, commit_message, find_toplevel
 from support import add_worktree, git, make_repo
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pytest
 
-from orchardist.graph import Graph, Rank, ReadySet, find_cycles
+from orchardist.plan.graph import Graph, Rank, ReadySet, find_cycles
 
 Deps = dict[str, list[str]]
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchardist.graph import Graph, Rank, ReadySet, find_cycles
+from orchardist.plan.graph import Graph, Rank, ReadySet, find_cycles
 
 FAST = settings(max_examples=150, deadline=None)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchardist.gitrepo import Repo
-from orchardist.indexfile import IndexFile, advance, write_changes
+from orchardist.git.indexfile import IndexFile, advance, write_changes
+from orchardist.git.repo import Repo
 from support import git, make_repo
 
 

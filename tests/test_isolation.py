@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from ns_support import live, require_namespaces, wait_gone
-from orchardist import isolation
+from orchardist.confine import isolation
+from orchardist.confine.isolation import Mode, Policy, Probe, Spec, choose, describe, wrap
+from orchardist.confine.procs import CancelToken, ProcessResult, processes_with_env, run_process
 from orchardist.errors import IsolationError, UsageError
-from orchardist.isolation import Mode, Policy, Probe, Spec, choose, describe, wrap
-from orchardist.procs import CancelToken, ProcessResult, processes_with_env, run_process
 from support import write_plan
 
 ENV = {"PATH": os.environ["PATH"]}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ns_support import require_namespaces
-from orchardist.isolation import RepoView, Spec
+from orchardist.confine.isolation import RepoView, Spec
 from test_isolation import sh, spec_in
 
 

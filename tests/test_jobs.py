@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from orchardist import load_plan
-from orchardist.jobs import Briefs
+from orchardist.engine.jobs import Briefs
 from support import write_plan
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "agents.md"

@@ -68,7 +68,7 @@ def test_the_checker_counts_methods_and_nested_functions_from_def_to_last_line()
 
 def test_the_checker_sees_every_module_of_the_package() -> None:
     names = {p.relative_to(SRC).as_posix() for p in modules()}
-    assert {"scheduler.py", "cli/__init__.py", "executors/local.py"} <= names
+    assert {"engine/scheduler.py", "cli/__init__.py", "executors/local.py"} <= names
 
 
 # -- the package ---------------------------------------------------------------------------------
@@ -101,3 +101,14 @@ def test_the_version_is_written_once() -> None:
     assert "version" not in project["project"], "pyproject writes a version of its own"
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "orchardist.__version__"}
     assert version("orchardist") == orchardist.__version__
+
+
+MAX_TOP_MODULES = 12
+
+
+def test_the_top_of_the_package_holds_at_most_12_modules() -> None:
+    # Given the modules at the package's top, beside its subpackages (issue 29)
+    top = sorted(p.name for p in SRC.glob("*.py"))
+
+    # Then at most 12 stand there: the rest live in the subpackage of their layer
+    assert len(top) <= MAX_TOP_MODULES, f"{len(top)} modules at the top of the package: {top}"

@@ -7,17 +7,19 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from orchardist.engine.hooks import Hooks
+from orchardist.engine.jobs import Briefs, started
+from orchardist.engine.ledger import Ledger
+from orchardist.engine.lifecycle import Lifecycle
+from orchardist.engine.merge import MemoryIntegrator, Merged, MergeTrain
+from orchardist.engine.policy import Backoff
+from orchardist.engine.regression import Culprit, Rewind
+from orchardist.engine.rounds import Decision, Rounds, Unit
 from orchardist.executors import AttemptJob, Outcome
-from orchardist.graph import Graph
-from orchardist.hooks import Hooks
-from orchardist.jobs import Briefs, started
-from orchardist.ledger import Ledger
-from orchardist.lifecycle import Lifecycle
-from orchardist.merge import MemoryIntegrator, Merged, MergeTrain
-from orchardist.pipeline import Pipelines
-from orchardist.plan import Plan, RunConfig, TaskSpec
-from orchardist.policy import Backoff
-from orchardist.records import (
+from orchardist.pipelines.expand import Pipelines
+from orchardist.plan.graph import Graph
+from orchardist.specs import Plan, RunConfig, TaskSpec
+from orchardist.state.records import (
     AgentProfile,
     AttemptState,
     Failure,
@@ -26,9 +28,7 @@ from orchardist.records import (
     TaskRecord,
     TaskState,
 )
-from orchardist.regression import Culprit, Rewind
-from orchardist.rounds import Decision, Rounds, Unit
-from orchardist.store import Store
+from orchardist.state.store import Store
 
 BASE = "b" * 40
 

@@ -3,8 +3,7 @@ the run branch, as a typed step."""
 
 from __future__ import annotations
 
-from orchardist.executors import AttemptJob, Outcome, VerifyJob
-from orchardist.merge import (
+from orchardist.engine.merge import (
     BranchMoved,
     MemoryIntegrator,
     Merged,
@@ -14,7 +13,8 @@ from orchardist.merge import (
     Requeued,
     VerifyFailed,
 )
-from orchardist.records import AttemptState
+from orchardist.executors import AttemptJob, Outcome, VerifyJob
+from orchardist.state.records import AttemptState
 
 BASE = "b" * 40
 

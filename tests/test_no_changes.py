@@ -9,7 +9,7 @@ import pytest
 
 from orchardist import load_plan
 from orchardist.errors import PlanError
-from orchardist.records import RunState
+from orchardist.state.records import RunState
 from support import Finished, git, toml_str, write_plan
 
 RunPlan = Callable[..., Finished]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchardist import oracle
-from orchardist.oracle import (
+from orchardist.verify import oracle
+from orchardist.verify.oracle import (
     CHECK_DOES_NOT_REPRODUCE,
     CommandOutcome,
     Judgement,
@@ -23,7 +23,7 @@ from orchardist.oracle import (
     parse_junit,
     pytest_env,
 )
-from orchardist.verify import run_commands
+from orchardist.verify.verifier import run_commands
 
 PYTEST = "python -m pytest -q -p no:cacheprovider"  # python without pytest's plugins: conftest
 

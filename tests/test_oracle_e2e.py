@@ -20,7 +20,7 @@ from e2e_support import (
     toml_files,
 )
 from orchardist import RunState
-from orchardist.oracle import CHECK_DOES_NOT_REPRODUCE, baseline_key
+from orchardist.verify.oracle import CHECK_DOES_NOT_REPRODUCE, baseline_key
 from support import Finished, make_repo, write_plan
 
 RunPlan = Callable[..., Finished]

@@ -13,12 +13,10 @@ from typing import Any
 
 import pytest
 
+from orchardist.confine.procs import CancelToken
 from orchardist.executors import AttemptJob
-from orchardist.pipeline import Pipelines
-from orchardist.plan import TaskSpec, load_plan
-from orchardist.procs import CancelToken
-from orchardist.records import AttemptRecord, AttemptState
-from orchardist.stages import (
+from orchardist.pipelines.expand import Pipelines
+from orchardist.pipelines.stages import (
     AUDIT,
     DOES_NOT_REPRODUCE,
     FIX,
@@ -31,7 +29,10 @@ from orchardist.stages import (
     read_handoff,
     stage_prompt,
 )
-from orchardist.store import Store
+from orchardist.plan.loading import load_plan
+from orchardist.specs import TaskSpec
+from orchardist.state.records import AttemptRecord, AttemptState
+from orchardist.state.store import Store
 
 PATH = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}  # python is this interpreter
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchardist import sandbox
+from orchardist.confine import landlock as sandbox
 from pipeline_support import (
     AUDIT_SH,
     BUG,

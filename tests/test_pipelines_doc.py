@@ -14,7 +14,7 @@ import pytest
 
 from orchardist import load_plan
 from orchardist.config import user_config
-from orchardist.plan import load_config
+from orchardist.plan.loading import load_config
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "pipelines.md"
 

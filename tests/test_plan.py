@@ -10,12 +10,8 @@ from pathlib import Path
 import pytest
 
 from orchardist.errors import PlanError, Problem
-from orchardist.plan import (
-    Plan,
-    RunConfig,
-    load_plan,
-    parse_duration,
-)
+from orchardist.plan.loading import load_plan
+from orchardist.specs import Plan, RunConfig, parse_duration
 from support import make_repo, write_plan
 
 AGENT = """

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchardist.errors import PlanError
-from orchardist.plan import load_plan
+from orchardist.plan.loading import load_plan
 from support import write_plan
 
 AGENTS = """

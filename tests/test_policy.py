@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from orchardist import RunState
-from orchardist.hooks import Hook, Hooks
-from orchardist.policy import Backoff, BreakerState, CircuitBreaker, RateGate
-from orchardist.records import Event
-from orchardist.scheduler import Scheduler
+from orchardist.engine.hooks import Hook, Hooks
+from orchardist.engine.policy import Backoff, BreakerState, CircuitBreaker, RateGate
+from orchardist.engine.scheduler import Scheduler
+from orchardist.state.records import Event
 from run_support import only_run, orchardist, status
 from support import Finished, toml_str, write_plan
 

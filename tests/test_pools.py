@@ -8,9 +8,9 @@ from pathlib import Path
 
 from orchardist.agents import KINDS
 from orchardist.clocks import FakeClock
-from orchardist.plan import load_plan
-from orchardist.policy import Budgets, Pools
-from orchardist.records import AgentProfile, AttemptState, Failure, Usage
+from orchardist.engine.policy import Budgets, Pools
+from orchardist.plan.loading import load_plan
+from orchardist.state.records import AgentProfile, AttemptState, Failure, Usage
 from support import write_plan
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from orchardist.procs import (
+from orchardist.confine.procs import (
     MARKER_VAR,
     CancelToken,
     ProcessResult,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchardist.cli import main
-from orchardist.plan import load_plan
+from orchardist.plan.loading import load_plan
 from quickstart_support import expected_branch, quickstart_repo
 from support import git
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import pytest
 
 from orchardist.errors import OrchardistError, TransitionError
-from orchardist.records import (
+from orchardist.state.records import (
     ATTEMPT_MOVES,
     RUN_MOVES,
     TASK_MOVES,

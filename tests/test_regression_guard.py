@@ -3,11 +3,11 @@ merge, and the rewind plan past it. Jobs are not run: the test reports their out
 
 from __future__ import annotations
 
+from orchardist.engine.merge import MemoryIntegrator
+from orchardist.engine.regression import Culprit, RegressionGuard, plan_rewind
 from orchardist.executors import Job, Outcome, VerifyJob
-from orchardist.merge import MemoryIntegrator
-from orchardist.records import AttemptState, Failure
-from orchardist.regression import Culprit, RegressionGuard, plan_rewind
 from orchardist.specs import RunConfig
+from orchardist.state.records import AttemptState, Failure
 
 BASE = "b" * 40
 

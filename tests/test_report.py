@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from orchardist.cli.summary import print_summary, rate_limit_wait, when
-from orchardist.records import Event, Run, RunState, TaskRecord, TaskState
-from orchardist.report import status_document
-from orchardist.store import Store
+from orchardist.state.records import Event, Run, RunState, TaskRecord, TaskState
+from orchardist.state.report import status_document
+from orchardist.state.store import Store
 
 BASE = "b" * 40
 

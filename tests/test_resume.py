@@ -23,7 +23,7 @@ from types import ModuleType
 import pytest
 
 from orchardist import RunLockedError, RunState, Workspace, create_run, load_plan
-from orchardist.runs import reconcile, run_lock
+from orchardist.runs.start import reconcile, run_lock
 from run_support import (
     attempt_states,
     leftovers,
@@ -321,7 +321,7 @@ def test_a_lock_held_by_a_process_that_was_killed_is_free(repo: Path) -> None:
             "-c",
             "import sys, time\n"
             "from pathlib import Path\n"
-            "from orchardist.runs import Workspace, run_lock\n"
+            "from orchardist.runs.start import Workspace, run_lock\n"
             "ws = Workspace.open(Path('.'))\n"
             "with run_lock(ws, 'run-1'):\n"
             "    print('locked', flush=True)\n"

@@ -3,11 +3,11 @@ ends. No executor, no store: outcomes are built here as an executor would report
 
 from __future__ import annotations
 
+from orchardist.engine.rounds import Rounds, Unit
 from orchardist.executors import AttemptJob, Outcome
-from orchardist.graph import Graph
-from orchardist.records import AttemptState, Failure
-from orchardist.rounds import Rounds, Unit
+from orchardist.plan.graph import Graph
 from orchardist.specs import TaskSpec
+from orchardist.state.records import AttemptState, Failure
 
 
 def rounds_of(*specs: TaskSpec) -> Rounds:

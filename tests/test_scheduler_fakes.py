@@ -11,12 +11,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from orchardist.clocks import WallTimers
+from orchardist.engine.hooks import Hook, Hooks
+from orchardist.engine.merge import MemoryIntegrator
+from orchardist.engine.scheduler import Scheduler
 from orchardist.executors import Job, Notify, Outcome, Phase
 from orchardist.executors.inline import InlineExecutor
-from orchardist.hooks import Hook, Hooks
-from orchardist.merge import MemoryIntegrator
-from orchardist.plan import Plan, RunConfig, TaskSpec
-from orchardist.records import (
+from orchardist.specs import Plan, RunConfig, TaskSpec
+from orchardist.state.records import (
     AgentProfile,
     AttemptState,
     Event,
@@ -26,8 +27,7 @@ from orchardist.records import (
     TaskRecord,
     TaskState,
 )
-from orchardist.scheduler import Scheduler
-from orchardist.store import Store
+from orchardist.state.store import Store
 
 BASE = "b" * 40
 

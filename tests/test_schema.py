@@ -17,9 +17,10 @@ from orchardist.agents import KINDS, agent_class
 from orchardist.cli import main
 from orchardist.config import TRUST_KEY
 from orchardist.errors import PlanError
-from orchardist.plan import PROFILE_KEYS, RUN_KEYS, STAGE_KEYS, TASK_KEYS, load_plan
+from orchardist.plan.loading import PROFILE_KEYS, RUN_KEYS, load_plan
+from orchardist.plan.schema import kind_fields, plan_schema
+from orchardist.plan.tasks import STAGE_KEYS, TASK_KEYS
 from orchardist.scan.profiles import SCANNER_KEYS
-from orchardist.schema import kind_fields, plan_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN_KEYS = {"run", "agents", "task", "tasks", "scanners"}

@@ -14,7 +14,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from orchardist import PlanError, load_plan
-from orchardist.stages import (
+from orchardist.pipelines.stages import (
     AUDIT,
     FIX,
     JUDGED_STAGES,

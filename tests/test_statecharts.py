@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orchardist.records import TASK_MOVES, TASK_START, TaskState
-from orchardist.statecharts import CHARTS, diagram, stale
+from orchardist.state.records import TASK_MOVES, TASK_START, TaskState
+from orchardist.state.statecharts import CHARTS, diagram, stale
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 

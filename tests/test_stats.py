@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchardist.stats import compute, durations
+from orchardist.state.stats import compute, durations
 from support import Finished, write_plan
 
 RunPlan = Callable[..., Finished]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchardist.errors import StoreError, TransitionError
-from orchardist.records import (
+from orchardist.state.records import (
     AttemptRecord,
     AttemptState,
     Event,
@@ -20,7 +20,7 @@ from orchardist.records import (
     TaskState,
     Usage,
 )
-from orchardist.store import Store
+from orchardist.state.store import Store
 
 
 @pytest.fixture

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from orchardist import mounts
-from orchardist.gitrepo import Repo
-from orchardist.treehash import escaping_symlinks, refused_path
-from orchardist.worktree import AttemptPaths, Layout, remove_tree
+from orchardist.confine import mounts
+from orchardist.confine.layout import Layout
+from orchardist.confine.paths import AttemptPaths
+from orchardist.git.repo import Repo
+from orchardist.git.treehash import escaping_symlinks, refused_path
+from orchardist.safeio import remove_tree
 from realtools import require
 from support import add_worktree, git, make_repo
 

@@ -10,16 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from orchardist import Workspace, isolation, load_plan, mounts
+from orchardist import Workspace, load_plan
 from orchardist.agents import KINDS, agent_class
+from orchardist.confine import isolation, mounts
+from orchardist.confine.homes import empty_home, fill_home, tool_homes
+from orchardist.confine.layout import Layout
+from orchardist.confine.paths import ROOT_VAR, AttemptPaths, repo_key, workdir_root
 from orchardist.errors import PlanError
-from orchardist.gc import collect
-from orchardist.gitrepo import Repo
-from orchardist.homes import empty_home, fill_home, tool_homes
-from orchardist.records import RunState
-from orchardist.runfolders import recorded_run_folder
+from orchardist.git.repo import Repo
+from orchardist.runs.folders import recorded_run_folder
+from orchardist.runs.gc import collect
 from orchardist.safeio import remove_tree
-from orchardist.worktree import ROOT_VAR, AttemptPaths, Layout, repo_key, workdir_root
+from orchardist.state.records import RunState
 from realtools import require
 from run_support import leftovers, run_folder
 from support import Finished, git, make_repo, toml_str, write_plan
@@ -220,7 +222,7 @@ def test_an_unused_pristine_moves_to_the_next_base_and_a_used_one_never_changes(
 
 _JOIN_LATER = """
 import os, sys, threading
-from orchardist import mounts
+from orchardist.confine import mounts
 first = []
 def made():
     first.append((mounts.enter(), os.readlink("/proc/thread-self/ns/mnt")))

@@ -24,10 +24,11 @@ if TYPE_CHECKING:
         StoreError,
         UsageError,
     )
-    from .plan import AgentProfile, Plan, TaskSpec, load_plan
-    from .records import AttemptState, Failure, RunState, TaskState
-    from .report import status_document
-    from .runs import Workspace, create_run, execute
+    from .plan.loading import load_plan
+    from .runs.start import Workspace, create_run, execute
+    from .specs import Plan, TaskSpec
+    from .state.records import AgentProfile, AttemptState, Failure, RunState, TaskState
+    from .state.report import status_document
 
 __version__ = "0.1.0"
 
@@ -41,18 +42,18 @@ _HOMES = {
     "RunLockedError": "errors",
     "StoreError": "errors",
     "UsageError": "errors",
-    "AgentProfile": "plan",
-    "Plan": "plan",
-    "TaskSpec": "plan",
-    "load_plan": "plan",
-    "AttemptState": "records",
-    "Failure": "records",
-    "RunState": "records",
-    "TaskState": "records",
-    "status_document": "report",
-    "Workspace": "runs",
-    "create_run": "runs",
-    "execute": "runs",
+    "AgentProfile": "state.records",
+    "Plan": "specs",
+    "TaskSpec": "specs",
+    "load_plan": "plan.loading",
+    "AttemptState": "state.records",
+    "Failure": "state.records",
+    "RunState": "state.records",
+    "TaskState": "state.records",
+    "status_document": "state.report",
+    "Workspace": "runs.start",
+    "create_run": "runs.start",
+    "execute": "runs.start",
 }
 
 __all__ = [

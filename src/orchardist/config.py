@@ -14,7 +14,8 @@ credentials, with which flags and permissions, or which secret is sent where). W
 is returned as :class:`Ignored` records, for the command line to print.
 
 Where the files are, what they hold and what a repository's may set; reading them (with the
-plan's checks) is :func:`orchardist.plan.read_config` and :func:`orchardist.plan.load_config`.
+plan's checks) is :func:`orchardist.plan.loading.read_config` and
+:func:`orchardist.plan.loading.load_config`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .errors import Problem
-from .records import AgentProfile
+from .state.records import AgentProfile
 
 CONFIG_NAME = ".orchardist.toml"
 TRUST_KEY = "trusted_repositories"  # in the user's file only: repositories read unscreened

@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .agents import Agent
+from .confine.isolation import Spec
+from .confine.procs import CancelToken
 from .executors import Executor
-from .isolation import Spec
-from .oracle import CommandOutcome
-from .procs import CancelToken
-from .records import AttemptRecord, Event, Run, TaskRecord
-from .verify import Verdict
+from .state.records import AttemptRecord, Event, Run, TaskRecord
+from .verify.oracle import CommandOutcome
+from .verify.verifier import Verdict
 
 __all__ = [
     "Agent",

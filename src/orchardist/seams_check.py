@@ -8,6 +8,7 @@ other.
 
 from __future__ import annotations
 
+from .agents import Agent
 from .agents.aider import AiderAgent
 from .agents.claude import ClaudeAgent
 from .agents.codex import CodexAgent
@@ -16,12 +17,13 @@ from .agents.llm import LlmAgent
 from .agents.opencode import OpenCodeAgent
 from .agents.scripted import ScriptedAgent
 from .agents.shell import ShellAgent
+from .engine.merge import GitIntegrator, MemoryIntegrator
+from .executors import Executor
 from .executors.inline import InlineExecutor
 from .executors.local import LocalExecutor
-from .merge import GitIntegrator, MemoryIntegrator
-from .seams import Agent, Executor, Integrator, Store, Verifier
-from .store import Store as SqliteStore
-from .verify import CommandVerifier
+from .seams import Integrator, Store, Verifier
+from .state.store import Store as SqliteStore
+from .verify.verifier import CommandVerifier
 
 
 def _implementations(

@@ -1,4 +1,5 @@
-"""What a validated plan is: the frozen records :mod:`orchardist.plan` builds from a plan file.
+"""What a validated plan is: the frozen records :mod:`orchardist.plan.loading` builds from a plan
+file.
 
 They live apart from the validator so that the modules a plan drives (executors, pipelines,
 agents) can use them without importing the code that reads plan files.
@@ -14,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import Ignored
-from .isolation import Policy
-from .records import AgentProfile
+from .confine.isolation import Policy
 from .scan.profiles import ScannerProfile
+from .state.records import AgentProfile
 
 MAX_TASK_ID = 64  # task ids name refs and folders: keep them short
 MAX_RETRIES = 100  # each retry is another agent run: more is a typo (1e18 was accepted)

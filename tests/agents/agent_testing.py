@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from orchardist.agents import AgentContext, agent_class, scrubbed_env
-from orchardist.procs import CancelToken, new_marker
+from orchardist.confine.procs import CancelToken, new_marker
 
 PROMPT = "- add hello.txt\nKeep 'quotes', $DOLLARS and `backticks` exactly as they are.\n"
 

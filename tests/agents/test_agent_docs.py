@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchardist.agents import KINDS, agent_class
-from orchardist.plan import load_plan
+from orchardist.plan.loading import load_plan
 from support import write_plan
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "agents.md"

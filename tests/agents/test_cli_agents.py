@@ -19,10 +19,9 @@ from agent_testing import PROMPT, fake_call, make_ctx
 
 from orchardist.agents import BASE_ENV, AgentContext, agent_class, make_agent
 from orchardist.agents.cli import MAX_ARG_BYTES
-from orchardist.doctor import check_profile
-from orchardist.plan import AgentProfile
-from orchardist.procs import CancelToken, marked_processes
-from orchardist.records import Failure, Usage
+from orchardist.agents.doctor import check_profile
+from orchardist.confine.procs import CancelToken, marked_processes
+from orchardist.state.records import AgentProfile, Failure, Usage
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,8 @@ from agent_testing import ChatServer, make_ctx
 
 from orchardist.agents import agent_class
 from orchardist.agents.llm import DONE, LlmAgent
-from orchardist.plan import AgentProfile
-from orchardist.procs import CancelToken, marked_processes
-from orchardist.records import Failure
+from orchardist.confine.procs import CancelToken, marked_processes
+from orchardist.state.records import AgentProfile, Failure
 
 VERIFY = f"{shlex.quote(sys.executable)} -c 'import calc; assert calc.add(2, 3) == 5'"
 

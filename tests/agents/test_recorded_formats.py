@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from orchardist.agents import AgentContext, AgentResult, make_agent
-from orchardist.agents.cli import CliAgent, Seen, plain
-from orchardist.plan import AgentProfile
-from orchardist.procs import CancelToken, ProcessResult
-from orchardist.records import Failure
+from orchardist.agents.cli import CliAgent, Seen
+from orchardist.confine.procs import CancelToken, ProcessResult
+from orchardist.state.records import AgentProfile, Failure
+from orchardist.terminal import plain
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "agents"
 

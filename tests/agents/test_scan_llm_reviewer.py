@@ -14,7 +14,7 @@ from agent_testing import ChatServer
 
 from orchardist import Workspace
 from orchardist.agents.llm import DONE
-from orchardist.plan import load_plan
+from orchardist.plan.loading import load_plan
 from orchardist.scan.engine import Scanner
 from realtools import require_modules
 from support import git

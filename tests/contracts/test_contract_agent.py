@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from orchardist.agents import KINDS, AgentContext, agent_class, make_agent, scrubbed_env
-from orchardist.plan import PROFILE_KEYS
-from orchardist.procs import CancelToken, new_marker
-from orchardist.records import AgentProfile, Failure
-from orchardist.seams import Agent
+from orchardist.agents import KINDS, Agent, AgentContext, agent_class, make_agent, scrubbed_env
+from orchardist.confine.procs import CancelToken, new_marker
+from orchardist.plan.loading import PROFILE_KEYS
+from orchardist.state.records import AgentProfile, Failure
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -20,6 +20,7 @@ import pytest
 
 from orchardist import RunState, Workspace, create_run, execute, load_plan
 from orchardist.clocks import FakeClock
+from orchardist.confine.procs import new_marker
 from orchardist.errors import PlanError
 from orchardist.executors import (
     EXECUTORS,
@@ -32,11 +33,10 @@ from orchardist.executors import (
 )
 from orchardist.executors.inline import InlineExecutor
 from orchardist.executors.local import LocalExecutor
-from orchardist.gitrepo import Repo
-from orchardist.plan import RunConfig
-from orchardist.procs import new_marker
-from orchardist.records import AgentProfile, AttemptState
-from orchardist.store import Store
+from orchardist.git.repo import Repo
+from orchardist.specs import RunConfig
+from orchardist.state.records import AgentProfile, AttemptState
+from orchardist.state.store import Store
 from support import make_repo, write_plan
 
 WAIT_S = 60.0  # generous: the machine may be busy; nothing waits this long when all is well

@@ -10,8 +10,8 @@ from typing import Protocol
 
 import pytest
 
-from orchardist.gitrepo import Repo
-from orchardist.merge import GitIntegrator, MemoryIntegrator
+from orchardist.engine.merge import GitIntegrator, MemoryIntegrator
+from orchardist.git.repo import Repo
 from orchardist.seams import Integrator
 from support import make_repo
 

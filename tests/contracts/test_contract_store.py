@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from orchardist.errors import StoreError
-from orchardist.oracle import CommandOutcome
-from orchardist.records import (
+from orchardist.seams import Store
+from orchardist.state.records import (
     AttemptRecord,
     AttemptState,
     Event,
@@ -20,8 +20,8 @@ from orchardist.records import (
     TaskRecord,
     TaskState,
 )
-from orchardist.seams import Store
-from orchardist.store import Store as SqliteStore
+from orchardist.state.store import Store as SqliteStore
+from orchardist.verify.oracle import CommandOutcome
 
 
 @pytest.fixture(params=["file", "memory"])

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from orchardist.oracle import CHECK_DOES_NOT_REPRODUCE, CommandOutcome
-from orchardist.procs import CancelToken
+from orchardist.confine.procs import CancelToken
 from orchardist.seams import Verifier
-from orchardist.verify import CommandVerifier, MemoryBaselines, PythonCommands, Verdict
+from orchardist.verify.oracle import CHECK_DOES_NOT_REPRODUCE, CommandOutcome
+from orchardist.verify.verifier import CommandVerifier, MemoryBaselines, PythonCommands, Verdict
 
 BASE = "b" * 40
 PASS = "true"

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from orchardist.confine.isolation import Mode
+from orchardist.confine.layout import Layout
 from orchardist.errors import IsolationError
 from orchardist.executors.confinement import Confinement
-from orchardist.gitrepo import Repo
-from orchardist.isolation import Mode
-from orchardist.worktree import Layout
+from orchardist.git.repo import Repo
 
 
 def test_attempt_folders_inside_the_repository_are_refused_with_namespaces(repo: Path) -> None:

@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from orchardist import RunState, isolation
+from orchardist import RunState
+from orchardist.confine import isolation
+from orchardist.confine.procs import CancelToken, new_marker
 from orchardist.executors import AttemptJob, Outcome, Phase
 from orchardist.executors.local import LocalExecutor
-from orchardist.gitrepo import Repo
-from orchardist.procs import CancelToken, new_marker
-from orchardist.records import AgentProfile, AttemptState
+from orchardist.git.repo import Repo
+from orchardist.state.records import AgentProfile, AttemptState
 from support import Finished, git, make_repo, running_with_arg, toml_str, write_plan
 
 RunPlan = Callable[..., Finished]

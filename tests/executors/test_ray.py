@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 
 from orchardist.cli import main
+from orchardist.confine.procs import processes_with_env
 from orchardist.executors import executor_class
-from orchardist.gitrepo import Repo
-from orchardist.plan import RunConfig
-from orchardist.procs import processes_with_env
-from orchardist.store import Store
+from orchardist.git.repo import Repo
+from orchardist.specs import RunConfig
+from orchardist.state.store import Store
 from quickstart_support import expected_branch, quickstart_repo
 from ray_support import RayCluster, ray_available
 from run_support import spawn, status

@@ -10,7 +10,7 @@ import pytest
 
 from orchardist.cli import main
 from orchardist.executors import executor_class
-from orchardist.plan import load_plan
+from orchardist.plan.loading import load_plan
 from support import write_plan
 
 PLAN = """\

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from orchardist import mounts
+from orchardist.confine import mounts
+from orchardist.confine.layout import VIEWS, Layout
 from orchardist.executors.views import make_view, view_paths
-from orchardist.gitrepo import Repo
-from orchardist.worktree import VIEWS, Layout
+from orchardist.git.repo import Repo
 from support import git
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from orchardist import RunState
-from orchardist.mounts import OVERLAY_VAR
+from orchardist.confine.mounts import OVERLAY_VAR
 from run_support import leftovers
 from support import Finished, git, make_repo, toml_str, write_plan
 from userstate import assert_untouched, user_ground

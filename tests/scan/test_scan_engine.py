@@ -9,9 +9,10 @@ import pytest
 from scan_support import PYTHON, invocations, logging_scanner, scanned_files, validate_sarif
 
 from orchardist import Workspace
-from orchardist.gc import collect
-from orchardist.plan import load_plan
-from orchardist.scan.engine import Scanner, ScanResult, select_files
+from orchardist.plan.loading import load_plan
+from orchardist.runs.gc import collect
+from orchardist.scan.engine import Scanner, ScanResult
+from orchardist.scan.globs import select_files
 from run_support import orchardist
 from support import git, make_repo, write_plan
 

@@ -42,7 +42,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "scanners.md"
 def test_every_toml_example_in_the_scanner_docs_is_a_valid_profile(tmp_path: Path) -> None:
     import re
 
-    from orchardist.plan import load_plan
+    from orchardist.plan.loading import load_plan
     from support import make_repo
 
     repo = make_repo(tmp_path / "repo")

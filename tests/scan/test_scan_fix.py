@@ -288,7 +288,7 @@ def test_fix_grouped_by_rule_serializes_tasks_that_share_a_file(tmp_path: Path) 
     ["a/b.py", "x" * 200 + ".py", "weird..name.lock", ".hidden/file.", "-dash", "ünï cödé.py"],
 )
 def test_fix_task_ids_are_valid_task_ids_whatever_the_path(path: str) -> None:
-    from orchardist.plan import task_id_problem
+    from orchardist.plan.tasks import task_id_problem
     from orchardist.scan.fix import _task_id
 
     task_id = _task_id("file", path, set())

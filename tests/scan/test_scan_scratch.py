@@ -10,9 +10,10 @@ import pytest
 from scan_support import PYTHON, logging_scanner, validate_sarif
 
 from orchardist import Workspace
-from orchardist.plan import load_plan
+from orchardist.confine.layout import Layout
+from orchardist.confine.paths import workdir_root
+from orchardist.plan.loading import load_plan
 from orchardist.scan.engine import Scanner, ScanResult
-from orchardist.worktree import Layout, workdir_root
 from realtools import require, require_modules
 from run_support import orchardist
 from support import git, make_repo, write_plan
@@ -93,7 +94,7 @@ def test_ruffs_documented_command_with_its_cache_reports_what_ruff_reports(
 def test_with_the_sandbox_a_scanner_still_cannot_write_outside_its_tree(
     repo: Path, tmp_path: Path
 ) -> None:
-    from orchardist import sandbox
+    from orchardist.confine import landlock as sandbox
 
     require(sandbox.available(), "this kernel has no Landlock")
     # Given: a scanner that tries to write the user's checkout, then scans

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchardist.scheduler import Scheduler
+from orchardist.engine.scheduler import Scheduler
 from support import Finished, git, write_plan
 from web.dashboard import serving
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from orchardist.scheduler import Scheduler
+from orchardist.engine.scheduler import Scheduler
 from realtools import require
 from support import Finished, write_plan
 from web.dashboard import serving

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from orchardist import plan as plan_module
-from orchardist.records import (
+from orchardist.plan import loading as plan_module
+from orchardist.state.records import (
     AttemptRecord,
     AttemptState,
     Event,
@@ -23,8 +23,8 @@ from orchardist.records import (
     TaskState,
     Usage,
 )
-from orchardist.report import status_document
-from orchardist.store import Store
+from orchardist.state.report import status_document
+from orchardist.state.store import Store
 from orchardist.web.reads import Reads, Settings
 from support import Finished, make_repo
 from web.test_api import finished_plan

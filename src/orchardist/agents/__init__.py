@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from ..confine.isolation import Spec
+from ..confine.paths import AttemptPaths
+from ..confine.procs import CancelToken
 from ..errors import AgentError
-from ..isolation import Spec
-from ..procs import CancelToken
-from ..records import AgentProfile, Failure, Usage
-from ..worktree import AttemptPaths
+from ..state.records import AgentProfile, Failure, Usage
 
 KINDS: dict[str, str] = {
     "shell": "orchardist.agents.shell:ShellAgent",

@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from ..procs import ProcessResult
-from ..records import Failure
+from ..confine.procs import ProcessResult
+from ..state.records import Failure
 from . import AgentContext, AgentResult
 from .cli import CliAgent, Needs, Seen
 

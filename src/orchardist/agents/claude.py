@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from ..procs import ProcessResult
-from ..records import AgentProfile, Failure
+from ..confine.procs import ProcessResult
+from ..state.records import AgentProfile, Failure
 from . import AgentContext, AgentResult
 from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, str_list_problem
 from .limits import classify, epoch_datetime

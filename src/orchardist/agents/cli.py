@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..procs import CancelToken, ProcessResult, run_process
-from ..records import AgentProfile, Failure, Usage
+from ..confine.procs import CancelToken, ProcessResult, run_process
+from ..state.records import AgentProfile, Failure, Usage
 from ..terminal import plain
 from . import BASE_ENV, AgentContext, AgentResult
 from .limits import classify, retry_after_s

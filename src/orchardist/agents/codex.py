@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..procs import ProcessResult
+from ..confine.procs import ProcessResult
 from ..safeio import read_tail
 from . import AgentContext, AgentResult
 from .cli import SUMMARY_CHARS, CliAgent, Seen, check_choice

@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..procs import ProcessResult
-from ..records import AgentProfile, Failure
+from ..confine.procs import ProcessResult
+from ..state.records import AgentProfile, Failure
 from . import AgentContext, AgentResult
 from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, home_path, str_list_problem
 

@@ -33,9 +33,9 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ..procs import run_process
-from ..records import AgentProfile, Failure, Usage
+from ..confine.procs import run_process
 from ..specs import parse_duration
+from ..state.records import AgentProfile, Failure, Usage
 from . import AgentContext, AgentResult
 from .cli import BOTH_PRICES, Needs, narrow_env
 from .limits import classify

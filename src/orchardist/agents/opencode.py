@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ..procs import ProcessResult
+from ..confine.procs import ProcessResult
 from . import AgentContext, AgentResult
 from .cli import CliAgent, Seen
 

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..procs import ProcessResult, run_process
-from ..records import SESSION_ID_CHARS, SUMMARY_CHARS, Failure, Usage, capped
+from ..confine.procs import ProcessResult, run_process
 from ..safeio import read_capped
+from ..state.records import SESSION_ID_CHARS, SUMMARY_CHARS, Failure, Usage, capped
 from . import AgentContext, AgentResult
 
 MAX_OUTPUT_BYTES = 1024 * 1024  # it is a summary and a few numbers

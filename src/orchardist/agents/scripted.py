@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..records import AgentProfile
+from ..state.records import AgentProfile
 from . import AgentContext, AgentResult
 from .output import run_agent_process
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..placeholders import AGENT_PLACEHOLDERS, fill, placeholder_problems
-from ..records import AgentProfile
+from ..state.records import AgentProfile
 from . import AgentContext, AgentResult
 from .output import run_agent_process
 

@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``orchardist`` console script."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["__complete"]:  # what completion scripts ask for: ids, fast and quiet
-        from ..completion import ids
+        from .completion import ids
 
         return ids(argv[1:])
     parser = build_parser()

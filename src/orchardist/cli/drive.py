@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
 from typing import Any
 
-from ..control import CANCEL_SIGNAL
+from ..engine.hooks import Hook, Hooks
 from ..errors import UsageError
-from ..hooks import Hook, Hooks
-from ..records import RunState
+from ..runs.control import CANCEL_SIGNAL
+from ..state.records import RunState
 from .options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, load_plan, with_executor
 from .summary import SUMMARY_ROWS, lock_held, print_next, print_summary
 
@@ -52,8 +52,8 @@ def drive(
 ) -> int:
     """Hold the run's lock, reconcile if resuming, ``prepare`` the run, and execute it with
     progress and signals (SIGINT/SIGTERM interrupt it, SIGUSR1 from ``cancel`` cancels it)."""
-    from ..report import status_document
-    from ..runs import run_lock
+    from ..runs.start import run_lock
+    from ..state.report import status_document
 
     plan = with_executor(plan, args)
     relay = StopRelay()
@@ -83,7 +83,7 @@ def _execute(
     relay: StopRelay,
     prepare: Callable[[Any], list[Any]] | None,
 ) -> RunState:
-    from ..runs import execute, reconcile
+    from ..runs.start import execute, reconcile
 
     header = f"run {run.id} → branch {run.branch}  ({isolation_note(plan)})"
     states = {t.task_id: t.state.value for t in ws.store.tasks(run.id)}
@@ -142,7 +142,7 @@ def dashboard(ws: Any, args: argparse.Namespace) -> contextlib.AbstractContextMa
 def isolation_note(plan: Any) -> str:
     """Which isolation the run gets, for its first line; IsolationError (exit 2) when
     ``[run] isolation = "required"`` and namespaces cannot be made here."""
-    from .. import isolation
+    from ..confine import isolation
 
     return isolation.describe(plan.run.isolation, isolation.choose(plan.run.isolation))
 
@@ -151,8 +151,8 @@ def checkout_note(plan: Any, env: Mapping[str, str] | None = None) -> str:
     """Where attempts cannot be shown at the repository's path (no namespaces), what names the
     checkout by absolute path, so that verify tests it; with namespaces, the folders on PATH
     inside the repository that attempts will not see (see checkoutrefs.py); "" when none."""
-    from .. import isolation
-    from ..checkoutrefs import explain, references, unseen_path_entries
+    from ..confine import isolation
+    from ..confine.checkoutrefs import explain, references, unseen_path_entries
 
     if isolation.choose(plan.run.isolation) is isolation.Mode.NAMESPACES:
         return unseen_path_entries(plan.repo, plan.run.environment, env)
@@ -162,7 +162,7 @@ def checkout_note(plan: Any, env: Mapping[str, str] | None = None) -> str:
 def _progress_hooks(
     plan: Any, args: argparse.Namespace, header: str, states: dict[str, str] | None = None
 ) -> Hooks:
-    from ..display import LiveTable, PlainLines
+    from ..runs.display import LiveTable, PlainLines
 
     hooks: list[Hook]
     if args.quiet:
@@ -225,7 +225,7 @@ def cluster_reachable(plan: Any) -> None:
 
 def refuse_if_driven(ws: Any, run: Any) -> None:
     """A run another orchardist drives can be watched or cancelled, not resumed."""
-    from ..control import lock_path
+    from ..runs.control import lock_path
 
     path = lock_path(ws.state_dir, run.id)
     if lock_held(path):
@@ -239,7 +239,7 @@ def refuse_if_driven(ws: Any, run: Any) -> None:
 
 def select(ws: Any, plan: Any, args: argparse.Namespace) -> Callable[[Any], list[Any]]:
     """Apply --only/--skip to a run (under its lock, before it executes)."""
-    from ..runs import select_tasks
+    from ..runs.start import select_tasks
 
     def prepare(run: Any) -> list[Any]:
         if args.only or args.skip:

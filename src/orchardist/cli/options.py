@@ -11,7 +11,7 @@ from .. import __version__
 from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from ..plan import Plan
+    from ..specs import Plan
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -47,7 +47,7 @@ def repo_arg(p: argparse.ArgumentParser) -> None:
 
 def duration(option: str, text: str) -> float:
     """A duration option's value in seconds; a usage error naming ``option`` if it is not one."""
-    from ..plan import parse_duration
+    from ..specs import parse_duration
 
     try:
         return parse_duration(text)
@@ -123,12 +123,12 @@ def executor_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_plan(path: Path) -> Plan:
-    """:func:`orchardist.plan.load_plan`, imported when a command reads a plan: the plan's
+    """:func:`orchardist.plan.loading.load_plan`, imported when a command reads a plan: the plan's
     models and every agent kind are most of the package, which commands that only read a
     run's record (status, logs, events, runs) never need. What the repository's config file
     set and was not read is printed, one line each, on stderr."""
     from ..config import tell_ignored
-    from ..plan import load_plan as load
+    from ..plan.loading import load_plan as load
 
     plan = load(path)
     tell_ignored(plan.ignored)
@@ -182,7 +182,7 @@ def positive(text: str) -> int:
 
 def check_tasks(plan: Any, tasks: Sequence[str]) -> None:
     """Unknown task names are a usage error before anything is created."""
-    from ..runs import check_known
+    from ..runs.start import check_known
 
     check_known(plan, tasks)
 
@@ -190,7 +190,7 @@ def check_tasks(plan: Any, tasks: Sequence[str]) -> None:
 def check_selection(plan: Any, only: Sequence[str], skip: Sequence[str]) -> None:
     """``--only``/``--skip`` must name known tasks and leave at least one to run: a run of
     nothing would be created, recorded done and exit 0."""
-    from ..graph import Graph
+    from ..plan.graph import Graph
 
     check_tasks(plan, [*only, *skip])
     if not (only or skip):
@@ -205,7 +205,7 @@ def check_selection(plan: Any, only: Sequence[str], skip: Sequence[str]) -> None
 
 def has_runs(path: Path) -> bool:
     """Whether the repository at ``path`` has a store (reading never creates one)."""
-    from ..gitrepo import Repo, find_toplevel
+    from ..git.repo import Repo, find_toplevel
 
     root = find_toplevel(Path(path))
     if root is None:

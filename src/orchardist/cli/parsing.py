@@ -19,8 +19,8 @@ _ARG_HELP = {
 
 def build(main: Main) -> argparse.ArgumentParser:
     """The parser of the command line whose entry point is ``main``."""
-    from ..oneshot import add_parsers as add_oneshot_parsers
     from ..scan.cli import add_parser as add_scan_parser
+    from .oneshot import add_parsers as add_oneshot_parsers
 
     parser = root_parser()
     sub = parser.add_subparsers(metavar="COMMAND")

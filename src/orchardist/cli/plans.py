@@ -73,7 +73,7 @@ def preflight(plan: Any, quiet: bool = False, resumable: Sequence[Any] = ()) -> 
 
     A branch that exists because it is a resumable run's own is no problem.
     """
-    from ..preflight import Preflight, preflight
+    from ..plan.preflight import Preflight, preflight
 
     checked = preflight(plan)
     own = {f"branch {r.branch!r} already exists" for r in resumable}
@@ -99,7 +99,7 @@ def add_schema(sub: Commands) -> None:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     """``orchardist schema``."""
-    from ..schema import plan_schema
+    from ..plan.schema import plan_schema
 
     print(json.dumps(plan_schema(), indent=2))
     return EXIT_OK
@@ -132,7 +132,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def print_forecast(plan: Any, args: argparse.Namespace) -> int:
-    from ..forecast import forecast, render
+    from ..plan.forecast import forecast, render
 
     only, skip = getattr(args, "only", []), getattr(args, "skip", [])
     check_tasks(plan, [*only, *skip])
@@ -166,7 +166,7 @@ def add_doctor(sub: Commands) -> None:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """``orchardist doctor PLAN``."""
-    from ..doctor import check_plan, render, to_json
+    from ..agents.doctor import check_plan, render, to_json
 
     plan = with_executor(load_plan(args.plan), args)
     if plan.run.executor == "ray":
@@ -223,9 +223,9 @@ def cmd_plan(args: argparse.Namespace, main: Main) -> int:
     """``orchardist plan SPEC --agent P``; with ``--run``, ``main(["run", PLAN])``."""
     import time
 
-    from ..forecast import forecast, render
-    from ..gitrepo import Repo
-    from ..planner import make_plan
+    from ..git.repo import Repo
+    from ..plan.forecast import forecast, render
+    from ..plan.planner import make_plan
 
     root, config = _planner_config(args)
     log_dir = Repo(root).common_dir / "orchardist" / "plans" / time.strftime("%Y%m%d-%H%M%S")
@@ -266,8 +266,8 @@ def cmd_plan(args: argparse.Namespace, main: Main) -> int:
 def _planner_config(args: argparse.Namespace) -> tuple[Path, Config]:
     """``plan``'s usage checked: the repository's root and the config holding ``--agent``."""
     from ..config import tell_ignored
-    from ..gitrepo import find_toplevel
-    from ..plan import load_config
+    from ..git.repo import find_toplevel
+    from ..plan.loading import load_config
 
     root = find_toplevel(args.repo)
     if root is None:
@@ -312,7 +312,7 @@ def add_completion(sub: Commands, build: Callable[[], argparse.ArgumentParser]) 
 
 def cmd_completion(args: argparse.Namespace, build: Callable[[], argparse.ArgumentParser]) -> int:
     """``orchardist completion bash|zsh|fish``, for the parser ``build`` makes."""
-    from ..completion import script
+    from .completion import script
 
     sys.stdout.write(script(build(), args.shell))
     return EXIT_OK

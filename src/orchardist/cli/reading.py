@@ -31,7 +31,7 @@ def add_show(sub: Commands) -> None:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """``orchardist show RUN TASK [--candidate K]``."""
-    from ..runs import Workspace
+    from ..runs.start import Workspace
 
     ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
@@ -118,14 +118,14 @@ def add_logs(sub: Commands) -> None:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     """``orchardist logs RUN TASK``."""
-    from ..runs import Workspace
+    from ..runs.start import Workspace
 
     ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
     if not any(t.task_id == args.task for t in ws.store.tasks(run.id)):
         raise UsageError(f"run {run.id} has no task {args.task!r}")
     if args.follow:
-        from ..tail import follow_logs
+        from ..runs.tail import follow_logs
 
         follow_logs(ws, run, args.task, args.attempt, raw=args.raw)
         return EXIT_OK
@@ -148,14 +148,14 @@ def add_status(sub: Commands) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``orchardist status [RUN]``."""
-    from ..gc import run_disk_bytes
-    from ..report import status_document
-    from ..runs import Workspace
+    from ..runs.gc import run_disk_bytes
+    from ..runs.start import Workspace
+    from ..state.report import status_document
 
     ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
     if args.watch:
-        from ..tail import watch_status
+        from ..runs.tail import watch_status
 
         watch_status(ws, run, lambda r: status_text(ws, r, args.json))
         return EXIT_OK
@@ -187,8 +187,8 @@ def add_events(sub: Commands) -> None:
 
 def cmd_events(args: argparse.Namespace) -> int:
     """``orchardist events [RUN] [--follow]``."""
-    from ..runs import Workspace
-    from ..tail import print_events
+    from ..runs.start import Workspace
+    from ..runs.tail import print_events
 
     ws = Workspace.open(args.repo, create=False)
     print_events(ws, ws.resolve_run(args.run), args.follow, args.after)
@@ -205,7 +205,7 @@ def add_runs(sub: Commands) -> None:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """``orchardist runs``."""
-    from ..runs import Workspace
+    from ..runs.start import Workspace
 
     ws = Workspace.open(args.repo, create=False) if has_runs(args.repo) else None
     rows = []

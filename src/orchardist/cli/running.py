@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PlanError, UsageError
-from ..records import RunState
+from ..state.records import RunState
 from .drive import (
     checkout_note,
     cluster_reachable,
@@ -93,7 +93,7 @@ def add_run(sub: Commands) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``orchardist run PLAN``."""
-    from ..runs import Workspace, create_run, unfinished_runs
+    from ..runs.start import Workspace, create_run, unfinished_runs
 
     if args.format != "text" and not args.dry_run:  # a drawing was asked for, not a run
         raise UsageError(f"--format {args.format} draws the graph: it needs --dry-run")
@@ -143,8 +143,8 @@ def drive_as_run(ws: Any, plan: Any, run: Any, *, json: bool, max_parallel: int 
 
 def unfinished_run(args: argparse.Namespace, verb: str) -> tuple[Any, Any]:
     """The workspace and the run ``args.run`` names; a UsageError when it already ended."""
-    from ..records import UNFINISHED
-    from ..runs import Workspace
+    from ..runs.start import Workspace
+    from ..state.records import UNFINISHED
 
     ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
@@ -211,7 +211,7 @@ def add_retry(sub: Commands) -> None:
 
 def cmd_retry(args: argparse.Namespace) -> int:
     """``orchardist retry [RUN] [TASK...]``."""
-    from ..runs import Workspace, check_known, prepare_retry
+    from ..runs.start import Workspace, check_known, prepare_retry
 
     ws = Workspace.open(args.repo, create=False)
     run = ws.resolve_run(args.run)
@@ -249,8 +249,8 @@ def add_cancel(sub: Commands) -> None:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """``orchardist cancel RUN``."""
-    from ..control import Orchestrator
-    from ..runs import cancel_abandoned, run_lock
+    from ..runs.control import Orchestrator
+    from ..runs.start import cancel_abandoned, run_lock
 
     ws, run = unfinished_run(args, "cancel")
     orchestrator = Orchestrator.find(ws.state_dir, run.id)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..records import RunState
+from ..state.records import RunState
 from ..terminal import plain
 
 # A run's final summary lists at most this many tasks (counts by state say the rest), and of a
@@ -123,7 +123,7 @@ def status_text(ws: Any, run: Any, as_json: bool) -> str:
     import contextlib
     import io
 
-    from ..report import status_document
+    from ..state.report import status_document
 
     doc = status_document(ws.store, run)
     doc["state"] = shown_state(ws, run)
@@ -137,7 +137,7 @@ def status_text(ws: Any, run: Any, as_json: bool) -> str:
 
 def shown_state(ws: Any, run: Any) -> str:
     """The run's state, ``dead`` for a running run no live orchardist holds (killed by -9)."""
-    from ..control import lock_path
+    from ..runs.control import lock_path
 
     if run.state is RunState.RUNNING and not lock_held(lock_path(ws.state_dir, run.id)):
         return "dead"
@@ -150,7 +150,7 @@ def lock_held(path: Path) -> bool:
     Looking must not take the lock, even shared for an instant: an orchestrator taking it at
     that moment would be refused its own run.
     """
-    from ..control import holder
+    from ..runs.control import holder
 
     try:
         st = path.stat()

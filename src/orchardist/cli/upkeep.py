@@ -30,8 +30,8 @@ def add_gc(sub: Commands) -> None:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     """``orchardist gc``."""
-    from ..gc import collect
-    from ..runs import Workspace
+    from ..runs.gc import collect
+    from ..runs.start import Workspace
 
     age_s = _age("--older-than", args.older_than)
     if has_runs(args.repo):
@@ -85,8 +85,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     import dataclasses
     import time
 
-    from ..runs import Workspace
-    from ..stats import compute, render
+    from ..runs.start import Workspace
+    from ..state.stats import compute, render
 
     since_s = None if args.since is None else duration("--since", args.since)
     plan = str(args.plan.resolve()) if args.plan is not None else None

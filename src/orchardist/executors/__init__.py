@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..errors import UsageError
-from ..records import (
+from ..state.records import (
     DETAIL_CHARS,
     FEEDBACK_CHARS,
     MAX_RETRY_AFTER_S,
@@ -30,9 +30,9 @@ from ..records import (
 )
 
 if TYPE_CHECKING:  # plan.py validates [run] executor against EXECUTORS: no import at run time
-    from ..gitrepo import Repo
+    from ..git.repo import Repo
     from ..specs import RunConfig
-    from ..store import Store
+    from ..state.store import Store
 
 EXECUTORS: dict[str, str] = {
     "local": "orchardist.executors.local:LocalExecutor",

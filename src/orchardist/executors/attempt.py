@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..agents import AgentContext, AgentResult
-from ..isolation import Spec
-from ..procs import CancelToken
-from ..records import Failure, Usage
-from ..worktree import AttemptPaths
+from ..confine.isolation import Spec
+from ..confine.paths import AttemptPaths
+from ..confine.procs import CancelToken
+from ..state.records import Failure, Usage
 from . import AttemptJob, Job, Outcome
 from .confinement import writable_of
 

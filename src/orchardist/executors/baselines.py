@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Protocol
 
 from ..agents import scrubbed_env
-from ..isolation import Spec
-from ..oracle import CommandOutcome, baseline_key
-from ..procs import CancelToken
+from ..confine.isolation import Spec
+from ..confine.layout import Layout
+from ..confine.paths import AttemptPaths
+from ..confine.procs import CancelToken
 from ..safeio import flocked
-from ..store import Store
-from ..verify import run_one
-from ..worktree import AttemptPaths, Layout
+from ..state.store import Store
+from ..verify.oracle import CommandOutcome, baseline_key
+from ..verify.verifier import run_one
 from .views import make_view
 
 

@@ -11,12 +11,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from .. import sandbox, userlink
+from ..confine import landlock as sandbox
+from ..confine import userlink
+from ..confine.homes import tool_homes
+from ..confine.isolation import Mode, RepoView, Spec, hidden_by_tmp
+from ..confine.layout import Layout
+from ..confine.paths import AttemptPaths
 from ..errors import IsolationError
-from ..gitrepo import Repo
-from ..homes import tool_homes
-from ..isolation import Mode, RepoView, Spec, hidden_by_tmp
-from ..worktree import AttemptPaths, Layout
+from ..git.repo import Repo
 
 # Folders (separated like PATH) shown to every confined process although the private /tmp would
 # hide them, read-only or writable: for test harnesses, and caches the user means to share.

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..clocks import Timers, WallTimers
-from ..gitrepo import Repo
-from ..records import AttemptState, Failure
-from ..store import Store
+from ..git.repo import Repo
+from ..state.records import AttemptState, Failure
+from ..state.store import Store
 from . import AttemptJob, Job, Notify, Outcome, Phase
 
 if TYPE_CHECKING:

@@ -14,24 +14,25 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .. import mounts
 from ..agents import Agent, AgentResult, agent_class, make_agent, scrubbed_env
-from ..discover import auto_commands, discover_tests
+from ..confine import mounts
+from ..confine.homes import empty_home, fill_home, tool_homes
+from ..confine.isolation import Mode, Policy, Spec, choose
+from ..confine.layout import Layout
+from ..confine.paths import AttemptPaths, workdir_root
+from ..confine.procs import CancelToken
 from ..errors import GitError, OrchardistError
-from ..gitrepo import Repo
-from ..homes import empty_home, fill_home, tool_homes
-from ..isolation import Mode, Policy, Spec, choose
-from ..procs import CancelToken
-from ..records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
+from ..git.repo import Repo
+from ..pipelines.stages import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
 from ..safeio import read_capped, read_tail
 from ..specs import RunConfig
-from ..stages import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
-from ..store import Store
-from ..verify import FEEDBACK_BYTES, CommandVerifier
-from ..worktree import AttemptPaths, Layout, workdir_root
+from ..state.records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
+from ..state.store import Store
+from ..verify.discovery import auto_commands, discover_tests
+from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier
 from . import AttemptJob, Job, Notify, Outcome, Phase
 from .attempt import Attempt, Work, agent_context, note_ending
-from .baselines import LocalBaselines as LocalBaselines  # kept importable from here
+from .baselines import LocalBaselines as LocalBaselines
 from .confinement import Confinement, without, writable_of
 from .guard import CheckoutGuard
 from .views import make_view, needs_view, view_paths

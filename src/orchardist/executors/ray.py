@@ -34,15 +34,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..confine.layout import Layout
+from ..confine.paths import repo_key, workdir_root
 from ..errors import GitError
-from ..gitrepo import Repo
-from ..records import AgentProfile, AttemptState, Failure
+from ..git.repo import Repo
 from ..specs import RunConfig
-from ..store import MEMORY, Store
-from ..worktree import Layout, repo_key, workdir_root
+from ..state.records import AgentProfile, AttemptState, Failure
+from ..state.store import MEMORY, Store
 from . import AttemptJob, Job, Notify, Outcome, Phase
-from .rayconnect import CONNECT_TIMEOUT_S as CONNECT_TIMEOUT_S  # kept importable from here
-from .rayconnect import RAY_MISSING as RAY_MISSING
 from .rayconnect import connect, first_line, import_ray
 from .raynode import (
     LOST_GRACE_S,
@@ -352,7 +351,7 @@ class RayExecutor:
 def node_report(profiles: Sequence[AgentProfile]) -> dict[str, Any]:
     """What a worker node has for the plan (a Ray task's body): git, orchardist, each profile."""
     from .. import __version__
-    from ..doctor import check_profile
+    from ..agents.doctor import check_profile
 
     ray = import_ray()
     git = shutil.which("git")

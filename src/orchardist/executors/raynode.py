@@ -18,14 +18,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..confine.paths import workdir_root
+from ..confine.procs import MARKER_VAR, CancelToken, kill_by_env
 from ..errors import GitError
-from ..gitrepo import Repo
-from ..oracle import CommandOutcome
-from ..procs import MARKER_VAR, CancelToken, kill_by_env
+from ..git.repo import Repo
 from ..safeio import flocked
 from ..specs import RunConfig
-from ..store import Store
-from ..worktree import workdir_root
+from ..state.store import Store
+from ..verify.oracle import CommandOutcome
 from . import Job, Outcome, Phase
 from .rayconnect import import_ray
 
@@ -71,7 +71,8 @@ class NodeResult:
 
 def run_on_node(spec: NodeJob) -> NodeResult:
     """Run one job on this node with the local executor's code (the Ray task's body)."""
-    from .local import LocalBaselines, LocalExecutor
+    from .baselines import LocalBaselines
+    from .local import LocalExecutor
 
     ray = import_ray()
     node = str(ray.get_runtime_context().get_node_id())

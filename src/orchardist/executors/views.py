@@ -7,7 +7,8 @@ what will never merge (a planted ``.pyc`` compiled from correct code beside a br
 So verify, check and a judged stage's commands run in folders of their own, made by orchardist
 once the agent's processes are gone: the tree of the attempt's start commit (an overlay of the
 run's pristine checkout where the layout has one, two mounts) with the files that differ in the
-patch written into it (:func:`~orchardist.indexfile.write_changes`: a cost that follows the change),
+patch written into it (:func:`~orchardist.git.indexfile.write_changes`: a cost that follows the
+change),
 else git's ``read-tree --reset -u`` of the patch. HEAD and the index say the start commit, as in
 the agent's tree, so the change shows as modified files; home, tmp and io are new and empty.
 """
@@ -18,10 +19,11 @@ import os
 import threading
 from pathlib import Path
 
-from ..gitrepo import Repo
-from ..indexfile import IndexFile, write_changes
-from ..stages import JUDGED_STAGES
-from ..worktree import VIEWS, AttemptPaths, Layout
+from ..confine.layout import VIEWS, Layout
+from ..confine.paths import AttemptPaths
+from ..git.indexfile import IndexFile, write_changes
+from ..git.repo import Repo
+from ..pipelines.stages import JUDGED_STAGES
 from . import AttemptJob
 
 MAX_PARSED = 4  # parsed start indexes kept (one per pristine in use, about)

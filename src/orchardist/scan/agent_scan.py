@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..agents import AgentContext, make_agent
-from ..procs import CancelToken, new_marker
-from ..records import AgentProfile
+from ..confine.procs import CancelToken, new_marker
+from ..state.records import AgentProfile
 from .findings import Finding, ScanJobError, ScanOutputError, ToolInfo, parse_findings_json
 from .profiles import ScannerProfile
 

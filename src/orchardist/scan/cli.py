@@ -101,9 +101,9 @@ def _fix_args(p: argparse.ArgumentParser, positive: Any) -> None:
 def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     """``orchardist scan``; ``drive`` runs the fix run of ``--fix``."""
     from ..config import tell_ignored
-    from ..gitrepo import Repo
-    from ..plan import load_plan
-    from ..runs import Workspace
+    from ..git.repo import Repo
+    from ..plan.loading import load_plan
+    from ..runs.start import Workspace
     from .engine import Scanner
 
     plan = load_plan(_plan_path(args.plan), require_tasks=False)

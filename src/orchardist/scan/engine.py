@@ -25,12 +25,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..confine.paths import repo_key, workdir_root
+from ..confine.procs import CancelToken, run_process
 from ..errors import UsageError
-from ..gitrepo import Repo
-from ..procs import CancelToken, run_process
-from ..records import AgentProfile, Event
-from ..store import Store
-from ..worktree import repo_key, workdir_root
+from ..git.repo import Repo
+from ..state.records import AgentProfile, Event
+from ..state.store import Store
 from .findings import Finding, ScanJobError, ToolInfo
 from .globs import compile_globs, select_files
 from .profiles import ScannerProfile, Scope
@@ -364,7 +364,7 @@ class Scanner:
     def _writable(self, *folders: Path) -> tuple[Path, ...] | None:
         """What a scanner may write under the sandbox: its folders, and ``/dev/null`` (the
         tools' documented commands redirect to it; nothing else of ``/dev``)."""
-        from .. import sandbox
+        from ..confine import landlock as sandbox
 
         return (*folders, DEV_NULL) if self.sandbox and sandbox.available() else None
 

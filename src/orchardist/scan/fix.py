@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..plan import Plan
 from ..quoting import code_span, inline
+from ..specs import Plan
 from .findings import level_rank
 from .fixcheck import profile_to_json
 from .profiles import Format
@@ -82,7 +82,8 @@ def group_findings(
 
 def _task_id(by: str, key: str, taken: set[str]) -> str:
     """``fix-<key>`` as a valid task id (a git ref name of 64 characters at most), unique."""
-    from ..plan import MAX_TASK_ID, task_id_problem
+    from ..plan.tasks import task_id_problem
+    from ..specs import MAX_TASK_ID
 
     slug = re.sub(r"\.\.+", ".", re.sub(r"[^A-Za-z0-9_.-]+", "-", key)).strip("-.")
     base = "fix-" + (slug or by)

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..plan import Plan, load_plan
+from ..plan.loading import load_plan
+from ..specs import Plan
 from . import fixcheck
 from .engine import Scanner, ScanResult
 from .findings import level_rank
@@ -41,7 +42,7 @@ def fix_findings(
     drive: DriveRun,
 ) -> int:
     """Run fix tasks for ``before``'s findings; report fixed and open; the exit code."""
-    from ..runs import create_run
+    from ..runs.start import create_run
 
     out = sys.stderr if args.json else sys.stdout
     if _incomplete(before):

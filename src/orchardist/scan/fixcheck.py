@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..procs import CancelToken
+from ..confine.procs import CancelToken
 from .findings import ScanJobError
 from .globs import select_files
 from .profiles import Format, ScannerProfile, Scope

@@ -7,9 +7,9 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..procs import CancelToken, run_process
-from ..records import AgentProfile
+from ..confine.procs import CancelToken, run_process
 from ..safeio import read_tail
+from ..state.records import AgentProfile
 from .findings import (
     Finding,
     ScanJobError,

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ..gitrepo import Repo
+from ..git.repo import Repo
 from .findings import Finding, normalize_source
 
 

@@ -33,10 +33,10 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from ..records import RunState
+from ..runs.tail import event_json
 from ..safeio import read_tail
-from ..store import Store
-from ..tail import event_json
+from ..state.records import RunState
+from ..state.store import Store
 from .metrics import prometheus_text
 from .reads import LOG_TAIL_BYTES, Reads, Settings
 from .watch import StoreWatcher

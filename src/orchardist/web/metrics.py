@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..records import Run, RunState, TaskState
-from ..store import Store
+from ..state.records import Run, RunState, TaskState
+from ..state.store import Store
 
 DURATION_BUCKETS_S = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 

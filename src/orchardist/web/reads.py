@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OrchardistError, StoreError
-from ..gitrepo import Repo
-from ..records import Run
-from ..report import status_document
+from ..git.repo import Repo
 from ..safeio import read_tail
-from ..store import RunCounts, Store
+from ..state.records import Run
+from ..state.report import status_document
+from ..state.store import RunCounts, Store
 
 LOG_TAIL_BYTES = 256 * 1024
 DIFF_MAX_BYTES = 512 * 1024
@@ -183,8 +183,8 @@ def _plan_graph(
     plan_path: str,
 ) -> tuple[tuple[tuple[str, str], ...] | None, tuple[str, ...]]:
     """A plan's dependency edges and critical path; (None, ()) when it no longer loads."""
-    from ..forecast import forecast
-    from ..plan import load_plan
+    from ..plan.forecast import forecast
+    from ..plan.loading import load_plan
 
     try:
         plan = load_plan(plan_path)

@@ -1,7 +1,8 @@
 """Wake asyncio waiters when the store's files change: inotify, no polling.
 
 SQLite in WAL mode appends every commit to ``state.db-wal``; a watch on the store's folder sees
-each write as it lands (the inotify plumbing is :class:`orchardist.follow.Watch`'s). One watcher
+each write as it lands (the inotify plumbing is :class:`orchardist.runs.follow.Watch`'s). One
+watcher
 serves every client of the dashboard: each change bumps a generation counter and wakes all who
 wait for a newer one.
 """
@@ -12,7 +13,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from ..follow import Watch
+from ..runs.follow import Watch
 
 
 class StoreWatcher:

@@ -1,0 +1,467 @@
+"""git, through its command line: worktrees, snapshots of a worktree as a commit, and merges.
+
+Merges never use a checkout: ``git merge-tree --write-tree`` computes the merged tree and the
+run branch moves with a compare-and-swap (in-process on the loose ref under git's lock protocol,
+else ``git update-ref``), so the user's working tree, index and current branch are never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import time
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import GitError
+from . import fingerprint, snapshots
+from .env import GIT, git_env
+from .fingerprint import REFLOG_MESSAGE
+from .snapshots import Checkout as Checkout
+from .treehash import ObjectWriter, escaping_symlinks
+
+TRAILER_PREFIX = "Orchardist-"
+
+
+def find_toplevel(path: Path) -> Path | None:
+    """The work tree root containing ``path``, or None when it is not in a git repository."""
+    try:
+        out = subprocess.run(
+            [GIT, "-C", str(path), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:
+        return None
+    if out.returncode != 0:
+        return None
+    return Path(out.stdout.strip()).resolve()
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """Outcome of a three-way tree merge: a tree id, or the conflicting paths."""
+
+    tree: str | None
+    conflicts: tuple[str, ...] = ()
+
+
+class Repo:
+    """One repository, driven by git commands with a fixed, quiet environment."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._env = git_env(self.root)
+        common, _, fmt = self.git(
+            "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-object-format"
+        ).partition("\n")
+        self.common_dir = Path(common)
+        self.object_format = fmt.strip() or "sha1"
+        self._native = self._native_identities()
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def git(
+        self,
+        *args: str,
+        cwd: Path | None = None,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+        ok: Sequence[int] = (0,),
+    ) -> str:
+        """Run git and return stdout stripped of its final newline; GitError on failure."""
+        proc = self.run_git(*args, cwd=cwd, input=input, env=env)
+        if proc.returncode not in ok:
+            cmd = " ".join(["git", *args])
+            raise GitError(f"{cmd} failed ({proc.returncode}): {proc.stderr.strip()}")
+        return proc.stdout.rstrip("\n")
+
+    def run_git(
+        self,
+        *args: str,
+        cwd: Path | None = None,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run git and return the completed process whatever its exit code."""
+        full_env = {**self._env, **(env or {})}
+        try:
+            return subprocess.run(
+                [GIT, *args],
+                cwd=cwd or self.root,
+                input=input,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                env=full_env,
+                stdin=None if input is not None else subprocess.DEVNULL,
+                check=False,
+            )
+        except OSError as exc:
+            raise GitError(f"cannot run git: {exc}") from exc
+
+    def rev_parse(self, ref: str) -> str:
+        """The commit id ``ref`` names."""
+        return self.git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+
+    def try_rev_parse(self, ref: str) -> str | None:
+        """The commit id ``ref`` names, or None."""
+        proc = self.run_git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    def tree_of(self, commit: str) -> str:
+        """The tree id of a commit."""
+        loose = self._read_loose(commit)
+        if loose is not None and loose[0] == "commit" and loose[1].startswith(b"tree "):
+            return loose[1][5:45].decode()
+        return self.git("rev-parse", f"{commit}^{{tree}}")
+
+    def update_ref(self, ref: str, new: str, old: str | None) -> bool:
+        """Move ``ref`` to ``new`` only if it still points at ``old`` (None: must not exist)."""
+        if old is not None and self._native is not None and ref.startswith("refs/heads/"):
+            moved = self._move_loose_ref(ref, new, old)
+            if moved is not None:
+                return moved
+        expected = old if old is not None else "0" * 40
+        # The reflog message tells our moves from anyone else's (see checkout_fingerprint).
+        proc = self.run_git("update-ref", "-m", REFLOG_MESSAGE, ref, new, expected)
+        return proc.returncode == 0
+
+    def set_ref(self, ref: str, new: str) -> None:
+        """Point ``ref`` at ``new`` whatever it pointed at before."""
+        self.git("update-ref", ref, new)
+
+    def delete_ref(self, ref: str) -> None:
+        """Delete a ref if it exists."""
+        self.run_git("update-ref", "-d", ref)
+
+    def commit_tree(self, tree: str, parents: Sequence[str], message: str) -> str:
+        """Create a commit object (no ref moves).
+
+        Written in-process as a loose object when it can be (a SHA-1 repository, no commit
+        signing, ids given in full): merging is on the scheduler's path, and a git process
+        costs milliseconds. Otherwise, and for tree expressions, ``git commit-tree``.
+        """
+        if self._native is not None and _is_oid(tree) and all(_is_oid(p) for p in parents):
+            author, committer = self._native
+            stamp = f"{int(time.time())} {time.strftime('%z')}"
+            lines = [f"tree {tree}", *(f"parent {p}" for p in parents)]
+            lines += [f"author {author} {stamp}", f"committer {committer} {stamp}", ""]
+            return self._write_object("commit", ("\n".join(lines) + "\n" + message).encode())
+        args = ["commit-tree", tree]
+        for parent in parents:
+            args += ["-p", parent]
+        return self.git(*args, input=message)
+
+    def identity(self, role: str = "AUTHOR") -> tuple[str, str]:
+        """``(name, email)`` of the user's git identity for ``role`` (AUTHOR or COMMITTER), or
+        orchardist's fallback: what ``git var GIT_<role>_IDENT`` prints in this repository's
+        git environment, which :func:`gitenv.identity_env` filled from that very command."""
+        return self._env[f"GIT_{role}_NAME"], self._env[f"GIT_{role}_EMAIL"]
+
+    def _native_identities(self) -> tuple[str, str] | None:
+        """``(author, committer)`` as ``Name <email>`` when commits may be written in-process."""
+        if self.object_format != "sha1":
+            return None
+        if self.run_git("config", "--bool", "commit.gpgSign").stdout.strip() == "true":
+            return None
+        author, committer = (self.identity(role) for role in ("AUTHOR", "COMMITTER"))
+        return f"{author[0]} <{author[1]}>", f"{committer[0]} <{committer[1]}>"
+
+    def _move_loose_ref(self, ref: str, new: str, old: str) -> bool | None:
+        """Compare-and-swap a loose ref as git's files backend does: take ``<ref>.lock``
+        exclusively, check the value, write, rename, and log it. None: leave it to git (the
+        ref is packed or locked, or the value is not a plain id)."""
+        path = self.common_dir / ref
+        lock = path.with_name(path.name + ".lock")
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError:
+            return None
+        try:
+            try:
+                current = path.read_text().strip()
+            except OSError:
+                current = ""
+            if not _is_oid(current):
+                return None
+            if current != old:
+                return False
+            os.write(fd, f"{new}\n".encode())
+            os.close(fd)
+            fd = -1
+            os.replace(lock, path)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            lock.unlink(missing_ok=True)
+        assert self._native is not None
+        entry = f"{old} {new} {self._native[1]} {int(time.time())} {time.strftime('%z')}"
+        log = self.common_dir / "logs" / ref
+        if log.exists():
+            with log.open("a") as fh:
+                fh.write(f"{entry}\t{REFLOG_MESSAGE}\n")
+        return True
+
+    def _read_loose(self, oid: str) -> tuple[str, bytes] | None:
+        """``(type, body)`` of a loose object, or None (packed, missing, not a full id)."""
+        if not _is_oid(oid):
+            return None
+        try:
+            data = zlib.decompress((self.common_dir / "objects" / oid[:2] / oid[2:]).read_bytes())
+        except (OSError, zlib.error):
+            return None
+        header, _, body = data.partition(b"\0")
+        return header.split(b" ", 1)[0].decode(), body
+
+    def _write_object(self, kind: str, body: bytes) -> str:
+        """Store a loose object the way git does, replacing a copy whose bytes are not ours."""
+        return ObjectWriter(self.common_dir / "objects").write(kind, body)
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        """Whether ``ancestor`` is reachable from ``descendant``."""
+        proc = self.run_git("merge-base", "--is-ancestor", ancestor, descendant)
+        return proc.returncode == 0
+
+    # -- worktrees -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def worktree_lock(self) -> Iterator[None]:
+        """Serialize worktree administration (git's own is not safe against a concurrent prune).
+
+        An flock on a file of our own: it excludes other threads (each opens its own file
+        description) and other orchardist processes on the same repository alike.
+        """
+        path = self.common_dir / "orchardist" / "worktrees.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def remove_worktree(self, path: Path) -> None:
+        """Remove a worktree, even one an agent damaged or deleted."""
+        with self.worktree_lock():
+            self._remove_worktree(path)
+
+    def prune_worktrees(self) -> None:
+        """Forget worktrees whose folders are gone."""
+        with self.worktree_lock():
+            self.run_git("worktree", "prune")
+
+    def _remove_worktree(self, path: Path) -> None:
+        self.run_git("worktree", "remove", "--force", "--force", str(path))
+        if path.exists():
+            shutil.rmtree(path, ignore_errors=True)
+        self.run_git("worktree", "prune")
+
+    def worktrees(self) -> list[Path]:
+        """Paths of all worktrees git knows, the main one first."""
+        with self.worktree_lock():  # a listing races with an add, as a prune does
+            out = self.git("worktree", "list", "--porcelain")
+        return [Path(line[9:]) for line in out.splitlines() if line.startswith("worktree ")]
+
+    def snapshot(
+        self, worktree: Path, base: str, message: str, checkout: Checkout | None = None
+    ) -> str:
+        """Commit everything in ``worktree`` that differs from ``base`` (ignored files
+        excepted); see :func:`snapshots.snapshot`."""
+        return snapshots.snapshot(self, worktree, base, message, checkout)
+
+    def check_objects(self, oids: Sequence[str]) -> None:
+        """GitError unless git reads back, for each id, bytes that hash to that id.
+
+        A pack can hold other bytes under an id, and git prefers packs to loose objects.
+        """
+        for oid, (kind, body) in self.read_objects(oids).items():
+            data = f"{kind} {len(body)}\0".encode() + body
+            if hashlib.sha1(data).hexdigest() != oid:
+                raise GitError(
+                    f"object {oid} in the repository does not hold what its id says "
+                    "(a forged object in the object store)"
+                )
+
+    def read_objects(self, oids: Sequence[str]) -> dict[str, tuple[str, bytes]]:
+        """``{id: (type, bytes)}`` as git reads them (``cat-file --batch``); GitError if one
+        is missing."""
+        wanted = list(dict.fromkeys(oids))
+        if not wanted:
+            return {}
+        stdin = "".join(f"{oid}\n" for oid in wanted).encode()
+        out = self.git_bytes("cat-file", "--batch", cwd=self.root, env={}, stdin=stdin)
+        found, pos = {}, 0
+        for oid in wanted:
+            end = out.find(b"\n", pos)
+            header = out[pos:end].decode(errors="replace").split()
+            if end < 0 or len(header) != 3 or header[0] != oid or not header[2].isdigit():
+                raise GitError(f"object {oid} cannot be read from the repository")
+            size = int(header[2])
+            found[oid] = (header[1], out[end + 1 : end + 1 + size])
+            pos = end + 2 + size
+        return found
+
+    def git_bytes(
+        self, *args: str, cwd: Path, env: Mapping[str, str], stdin: bytes | None = None
+    ) -> bytes:
+        """git's raw stdout (paths are bytes, not always UTF-8); GitError on failure."""
+        try:
+            proc = subprocess.run(
+                [GIT, *args],
+                cwd=cwd,
+                input=stdin,
+                capture_output=True,
+                env={**self._env, **env},
+                stdin=subprocess.DEVNULL if stdin is None else None,
+                check=False,
+            )
+        except OSError as exc:
+            raise GitError(f"cannot run git: {exc}") from exc
+        if proc.returncode != 0:
+            err = proc.stderr.decode(errors="replace").strip()
+            raise GitError(f"git {' '.join(args)} failed ({proc.returncode}): {err}")
+        return proc.stdout
+
+    def changed_lines(self, old: str, new: str) -> int:
+        """Lines added plus lines removed between two commits (binary files count 1 each)."""
+        out = self.git("diff", *_PLAIN_DIFF, "--numstat", "--no-renames", old, new)
+        total = 0
+        for line in out.splitlines():
+            added, removed, _ = line.split("\t", 2)
+            total += 1 if added == "-" else int(added) + int(removed)
+        return total
+
+    def changed_files(self, old: str, new: str) -> list[str]:
+        """Paths that differ between two commits."""
+        out = self.git("diff", *_PLAIN_DIFF, "--name-only", "--no-renames", "-z", old, new)
+        return [p for p in out.split("\0") if p]
+
+    def merge_trees(self, base: str, ours: str, theirs: str) -> MergeResult:
+        """Three-way merge of commits with ``base`` as the merge base, touching no checkout.
+
+        ``theirs`` must be a child of ``base``. git < 2.40 has no ``--merge-base``, and the
+        base git would find is wrong when ``base`` is not in ``ours``'s history (a patch made
+        on a commit that was later taken off the branch). So ``ours``'s tree is merged from a
+        stand-in commit whose only parent is ``base``: then git's merge base is ``base``.
+        """
+        stand_in = self.commit_tree(self.tree_of(ours), [base], "orchardist merge base\n")
+        proc = self.run_git(
+            "merge-tree", "--write-tree", "--name-only", "--no-messages", stand_in, theirs
+        )
+        lines = proc.stdout.splitlines()
+        if proc.returncode == 0:
+            return MergeResult(lines[0].strip())
+        if proc.returncode == 1 and lines:  # git also exits 1, printing no tree, on bad input
+            return MergeResult(None, tuple(line for line in lines[1:] if line))
+        raise GitError(f"git merge-tree failed ({proc.returncode}): {proc.stderr.strip()}")
+
+    def first_parents(self, since: str, until: str) -> list[str]:
+        """Commits in ``since..until`` along first parents, oldest first."""
+        return self.git("rev-list", "--reverse", "--first-parent", f"{since}..{until}").split()
+
+    def patch_problems(self, base: str, patch: str, max_file_bytes: int | None) -> list[str]:
+        """Reasons a patch must not be merged: symlinks it makes lead outside the repository
+        (the whole chain resolved inside the patch's tree), huge files.
+
+        Only what the patch changes is looked at: a patch that adds, changes or removes no
+        symlink leaves the tree's links as the base has them (the user's own).
+        """
+        out = self.git(
+            "diff", *_PLAIN_DIFF, "--raw", "--no-renames", "-z", "--no-abbrev", base, patch
+        )
+        fields = out.split("\0")
+        changes = [
+            (meta.split(), path)
+            for meta, path in zip(fields[0::2], fields[1::2], strict=False)
+            if len(meta.split()) >= 5
+        ]
+        problems = []
+        if any("120000" in parts[:2] for parts, _ in changes):
+            theirs = set(escaping_symlinks(self._symlinks(base)))
+            problems += [
+                f"{path} is a symlink pointing outside the repository"
+                for path in escaping_symlinks(self._symlinks(patch))
+                if path not in theirs
+            ]
+        if max_file_bytes is None:
+            return problems
+        blobs = {
+            path: parts[3]
+            for parts, path in changes
+            if not parts[4].startswith("D") and parts[1] not in ("120000", "160000")
+        }
+        sizes = self.object_sizes(list(blobs.values()))
+        for path, oid in blobs.items():
+            size = sizes[oid]
+            if size > max_file_bytes:
+                mib = 1024 * 1024
+                problems.append(
+                    f"{path} is {size / mib:.1f} MiB, over the {max_file_bytes / mib:g} MiB "
+                    "limit (max_patch_mb)"
+                )
+        return problems
+
+    def object_sizes(self, oids: Sequence[str]) -> dict[str, int]:
+        """``{id: size}`` of objects, with one git process."""
+        wanted = list(dict.fromkeys(oids))
+        if not wanted:
+            return {}
+        stdin = "".join(f"{oid}\n" for oid in wanted).encode()
+        out = self.git_bytes("cat-file", "--batch-check", cwd=self.root, env={}, stdin=stdin)
+        sizes = {}
+        for line in out.decode(errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) != 3 or not parts[2].isdigit():
+                raise GitError(f"cannot read object sizes: {line}")
+            sizes[parts[0]] = int(parts[2])
+        missing = [oid for oid in wanted if oid not in sizes]
+        if missing:
+            raise GitError(f"object {missing[0]} cannot be read from the repository")
+        return sizes
+
+    def _symlinks(self, commit: str) -> dict[str, str]:
+        """Every symlink of a commit's tree: ``path -> target``."""
+        out = self.git("ls-tree", "-r", "-z", "--full-tree", commit)
+        links = {}
+        for record in out.split("\0"):
+            meta, _, path = record.partition("\t")
+            if meta.startswith("120000 "):
+                links[path] = meta.split()[2]
+        blobs = self.read_objects(list(links.values()))
+        return {path: blobs[oid][1].decode(errors="replace") for path, oid in links.items()}
+
+    def checkout_fingerprint(
+        self, ignore_refs: Sequence[str] = (), watch_reflogs: Sequence[str] = ()
+    ) -> dict[str, str]:
+        """What the user's checkout looks like, by part; see
+        :func:`fingerprint.checkout_fingerprint`."""
+        return fingerprint.checkout_fingerprint(self, ignore_refs, watch_reflogs)
+
+    def status_porcelain(self) -> str:
+        """``git status --porcelain`` of the main checkout (for checks, never changed by us)."""
+        return self.git("status", "--porcelain=v1", "--untracked-files=all")
+
+
+def commit_message(title: str, trailers: Mapping[str, str | int]) -> str:
+    """A commit message: the title, a blank line, then ``Orchardist-*`` trailers."""
+    lines = [title.strip() or "orchardist task", ""]
+    lines += [f"{TRAILER_PREFIX}{key}: {value}" for key, value in trailers.items()]
+    return "\n".join(lines) + "\n"
+
+
+_OID = re.compile(r"[0-9a-f]{40}")
+# No diff command or text conversion a repository's config names.
+_PLAIN_DIFF = ("--no-ext-diff", "--no-textconv")
+
+
+def _is_oid(text: str) -> bool:
+    return _OID.fullmatch(text) is not None

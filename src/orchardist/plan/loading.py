@@ -1,0 +1,472 @@
+"""Plan files (TOML or YAML) → a validated, frozen :class:`Plan`.
+
+Validation collects every problem before raising, so a user fixes a plan in one pass. Each
+problem names the file and, where it applies, the task and the field. The validator is built in
+layers: :mod:`.planfile` reads the file, :mod:`.planfields` checks single fields, :mod:`.plantasks`
+the ``[[task]]`` tables, and this module ``[run]``, ``[agents.NAME]`` and the whole plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..config import (
+    CONFIG_NAME,
+    Config,
+    Ignored,
+    config_files,
+    config_text,
+    screen_repository,
+    take_trusted,
+    user_config,
+    widening_keys,
+)
+from ..confine.isolation import Policy
+from ..confine.runenv import FIELD, environment_problems
+from ..errors import PlanError, Problem, unknown_key
+from ..executors import EXECUTORS
+from ..placeholders import fill, placeholder_problems
+from ..scan.profiles import validate_scanners
+from ..specs import Plan as Plan
+from ..specs import RunConfig as RunConfig
+from ..specs import parse_duration as parse_duration
+from ..state.records import AgentProfile as AgentProfile
+from .files import nul_fields, parse
+from .tasks import TaskChecks
+
+RUN_KEYS = {
+    "base",
+    "branch",
+    "max_parallel",
+    "verify",
+    "repo",
+    "workdir",
+    "deadline",
+    "max_cost_usd",
+    "retry_backoff",
+    "candidates",
+    "select",
+    "regression",
+    "regression_every",
+    "max_patch_mb",
+    "guard_checkout",
+    "sandbox",
+    "isolation",
+    "network",
+    "workspace",
+    "executor",
+    "ray_address",
+    "environment",
+}
+PROFILE_KEYS = {
+    "kind",
+    "timeout",
+    "max_parallel",
+    "env",
+    "launch_interval",
+    "fallback",
+    "circuit_breaker",
+    "cooldown",
+    "num_cpus",
+    "memory_mb",
+}
+
+
+def load_plan(path: str | os.PathLike[str], require_tasks: bool = True) -> Plan:
+    """Read and validate a plan file; raise :class:`PlanError` listing every problem.
+
+    ``require_tasks=False`` accepts a file with no tasks (a scan configuration).
+    """
+    plan_path = Path(path).resolve()
+    shown = str(path)
+    try:
+        raw_bytes = plan_path.read_bytes()
+    except OSError as exc:
+        raise PlanError([Problem(shown, f"cannot read plan: {exc.strerror or exc}")]) from exc
+    data = parse(shown, plan_path, raw_bytes)
+    digest = hashlib.sha256(raw_bytes).hexdigest()
+    return _Validator(shown, plan_path, data, digest, require_tasks).plan()
+
+
+def read_profiles_file(
+    path: Path, screen: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> tuple[dict[str, AgentProfile], list[Problem]]:
+    """The ``[agents.NAME]`` tables of a config file (nothing else is allowed in one), checked
+    as a plan's are, and the problems found, each naming the file (the profiles that could
+    be read are returned even then, so a plan using them is not told they are unknown).
+    ``screen`` takes out of the parsed file what may not be read from it."""
+    try:
+        raw_bytes = path.read_bytes()
+    except OSError as exc:
+        return {}, [Problem(str(path), f"cannot read: {exc.strerror or exc}")]
+    try:
+        data = parse(str(path), path, raw_bytes)
+    except PlanError as exc:
+        return {}, exc.problems
+    if screen is not None:
+        data = screen(data)
+    return _Validator(str(path), path, data, "").profiles_file()
+
+
+def load_config(repo_root: Path, environ: Mapping[str, str] | None = None) -> Config:
+    """Read the config files; raise :class:`PlanError` naming the file of each problem.
+    (A profile's ``fallback`` is checked where the profiles are used, against all of them.)"""
+    config, problems = read_config(repo_root, environ)
+    if problems:
+        raise PlanError(problems)
+    return config
+
+
+def read_config(
+    repo_root: Path, environ: Mapping[str, str] | None = None
+) -> tuple[Config, list[Problem]]:
+    """The config files' profiles that could be read, and every problem found in them.
+
+    The user's file first: it says whether the repository is trusted and which names are
+    the user's. The repository's is then read whole when trusted (its profiles win, as the
+    user asked), else screened (the user's win; see :mod:`orchardist.config`)."""
+    user_path, repo_path = user_config(environ), repo_root / CONFIG_NAME
+    trusted, user, problems = _read_user_file(user_path)
+    repo: dict[str, AgentProfile] = {}
+    ignored: list[Ignored] = []
+    is_trusted = repo_root.resolve() in trusted
+    if repo_path.is_file():
+
+        def screen(data: dict[str, Any]) -> dict[str, Any]:
+            screened, left_out = screen_repository(
+                data, repo_path, dict.fromkeys(user, user_path), widening_keys
+            )
+            ignored.extend(left_out)
+            return screened
+
+        repo, wrong = read_profiles_file(repo_path, None if is_trusted else screen)
+        problems += wrong
+    order = [(user_path, user), (repo_path, repo)]  # the winner last
+    profiles: dict[str, AgentProfile] = {}
+    origins: dict[str, Path] = {}
+    for path, found in order:
+        profiles.update(found)
+        origins.update(dict.fromkeys(found, path))
+    texts = [
+        config_text(path, found, path == repo_path and not is_trusted)
+        for path, found in reversed(order)
+        if found
+    ]
+    files = tuple(config_files(repo_root, environ))
+    return Config(profiles, origins, files, "\n".join(texts), tuple(ignored)), problems
+
+
+def _read_user_file(
+    path: Path,
+) -> tuple[tuple[Path, ...], dict[str, AgentProfile], list[Problem]]:
+    """The user's file: the repositories it trusts, its profiles, and its problems."""
+    if not path.is_file():
+        return (), {}, []
+    trusted: tuple[Path, ...] = ()
+    problems: list[Problem] = []
+
+    def take(data: dict[str, Any]) -> dict[str, Any]:
+        nonlocal trusted
+        trusted, wrong = take_trusted(data, path)
+        problems.extend(wrong)
+        return data
+
+    profiles, wrong = read_profiles_file(path, take)
+    return trusted, profiles, problems + wrong
+
+
+class _Validator(TaskChecks):
+    """Walks the raw mapping once, collecting problems instead of stopping at the first."""
+
+    def __init__(
+        self, shown: str, path: Path, data: dict[str, Any], digest: str, require_tasks: bool = True
+    ) -> None:
+        super().__init__(shown, path, data, require_tasks)
+        self.digest = digest
+        self.ignored: tuple[Ignored, ...] = ()  # what the repository's config could not set
+
+    def plan(self) -> Plan:
+        """The whole plan, or PlanError with every problem found."""
+        for key in sorted(set(self.data) - {"run", "agents", "task", "tasks", "scanners"}):
+            self.problem(unknown_key(key, {"run", "agents", "task", "scanners"}), fld=key)
+        if "task" in self.data and "tasks" in self.data:
+            self.problem("give [[task]] tables or tasks = [...], not both", fld="tasks")
+        for where in nul_fields(self.data):
+            self.problem("contains a NUL byte", fld=where.replace("\0", "\\0") or None)
+        run_raw = self._table(self.data.get("run", {}), "run")
+        repo = self._repo(run_raw)
+        run = self._run(run_raw, repo)
+        self.own_agents = self._agents()
+        agents = self._with_config(self.own_agents, repo)
+        tasks = self._tasks(run, agents)
+        if not self.problems:
+            from ..pipelines.expand import expand
+
+            tasks, clashes = expand(tasks, agents)
+            for task_id, fld, message in clashes:
+                self.problem(message, task_id, fld)
+        scanners = validate_scanners(
+            self.data.get("scanners", {}),
+            lambda message, fld: self.problem(message, fld=fld),
+            agents,
+            parse_duration,
+        )
+        if self.problems:
+            raise PlanError(self.problems)
+        assert repo is not None
+        from_config = frozenset(agents) - frozenset(self.own_agents)
+        return Plan(
+            self.path, repo, run, agents, tasks, self.digest, scanners, from_config, self.ignored
+        )
+
+    def profiles_file(self) -> tuple[dict[str, AgentProfile], list[Problem]]:
+        """A config file: ``[agents.NAME]`` tables only."""
+        for key in sorted(set(self.data) - {"agents"}):
+            self.problem(unknown_key(key, {"agents"}) + " (a config file holds profiles)", fld=key)
+        for where in nul_fields(self.data):
+            self.problem("contains a NUL byte", fld=where.replace("\0", "\\0") or None)
+        return self._agents(), self.problems
+
+    def _with_config(
+        self, own: dict[str, AgentProfile], repo: Path | None
+    ) -> dict[str, AgentProfile]:
+        """The config files' profiles under the plan's own (which win); every fallback known."""
+        origins: Mapping[str, Path] = {}
+        agents = dict(own)
+        if repo is not None:
+            config, problems = read_config(repo)
+            self.problems += problems
+            self.ignored = config.ignored
+            agents = {**config.profiles, **own}
+            origins = config.origins
+        for name, profile in agents.items():
+            if profile.fallback == name:  # its breaker open, it would fall back on itself
+                where = str(origins[name]) if name not in own else self.shown
+                self.problems.append(
+                    Problem(
+                        where,
+                        "a profile cannot be its own fallback",
+                        field=f"agents.{name}.fallback",
+                    )
+                )
+            elif profile.fallback is not None and profile.fallback not in agents:
+                where = str(origins[name]) if name not in own else self.shown
+                self.problems.append(
+                    Problem(
+                        where,
+                        f"unknown agent profile {profile.fallback!r}",
+                        field=f"agents.{name}.fallback",
+                    )
+                )
+        return agents
+
+    def _repo(self, run_raw: dict[str, Any]) -> Path | None:
+        """The repository the plan runs in (``[run] repo``, else the plan's folder's)."""
+        from ..git.repo import find_toplevel
+
+        start = self.path.parent
+        if "repo" in run_raw:
+            if not isinstance(run_raw["repo"], str):
+                self.problem("expected a path string", fld="run.repo")
+                return None
+            start = (self.path.parent / run_raw["repo"]).resolve()
+        top = find_toplevel(start)
+        if top is None:
+            self.problem(f"{start} is not inside a git repository", fld="run.repo")
+        return top
+
+    def _run(self, raw: dict[str, Any], repo: Path | None) -> RunConfig:
+        """``[run]``: each key given checked, the defaults for the others."""
+        self._unknown_keys(raw, RUN_KEYS, "run")
+        default_workdir = "."
+        if repo is not None and self.path.parent.is_relative_to(repo):
+            default_workdir = self.path.parent.relative_to(repo).as_posix() or "."
+        cfg = RunConfig(workdir=default_workdir)
+        values = {
+            **self._run_limits(raw),
+            **self._run_regression(raw),
+            **self._run_where(raw, repo),
+        }
+        values = {k: v for k, v in values.items() if v is not None}
+        return RunConfig(**{**cfg.__dict__, **values})
+
+    def _run_limits(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """``[run]``'s branch, parallelism, verify commands, budgets and candidates."""
+        values: dict[str, Any] = {}
+        if "base" in raw:
+            values["base"] = self._str(raw["base"], "run.base")
+        if "branch" in raw:
+            branch = self._str(raw["branch"], "run.branch")
+            if branch is not None and not branch.strip():
+                self.problem("must not be empty", fld="run.branch")
+            values["branch"] = branch
+        if "max_parallel" in raw:
+            values["max_parallel"] = self._positive_int(raw["max_parallel"], "run.max_parallel")
+        if raw.get("verify") == "auto":
+            self.problem('"auto" is a per-task setting', fld="run.verify")
+        elif "verify" in raw:
+            values["verify"] = self._commands(raw["verify"], "run.verify")
+        if "workdir" in raw:
+            values["workdir"] = self._workdir(raw["workdir"], "run.workdir")
+        if "deadline" in raw:
+            values["deadline_s"] = self._duration(raw["deadline"], "run.deadline")
+        if "max_cost_usd" in raw:
+            values["max_cost_usd"] = self._money(raw["max_cost_usd"], "run.max_cost_usd")
+        if "retry_backoff" in raw:
+            values["retry_backoff_s"] = self._duration(raw["retry_backoff"], "run.retry_backoff")
+        if "candidates" in raw:
+            values["candidates"] = self._positive_int(raw["candidates"], "run.candidates")
+        if "select" in raw:
+            values["select"] = self._select(raw["select"], "run.select")
+        return values
+
+    def _run_regression(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """``[run] regression`` commands (no placeholders: they run for no one task)."""
+        values: dict[str, Any] = {}
+        if "regression" in raw:
+            regression = self._commands(raw["regression"], "run.regression") or ()
+            filled = []
+            for command in regression:  # they run on the run branch, for no one task
+                problems = placeholder_problems(command, (), "regression")
+                for message in problems:
+                    self.problem(message, fld="run.regression")
+                filled.append(command if problems else fill(command, {}))
+            values["regression"] = tuple(filled)
+        if "regression_every" in raw:
+            every = self._positive_int(raw["regression_every"], "run.regression_every")
+            values["regression_every"] = every
+        return values
+
+    def _run_where(self, raw: dict[str, Any], repo: Path | None) -> dict[str, Any]:
+        """Where and how ``[run]``'s attempts run: workspace, executor, isolation, flags."""
+        values: dict[str, Any] = {}
+        if "max_patch_mb" in raw:
+            values["max_patch_mb"] = self._money(raw["max_patch_mb"], "run.max_patch_mb")
+        if "workspace" in raw:
+            values["workspace"] = self._workspace(raw["workspace"], repo)
+        if "environment" in raw:
+            names = self._str_list(raw["environment"], FIELD)
+            values["environment"], problems = environment_problems(names, repo)
+            for message in problems:
+                self.problem(message, fld=FIELD)
+        if "executor" in raw:
+            values["executor"] = self._executor(raw["executor"])
+        if "ray_address" in raw:
+            values["ray_address"] = self._ray_address(raw["ray_address"])
+        if "isolation" in raw:
+            values["isolation"] = self._isolation(raw["isolation"])
+        elif raw.get("sandbox") is False:
+            values["isolation"] = Policy.OFF
+        for flag in ("guard_checkout", "sandbox", "network"):
+            if flag in raw:
+                values[flag] = self._flag(raw[flag], None, f"run.{flag}")
+        return values
+
+    def _ray_address(self, raw: object) -> str | None:
+        """``[run] ray_address``: host:port or auto."""
+        address = self._str(raw, "run.ray_address")
+        if address is not None and not address.strip():
+            self.problem(
+                "must not be empty (auto finds a cluster started here)", fld="run.ray_address"
+            )
+        return address.strip() if address else None
+
+    def _executor(self, raw: object) -> str | None:
+        """``[run] executor``: a name in the executor table."""
+        if isinstance(raw, str) and raw in EXECUTORS:
+            return raw
+        names = ", ".join(f'"{name}"' for name in sorted(EXECUTORS))
+        self.problem(f"unknown executor {raw!r}; known executors: {names}", fld="run.executor")
+        return None
+
+    def _isolation(self, raw: object) -> Policy | None:
+        """``[run] isolation``; an explicit value wins over the older ``sandbox = false``."""
+        if isinstance(raw, str) and raw in {p.value for p in Policy}:
+            return Policy(raw)
+        names = ", ".join(f'"{p.value}"' for p in Policy)
+        self.problem(f"expected one of {names}", fld="run.isolation")
+        return None
+
+    def _workspace(self, raw: Any, repo: Path | None) -> Path | None:
+        """``[run] workspace``: relative to the plan's folder; never inside the repository,
+        where the user's git (and the checkout guard) would see every attempt's files."""
+        text = self._str(raw, "run.workspace")
+        if text is None:
+            return None
+        if not text.strip():
+            self.problem("must not be empty", fld="run.workspace")
+            return None
+        path = (self.path.parent / Path(text).expanduser()).resolve()
+        if repo is not None and path.is_relative_to(repo):
+            self.problem(
+                f"{path} is inside the repository; choose a folder outside it", fld="run.workspace"
+            )
+            return None
+        return path
+
+    def _agents(self) -> dict[str, AgentProfile]:
+        """``[agents.NAME]``: every profile that could be read."""
+        agents: dict[str, AgentProfile] = {}
+        for name, raw in self._table(self.data.get("agents", {}), "agents").items():
+            profile = self._profile(name, self._table(raw, f"agents.{name}"))
+            if profile is not None:
+                agents[name] = profile
+        return agents
+
+    def _profile(self, name: str, raw: dict[str, Any]) -> AgentProfile | None:
+        """One agent profile; None when its kind is unknown."""
+        from ..agents import KINDS, agent_class
+
+        where = f"agents.{name}"
+        kind = raw.get("kind", "shell")
+        if not isinstance(kind, str) or kind not in KINDS:  # a list is no key of KINDS
+            self.problem(
+                f"unknown kind {kind!r}; known kinds: {', '.join(sorted(KINDS))}",
+                fld=f"{where}.kind",
+            )
+            return None
+        cls = agent_class(kind)
+        self._unknown_keys(raw, PROFILE_KEYS | set(cls.profile_keys), where)
+        options = {k: v for k, v in raw.items() if k in cls.profile_keys}
+        for message, key in cls.check_options(options):
+            self.problem(message, fld=f"{where}.{key}")
+        timeout = self._duration(raw["timeout"], f"{where}.timeout") if "timeout" in raw else None
+        max_par = None
+        if "max_parallel" in raw:
+            max_par = self._positive_int(raw["max_parallel"], f"{where}.max_parallel")
+        env = self._str_list(raw.get("env", []), f"{where}.env")
+        interval = 0.0
+        if "launch_interval" in raw:
+            interval = self._duration(raw["launch_interval"], f"{where}.launch_interval") or 0.0
+        fallback = self._str(raw["fallback"], f"{where}.fallback") if "fallback" in raw else None
+        # A shell command's failures are the task's, not a flaky backend's: no breaker.
+        threshold = 0 if kind in ("shell", "scripted") else 3
+        if "circuit_breaker" in raw:
+            threshold = self._count(raw["circuit_breaker"], f"{where}.circuit_breaker")
+        cooldown = 60.0
+        if "cooldown" in raw:
+            cooldown = self._duration(raw["cooldown"], f"{where}.cooldown") or 60.0
+        num_cpus = 1.0
+        if "num_cpus" in raw:
+            num_cpus = self._money(raw["num_cpus"], f"{where}.num_cpus") or 1.0
+        memory_mb = (
+            self._money(raw["memory_mb"], f"{where}.memory_mb") if "memory_mb" in raw else None
+        )
+        return AgentProfile(
+            name,
+            kind,
+            timeout,
+            max_par,
+            tuple(env),
+            interval,
+            fallback,
+            options,
+            threshold,
+            cooldown,
+            num_cpus,
+            memory_mb,
+        )

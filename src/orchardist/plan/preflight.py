@@ -1,0 +1,134 @@
+"""Checks of a valid plan against this machine and repository, before any run exists.
+
+``validate`` and ``run`` both call :func:`preflight`, so ``validate`` never says ok where
+``run`` then refuses. Problems stop a run (exit 2, nothing created); warnings are printed and
+the run goes on. Only cheap, read-only checks: no agent or verify command is started.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import Problem
+from ..git.repo import Repo
+from ..specs import Plan
+
+BASE = "run.base"
+SAMPLE_RUN_ID = "20260101-000000-0000"  # stands for {run} when a branch pattern is checked
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the checks found: ``problems`` refuse the run, ``warnings`` only inform."""
+
+    problems: tuple[Problem, ...]
+    warnings: tuple[str, ...]
+
+
+def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> Preflight:
+    """Check the plan's repository, base, branch and agent CLIs; note what the user may miss."""
+    shown = str(plan.path)
+    repo = Repo(plan.repo)
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    if repo.try_rev_parse("HEAD") is None and plan.run.base == "HEAD":
+        problems.append(Problem(shown, f"{repo.root} has no commits yet", None, BASE))
+    elif repo.try_rev_parse(plan.run.base) is None:
+        problems.append(
+            Problem(
+                shown, f"{plan.run.base!r} does not name a commit in {repo.root}", None, "run.base"
+            )
+        )
+    problems += _branch_problems(repo, plan, shown)
+    problems += _missing_workdirs(repo, plan, shown, warnings)
+    problems += _missing_clis(plan, shown, environ)
+    unverified = [
+        t.id for t in plan.tasks if not t.verify and t.check is None and not t.auto_verify
+    ]
+    if len(unverified) == len(plan.tasks):
+        warnings.append(
+            "no task has a verify command or a check: whatever the agents produce is merged "
+            "unchecked (set [run] verify)"
+        )
+    dirty = _dirty(repo)
+    if dirty:
+        warnings.append(
+            f"your checkout has {dirty} uncommitted change(s); the run starts from "
+            f"{plan.run.base} and does not include them"
+        )
+    return Preflight(tuple(problems), tuple(warnings))
+
+
+def _branch_problems(repo: Repo, plan: Plan, shown: str) -> list[Problem]:
+    branch = plan.run.branch.replace("{run}", SAMPLE_RUN_ID)
+    if repo.run_git("check-ref-format", "--branch", branch).returncode != 0:
+        return [
+            Problem(shown, f"{plan.run.branch!r} is not a valid branch name", None, "run.branch")
+        ]
+    if "{run}" not in plan.run.branch and repo.try_rev_parse(f"refs/heads/{branch}") is not None:
+        return [Problem(shown, f"branch {branch!r} already exists", None, "run.branch")]
+    return []
+
+
+def _missing_workdirs(repo: Repo, plan: Plan, shown: str, warnings: list[str]) -> list[Problem]:
+    """Workdirs that are no folder at the base: each attempt would fail in ``cd``. A problem
+    for a task that depends on nothing; a warning for one whose dependencies may create it."""
+    base = repo.try_rev_parse(plan.run.base)
+    wanted = sorted({t.workdir for t in plan.tasks if os.path.normpath(t.workdir) != "."})
+    if base is None or not wanted:
+        return []
+    lines = "".join(f"{base}:{os.path.normpath(w)}\n" for w in wanted)
+    found = repo.run_git("cat-file", "--batch-check=%(objecttype)", input=lines).stdout.splitlines()
+    missing = {w for w, kind in zip(wanted, found, strict=False) if kind != "tree"}
+    problems: list[Problem] = []
+    for where in sorted(missing):
+        said = f"{where!r} is not a folder in {plan.run.base} of {repo.root}"
+        tasks = [t for t in plan.tasks if t.workdir == where]
+        if where == plan.run.workdir and not all(t.depends_on for t in tasks):
+            problems.append(Problem(shown, said, None, "run.workdir"))
+            continue
+        for task in tasks:
+            if task.depends_on:
+                warnings.append(
+                    f"task {task.id!r}: workdir: {said}; a task it depends on must create it"
+                )
+            else:
+                problems.append(Problem(shown, said, task.id, "workdir"))
+    return problems
+
+
+def _missing_clis(plan: Plan, shown: str, environ: Mapping[str, str] | None) -> list[Problem]:
+    """Profiles the plan uses whose executable is not on PATH (checked before paying anyone)."""
+    from ..agents import agent_class
+
+    path = None if environ is None else environ.get("PATH")
+    used = {name for t in plan.tasks for name in (t.agent, *t.agents)}
+    used |= {p.fallback for n, p in plan.agents.items() if n in used and p.fallback}
+    problems = []
+    for name in sorted(used):
+        profile = plan.agents[name]
+        cls: Any = agent_class(profile.kind)
+        if not hasattr(cls, "needs"):
+            continue
+        executable = cls.needs(profile.options).executable
+        if executable and shutil.which(executable, path=path) is None:
+            problems.append(
+                Problem(
+                    shown,
+                    f"`{executable}` not found on PATH (install it, or set command = ...; "
+                    "`orchardist doctor` checks the rest)",
+                    None,
+                    f"agents.{name}",
+                )
+            )
+    return problems
+
+
+def _dirty(repo: Repo) -> int:
+    """How many tracked paths differ from HEAD (untracked ones, often the plan, do not count)."""
+    out = repo.run_git("status", "--porcelain", "--untracked-files=no")
+    return len(out.stdout.splitlines()) if out.returncode == 0 else 0

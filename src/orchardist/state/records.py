@@ -1,0 +1,299 @@
+"""Records and states: frozen dataclasses the store persists and nobody mutates in place."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from ..errors import TransitionError
+
+
+class RunState(enum.StrEnum):
+    RUNNING = "running"  # an orchestrator is (or was, until it died) driving it
+    DONE = "done"  # every task done
+    FAILED = "failed"  # ended with some task failed or blocked
+    INTERRUPTED = "interrupted"  # stopped by a signal; resumable
+    STOPPED = "stopped"  # stopped by a budget or deadline; resumable
+    CANCELLED = "cancelled"  # ended by ``orchardist cancel``; its failed tasks may be retried
+
+
+UNFINISHED = (RunState.RUNNING, RunState.INTERRUPTED, RunState.STOPPED)  # may be resumed
+
+RUN_START = RunState.RUNNING  # a run is created running
+RUN_MOVES: Mapping[RunState, frozenset[RunState]] = {
+    # the loop ends it one of five ways
+    RunState.RUNNING: frozenset(
+        {
+            RunState.DONE,
+            RunState.FAILED,
+            RunState.INTERRUPTED,
+            RunState.STOPPED,
+            RunState.CANCELLED,
+        }
+    ),
+    RunState.DONE: frozenset(),
+    RunState.FAILED: frozenset({RunState.RUNNING}),  # retried
+    RunState.INTERRUPTED: frozenset({RunState.RUNNING, RunState.CANCELLED}),  # resumed, cancelled
+    RunState.STOPPED: frozenset({RunState.RUNNING, RunState.CANCELLED}),  # resumed, cancelled
+    RunState.CANCELLED: frozenset({RunState.RUNNING}),  # retried
+}
+
+
+class TaskState(enum.StrEnum):
+    PENDING = "pending"  # waiting for dependencies
+    READY = "ready"  # dependencies done; waiting for a slot
+    RUNNING = "running"  # an agent is working on it
+    VERIFYING = "verifying"  # its verify commands are running
+    MERGING = "merging"  # verified; being put onto the run branch
+    DONE = "done"  # committed on the run branch
+    FAILED = "failed"  # out of attempts
+    BLOCKED = "blocked"  # a dependency failed
+    CANCELLED = "cancelled"  # the run was cancelled or failed fast before it could finish
+    SKIPPED = "skipped"  # left out by --skip/--only, or depends on a task left out
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the task will not change any more in this run."""
+        return self in _TERMINAL_TASK
+
+
+_TERMINAL_TASK = {
+    TaskState.DONE,
+    TaskState.FAILED,
+    TaskState.BLOCKED,
+    TaskState.CANCELLED,
+    TaskState.SKIPPED,
+}
+
+TASK_START = TaskState.PENDING  # every task of a new run
+_T = TaskState
+# Any task may become done: a resume trusts the run branch over the store (runs.reconcile),
+# and a fix pipeline's owner is done when its shot lands.
+_SETTLE = frozenset({_T.BLOCKED, _T.CANCELLED, _T.SKIPPED, _T.DONE})  # what an open task may end as
+# A fix pipeline's escalated shot, retried by name, lands: its debug stages are skipped, whatever
+# they had reached (pipeline.Pipelines.landed).
+_SHOT_LANDED = frozenset({_T.SKIPPED})
+TASK_MOVES: Mapping[TaskState, frozenset[TaskState]] = {
+    _T.PENDING: _SETTLE | {_T.READY, _T.MERGING},  # released (a parked patch merges at once)
+    # the round's attempts start; a rewind makes it wait again; a hold or decision ends a round
+    _T.READY: _SETTLE | {_T.PENDING, _T.RUNNING, _T.MERGING, _T.FAILED},
+    _T.RUNNING: _SETTLE | {_T.PENDING, _T.READY, _T.VERIFYING, _T.MERGING, _T.FAILED},
+    _T.VERIFYING: _SETTLE | {_T.PENDING, _T.READY, _T.RUNNING, _T.MERGING, _T.FAILED},
+    # landed; re-run (conflict, moved branch, merged tree failed) or failed for good
+    _T.MERGING: _SETTLE | {_T.PENDING, _T.READY, _T.FAILED},
+    # a regression rewind takes it off the branch: re-run (or failed), waits, or merges again;
+    # a resume that does not find its commit on the branch runs it again
+    _T.DONE: _SHOT_LANDED | {_T.PENDING, _T.READY, _T.MERGING, _T.FAILED},
+    _T.FAILED: _SHOT_LANDED | {_T.PENDING, _T.DONE},  # retried
+    _T.BLOCKED: _SHOT_LANDED | {_T.PENDING, _T.DONE},  # retried
+    _T.CANCELLED: _SHOT_LANDED | {_T.PENDING, _T.READY, _T.MERGING, _T.DONE},  # retried, restored
+    _T.SKIPPED: frozenset({_T.PENDING, _T.DONE}),  # retried by name
+}
+
+
+class AttemptState(enum.StrEnum):
+    RUNNING = "running"  # agent or verify in progress
+    PASSED = "passed"  # agent exited 0 and every verify command passed
+    FAILED = "failed"  # see the attempt's failure class
+    CANCELLED = "cancelled"  # stopped because it was no longer needed
+    INTERRUPTED = "interrupted"  # the orchestrator died or was stopped while it ran
+    MERGED = "merged"  # its patch is the task's commit
+
+
+ATTEMPT_START = AttemptState.RUNNING  # an attempt is recorded as it starts
+_A = AttemptState
+ATTEMPT_MOVES: Mapping[AttemptState, frozenset[AttemptState]] = {
+    _A.RUNNING: frozenset({_A.PASSED, _A.FAILED, _A.CANCELLED, _A.INTERRUPTED}),
+    _A.PASSED: frozenset({_A.MERGED, _A.FAILED}),  # landed, or conflicted on the way
+    # taken off the branch by a rewind, as the culprit or replayed into a conflict
+    _A.MERGED: frozenset({_A.FAILED}),
+    _A.FAILED: frozenset({_A.MERGED}),  # a resume found its commit still on the branch
+    _A.CANCELLED: frozenset(),
+    _A.INTERRUPTED: frozenset(),
+}
+
+State = TypeVar("State", bound=enum.StrEnum)
+_MOVES: Mapping[type[enum.StrEnum], Mapping[Any, frozenset[Any]]] = {
+    RunState: RUN_MOVES,
+    TaskState: TASK_MOVES,
+    AttemptState: ATTEMPT_MOVES,
+}
+
+
+def moved(old: State, new: State, what: str) -> State:
+    """``new`` if its table lets ``old`` become it (staying is no move); every stored change of
+    a run's, task's or attempt's state passes here, so an illegal move is a bug that raises
+    :class:`TransitionError` naming ``what`` moved, and the transaction rolls back."""
+    if old is not new and new not in _MOVES[type(old)][old]:
+        name = type(old).__name__
+        raise TransitionError(f"{what}: {name} {old.value} -> {new.value} is not allowed")
+    return new
+
+
+class Failure(enum.StrEnum):
+    AGENT_ERROR = "agent_error"  # the agent exited non-zero or crashed
+    TIMEOUT = "timeout"  # the attempt ran past its timeout
+    VERIFY_FAILED = "verify_failed"  # a verify command failed
+    NO_CHANGES = "no_changes"  # the agent changed no file (and the task does not allow that)
+    CONFLICT = "conflict"  # the patch does not apply to the moved run branch
+    RATE_LIMITED = "rate_limited"  # the agent's backend refused for rate limits
+    AUTH_ERROR = "auth_error"  # the agent's backend refused the credentials
+    INFRA_ERROR = "infra_error"  # git, disk, or the executor failed
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What an agent reported spending; None where it did not say."""
+
+    cost_usd: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    turns: int | None = None
+    session_id: str | None = None
+
+
+# What orchardist keeps of what an agent says about itself (docs/security.md): a figure outside
+# its range is dropped, never stored (SQLite's INTEGER is 64-bit: 2**70 tokens would end a run
+# for good), and a string is cut to its cap (an agent could send megabytes of session id).
+MAX_TOKENS = 10**12  # input or output tokens of one attempt
+MAX_TURNS = 10**6
+MAX_COST_USD = 10**6
+USAGE_LIMITS = {
+    "cost_usd": MAX_COST_USD,
+    "input_tokens": MAX_TOKENS,
+    "output_tokens": MAX_TOKENS,
+    "turns": MAX_TURNS,
+}
+MAX_RETRY_AFTER_S = 8 * 86400  # a rate limit's reset: a weekly quota's is at most 7 days off
+SESSION_ID_CHARS = 256
+SUMMARY_CHARS = 2000  # an agent's summary of its work (it reaches dependents' prompts)
+DETAIL_CHARS = 4000  # an attempt's detail (it can quote the agent's error message)
+FEEDBACK_CHARS = 16000  # failing output kept for the next attempt's prompt
+
+
+def checked_usage(usage: Usage) -> tuple[Usage, tuple[str, ...]]:
+    """``usage`` without the figures outside ``USAGE_LIMITS`` (an agent could report NaN or
+    -1e9 and switch budgets off, or 1e30 and overflow the store), and the names of those
+    dropped; the session id cut to ``SESSION_ID_CHARS``."""
+    kept: dict[str, Any] = {}
+    dropped = []
+    for name, limit in USAGE_LIMITS.items():
+        value = getattr(usage, name)
+        if value is None:
+            continue
+        if _within(value, limit):
+            kept[name] = float(value) if name == "cost_usd" else int(value)
+        else:
+            dropped.append(name)
+            kept[name] = None
+    session = usage.session_id
+    kept["session_id"] = None if session is None else capped(str(session), SESSION_ID_CHARS)
+    return replace(usage, **kept), tuple(dropped)
+
+
+def _within(value: Any, limit: int) -> bool:
+    """A number from 0 to ``limit``; compared without converting (10**400 has no float)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return 0 <= value <= limit
+
+
+def capped(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` characters, saying how much was cut."""
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}… [{len(text) - max_chars} characters cut]"
+
+
+@dataclass(frozen=True)
+class AgentProfile:
+    """A named agent profile: which kind of agent, and how to run it."""
+
+    name: str
+    kind: str
+    timeout_s: float | None = None
+    max_parallel: int | None = None
+    env: tuple[str, ...] = ()
+    launch_interval_s: float = 0.0
+    fallback: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific keys
+    breaker_threshold: int = 3  # consecutive failures that open the circuit breaker; 0: off
+    breaker_cooldown_s: float = 60.0
+    num_cpus: float = 1.0  # CPUs an attempt holds on its node (executor ray)
+    memory_mb: float | None = None  # memory an attempt reserves on its node (executor ray)
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    plan_path: str
+    plan_digest: str
+    repo: str
+    base_commit: str
+    branch: str
+    state: RunState
+    created_at: float
+    finished_at: float | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    run_id: str
+    task_id: str
+    state: TaskState
+    index: int
+    commit: str | None = None
+    reason: str = ""
+    failures: int = 0  # failed attempts that count against ``retries``
+    reruns: int = 0  # re-runs not counted as failures: conflicts, merge re-verify, regressions
+    stage: str = ""  # a pipeline's stage (shot, reproduce, audit, localize, fix); "" otherwise
+    pipeline_task: str = ""  # the pipeline task a stage belongs to; "" otherwise
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    run_id: str
+    task_id: str
+    n: int  # 1-based, per task
+    candidate: int
+    agent: str
+    state: AttemptState
+    base_commit: str
+    started_at: float
+    ended_at: float | None = None
+    exit_code: int | None = None
+    failure: Failure | None = None
+    detail: str = ""
+    patch_commit: str | None = None
+    changed_lines: int | None = None
+    log_path: str = ""
+    marker: str = ""
+    usage: Usage = field(default_factory=Usage)
+    verdict: str = ""  # verified | unverified | failed
+    selection: str = ""  # why this candidate won or lost, in words (for people)
+    handoff: str = ""  # a pipeline stage's handoff, as JSON text ("" when none)
+    won: bool = False  # its round's rule picked it (the fact resume and pipelines read)
+
+    @property
+    def duration_s(self) -> float | None:
+        """Wall time, once ended."""
+        return None if self.ended_at is None else self.ended_at - self.started_at
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of a run's append-only event log."""
+
+    run_id: str
+    kind: str
+    ts: float
+    task_id: str | None = None
+    attempt: int | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+    seq: int = 0  # assigned by the store

@@ -1,0 +1,406 @@
+"""Durable state in SQLite: runs, tasks, attempts and an append-only event log.
+
+One database per repository, under the git common directory, so nothing appears in the working
+tree. WAL mode with a busy timeout lets ``orchardist status`` read while a run writes. Every
+state change goes through :meth:`Store.transaction`, which opens an immediate transaction and
+rolls back on error, so a crash at any instant leaves the last committed step, never half of one.
+A run's, task's or attempt's state changes only along its transition table (records.py).
+The tables themselves, and how rows become records, are in :mod:`orchardist.state.tables`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import StoreError
+from ..verify.oracle import CommandOutcome, TestReport
+from .records import (
+    AttemptRecord,
+    AttemptState,
+    Event,
+    Run,
+    RunState,
+    TaskRecord,
+    TaskState,
+    Usage,
+    moved,
+)
+from .tables import SCHEMA, USAGE_FIELDS, attempt_of, attempt_row, migrate, run_of, task_of
+
+MEMORY = ":memory:"  # the path of an in-memory store
+_STATES = {"runs": RunState, "tasks": TaskState, "attempts": AttemptState}  # a table's state
+
+
+class Transaction:
+    """Writes inside one immediate transaction; events it appends are kept for dispatch."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self.events: list[Event] = []
+
+    def add_run(self, run: Run) -> None:
+        """Insert a run."""
+        self._conn.execute(
+            "insert into runs values (?,?,?,?,?,?,?,?,?,?)",
+            (
+                run.id,
+                run.plan_path,
+                run.plan_digest,
+                run.repo,
+                run.base_commit,
+                run.branch,
+                run.state.value,
+                run.created_at,
+                run.finished_at,
+                run.reason,
+            ),
+        )
+
+    def set_run(self, run_id: str, **changes: Any) -> None:
+        """Update columns of a run (``state`` may be a RunState)."""
+        self._update("runs", {"id": run_id}, changes)
+
+    def add_task(self, task: TaskRecord) -> None:
+        """Insert a task."""
+        self._conn.execute(
+            "insert into tasks (run_id, task_id, state, idx, commit_sha, reason, failures, "
+            "reruns, stage, pipeline_task) values (?,?,?,?,?,?,?,?,?,?)",
+            (
+                task.run_id,
+                task.task_id,
+                task.state.value,
+                task.index,
+                task.commit,
+                task.reason,
+                task.failures,
+                task.reruns,
+                task.stage,
+                task.pipeline_task,
+            ),
+        )
+
+    def set_task(self, run_id: str, task_id: str, **changes: Any) -> None:
+        """Update columns of a task; ``commit`` maps to the ``commit_sha`` column."""
+        if "commit" in changes:
+            changes["commit_sha"] = changes.pop("commit")
+        self._update("tasks", {"run_id": run_id, "task_id": task_id}, changes)
+
+    def add_attempt(self, attempt: AttemptRecord) -> None:
+        """Insert an attempt."""
+        row = attempt_row(attempt)
+        marks = ",".join("?" * len(row))
+        self._conn.execute(
+            f"insert into attempts ({','.join(row)}) values ({marks})", tuple(row.values())
+        )
+
+    def set_attempt(self, run_id: str, task_id: str, n: int, **changes: Any) -> None:
+        """Update columns of an attempt; a ``usage`` value is spread over its columns."""
+        usage = changes.pop("usage", None)
+        if isinstance(usage, Usage):
+            changes.update({k: getattr(usage, k) for k in USAGE_FIELDS})
+        self._update("attempts", {"run_id": run_id, "task_id": task_id, "n": n}, changes)
+
+    def put_baseline(self, key: str, commit: str, outcome: CommandOutcome, now: float) -> None:
+        """Cache a command's outcome on a base commit."""
+        report = None
+        if outcome.report is not None:
+            r = outcome.report
+            report = json.dumps(
+                {
+                    "passed": sorted(r.passed),
+                    "failed": sorted(r.failed),
+                    "skipped": sorted(r.skipped),
+                }
+            )
+        self._conn.execute(
+            "insert or replace into baselines values (?,?,?,?,?,?,?)",
+            (key, commit, outcome.command, outcome.exit_code, int(outcome.timed_out), report, now),
+        )
+
+    def intend_commit(self, run_id: str, commit: str, task_id: str, attempt: int) -> None:
+        """Record that orchardist is about to put ``commit`` (a task's merge) on the run branch."""
+        self._conn.execute(
+            "insert or replace into branch_commits values (?,?,?,?)",
+            (run_id, commit, task_id, attempt),
+        )
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """One statement inside the transaction."""
+        return self._conn.execute(sql, tuple(args))
+
+    def execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        """Run one statement for many rows (maintenance only)."""
+        self._conn.executemany(sql, rows)
+
+    def emit(self, event: Event) -> None:
+        """Append an event to the log."""
+        cur = self._conn.execute(
+            "insert into events (run_id, ts, kind, task_id, attempt, data) values (?,?,?,?,?,?)",
+            (
+                event.run_id,
+                event.ts,
+                event.kind,
+                event.task_id,
+                event.attempt,
+                json.dumps(dict(event.data), default=str),
+            ),
+        )
+        self.events.append(replace(event, seq=cur.lastrowid or 0))
+
+    def _update(self, table: str, key: Mapping[str, Any], changes: Mapping[str, Any]) -> None:
+        if not changes:
+            return
+        where = " and ".join(f"{c} = ?" for c in key)
+        if "state" in changes:
+            self._check_move(table, key, where, changes["state"])
+        values = [v.value if hasattr(v, "value") else v for v in changes.values()]
+        sets = ", ".join(f"{c} = ?" for c in changes)
+        cur = self._conn.execute(
+            f"update {table} set {sets} where {where}", (*values, *key.values())
+        )
+        if cur.rowcount != 1:
+            raise StoreError(f"no {table[:-1]} {dict(key)} to update")
+
+    def _check_move(self, table: str, key: Mapping[str, Any], where: str, new: str) -> None:
+        """Refuse a state change the transition table does not allow (records.moved)."""
+        sql = f"select state from {table} where {where}"
+        row = self._conn.execute(sql, tuple(key.values())).fetchone()
+        if row is not None:  # (no row: the update that follows says so)
+            kind = _STATES[table]
+            what = f"{table[:-1]} {'/'.join(str(v) for v in key.values())}"
+            moved(kind(row[0]), kind(new), what)
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    """A run's tasks counted by state, and what its attempts cost (None: none reported)."""
+
+    tasks: Mapping[str, int]
+    cost_usd: float | None
+
+
+class Store:
+    """The SQLite store. Safe to share between threads; each write is one transaction."""
+
+    def __init__(self, path: Path, read_only: bool = False) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        if read_only:  # readers (the dashboard) never create or change anything
+            try:
+                self._conn = sqlite3.connect(
+                    f"{self.path.resolve().as_uri()}?mode=ro",
+                    uri=True,
+                    timeout=30.0,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+                self._conn.execute("select 1 from runs limit 1")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot read the store at {self.path}: {exc}") from exc
+            return
+        if str(self.path) != MEMORY:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = sqlite3.connect(
+                self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+            )
+            self._conn.execute("pragma journal_mode=wal")
+            self._conn.execute("pragma synchronous=normal")
+            self._conn.execute("pragma foreign_keys=on")
+            self._conn.executescript(SCHEMA)
+            migrate(self._conn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
+
+    @classmethod
+    def in_memory(cls) -> Store:
+        """A private store that lives while it is open (SQLite's ``:memory:``): the Store
+        seam's fake, the same code on a database no other process can see."""
+        return cls(Path(MEMORY))
+
+    @classmethod
+    def for_repo(cls, common_dir: Path) -> Store:
+        """The store of the repository whose git common directory is ``common_dir``."""
+        return cls(Path(common_dir) / "orchardist" / "state.db")
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """An immediate transaction: committed on success, rolled back on any error."""
+        with self._lock:
+            try:
+                self._conn.execute("begin immediate")
+            except sqlite3.Error as exc:
+                raise StoreError(f"store is unavailable: {exc}") from exc
+            tx = Transaction(self._conn)
+            try:
+                yield tx
+                self._conn.execute("commit")
+            except BaseException as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("rollback")
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"store write failed: {exc}") from exc
+                raise
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            self._conn.row_factory = sqlite3.Row
+            try:
+                return list(self._conn.execute(sql, tuple(args)))
+            except sqlite3.Error as exc:
+                raise StoreError(f"store read failed: {exc}") from exc
+
+    def run(self, run_id: str) -> Run | None:
+        """A run by id, or None."""
+        rows = self._rows("select * from runs where id = ?", (run_id,))
+        return run_of(rows[0]) if rows else None
+
+    def runs(self) -> list[Run]:
+        """All runs, newest first."""
+        return [
+            run_of(r) for r in self._rows("select * from runs order by created_at desc, id desc")
+        ]
+
+    def tasks(self, run_id: str) -> list[TaskRecord]:
+        """A run's tasks in plan order."""
+        rows = self._rows("select * from tasks where run_id = ? order by idx", (run_id,))
+        return [task_of(r) for r in rows]
+
+    def attempts(self, run_id: str, task_id: str | None = None) -> list[AttemptRecord]:
+        """A run's attempts (of one task, if given), oldest first."""
+        sql = "select * from attempts where run_id = ?"
+        args: list[Any] = [run_id]
+        if task_id is not None:
+            sql += " and task_id = ?"
+            args.append(task_id)
+        return [attempt_of(r) for r in self._rows(sql + " order by started_at, n", args)]
+
+    def run_counts(self) -> dict[str, RunCounts]:
+        """Every run's tasks by state and its attempts' total cost, in one query (the runs
+        list shows these; building each run's status document for them cost 0.6 ms a run)."""
+        rows = self._rows(
+            "select t.run_id, t.state, count(*) as n, c.cost from tasks t left join "
+            "(select run_id, sum(cost_usd) as cost from attempts group by run_id) c "
+            "on c.run_id = t.run_id group by t.run_id, t.state"
+        )
+        counts: dict[str, RunCounts] = {}
+        for r in rows:
+            prev = counts.get(r["run_id"], RunCounts({}, r["cost"]))
+            counts[r["run_id"]] = RunCounts({**prev.tasks, r["state"]: r["n"]}, r["cost"])
+        return counts
+
+    def data_version(self) -> int:
+        """A number that changes whenever another connection commits to the database (SQLite's
+        ``data_version``): while it stays the same, everything read before is still current."""
+        return int(self._rows("pragma data_version")[0][0])
+
+    def last_seq(self, run_id: str) -> int:
+        """The seq of a run's newest event (0 if none): where a live event stream starts."""
+        rows = self._rows("select max(seq) as seq from events where run_id = ?", (run_id,))
+        return int(rows[0]["seq"] or 0)
+
+    def branch_commits(self, run_id: str) -> dict[str, tuple[str, int]]:
+        """``{commit: (task, attempt)}`` orchardist recorded before putting them on the branch."""
+        rows = self._rows("select * from branch_commits where run_id = ?", (run_id,))
+        return {r["commit_sha"]: (r["task_id"], r["attempt"]) for r in rows}
+
+    def baseline(self, key: str) -> CommandOutcome | None:
+        """A cached baseline outcome, or None."""
+        rows = self._rows("select * from baselines where key = ?", (key,))
+        if not rows:
+            return None
+        r = rows[0]
+        report = None
+        if r["report"]:
+            data = json.loads(r["report"])
+            report = TestReport(
+                frozenset(data["passed"]), frozenset(data["failed"]), frozenset(data["skipped"])
+            )
+        return CommandOutcome(r["command"], r["exit_code"], bool(r["timed_out"]), report)
+
+    def old_baselines(self, before: float) -> list[str]:
+        """Keys of baselines cached before ``before``."""
+        rows = self._rows("select key from baselines where created_at < ?", (before,))
+        return [r["key"] for r in rows]
+
+    def forget_baselines(self, keys: list[str]) -> None:
+        """Drop cached baselines."""
+        with self.transaction() as tx:
+            tx.execute_many("delete from baselines where key = ?", [(k,) for k in keys])
+
+    def baseline_count(self) -> int:
+        """How many baselines are cached (each one is one real run)."""
+        return int(self._rows("select count(*) as n from baselines")[0]["n"])
+
+    # -- scan cache (see scan/cache.py) ----------------------------------------------------
+
+    def scan_cache_get(self, keys: Sequence[str], now: float) -> dict[str, str]:
+        """Cached scan results by key (those present), marked as used at ``now``."""
+        found: dict[str, str] = {}
+        with self.transaction() as tx:
+            for key in keys:
+                row = tx.execute("select value from scan_cache where key = ?", (key,)).fetchone()
+                if row is not None:
+                    found[key] = row[0]
+            tx.execute_many(
+                "update scan_cache set used_at = ? where key = ?", [(now, k) for k in found]
+            )
+        return found
+
+    def scan_cache_put(
+        self, rows: Sequence[tuple[str, str, str]], now: float, max_entries: int
+    ) -> None:
+        """Store ``(key, scanner, value)`` rows; the least recently used beyond the bound go."""
+        with self.transaction() as tx:
+            tx.execute_many(
+                "insert or replace into scan_cache (key, scanner, value, used_at) "
+                "values (?, ?, ?, ?)",
+                [(key, scanner, value, now) for key, scanner, value in rows],
+            )
+            tx.execute(
+                "delete from scan_cache where key in (select key from scan_cache "
+                "order by used_at desc limit -1 offset ?)",
+                (max_entries,),
+            )
+
+    def scan_cache_forget(self, before: float, dry_run: bool = False) -> int:
+        """Drop scan results not used since ``before``; how many there were."""
+        with self.transaction() as tx:
+            row = tx.execute("select count(*) from scan_cache where used_at < ?", (before,))
+            count = int(row.fetchone()[0])
+            if not dry_run:
+                tx.execute("delete from scan_cache where used_at < ?", (before,))
+        return count
+
+    def events(self, run_id: str, after: int = 0) -> list[Event]:
+        """A run's events with ``seq > after``, in order."""
+        rows = self._rows(
+            "select * from events where run_id = ? and seq > ? order by seq", (run_id, after)
+        )
+        return [
+            Event(
+                run_id=r["run_id"],
+                kind=r["kind"],
+                ts=r["ts"],
+                task_id=r["task_id"],
+                attempt=r["attempt"],
+                data=json.loads(r["data"]),
+                seq=r["seq"],
+            )
+            for r in rows
+        ]
