@@ -9,14 +9,19 @@ runs with and without overlays (the two ways a view is made)."""
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from orchardist import RunState
+from orchardist.confine import isolation
 from orchardist.confine.mounts import OVERLAY_VAR
+from orchardist.confine.paths import ROOT_VAR
+from realtools import require
 from run_support import leftovers
 from support import Finished, git, make_repo, toml_str, write_plan
 from userstate import assert_untouched, user_ground
@@ -190,3 +195,59 @@ def _header_fits(pyc: bytes, source: str) -> bool:
     magic, flags = pyc[:4], int.from_bytes(pyc[4:8], "little")
     size = int.from_bytes(pyc[12:16], "little")
     return magic == importlib.util.MAGIC_NUMBER and flags == 0 and size == len(source.encode())
+
+
+@pytest.fixture
+def visible_workdirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Attempt folders where a confined process could see them, as under the default
+    ~/.cache/orchardist: outside /tmp, which the namespaces replace with a private one."""
+    root = Path(tempfile.mkdtemp(prefix="orchardist-test-", dir="/var/tmp"))
+    monkeypatch.setenv(ROOT_VAR, str(root))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_verify_cannot_read_the_agents_own_tree_by_its_absolute_path(
+    tmp_path: Path,
+    sync: Path,
+    shell_scripts: Scripts,
+    run_plan: RunPlan,
+    views: str,
+    visible_workdirs: Path,
+) -> None:
+    require(isolation.probe().usable, "needs bubblewrap's namespaces")
+    # Given: an agent that leaves the correct code in an ignored folder of its own tree and makes
+    # src/app.py import it from there by the tree's absolute path (which the merge cannot hold)
+    repo = make_repo(tmp_path / "abs", {".gitignore": "stash/\n", "src/app.py": CORRECT})
+    agent = """\
+    mkdir -p stash
+    printf 'def add(a, b):\\n    return a + b\\n' > stash/impl.py
+    printf 'import sys\\nsys.path.insert(0, "%s/stash")\\nfrom impl import add\\n' \\
+        "$ORCHARDIST_WORKTREE" > src/app.py
+    ls "$ORCHARDIST_WORKTREE/stash/impl.py" > "$SYNC/planted"
+    """
+    plan = write_plan(
+        repo,
+        f"""
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(shell_scripts(t=agent))}
+
+        [[task]]
+        id = "t"
+        retries = 0
+        verify = {toml_str(f'{sys.executable} -c "{IMPORT_APP}"')}
+        """,
+    )
+
+    # When
+    run = run_plan(plan)
+
+    # Then: the agent's folder really was outside /tmp and the trap set, yet verify could not
+    # reach it: the import failed, and the run branch keeps the correct code
+    planted = Path((sync / "planted").read_text().strip())
+    assert planted.is_relative_to(visible_workdirs)
+    assert run.states() == {"t": "failed"}, run.doc
+    (attempt,) = run.ws.store.attempts(run.run.id)
+    assert "ModuleNotFoundError" in Path(attempt.log_path).read_text(errors="replace")
+    assert run.read("src/app.py") == CORRECT.rstrip()

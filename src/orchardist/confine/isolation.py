@@ -72,6 +72,7 @@ class Spec:
     network: bool = True  # False: a private network namespace with loopback only
     mode: Mode = Mode.NAMESPACES
     view: RepoView | None = None  # the attempt's tree shown at the repository's own path
+    hidden: tuple[Path, ...] = ()  # shown empty (a tmpfs over each): the agent's own folders
 
 
 @dataclass(frozen=True)
@@ -243,6 +244,7 @@ def _binds(spec: Spec) -> list[str]:
         mounts.append(_mount(spec.home, "--bind", spec.home))
     if spec.view is not None:
         mounts += _view_mounts(spec.view, writable=spec.view.tree in spec.writable)
+    mounts += [_mount(path, "--tmpfs", None) for path in spec.hidden]
     argv: list[str] = []
     for _, mount in sorted(mounts, key=lambda m: m[0]):  # stable: a folder before its contents
         argv += mount

@@ -45,8 +45,7 @@ from ..errors import OrchardistError
 from ..git.indexfile import IndexFile, advance
 from ..git.repo import Repo
 from ..git.snapshots import Checkout
-from ..safeio import read_capped
-from ..safeio import remove_tree
+from ..safeio import read_capped, remove_tree
 from . import mounts, userlink
 from .paths import AttemptPaths, repo_key
 

@@ -39,6 +39,12 @@ class Attempt:
         return self.paths if self.view is None else self.view
 
     @property
+    def hidden(self) -> tuple[Path, ...]:
+        """What verify must not see: the agent's own folders, once its work has a view (a
+        command naming their absolute path would read what the merge will not hold)."""
+        return () if self.view is None else (self.paths.root,)
+
+    @property
     def agent_job(self) -> AttemptJob:
         """The job, for the steps that only an attempt with an agent takes."""
         assert isinstance(self.job, AttemptJob)

@@ -57,7 +57,9 @@ class Confinement:
         """The user's own home (attempts get homes of their own)."""
         return Path(self.source_env().get("HOME") or Path.home())
 
-    def spec(self, paths: AttemptPaths, network: bool) -> Spec | None:
+    def spec(
+        self, paths: AttemptPaths, network: bool, hidden: tuple[Path, ...] = ()
+    ) -> Spec | None:
         """How a process of the attempt at ``paths`` is confined, in the executor's mode.
 
         With namespaces: writable only the attempt's tree, git directory, io folder, home and
@@ -66,7 +68,7 @@ class Confinement:
         :class:`RepoView`): the user's git directory is read at the layout's link to it (the
         private git directory reads its objects through alternates naming that link), and the
         ``[run] environment`` folders of the checkout read-only in their places. ``network``
-        False leaves loopback only.
+        False leaves loopback only; ``hidden`` folders are shown empty.
         """
         if self.mode is Mode.NONE:
             return None
@@ -86,6 +88,7 @@ class Confinement:
             tmp=paths.tmp,
             network=network,
             view=view,
+            hidden=hidden,
         )
 
     def _user_git(self) -> Path:

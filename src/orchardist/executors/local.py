@@ -310,7 +310,7 @@ class LocalExecutor:
         """A reproduce, audit or localize stage: its handoff judged, nothing verified."""
         job, paths = a.agent_job, a.checked
         env = {**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"}
-        spec = self.confine(paths, network=job.network)
+        spec = self.confine(paths, network=job.network, hidden=a.hidden)
         writable = None if spec is None else writable_of(spec)
         judged = judge_stage(
             job,
@@ -374,7 +374,7 @@ class LocalExecutor:
             timeout_s=job.timeout_s,
             cancel=a.token,
             marker=job.marker,
-            confine=self.confine(paths, network=job.network),
+            confine=self.confine(paths, network=job.network, hidden=a.hidden),
             network=job.network,
         )
         common: dict[str, Any] = {
@@ -483,16 +483,14 @@ class LocalExecutor:
         """HOME and TMPDIR of the attempt's own: what its tools write stays in the attempt
         (and /tmp may be off limits, when the repository lives there). Toolchains installed in
         the real home are named by their variables, so they are still found."""
-        home = {"HOME": str(paths.home), "TMPDIR": str(paths.tmp)}
-        return {
-            **tool_homes(self.confinement.source_env(), self.confinement.real_home()),
-            **self._identity,
-            **home,
-        }
+        tools = tool_homes(self.confinement.source_env(), self.confinement.real_home())
+        return {**tools, **self._identity, "HOME": str(paths.home), "TMPDIR": str(paths.tmp)}
 
-    def confine(self, paths: AttemptPaths, network: bool) -> Spec | None:
+    def confine(
+        self, paths: AttemptPaths, network: bool, hidden: tuple[Path, ...] = ()
+    ) -> Spec | None:
         """How a process of the attempt at ``paths`` is confined (see :mod:`.confinement`)."""
-        return self.confinement.spec(paths, network)
+        return self.confinement.spec(paths, network, hidden)
 
 
 class _Contained(Exception):
