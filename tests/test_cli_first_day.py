@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from realtools import require
 from support import git
 from test_cli_inputs import assert_refused_cleanly, in_process, orchardist
 
@@ -363,8 +364,8 @@ def this_orchardist() -> dict[str, str]:
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
 
 
-@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
 def test_fish_completion_completes_run_ids_then_task_ids(repo: Path, created: str) -> None:
+    require(shutil.which("fish") is not None, "fish is not installed")
     script = repo.parent / "orchardist.fish"
     script.write_text(orchardist(repo, "completion", "fish").stdout)
     probe = (
@@ -377,8 +378,8 @@ def test_fish_completion_completes_run_ids_then_task_ids(repo: Path, created: st
     assert done.stdout.split() == [created, "a"], done.stderr
 
 
-@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
 def test_zsh_completion_offers_run_ids_then_task_ids(repo: Path, created: str) -> None:
+    require(shutil.which("zsh") is not None, "zsh is not installed")
     script = repo.parent / "orchardist.zsh"
     script.write_text(orchardist(repo, "completion", "zsh").stdout)
     # compadd stands in for zsh's completion widget: it prints what it was offered

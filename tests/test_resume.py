@@ -491,7 +491,7 @@ def test_run_offers_to_resume_an_unfinished_run_and_the_flags_decide(
 
     # Then: usage error naming both flags; nothing started
     assert asked.returncode == 2
-    assert f"run {run_id} of this plan is running" in asked.stderr
+    assert f"run {run_id} of this plan is dead" in asked.stderr  # as status calls it
     assert "--resume" in asked.stderr and "--fresh" in asked.stderr
 
     # When / Then: --resume continues that run

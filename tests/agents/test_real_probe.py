@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 def probe(repo: Path, plan: str) -> tuple[int, dict[str, Any]]:
     """``orchardist doctor --probe --json`` of a plan with one profile, ``real``."""
-    write_plan(repo, f'{plan}\n[[task]]\nid = "t"\nagent = "real"\n')
+    write_plan(repo, f'{plan}\n[[task]]\nid = "t"\nagent = "real"\nprompt = "probe"\n')
     done = orchardist(repo, "doctor", "--probe", "--json", "plan.toml", timeout_s=300)
     (profile,) = json.loads(done.stdout)["profiles"]
     return done.returncode, profile

@@ -14,6 +14,7 @@ from orchardist.confine import mounts
 from orchardist.confine.layout import VIEWS, Layout
 from orchardist.executors.views import make_view, view_paths
 from orchardist.git.repo import Repo
+from realtools import require
 from support import git
 
 
@@ -59,8 +60,11 @@ def _committed(repo: Path, commit: str) -> dict[str, tuple[int, bytes]]:
 @pytest.fixture(params=["overlay", "checkout"])
 def layout(request: pytest.FixtureRequest, repo: Path, tmp_path: Path) -> Layout:
     overlays = request.param == "overlay"
-    if overlays and not (mounts.enter() and mounts.probe(tmp_path / "probe")):
-        pytest.skip("overlays cannot be mounted here (no CAP_SYS_ADMIN, or tmp cannot be upper)")
+    if overlays:
+        usable = mounts.enter() and mounts.probe(tmp_path / "probe")
+        require(
+            usable, "overlays cannot be mounted here (no CAP_SYS_ADMIN, or tmp cannot be upper)"
+        )
     return Layout(Repo(repo), tmp_path / "root", tmp_path / "state", overlays=overlays)
 
 

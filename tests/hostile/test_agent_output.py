@@ -146,6 +146,7 @@ command = {toml_str(fake)}
 
 [[task]]
 id = "stream"
+prompt = "change something"
 retries = 0
 """,
     )

@@ -65,12 +65,12 @@ command = {toml_str(command)}
 
 [[task]]
 id = "agent"
-verify = [{toml_str(PYTEST)}, {toml_str(PYTEST)}]
-check = {toml_str(CHECK)}
+verify = [{_plan_command(PYTEST)}, {_plan_command(PYTEST)}]
+check = {_plan_command(CHECK)}
 
 [[task]]
 id = "tests"
-verify = [{toml_str(relink)}, {toml_str(PYTEST)}]
+verify = [{_plan_command(relink)}, {_plan_command(PYTEST)}]
 """,
     )
     ground = user_ground(repo)
@@ -106,7 +106,7 @@ command = {toml_str(command)}
 [[task]]
 id = "t"
 retries = 0
-verify = [{toml_str(block)}, {toml_str(PYTEST)}]
+verify = [{_plan_command(block)}, {_plan_command(PYTEST)}]
 """,
     )
 
@@ -117,3 +117,9 @@ verify = [{toml_str(block)}, {toml_str(PYTEST)}]
     assert (sync / "blocked").exists()
     assert run.states() == {"t": "done"}
     assert [a["state"] for a in run.task("t")["attempts"]] == ["merged"]
+
+
+def _plan_command(command: str) -> str:
+    """``command`` as a plan's TOML string: its shell braces doubled, since a plan reads every
+    ``{...}`` in a command as a placeholder."""
+    return toml_str(command.replace("{", "{{").replace("}", "}}"))

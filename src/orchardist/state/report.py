@@ -20,9 +20,11 @@ def status_document(
     attempts: dict[str, list[AttemptRecord]] = {}
     for attempt in store.attempts(run.id) if records is None else records:
         attempts.setdefault(attempt.task_id, []).append(attempt)
-    waits = _rate_limit_waits(store.events(run.id))
+    found = store.tasks(run.id)
+    waiting = any(not task.state.terminal for task in found)  # a finished run: no query
+    waits = _rate_limit_waits(store.last_events(run.id, Kind.ATTEMPT) if waiting else [])
     tasks = []
-    for task in store.tasks(run.id):
+    for task in found:
         mine = sorted(attempts.get(task.task_id, []), key=lambda a: a.n)
         merged = [a for a in mine if a.state is AttemptState.MERGED]
         winner = {"candidate": merged[-1].candidate, "attempt": merged[-1].n} if merged else None
@@ -61,7 +63,8 @@ def status_document(
 
 
 def _rate_limit_waits(events: list[Event]) -> dict[str, dict[str, Any]]:
-    """Tasks whose latest attempt event is a rate limit's requeue: when they may run again.
+    """Tasks whose latest attempt event (of ``events``, each task's latest) is a rate limit's
+    requeue: when they may run again.
 
     ``retry_at`` is the requeue's time plus the reset the backend reported (Unix seconds); null
     when it reported none (the profile's back-off decides). A later attempt event clears it.

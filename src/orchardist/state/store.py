@@ -392,6 +392,19 @@ class Store:
         rows = self._rows(
             "select * from events where run_id = ? and seq > ? order by seq", (run_id, after)
         )
+        return self._events(rows)
+
+    def last_events(self, run_id: str, kind: str) -> list[Event]:
+        """Each task's latest event of ``kind`` in a run, in order (one query, not the log)."""
+        rows = self._rows(
+            "select * from events where seq in (select max(seq) from events where run_id = ?"
+            " and kind = ? and task_id is not null group by task_id) order by seq",
+            (run_id, kind),
+        )
+        return self._events(rows)
+
+    @staticmethod
+    def _events(rows: list[sqlite3.Row]) -> list[Event]:
         return [
             Event(
                 run_id=r["run_id"],
