@@ -60,7 +60,13 @@ def make_view(
         return  # the view's own index is still the start's: only the files were written
     started = view.checkout_index.read_bytes()
     _reset(layout.repo, view, commit)
-    (view.git / "index").write_bytes(started)  # HEAD and index the start's, as in the agent's
+    index_file = view.git / "index"
+    index_file.write_bytes(started)  # HEAD and index the start's, as in the agent's
+    # Its entries' stat data are the start's files', and a file the reset wrote again matches
+    # them (its freed inode reused, the same size, the same second): dated before every entry
+    # (not 0, which turns git's check off), the index makes git compare contents (racy git),
+    # so `git diff` in the view misses nothing
+    os.utime(index_file, (1, 1))
 
 
 def _start_index(path: Path) -> IndexFile | None:
