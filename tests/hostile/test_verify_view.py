@@ -32,6 +32,7 @@ Scripts = Callable[..., str]
 CORRECT = "def add(a, b):\n    return a + b\n"
 BROKEN = "def add(a, b):\n    return a - b\n"  # the same size: the .pyc's header still fits
 IMPORT_APP = "import sys; sys.path.insert(0, 'src'); import app; assert app.add(2, 3) == 5"
+VERIFY_APP = f'{sys.executable} -c "{IMPORT_APP}"'  # passes only where app adds
 
 # Compiles the correct source, then writes the broken one with the same size and mtime: the
 # planted .pyc's header (source mtime and size) matches it, so Python loads the .pyc.
@@ -67,19 +68,7 @@ def test_a_planted_pyc_of_correct_code_does_not_let_a_broken_source_merge(
     (repo / "src" / "app.py").write_text(CORRECT)
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "app")
-    plan = write_plan(
-        repo,
-        f"""
-        [agents.sh]
-        kind = "shell"
-        command = {toml_str(shell_scripts(t=PLANT))}
-
-        [[task]]
-        id = "t"
-        retries = 0
-        verify = {toml_str(f'{sys.executable} -c "{IMPORT_APP}"')}
-        """,
-    )
+    plan = one_task_plan(repo, shell_scripts(t=PLANT), VERIFY_APP)
     ground = user_ground(repo)
 
     # When
@@ -111,19 +100,7 @@ def test_an_ignored_generated_module_the_change_imports_fails_verify(
     printf 'from generated import VALUE\\n\\ndef add(a, b):\\n    return VALUE\\n' > src/app.py
     echo generated > "$SYNC/generated"
     """
-    plan = write_plan(
-        repo,
-        f"""
-        [agents.sh]
-        kind = "shell"
-        command = {toml_str(shell_scripts(t=agent))}
-
-        [[task]]
-        id = "t"
-        retries = 0
-        verify = {toml_str(f'{sys.executable} -c "{IMPORT_APP}"')}
-        """,
-    )
+    plan = one_task_plan(repo, shell_scripts(t=agent), VERIFY_APP)
 
     # When
     run = run_plan(plan)
@@ -159,19 +136,7 @@ def test_verify_sees_exactly_the_snapshots_files_and_a_tmpdir_of_its_own(
         f"find . -path ./.git -prune -o \\( -type f -o -type l \\) -print | sort > {sync}/seen; "
         f'ls -A "$TMPDIR" > {sync}/tmp'
     )
-    plan = write_plan(
-        repo,
-        f"""
-        [agents.sh]
-        kind = "shell"
-        command = {toml_str(shell_scripts(t=agent))}
-
-        [[task]]
-        id = "t"
-        retries = 0
-        verify = {toml_str(listing)}
-        """,
-    )
+    plan = one_task_plan(repo, shell_scripts(t=agent), listing)
 
     # When
     run = run_plan(plan)
@@ -226,19 +191,7 @@ def test_verify_cannot_read_the_agents_own_tree_by_its_absolute_path(
         "$ORCHARDIST_WORKTREE" > src/app.py
     ls "$ORCHARDIST_WORKTREE/stash/impl.py" > "$SYNC/planted"
     """
-    plan = write_plan(
-        repo,
-        f"""
-        [agents.sh]
-        kind = "shell"
-        command = {toml_str(shell_scripts(t=agent))}
-
-        [[task]]
-        id = "t"
-        retries = 0
-        verify = {toml_str(f'{sys.executable} -c "{IMPORT_APP}"')}
-        """,
-    )
+    plan = one_task_plan(repo, shell_scripts(t=agent), VERIFY_APP)
 
     # When
     run = run_plan(plan)
@@ -251,3 +204,20 @@ def test_verify_cannot_read_the_agents_own_tree_by_its_absolute_path(
     (attempt,) = run.ws.store.attempts(run.run.id)
     assert "ModuleNotFoundError" in Path(attempt.log_path).read_text(errors="replace")
     assert run.read("src/app.py") == CORRECT.rstrip()
+
+
+def one_task_plan(repo: Path, command: str, verify: str) -> Path:
+    """A plan of one task ``t`` (no retries) whose shell agent runs ``command``."""
+    return write_plan(
+        repo,
+        f"""
+        [agents.sh]
+        kind = "shell"
+        command = {toml_str(command)}
+
+        [[task]]
+        id = "t"
+        retries = 0
+        verify = {toml_str(verify)}
+        """,
+    )
