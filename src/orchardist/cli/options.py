@@ -205,9 +205,9 @@ def check_selection(plan: Any, only: Sequence[str], skip: Sequence[str]) -> None
 
 def has_runs(path: Path) -> bool:
     """Whether the repository at ``path`` has a store (reading never creates one)."""
-    from ..git.repo import Repo, find_toplevel
+    from ..git.where import locate
 
-    root = find_toplevel(Path(path))
-    if root is None:
+    found = locate(Path(path))
+    if found is None:
         raise UsageError(f"{path} is not inside a git repository")
-    return (Repo(root).common_dir / "orchardist" / "state.db").exists()
+    return (found[1] / "orchardist" / "state.db").exists()

@@ -208,17 +208,18 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from ..runs.start import Workspace
 
     ws = Workspace.open(args.repo, create=False) if has_runs(args.repo) else None
+    runs = ws.store.runs() if ws is not None else []
+    counts = ws.store.run_counts() if ws is not None else {}  # one query, not one a run
     rows = []
-    for run in ws.store.runs() if ws is not None else []:
-        tasks = ws.store.tasks(run.id)  # type: ignore[union-attr]
-        done = sum(t.state.value == "done" for t in tasks)
+    for run in runs:
+        tasks = counts[run.id].tasks if run.id in counts else {}
         rows.append(
             {
                 "run": run.id,
                 "state": shown_state(ws, run),
                 "branch": run.branch,
-                "tasks": len(tasks),
-                "done": done,
+                "tasks": sum(tasks.values()),
+                "done": tasks.get("done", 0),
                 "plan": run.plan_path,
                 "created_at": run.created_at,
                 "finished_at": run.finished_at,

@@ -18,10 +18,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreError
-from ..verify.oracle import CommandOutcome, TestReport
 from .records import (
     AttemptRecord,
     AttemptState,
@@ -34,6 +33,9 @@ from .records import (
     moved,
 )
 from .tables import SCHEMA, USAGE_FIELDS, attempt_of, attempt_row, migrate, run_of, task_of
+
+if TYPE_CHECKING:  # verification's records: imported by the code that verifies, not by readers
+    from ..verify.oracle import CommandOutcome
 
 MEMORY = ":memory:"  # the path of an in-memory store
 _STATES = {"runs": RunState, "tasks": TaskState, "attempts": AttemptState}  # a table's state
@@ -321,6 +323,8 @@ class Store:
 
     def baseline(self, key: str) -> CommandOutcome | None:
         """A cached baseline outcome, or None."""
+        from ..verify.oracle import CommandOutcome, TestReport
+
         rows = self._rows("select * from baselines where key = ?", (key,))
         if not rows:
             return None
