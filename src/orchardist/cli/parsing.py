@@ -87,8 +87,8 @@ def parse(main: Main, argv: Sequence[str]) -> tuple[argparse.ArgumentParser, arg
     parser.exit_on_error = False  # a word taken for another command: see below
     try:
         args, extra = parser.parse_known_args(argv)
-    except argparse.ArgumentError:
-        args = argparse.Namespace(**{_UNBUILT: only})
+    except argparse.ArgumentError:  # refused: in the words of the whole parser
+        args, extra = argparse.Namespace(**{_UNBUILT: only or "?"}), []
     if getattr(args, _UNBUILT, None) is not None:
         parser = build(main)
         return parser, parser.parse_args(argv)
