@@ -210,7 +210,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     ws = Workspace.open(args.repo, create=False) if has_runs(args.repo) else None
     runs = ws.store.runs() if ws is not None else []
     counts = ws.store.run_counts() if ws is not None else {}  # one query, not one a run
-    rows = []
+    rows: list[dict[str, Any]] = []
     for run in runs:
         tasks = counts[run.id].tasks if run.id in counts else {}
         rows.append(

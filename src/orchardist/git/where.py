@@ -9,6 +9,8 @@ from pathlib import Path
 
 from .env import GIT
 
+WHAT = ("--show-toplevel", "--git-common-dir")  # one line each, in this order
+
 
 def locate(path: Path) -> tuple[Path, Path] | None:
     """The work tree root containing ``path`` and its git common directory, or None when
@@ -20,8 +22,7 @@ def locate(path: Path) -> tuple[Path, Path] | None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     try:
         out = subprocess.run(
-            [GIT, "-C", str(path), "rev-parse", "--path-format=absolute", "--show-toplevel"]
-            + ["--git-common-dir"],
+            [GIT, "-C", str(path), "rev-parse", "--path-format=absolute", *WHAT],
             capture_output=True,
             text=True,
             check=False,

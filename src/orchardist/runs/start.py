@@ -33,10 +33,10 @@ from .control import lock_path
 
 if TYPE_CHECKING:  # the loop's parts load when a run is driven, not for commands that read
     from ..engine.hooks import Hooks
-    from ..git.repo import Repo
-    from ..plan.graph import Graph
     from ..engine.scheduler import Scheduler
     from ..executors import Executor
+    from ..git.repo import Repo
+    from ..plan.graph import Graph
     from ..specs import Plan
 
 
