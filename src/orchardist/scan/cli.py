@@ -122,9 +122,10 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     if not args.fix and args.agent is not None:
         raise UsageError("--agent is for --fix")
     base = args.base or plan.run.base
-    if Repo(plan.repo).try_rev_parse(base) is None:  # before the store exists: exit 2 makes nothing
+    repo = Repo(plan.repo)  # set up once: six git processes each time
+    if repo.try_rev_parse(base) is None:  # before the store exists: exit 2 makes nothing
         raise UsageError(f"--base {base!r} names no commit")
-    _warn_dirty(Repo(plan.repo), base)
+    _warn_dirty(repo, base)
     ws = Workspace.open(plan.repo)
     scanner = Scanner(
         ws.repo,
