@@ -134,9 +134,16 @@ def _register(name: str, sub: Commands, main: Main) -> None:
 def _add_scan(sub: Commands) -> None:
     from ..scan.cli import add_parser
     from .options import positive
+
+    add_parser(sub, positive, _drive_as_run)
+
+
+def _drive_as_run(*args: Any, **kwargs: Any) -> int:
+    """``running.drive_as_run``, imported when ``scan --fix`` drives its run: a scan that
+    fixes nothing needs none of the run loop's display and signal handling."""
     from .running import drive_as_run
 
-    add_parser(sub, positive, drive_as_run)
+    return drive_as_run(*args, **kwargs)
 
 
 def _module(name: str) -> Any:

@@ -128,7 +128,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     _warn_dirty(repo, base)
     ws = Workspace.open(plan.repo)
     scanner = Scanner(
-        ws.repo,
+        repo,
         ws.store,
         plan.agents,
         max_parallel=args.max_parallel or plan.run.max_parallel,
@@ -142,7 +142,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
 
         return fix_findings(args, plan, ws, scanner, profiles, result, drive)
     fmt = args.format or ("sarif" if args.output else "table")
-    document = render(result, fmt, ws.repo.root)
+    document = render(result, fmt, repo.root)
     if args.output is not None:
         write_whole(args.output, document)
     elif not args.json:
@@ -150,7 +150,9 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     failing = [m for m in result.merged if level_rank(m.finding.level) >= level_rank(args.fail_on)]
     code = 1 if failing or result.failed else 0
     if args.json:
-        print(json.dumps(summary(result, code, args.output), indent=2))
+        # compact, as the findings are: with every result in it, indenting took longer than
+        # a cached scan's lookups
+        print(json.dumps(summary(result, code, args.output), separators=(",", ":")))
     else:
         out = sys.stdout if args.output is not None or fmt == "table" else sys.stderr
         _print_summary(result, args.stats, out)
