@@ -37,7 +37,7 @@ from .profiles import ScannerProfile, Scope
 from .runner import run_scanner, scanner_env
 from .sarif import MergedFinding, ScannerReport, merge
 from .toolstamp import tool_stamp
-from .trees import changed_files, export, ls_tree, remove, with_source
+from .trees import changed_files, export, ls_tree, remove, with_sources
 
 CACHE_SCHEMA = 1  # bump when what a cache entry holds changes
 MAX_CACHE_ENTRIES = 200_000
@@ -336,7 +336,7 @@ class Scanner:
             return
         if tool is not None:
             tally.tools.append(tool)
-        found = [with_source(f, tree) for f in found]
+        found = with_sources(found, tree)
         if job.profile.scope is Scope.FILE:
             wanted = set(job.files)
             found = [f for f in found if f.path in wanted]  # outside its files: out of scope
