@@ -6,7 +6,6 @@ import contextlib
 import fcntl
 import functools
 import os
-import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -242,6 +241,8 @@ def _remove_worktrees(ws: Workspace, run_id: str) -> int:
 
 def new_run_id(clock: Callable[[], float] = time.time) -> str:
     """A sortable, unique-enough id such as ``20261129-193012-4f2a``."""
+    import secrets  # (and hashlib, random): not for the commands that only read
+
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(clock()))
     return f"{stamp}-{secrets.token_hex(2)}"
 
