@@ -395,7 +395,9 @@ class Scanner:
             tool = replace(tally.tools[0], rules=rules)
         return ScannerReport(
             name=profile.name,
-            findings=tuple(replace(f, path=prefix + f.path) for f in tally.findings),
+            findings=tuple(replace(f, path=prefix + f.path) for f in tally.findings)
+            if prefix
+            else tuple(tally.findings),
             tool=tool,
             error="; ".join(tally.errors) or None,
             hits=tally.hits,

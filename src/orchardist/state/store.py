@@ -189,6 +189,9 @@ class RunCounts:
     cost_usd: float | None
 
 
+LOOKUP_CHUNK = 500  # keys in one `in (...)` query: under SQLite's 999 bound variables
+
+
 class Store:
     """The SQLite store. Safe to share between threads; each write is one transaction."""
 
@@ -355,12 +358,14 @@ class Store:
 
     def scan_cache_get(self, keys: Sequence[str], now: float) -> dict[str, str]:
         """Cached scan results by key (those present), marked as used at ``now``."""
-        found: dict[str, str] = {}
+        rows: dict[str, str] = {}
         with self.transaction() as tx:
-            for key in keys:
-                row = tx.execute("select value from scan_cache where key = ?", (key,)).fetchone()
-                if row is not None:
-                    found[key] = row[0]
+            for start in range(0, len(keys), LOOKUP_CHUNK):  # one query a chunk, not a key
+                chunk = keys[start : start + LOOKUP_CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                sql = f"select key, value from scan_cache where key in ({marks})"
+                rows.update((key, value) for key, value in tx.execute(sql, chunk))
+            found = {key: rows[key] for key in keys if key in rows}  # in the order asked
             tx.execute_many(
                 "update scan_cache set used_at = ? where key = ?", [(now, k) for k in found]
             )
