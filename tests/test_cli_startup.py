@@ -8,6 +8,8 @@ import argparse
 import contextlib
 import io
 import json
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -102,6 +104,33 @@ def test_validate_imports_the_plan_but_nothing_that_drives_a_run(ran: Path) -> N
     assert "orchardist.plan.loading" in modules
     assert under(modules, ("engine", "web", "verify")) == set()  # (a plan may list scanners)
     assert {"orchardist.state.store", "orchardist.runs.start"} & modules == set()
+
+
+def git_commands(repo: Path, tmp: Path, *argv: str) -> list[str]:
+    """The git commands ``orchardist ARGV`` ran, each told by a git on ``PATH`` that notes its
+    arguments in a file before it runs the real one (the proof that it ran)."""
+    shim, log = tmp / "shim", tmp / "git.log"
+    shim.mkdir(exist_ok=True)
+    log.unlink(missing_ok=True)
+    (shim / "git").write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {shutil.which("git")} "$@"\n')
+    (shim / "git").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "orchardist", *argv], cwd=repo, env=env, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_reading_a_run_takes_one_git_command_or_two(ran: Path, tmp_path: Path) -> None:
+    # status and runs find the store with one rev-parse (runs asks first whether there is one);
+    # setting up orchardist's git for the repository took five more, each time
+    assert len(git_commands(ran, tmp_path, "status")) == 1
+    assert len(git_commands(ran, tmp_path, "runs")) == 2
+    assert git_commands(ran, tmp_path, "--help") == []
+    # validate sets it up for its checks (five), and asks each thing of git once
+    ran_by_validate = git_commands(ran, tmp_path, "validate", "plan.toml")
+    assert len(ran_by_validate) == len(set(ran_by_validate)) <= 8, ran_by_validate
 
 
 LINES = [

@@ -35,16 +35,17 @@ def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> Preflight
     repo = Repo(plan.repo)
     problems: list[Problem] = []
     warnings: list[str] = []
-    if repo.try_rev_parse("HEAD") is None and plan.run.base == "HEAD":
+    base = repo.try_rev_parse(plan.run.base)  # asked once: each is a git process
+    if base is None and plan.run.base == "HEAD":
         problems.append(Problem(shown, f"{repo.root} has no commits yet", None, BASE))
-    elif repo.try_rev_parse(plan.run.base) is None:
+    elif base is None:
         problems.append(
             Problem(
                 shown, f"{plan.run.base!r} does not name a commit in {repo.root}", None, "run.base"
             )
         )
     problems += _branch_problems(repo, plan, shown)
-    problems += _missing_workdirs(repo, plan, shown, warnings)
+    problems += _missing_workdirs(repo, plan, base, shown, warnings)
     problems += _missing_clis(plan, shown, environ)
     unverified = [
         t.id for t in plan.tasks if not t.verify and t.check is None and not t.auto_verify
@@ -74,10 +75,12 @@ def _branch_problems(repo: Repo, plan: Plan, shown: str) -> list[Problem]:
     return []
 
 
-def _missing_workdirs(repo: Repo, plan: Plan, shown: str, warnings: list[str]) -> list[Problem]:
-    """Workdirs that are no folder at the base: each attempt would fail in ``cd``. A problem
-    for a task that depends on nothing; a warning for one whose dependencies may create it."""
-    base = repo.try_rev_parse(plan.run.base)
+def _missing_workdirs(
+    repo: Repo, plan: Plan, base: str | None, shown: str, warnings: list[str]
+) -> list[Problem]:
+    """Workdirs that are no folder at the ``base`` commit: each attempt would fail in ``cd``. A
+    problem for a task that depends on nothing; a warning for one whose dependencies may
+    create it."""
     wanted = sorted({t.workdir for t in plan.tasks if os.path.normpath(t.workdir) != "."})
     if base is None or not wanted:
         return []
