@@ -140,6 +140,9 @@ def test_a_reviewed_task_waits_and_the_run_ends_awaiting_review_until_approved_a
     doc = status(repo, run_id)
     assert task_trailers(repo, doc["base"], doc["branch"]) == ["c"]
     assert leftovers(repo, run_id) == []
+    (listed_run,) = orchardist(repo, "runs").stdout.splitlines()[1:]
+    assert listed_run.split()[:2] == [run_id, "awaiting_review"]
+    assert "a                    awaiting_review" in orchardist(repo, "status").stdout
 
     # When: the listing, the diff, then an approval with no orchestrator running
     listed = json.loads(review(repo, "--json").stdout)
