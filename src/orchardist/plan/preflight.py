@@ -46,6 +46,7 @@ def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> Preflight
     problems += _branch_problems(repo, plan, shown)
     problems += _missing_workdirs(repo, plan, shown, warnings)
     problems += _missing_clis(plan, shown, environ)
+    problems += _unseen_commands(plan, shown, environ)
     unverified = [
         t.id for t in plan.tasks if not t.verify and t.check is None and not t.auto_verify
     ]
@@ -126,6 +127,28 @@ def _missing_clis(plan: Plan, shown: str, environ: Mapping[str, str] | None) -> 
                 )
             )
     return problems
+
+
+def _unseen_commands(plan: Plan, shown: str, environ: Mapping[str, str] | None) -> list[Problem]:
+    """Profiles whose command (or a file it names) attempts could not see in their isolation:
+    each attempt would fail at once (see confine/exes.py)."""
+    from ..agents import command_words
+    from ..executors.confinement import for_plan
+
+    if plan.run.executor != "local":
+        return []
+    used = plan.used_agents()
+    words = {name: command_words(p) for name, p in plan.agents.items() if name in used}
+    if not any(words.values()):
+        return []
+    confinement = for_plan(plan, environ)
+    if confinement is None:
+        return []
+    return [
+        Problem(shown, message, None, f"agents.{name}.command")
+        for name in sorted(words)
+        for message in confinement.refusals(words[name])
+    ]
 
 
 def _dirty(repo: Repo) -> int:

@@ -1,0 +1,105 @@
+"""Agents installed under the host's /tmp, which attempts do not see: runs and checks show by
+their outcome that what the agent needs is shown inside, or refused before any attempt."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from exes_support import BUGGY, FIXER, executable, npm_install
+from ns_support import require_namespaces
+from orchardist.executors.confinement import SHARE_READONLY_VAR
+from run_support import only_run, orchardist, status
+from support import git, make_repo, write_plan
+
+VERIFY = "python3 -c 'import calc; assert calc.add(2, 3) == 5'"
+
+
+@pytest.fixture
+def hidden_tmp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attempts see the host's /tmp as a real run does: not at all (the suite shares its own
+    temporary folders with them, see conftest)."""
+    require_namespaces()
+    monkeypatch.delenv(SHARE_READONLY_VAR, raising=False)
+
+
+def fix_plan(repo: Path, profile: str) -> None:
+    write_plan(
+        repo,
+        f'[agents.tool]\nkind = "shell"\n{profile}\n\n[[task]]\nid = "fix"\nagent = "tool"\n'
+        f'retries = 0\nprompt = "fix add"\nverify = {json.dumps(VERIFY)}\n',
+    )
+
+
+def merged(repo: Path) -> dict[str, object]:
+    doc = status(repo, only_run(repo))
+    (task,) = doc["tasks"]
+    assert task["state"] == "done", task
+    assert "a + b" in git(repo, "show", f"{doc['branch']}:calc.py")
+    return doc
+
+
+def test_a_tool_reached_through_npm_links_under_tmp_fixes_and_merges(
+    tmp_path: Path, hidden_tmp: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a tool installed under /tmp, on PATH by npm's .bin folder
+    repo = make_repo(tmp_path / "repo", {"calc.py": BUGGY})
+    bin_dir = npm_install(tmp_path / "tools", "fixer", FIXER)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    fix_plan(repo, 'command = "fixer"')
+    # When a run starts it in its attempt's isolation
+    done = orchardist(repo, "run", "plan.toml")
+    # Then it ran (through the link, inside) and its fix merged
+    assert done.returncode == 0, done.stdout + done.stderr
+    merged(repo)
+
+
+def test_an_agent_script_under_tmp_named_by_its_command_line_runs(
+    tmp_path: Path, hidden_tmp: None
+) -> None:
+    repo = make_repo(tmp_path / "repo", {"calc.py": BUGGY})
+    script = executable(tmp_path / "scripts" / "fix.sh", FIXER)
+    fix_plan(repo, f'command = "sh {script}"')
+    done = orchardist(repo, "run", "plan.toml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    merged(repo)
+
+
+def test_a_command_attempts_cannot_see_is_a_located_plan_error_before_any_attempt(
+    tmp_path: Path, hidden_tmp: None
+) -> None:
+    # Given a profile whose agent lies in an ignored folder of the repository
+    repo = make_repo(tmp_path / "repo", {"calc.py": BUGGY, ".gitignore": "tools/\n"})
+    tool = executable(repo / "tools" / "fix.sh", FIXER)
+    fix_plan(repo, f'command = "{tool}"')
+    # When the plan is validated, and when it is run
+    checked = orchardist(repo, "validate", "plan.toml")
+    ran = orchardist(repo, "run", "plan.toml")
+    # Then both refuse with exit 2, naming the plan, the profile's field, the path, why, the fix
+    for done in (checked, ran):
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "agents.tool.command" in done.stderr, done.stderr
+        assert str(tool) in done.stderr and "[run] environment" in done.stderr
+    assert not (repo / ".git" / "orchardist" / "runs").exists() or not os.listdir(
+        repo / ".git" / "orchardist" / "runs"
+    )
+
+
+def test_doctor_reports_a_command_attempts_cannot_see(
+    tmp_path: Path, hidden_tmp: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
+    repo = make_repo(tmp_path / "repo", {"calc.py": BUGGY, ".gitignore": "tools/\n"})
+    tool = executable(repo / "tools" / "claude", "#!/bin/sh\necho 2.0.0\n")
+    write_plan(
+        repo,
+        f'[agents.c]\nkind = "claude"\ncommand = "{tool}"\n\n'
+        '[[task]]\nid = "t"\nagent = "c"\nprompt = "p"\n',
+    )
+    done = orchardist(repo, "doctor", "--json", "plan.toml")
+    (profile,) = json.loads(done.stdout)["profiles"]
+    assert done.returncode == 1, profile
+    assert any(str(tool) in m and "inside the repository" in m for m in profile["missing"])
