@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,3 +104,85 @@ def test_doctor_reports_a_command_attempts_cannot_see(
     (profile,) = json.loads(done.stdout)["profiles"]
     assert done.returncode == 1, profile
     assert any(str(tool) in m and "inside the repository" in m for m in profile["missing"])
+
+
+# -- doctor --probe runs what an attempt runs -------------------------------------------------
+
+FAKES = Path(__file__).resolve().parent / "agents" / "fakes"
+# A wrapper installed like npm installs a CLI: it records its command line and the pid
+# namespace it runs in (in the shared folder, under the run's id), then becomes the fake CLI.
+WRAPPER = """#!/usr/bin/env python3
+import json, os, sys
+label = os.environ.get("ORCHARDIST_RUN", "version")
+record = {{"argv": sys.argv[1:], "ns": os.readlink("/proc/self/ns/pid")}}
+with open(os.path.join({sync!r}, label + ".json"), "w") as f:
+    json.dump(record, f)
+os.execv(sys.executable, [sys.executable, {fake!r}, *sys.argv[1:]])
+"""
+
+
+def wrapped_cli(tmp_path: Path, sync: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake ``kind`` CLI behind npm's .bin link under /tmp, first on PATH."""
+    script = WRAPPER.format(sync=str(sync), fake=str(FAKES / kind))
+    bin_dir = npm_install(tmp_path / "tools", kind, script)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def recorded(sync: Path, label: str) -> dict[str, Any]:
+    return json.loads((sync / f"{label}.json").read_text())  # type: ignore[no-any-return]
+
+
+def comparable(argv: list[str]) -> list[str]:
+    """A codex command line without what differs between attempts: its folder, its prompt."""
+    argv = argv[:-1]
+    where = argv.index("-C")
+    return argv[:where] + argv[where + 2 :]
+
+
+def test_the_probe_runs_the_command_line_a_run_runs_in_the_same_isolation(
+    tmp_path: Path, hidden_tmp: None, sync: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given codex installed under /tmp behind npm's link, and a plan that runs it
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-key")
+    wrapped_cli(tmp_path, sync, "codex", monkeypatch)
+    repo = make_repo(tmp_path / "repo", {"calc.py": BUGGY})
+    write_plan(
+        repo, '[agents.c]\nkind = "codex"\n\n[[task]]\nid = "t"\nagent = "c"\nprompt = "p"\n'
+    )
+    # When a run runs it, and doctor probes it
+    ran = orchardist(repo, "run", "plan.toml")
+    probed = orchardist(repo, "doctor", "--probe", "--json", "plan.toml")
+    # Then both started it, and the probe passed
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    (profile,) = json.loads(probed.stdout)["profiles"]
+    assert (probed.returncode, profile["probe"]) == (0, "ok"), profile
+    run, probe = recorded(sync, only_run(repo)), recorded(sync, "doctor")
+    # with the same command line (codex's --sandbox included), each in a pid namespace of its own
+    assert comparable(probe["argv"]) == comparable(run["argv"])
+    assert "danger-full-access" in probe["argv"]
+    assert probe["ns"] != os.readlink("/proc/self/ns/pid")
+    # and doctor says what it ran: the CLI under bwrap
+    assert Path(profile["probe_argv"][0]).name == "bwrap"
+    assert profile["probe_argv"][-len(probe["argv"]) - 1 :] == ["codex", *probe["argv"]]
+
+
+def test_the_probe_fails_where_an_attempt_could_not_start_the_cli(
+    tmp_path: Path, hidden_tmp: None, sync: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a claude CLI in an ignored folder of the repository, which attempts do not see
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
+    repo = make_repo(tmp_path / "repo", {"calc.py": BUGGY, ".gitignore": "tools/\n"})
+    script = WRAPPER.format(sync=str(sync), fake=str(FAKES / "claude"))
+    tool = executable(repo / "tools" / "claude", script)
+    write_plan(
+        repo,
+        f'[agents.c]\nkind = "claude"\ncommand = "{tool}"\n\n'
+        '[[task]]\nid = "t"\nagent = "c"\nprompt = "p"\n',
+    )
+    # When doctor probes it
+    probed = orchardist(repo, "doctor", "--probe", "--json", "plan.toml")
+    # Then the profile fails, saying why, and no probe ran it as no attempt could
+    (profile,) = json.loads(probed.stdout)["profiles"]
+    assert probed.returncode == 1, profile
+    assert any("inside the repository" in m for m in profile["missing"]), profile
+    assert not (sync / "doctor.json").exists()
