@@ -23,6 +23,13 @@ def test_trace_names_every_link_met_on_the_way(tmp_path: Path) -> None:
     assert end == tmp_path / "real" / "lib" / "tool.js"
 
 
+def test_trace_climbs_from_where_a_link_leads_and_stops_at_the_root(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "up").symlink_to(tmp_path / "a" / "b")
+    assert trace(tmp_path / "up" / ".." / "b") == ([tmp_path / "up"], tmp_path / "a" / "b")
+    assert trace(Path("/../../usr")) == ([], Path("/usr"))
+
+
 def test_an_npm_tool_is_shown_with_its_node_modules_folder(tmp_path: Path) -> None:
     # Given a tool installed under /tmp and reached through npm's .bin link
     bin_dir = npm_install(tmp_path / "tools", "fixer", FIXER)

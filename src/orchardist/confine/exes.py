@@ -104,29 +104,40 @@ class Reach:
         )
 
 
-def trace(path: Path) -> tuple[list[Path], Path]:
+def trace(path: Path, seen: dict[str, str | None] | None = None) -> tuple[list[Path], Path]:
     """The symlinks met on the way to ``path`` (each where it lies) and where it ends, hop by
-    hop as the kernel resolves it; a loop stops after :data:`MAX_HOPS`."""
+    hop as the kernel resolves it; a loop stops after :data:`MAX_HOPS`. ``seen`` keeps what
+    was read of each path (its link text, None for no link) across calls: one lookup costs
+    tens of microseconds on some file systems, and a PATH shares most of its prefixes."""
+    seen = {} if seen is None else seen
     links: list[Path] = []
-    pending = list(Path(path).absolute().parts[1:])
-    current = Path("/")
+    given = os.fspath(path)  # not abspath: ".." after a link climbs from where the link leads
+    pending = (given if given.startswith("/") else f"{os.getcwd()}/{given}").split("/")
+    current = ""
     while pending:
         part = pending.pop(0)
         if part in ("", "."):
             continue
         if part == "..":
-            current = current.parent
+            current = current.rsplit("/", 1)[0]  # "" is the root
             continue
-        step = current / part
-        if not step.is_symlink() or len(links) >= MAX_HOPS:
+        step = f"{current}/{part}"
+        text = seen[step] if step in seen else seen.setdefault(step, _link_text(step))
+        if text is None or len(links) >= MAX_HOPS:
             current = step
             continue
-        links.append(step)
-        text = Path(os.readlink(step))
-        if text.is_absolute():
-            current = Path("/")
-        pending[:0] = text.parts[1:] if text.is_absolute() else text.parts
-    return links, current
+        links.append(Path(step))
+        if text.startswith("/"):
+            current = ""
+        pending[:0] = text.split("/")
+    return links, Path(current or "/")
+
+
+def _link_text(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:  # no link, or no file
+        return None
 
 
 def reach(words: Iterable[str], path_env: str, scope: Scope) -> Reach:
@@ -146,15 +157,21 @@ def reach(words: Iterable[str], path_env: str, scope: Scope) -> Reach:
 
 
 def path_reach(path_env: str, scope: Scope) -> Reach:
-    """What the folders on ``path_env`` and the symlinks in them need to see; nothing is
-    refused (a folder on PATH that cannot be shown stays hidden)."""
+    """What the folders on ``path_env`` need to see, and the symlinks in those of them that
+    are private (npm's ``.bin``); nothing is refused (a folder on PATH that cannot be shown
+    stays hidden). A link from a folder the attempts see (``/usr/bin``) into ``/tmp`` is not
+    looked for: thousands of lookups for every run, for what only the agent's own command
+    does (:func:`reach` follows that one wherever it lies)."""
     entries: list[Path] = []
-    for folder in path_env.split(os.pathsep):
-        if not folder or not os.path.isabs(folder) or not os.path.isdir(folder):
+    seen: dict[str, str | None] = {}
+    for folder in dict.fromkeys(path_env.split(os.pathsep)):
+        if not folder or not os.path.isabs(folder):
             continue
+        links, end = trace(Path(folder), seen)
         entries.append(Path(folder))
-        entries += _links_in(Path(folder))
-    return _tidy(*_placed(entries, scope, strict=False))
+        if _private(end) or any(_private(link) for link in links):
+            entries += _links_in(end)
+    return _tidy(*_placed(entries, scope, strict=False, seen=seen))
 
 
 def shell_words(command: str) -> list[str]:
@@ -201,13 +218,19 @@ def _links_in(folder: Path) -> Iterator[Path]:
 
 
 def _placed(
-    entries: Iterable[Path], scope: Scope, strict: bool
+    entries: Iterable[Path],
+    scope: Scope,
+    strict: bool,
+    seen: dict[str, str | None] | None = None,
 ) -> tuple[list[Path], list[tuple[str, Path]], list[Refusal]]:
+    """Where each entry's way leads (binds, links made again) and what is refused;
+    ``strict`` False: nothing is (a folder that cannot be shown stays hidden)."""
+    seen = {} if seen is None else seen
     binds: list[Path] = []
     symlinks: list[tuple[str, Path]] = []
     refused: list[Refusal] = []
     for entry in entries:
-        links, end = trace(entry)
+        links, end = trace(entry, seen)
         for path in (*links, end):
             refusal = scope.refused(path)
             if refusal is not None:
@@ -222,7 +245,7 @@ def _placed(
                 fix = "install it in a folder of its own"
                 refused += [Refusal(path, reason, fix)] if strict else []
             elif root == path and path in links:
-                symlinks.append((os.readlink(path), path))
+                symlinks.append((seen[str(path)] or "", path))
             else:
                 binds.append(root)
     return binds, symlinks, refused

@@ -109,9 +109,10 @@ class Confinement:
         per command line)."""
         if words not in self._reached:
             path_env = self.source_env().get("PATH", os.defpath)
-            found = path_reach(path_env, self.scope())
             if words:
-                found = found + reach(words, path_env, self.scope())
+                found = self.reach() + reach(words, path_env, self.scope())
+            else:
+                found = path_reach(path_env, self.scope())
             self._reached[words] = found
         return self._reached[words]
 
