@@ -186,3 +186,22 @@ def test_the_probe_fails_where_an_attempt_could_not_start_the_cli(
     assert probed.returncode == 1, profile
     assert any("inside the repository" in m for m in profile["missing"]), profile
     assert not (sync / "doctor.json").exists()
+
+
+def test_a_verify_command_naming_a_script_under_tmp_is_a_located_warning(
+    tmp_path: Path, hidden_tmp: None
+) -> None:
+    # Given a task whose verify command runs a script under /tmp, where verify cannot see it
+    repo = make_repo(tmp_path / "repo", {"calc.py": BUGGY})
+    check = executable(tmp_path / "checks" / "check.sh", "#!/bin/sh\nexit 0\n")
+    write_plan(
+        repo,
+        '[agents.tool]\nkind = "shell"\ncommand = "true"\n\n'
+        f'[[task]]\nid = "fix"\nagent = "tool"\nprompt = "p"\nverify = "sh {check}"\n',
+    )
+    # When the plan is validated
+    done = orchardist(repo, "validate", "plan.toml")
+    # Then a warning names the task, the file and what to do
+    assert done.returncode == 0, done.stderr
+    assert f"task 'fix': verify: {check} is beneath /tmp" in done.stderr, done.stderr
+    assert "ORCHARDIST_SHARE_READONLY" in done.stderr

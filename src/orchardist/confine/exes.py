@@ -174,6 +174,13 @@ def path_reach(path_env: str, scope: Scope) -> Reach:
     return _tidy(*_placed(entries, scope, strict=False, seen=seen))
 
 
+def private_files(words: Iterable[str]) -> list[Path]:
+    """The absolute files among ``words`` that lie (or whose target lies) beneath a private
+    folder: confined processes do not see them unless something shows them."""
+    files = [Path(w) for w in words if os.path.isabs(w) and os.path.isfile(w)]
+    return [p for p in files if _private(p) or _private(Path(os.path.realpath(p)))]
+
+
 def shell_words(command: str) -> list[str]:
     """The words of a shell command line (its first command's, roughly): enough to find the
     program and the files it names; [] when it cannot be split."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..confine import landlock as sandbox
 from ..confine import userlink
-from ..confine.exes import Reach, Scope, path_reach, reach
+from ..confine.exes import Reach, Scope, path_reach, private_files, reach
 from ..confine.homes import tool_homes
 from ..confine.isolation import Mode, RepoView, Spec, choose, hidden_by_tmp
 from ..confine.layout import Layout
@@ -115,6 +115,18 @@ class Confinement:
                 found = path_reach(path_env, self.scope())
             self._reached[words] = found
         return self._reached[words]
+
+    def unseen(self, words: tuple[str, ...]) -> list[Path]:
+        """The files beneath the host's /tmp that the command line ``words`` names and that
+        confined processes other than the agent (verify commands, checks) do not see."""
+        if self.mode is not Mode.NAMESPACES:
+            return []
+        shown = (*self._hidden_needs(), *self.reach().binds)
+        return [
+            path
+            for path in private_files(words)
+            if not any(p.is_relative_to(s) for s in shown for p in (path, path.resolve()))
+        ]
 
     def refusals(self, words: tuple[str, ...]) -> list[str]:
         """Why the command line ``words`` cannot run confined (empty when it can): only with

@@ -46,7 +46,7 @@ def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> Preflight
     problems += _branch_problems(repo, plan, shown)
     problems += _missing_workdirs(repo, plan, shown, warnings)
     problems += _missing_clis(plan, shown, environ)
-    problems += _unseen_commands(plan, shown, environ)
+    problems += _unseen_commands(plan, shown, environ, warnings)
     unverified = [
         t.id for t in plan.tasks if not t.verify and t.check is None and not t.auto_verify
     ]
@@ -129,21 +129,32 @@ def _missing_clis(plan: Plan, shown: str, environ: Mapping[str, str] | None) -> 
     return problems
 
 
-def _unseen_commands(plan: Plan, shown: str, environ: Mapping[str, str] | None) -> list[Problem]:
+def _unseen_commands(
+    plan: Plan, shown: str, environ: Mapping[str, str] | None, warnings: list[str]
+) -> list[Problem]:
     """Profiles whose command (or a file it names) attempts could not see in their isolation:
-    each attempt would fail at once (see confine/exes.py)."""
+    each attempt would fail at once (see confine/exes.py); a warning for each file beneath
+    /tmp a verify command names, which it would not find."""
     from ..agents import command_words
+    from ..confine.exes import shell_words
     from ..executors.confinement import for_plan
 
     if plan.run.executor != "local":
         return []
     used = plan.used_agents()
     words = {name: command_words(p) for name, p in plan.agents.items() if name in used}
-    if not any(words.values()):
+    verify = {(t.id, c): tuple(shell_words(c)) for t in plan.tasks for c in t.verify}
+    if not any(words.values()) and not any("/tmp/" in c for _, c in verify):
         return []
     confinement = for_plan(plan, environ)
     if confinement is None:
         return []
+    warnings += [
+        f"task {task!r}: verify: {path} is beneath /tmp, which verify commands do not see "
+        "(their /tmp is their own): move it, or list its folder in ORCHARDIST_SHARE_READONLY"
+        for (task, _), said in verify.items()
+        for path in confinement.unseen(said)
+    ]
     return [
         Problem(shown, message, None, f"agents.{name}.command")
         for name in sorted(words)
