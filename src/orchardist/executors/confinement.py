@@ -222,13 +222,19 @@ _HOME_PROTECTED = (
 )
 
 
-def for_plan(plan: Plan, environ: Mapping[str, str] | None = None) -> Confinement | None:
+def for_plan(
+    plan: Plan,
+    environ: Mapping[str, str] | None = None,
+    mode: Mode | None = None,
+    repo: Repo | None = None,
+) -> Confinement | None:
     """The confinement a local run of ``plan`` gives its attempts, for the checks made before
-    one (validation, doctor); None where none can be made (the run itself says why)."""
-    repo = Repo(plan.repo)
+    one (validation, doctor), in ``mode`` (None: the one the run gets); None where none can
+    be made (the run itself says why). ``repo``: the plan's, when the caller has it open."""
+    repo = Repo(plan.repo) if repo is None else repo
     root = workdir_root(plan.run.workspace, environ)
     try:
-        mode = choose(plan.run.isolation)
+        mode = choose(plan.run.isolation) if mode is None else mode
         layout = Layout(repo, root, repo.common_dir / "orchardist")
         return Confinement(repo, layout, mode, environ, plan.run.environment)
     except IsolationError:
