@@ -12,6 +12,7 @@ from orchardist.confine.layout import Layout
 from orchardist.errors import IsolationError
 from orchardist.executors.confinement import Confinement
 from orchardist.git.repo import Repo
+from support import git
 
 
 def test_attempt_folders_inside_the_repository_are_refused_with_namespaces(repo: Path) -> None:
@@ -60,6 +61,9 @@ def test_a_command_in_the_repository_is_refused_only_where_attempts_see_a_view(
     assert str(tool) in said and "inside the repository" in said
     # and under Landlock, where the agent runs in the checkout's own files, it is not
     assert Confinement(Repo(repo), layout, Mode.LANDLOCK, None).refusals((str(tool),)) == []
+    # nor once git tracks it: each attempt's tree has it
+    git(repo, "add", "tools/agent.sh")
+    assert Confinement(Repo(repo), layout, Mode.NAMESPACES, None).refusals((str(tool),)) == []
 
 
 def test_the_agent_spec_shows_its_npm_package_and_a_verify_spec_the_tools_on_path(

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,10 @@ PRIVATE = (Path("/tmp"),)  # hidden from confined processes (each attempt's /tmp
 MAX_HOPS = 40  # symlinks followed for one path (the kernel's own limit)
 MAX_LINKS_PER_FOLDER = 500  # symlinks looked at in one folder on PATH
 SHEBANG_BYTES = 256
+
+
+def _untracked(path: Path) -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -42,11 +46,15 @@ class Scope:
     repo: Path  # the repository's path: attempts see their own tree there
     environment: tuple[Path, ...] = ()  # folders of the checkout shown read-only in it
     forbidden: tuple[Path, ...] = ()  # orchardist's attempt folders
+    tracked: Callable[[Path], bool] = _untracked  # whether git tracks a file of the checkout
 
     def refused(self, path: Path) -> Refusal | None:
-        """Why ``path`` cannot be shown as it is on the host, or None."""
-        if path.is_relative_to(self.repo) and not any(
-            path.is_relative_to(env) for env in self.environment
+        """Why ``path`` cannot be shown as it is on the host, or None (a file of the
+        repository that git tracks is in each attempt's tree: not refused)."""
+        if (
+            path.is_relative_to(self.repo)
+            and not any(path.is_relative_to(env) for env in self.environment)
+            and not self.tracked(path)
         ):
             return Refusal(
                 path,
@@ -243,8 +251,8 @@ def _placed(
             if refusal is not None:
                 refused += [refusal] if strict else []
                 continue
-            if not _private(path):
-                continue
+            if not _private(path) or path.is_relative_to(scope.repo):
+                continue  # seen anyway, or in the attempt's own tree
             root = _package(path)
             holds = scope.holds_private(root)
             if holds is not None:

@@ -102,7 +102,12 @@ class Confinement:
 
     def scope(self) -> Scope:
         """What attempts see at the repository's path, and the folders they must not see."""
-        return Scope(self.root, self.environment, (self.layout.folder.absolute(),))
+        return Scope(self.root, self.environment, (self.layout.folder.absolute(),), self._tracked)
+
+    def _tracked(self, path: Path) -> bool:
+        """Whether git tracks ``path`` in the checkout (so each attempt's tree has it)."""
+        rel = os.path.relpath(path, self.root)
+        return self.repo.run_git("ls-files", "--error-unmatch", "--", rel).returncode == 0
 
     def reach(self, words: tuple[str, ...] = ()) -> Reach:
         """What the command line ``words`` and the tools on PATH need to see (looked up once
