@@ -156,3 +156,28 @@ def test_the_probe_of_claude_from_npm_links_under_tmp_passes_as_its_run_does(
     assert (done.returncode, profile["probe"]) == (0, "ok"), profile
     assert len(api.turns()) == 1
     assert Path(profile["probe_argv"][0]).name == "bwrap"
+
+
+def test_the_probe_of_claude_installed_in_the_repository_fails_as_its_run_would(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the real claude installed in an ignored folder of the repository, which attempts
+    # do not see (they see their own tree there), and a model API that would answer
+    require_tool("claude")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
+    (repo / ".gitignore").write_text("node_modules/\n")
+    copy_tree(TOOLS / "node_modules", repo / "node_modules")
+    exe = repo / "node_modules" / ".bin" / "claude"
+    write_plan(
+        repo,
+        f'[agents.c]\nkind = "claude"\ncommand = "{exe}"\n\n'
+        '[[task]]\nid = "t"\nagent = "c"\nprompt = "p"\n',
+    )
+    with AnthropicServer([Text("OK")]) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        done = orchardist(repo, "doctor", "--probe", "--json", "plan.toml", timeout_s=300)
+    # Then doctor fails the profile, naming the path and the fix, and makes no request
+    (profile,) = json.loads(done.stdout)["profiles"]
+    assert done.returncode == 1, profile
+    assert any(f"needs {exe}" in m and "[run] environment" in m for m in profile["missing"])
+    assert api.turns() == []
