@@ -109,12 +109,13 @@ def test_doctor_reports_a_command_attempts_cannot_see(
 # -- doctor --probe runs what an attempt runs -------------------------------------------------
 
 FAKES = Path(__file__).resolve().parent / "agents" / "fakes"
-# A wrapper installed like npm installs a CLI: it records its command line and the pid
-# namespace it runs in (in the shared folder, under the run's id), then becomes the fake CLI.
+# A wrapper installed like npm installs a CLI: it records its command line, the pid namespace
+# it runs in and its variables' names (in the shared folder, under the run's id), then becomes
+# the fake CLI.
 WRAPPER = """#!/usr/bin/env python3
 import json, os, sys
 label = os.environ.get("ORCHARDIST_RUN", "version")
-record = {{"argv": sys.argv[1:], "ns": os.readlink("/proc/self/ns/pid")}}
+record = {{"argv": sys.argv[1:], "ns": os.readlink("/proc/self/ns/pid"), "env": sorted(os.environ)}}
 with open(os.path.join({sync!r}, label + ".json"), "w") as f:
     json.dump(record, f)
 os.execv(sys.executable, [sys.executable, {fake!r}, *sys.argv[1:]])
@@ -157,8 +158,10 @@ def test_the_probe_runs_the_command_line_a_run_runs_in_the_same_isolation(
     (profile,) = json.loads(probed.stdout)["profiles"]
     assert (probed.returncode, profile["probe"]) == (0, "ok"), profile
     run, probe = recorded(sync, only_run(repo)), recorded(sync, "doctor")
-    # with the same command line (codex's --sandbox included), each in a pid namespace of its own
+    # with the same command line (codex's --sandbox included) and variables, each in a pid
+    # namespace of its own
     assert comparable(probe["argv"]) == comparable(run["argv"])
+    assert probe["env"] == run["env"]
     assert "danger-full-access" in probe["argv"]
     assert probe["ns"] != os.readlink("/proc/self/ns/pid")
     # and doctor says what it ran: the CLI under bwrap

@@ -49,6 +49,10 @@ NOT_PROBED = ("shell", "scripted")  # kinds that call no model
 class Sight(Protocol):
     """How attempts are confined on this machine (executors.confinement.Confinement)."""
 
+    def private_env(self, paths: AttemptPaths) -> dict[str, str]:
+        """The variables pointing an attempt's tools at its own folders."""
+        ...
+
     def refusals(self, words: tuple[str, ...]) -> list[str]:
         """Why a command line cannot run confined."""
         ...
@@ -152,7 +156,7 @@ def probe_profile(
         spec = None
         if sight is not None:
             spec = sight.spec(paths, network=True, words=command_words(profile), user_git=False)
-        ctx = _probe_context(profile, cls, paths, environ, timeout_s, spec)
+        ctx = _probe_context(profile, cls, paths, environ, timeout_s, spec, sight)
         ctx.prompt_file.write_text(PROBE_PROMPT, encoding="utf-8")
         agent = make_agent(_one_turn(profile, cls))
         ran = tuple(_ran(agent, ctx))
@@ -191,12 +195,13 @@ def _probe_context(
     environ: Mapping[str, str],
     timeout_s: float,
     confine: Spec | None,
+    sight: Sight | None,
 ) -> AgentContext:
     """The context an attempt's agent would get, in the probe's own folders: the same
     variables (executors/local.py and attempt.py) and confinement."""
     env = scrubbed_env((*cls.env_keys, *profile.env), environ)
     real_home = Path(environ.get("HOME") or Path.home())
-    env.update(tool_homes(environ, real_home))
+    env.update(tool_homes(environ, real_home) if sight is None else sight.private_env(paths))
     env.update(
         ORCHARDIST_RUN="doctor",
         ORCHARDIST_TASK="probe",

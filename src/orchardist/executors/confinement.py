@@ -45,6 +45,7 @@ class Confinement:
         self._theirs: list[Path] | None = None
         self._hidden: tuple[Path, ...] | None = None
         self._reached: dict[tuple[str, ...], Reach] = {}
+        self._identity: dict[str, str] | None = None
         if mode is Mode.NAMESPACES and layout.folder.absolute().is_relative_to(self.root):
             raise IsolationError(
                 f"the attempt folders ({layout.folder}) are inside the repository {self.root}: "
@@ -59,6 +60,21 @@ class Confinement:
     def real_home(self) -> Path:
         """The user's own home (attempts get homes of their own)."""
         return Path(self.source_env().get("HOME") or Path.home())
+
+    def private_env(self, paths: AttemptPaths) -> dict[str, str]:
+        """HOME and TMPDIR of the attempt's own: what its tools write stays in the attempt
+        (and /tmp may be off limits, when the repository lives there). Toolchains installed in
+        the real home are named by their variables, so they are still found; commits inside
+        are the user's."""
+        if self._identity is None:  # the user's ~/.gitconfig is out of sight in the private HOME
+            name, email = self.layout.identity()
+            self._identity = {
+                f"GIT_{role}_{key}": value
+                for role in ("AUTHOR", "COMMITTER")
+                for key, value in (("NAME", name), ("EMAIL", email))
+            }
+        tools = tool_homes(self.source_env(), self.real_home())
+        return {**tools, **self._identity, "HOME": str(paths.home), "TMPDIR": str(paths.tmp)}
 
     def spec(
         self,

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..agents import Agent, AgentResult, agent_class, command_words, make_agent, scrubbed_env
 from ..confine import mounts
-from ..confine.homes import empty_home, fill_home, tool_homes
+from ..confine.homes import empty_home, fill_home
 from ..confine.isolation import Mode, Policy, Spec, choose, writable_of
 from ..confine.layout import Layout
 from ..confine.paths import AttemptPaths, workdir_root
@@ -66,13 +66,6 @@ class LocalExecutor:
     ) -> None:
         self.repo = repo
         self.layout = Layout(repo, workdir_root(workspace), Path(state_dir))
-        # The user's git identity (their ~/.gitconfig is out of sight in the private HOME).
-        name, email = self.layout.identity()
-        self._identity = {
-            f"GIT_{role}_{key}": value
-            for role in ("AUTHOR", "COMMITTER")
-            for key, value in (("NAME", name), ("EMAIL", email))
-        }
         self.log_root = Path(state_dir) / "logs"
         self.clock = clock
         self.environ = environ
@@ -480,11 +473,9 @@ class LocalExecutor:
         return {**env, **self.private_env(paths)}
 
     def private_env(self, paths: AttemptPaths) -> dict[str, str]:
-        """HOME and TMPDIR of the attempt's own: what its tools write stays in the attempt
-        (and /tmp may be off limits, when the repository lives there). Toolchains installed in
-        the real home are named by their variables, so they are still found."""
-        tools = tool_homes(self.confinement.source_env(), self.confinement.real_home())
-        return {**tools, **self._identity, "HOME": str(paths.home), "TMPDIR": str(paths.tmp)}
+        """The variables that point the attempt's tools at its own folders (see
+        :meth:`.Confinement.private_env`)."""
+        return self.confinement.private_env(paths)
 
     def confine(
         self,
