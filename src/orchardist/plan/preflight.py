@@ -142,11 +142,13 @@ def _unseen_commands(
     from ..confine.exes import shell_words
     from ..executors.confinement import for_plan
 
+    if plan.run.executor != "local":
+        return []
     used = plan.used_agents()
     words = {name: command_words(p) for name, p in plan.agents.items() if name in used}
     verify = {(t.id, c): tuple(shell_words(c)) for t in plan.tasks for c in t.verify}
     confinement = for_plan(plan, environ, Mode.NAMESPACES, repo)
-    if plan.run.executor != "local" or confinement is None:
+    if confinement is None:
         return []
     problems = [
         Problem(shown, message, None, f"agents.{name}.command")
