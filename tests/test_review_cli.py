@@ -153,11 +153,18 @@ def test_a_reviewed_task_waits_and_the_run_ends_awaiting_review_until_approved_a
 
     # Then: it lists the task with its agent and diff stat, prints the diff, records who
     assert [(p["run_id"], p["task_id"], p["agent"]) for p in listed] == [(run_id, "a", "sh")]
+    assert (listed[0]["title"], listed[0]["decided"]) == ("a", "")
     assert listed[0]["diffstat"] == "1 file changed, 3 insertions(+)"
     assert "test -f a.txt" in listed[0]["verify"]
     assert "+two" in diff.stdout
     assert approved.returncode == 0, approved.stderr
     assert f"`orchardist resume {run_id}` acts on it" in approved.stdout
+    (waiting,) = json.loads(review(repo, "--json").stdout)
+    assert (waiting["decided"], waiting["since"]) == (
+        f"approve by {getpass.getuser()}",
+        listed[0]["since"],
+    )
+    assert "decided: approve by" in review(repo).stdout
     (decided,) = review_events(repo, run_id, "decided")
     assert (decided["verdict"], decided["who"], decided["text"]) == (
         "approve",

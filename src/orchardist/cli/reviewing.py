@@ -97,10 +97,13 @@ def _list(ws: Any, args: argparse.Namespace) -> int:
             f"    {p.diffstat or 'no changes'}; {plain(p.verify)}; {cost}; "
             f"waiting {elapsed(now - p.since)}"
         )
-        print(
-            f"    orchardist review {p.run_id} {p.task_id} --diff | --approve | "
-            "--changes TEXT | --reject"
-        )
+        if p.decided:
+            print(f"    decided: {plain(p.decided)}; `orchardist resume {p.run_id}` acts on it")
+        else:
+            print(
+                f"    orchardist review {p.run_id} {p.task_id} --diff | --approve | "
+                "--changes TEXT | --reject"
+            )
     return EXIT_OK
 
 

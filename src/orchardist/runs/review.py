@@ -53,6 +53,7 @@ class PendingReview:
     verify: str  # what verification found, e.g. "verified: pytest -q"
     cost_usd: float | None  # the task's attempts so far (None: no agent reported one)
     tokens: int | None  # their input and output tokens
+    decided: str = ""  # a decision recorded and not acted on yet ("approve by ann"), else ""
 
 
 def pending(store: Store, run_id: str | None = None) -> list[PendingReview]:
@@ -65,13 +66,20 @@ def pending(store: Store, run_id: str | None = None) -> list[PendingReview]:
         waiting = [t for t in store.tasks(run.id) if t.state is TaskState.AWAITING_REVIEW]
         if not waiting:
             continue
-        asked = {e.task_id: e for e in store.last_events(run.id, Kind.REVIEW)}
+        requested = store.last_events(run.id, Kind.REVIEW, ReviewEvent.REQUESTED)
+        asked = {e.task_id: e for e in requested}
+        open_ = {(d.task_id, d.attempt): d for d in store.decisions(run.id) if d.applied_at is None}
         repo = Repo(Path(run.repo))
         for task in waiting:
             attempts = store.attempts(run.id, task.task_id)
             reviewed = _reviewed(attempts)
-            if reviewed is not None:
-                found.append(_pending(run, repo, attempts, reviewed, asked.get(task.task_id)))
+            if reviewed is None:
+                continue
+            item = _pending(run, repo, attempts, reviewed, asked.get(task.task_id))
+            if (decided := open_.get((task.task_id, reviewed.n))) is not None:
+                verdict = decided.decision.verdict.value
+                item = replace(item, decided=f"{verdict} by {decided.decision.who}")
+            found.append(item)
     return sorted(found, key=lambda p: (p.since, p.run_id, p.task_id))
 
 

@@ -428,12 +428,14 @@ class Store:
         )
         return self._events(rows)
 
-    def last_events(self, run_id: str, kind: str) -> list[Event]:
-        """Each task's latest event of ``kind`` in a run, in order (one query, not the log)."""
+    def last_events(self, run_id: str, kind: str, state: str | None = None) -> list[Event]:
+        """Each task's latest event of ``kind`` (and ``state``, if given) in a run, in order
+        (one query, not the log)."""
+        where = "" if state is None else " and json_extract(data, '$.state') = ?"
         rows = self._rows(
             "select * from events where seq in (select max(seq) from events where run_id = ?"
-            " and kind = ? and task_id is not null group by task_id) order by seq",
-            (run_id, kind),
+            f" and kind = ?{where} and task_id is not null group by task_id) order by seq",
+            (run_id, kind) if state is None else (run_id, kind, state),
         )
         return self._events(rows)
 
