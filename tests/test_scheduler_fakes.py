@@ -12,7 +12,7 @@ from pathlib import Path
 
 from orchardist.clocks import WallTimers
 from orchardist.engine.hooks import Hook, Hooks
-from orchardist.engine.merge import MemoryIntegrator
+from orchardist.engine.integrators import MemoryIntegrator
 from orchardist.engine.scheduler import Scheduler
 from orchardist.executors import Job, Notify, Outcome, Phase
 from orchardist.executors.inline import InlineExecutor

@@ -205,3 +205,7 @@ class Integrator(Protocol):
     def first_parent_commits(self, since: str, until: str) -> list[str]:
         """Commits in ``since..until`` along first parents, oldest first."""
         ...
+
+    def changed(self, old: str, new: str) -> frozenset[str]:
+        """The paths whose content differs from ``old`` to ``new``."""
+        ...

@@ -19,6 +19,7 @@ from ..state.records import AttemptRecord, AttemptState, Failure, TaskState
 from .jobs import Briefs
 from .ledger import Ledger, Writes
 from .merge import (
+    Bisected,
     BranchMoved,
     Conflict,
     Merged,
@@ -120,7 +121,19 @@ class Lifecycle:
             tx.attempt(task_id, n, **failed, detail=where)
             self.rerun(tx, task_id, where)
         elif isinstance(step, NeedsVerify):
-            tx.event(Kind.MERGE, task_id, n, state=MergeEvent.VERIFYING, tip=step.tip[:12])
+            batch = [o.job.task_id for o in step.batch] or [task_id]
+            for outcome in step.batch or (step.outcome,):
+                verifying = {"tip": step.tip[:12], "batch": batch}
+                tx.event(
+                    Kind.MERGE,
+                    outcome.job.task_id,
+                    outcome.job.attempt,
+                    state=MergeEvent.VERIFYING,
+                    **verifying,
+                )
+        elif isinstance(step, Bisected):
+            bisecting = {"detail": step.result.detail, "sizes": list(step.sizes)}
+            tx.event(Kind.MERGE, task_id, n, state=MergeEvent.BISECTING, **bisecting)
         elif isinstance(step, VerifyFailed):
             result = step.result
             tx.event(Kind.MERGE, task_id, n, state=result.state.value, detail=result.detail)
