@@ -7,7 +7,8 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -20,7 +21,16 @@ from ..safeio import flocked
 from ..state.store import Store
 from ..verify.oracle import CommandOutcome, baseline_key
 from ..verify.verifier import run_one
+from . import Job, VerifyJob
 from .views import make_view
+
+
+def keeper(baselines: LocalBaselines | None, job: Job) -> Callable[[CommandOutcome], None] | None:
+    """Where a merge verification's outcomes go: the baselines of the tree it verified (the
+    next merge stacked on it judges its failures against them instead of running them again)."""
+    if baselines is None or not isinstance(job, VerifyJob) or job.purpose != "merge":
+        return None
+    return partial(baselines.keep, job.base_commit, job.workdir, job.network)
 
 
 class Host(Protocol):
@@ -77,6 +87,14 @@ class LocalBaselines:
                 with self.store.transaction() as tx:
                     tx.put_baseline(key, commit, outcome, self.executor.clock())
             return outcome
+
+    def keep(self, commit: str, workdir: str, network: bool, outcome: CommandOutcome) -> None:
+        """A command's outcome on ``commit``, run by a verification of that very tree (a merged
+        tree): the baseline of the next merge stacked on it, which is then not run again."""
+        key = self.key(commit, outcome.command, workdir, network)
+        with self.store.transaction() as tx:
+            if self.store.baseline(key) is None:
+                tx.put_baseline(key, commit, outcome, self.executor.clock())
 
     @staticmethod
     def key(commit: str, command: str, workdir: str, network: bool) -> str:

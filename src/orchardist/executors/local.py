@@ -33,6 +33,7 @@ from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier
 from . import AttemptJob, Job, Notify, Outcome, Phase
 from .attempt import Attempt, Work, agent_context, note_ending
 from .baselines import LocalBaselines as LocalBaselines
+from .baselines import keeper
 from .confinement import Confinement, without, writable_of
 from .guard import CheckoutGuard
 from .views import make_view, needs_view, view_paths
@@ -80,8 +81,8 @@ class LocalExecutor:
         self._cancels: dict[str, CancelToken] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._agents: dict[str, Agent] = {}
-        baselines = None if store is None else LocalBaselines(self, store)
-        self.verifier = CommandVerifier(baselines)
+        self.baselines = None if store is None else LocalBaselines(self, store)
+        self.verifier = CommandVerifier(self.baselines)
         self.store = store
         # ``sandbox = False`` is the older spelling of isolation "off".
         self.policy = isolation or (Policy.AUTO if sandbox else Policy.OFF)
@@ -376,6 +377,7 @@ class LocalExecutor:
             marker=job.marker,
             confine=self.confine(paths, network=job.network, hidden=a.hidden),
             network=job.network,
+            keep=keeper(self.baselines, job),
         )
         common: dict[str, Any] = {
             "patch_commit": work.patch,
