@@ -5,6 +5,7 @@ once, in the order the winners won."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from orchardist.engine.integrators import MemoryIntegrator
 from orchardist.engine.merge import (
@@ -220,3 +221,21 @@ def test_a_halted_queue_forgets_its_entries_but_counts_its_verifications_until_t
     assert not q.train.queue and q.train.verifying == 1 and q.train.owns(step.job.id)
     q.end(step.job, True)
     assert q.train.verifying == 0 and q.step(room=1) is None and q.integrator.tip() == MOVED
+
+
+def test_winners_needing_no_verification_wait_behind_a_batch_and_land_after_it_in_order() -> None:
+    # Given: a batch being verified, then 1500 winners of tasks without verify commands
+    q = Queue()
+    q.train.enqueue(won("a"))
+    first = q.step(room=1)
+    assert isinstance(first, NeedsVerify)
+    for i in range(1500):
+        unchecked = won(f"n{i}")
+        q.train.enqueue(replace(unchecked, job=replace(unchecked.job, verify=())))
+    # When: the queue moves without a slot; Then: nothing lands before a
+    assert q.step(room=0) is None and q.integrator.tip() == MOVED
+    # When: a passes; Then: a lands, then each of the others, in order, without verification
+    q.end(first.job, True)
+    steps = q.drain(room=0, passes=lambda tasks: True)
+    assert merged(steps) == ["a", *(f"n{i}" for i in range(1500))]
+    assert len(q.asked) == 1

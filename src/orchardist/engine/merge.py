@@ -230,34 +230,38 @@ class MergeTrain:
     # -- forming batches -----------------------------------------------------------------
 
     def _take(self, lands: Callable[[str], bool], room: int) -> MergeStep | None:
-        """Stack the first waiting winner (and, in a batch, those behind it)."""
-        outcome = self.queue[0]
-        job = outcome.job
-        assert isinstance(job, AttemptJob)  # winners are attempts, never verify-only jobs
-        if outcome.patch_commit is None or not lands(job.task_id):
-            # A task that changes nothing (a scanner), or a stage that hands over instead.
-            self.queue.popleft()
-            return self.landed(outcome, None)
-        on = self.stack[-1].top if self.stack else self.tip
-        checked = bool(outcome.verify_commands or job.verify)
-        if checked and on != job.base_commit and room < 1 and self.reverify is Reverify.ALWAYS:
-            return None  # it needs a slot to verify in: wait for one
-        prepared = self.integrator.prepare(job.base_commit, outcome.patch_commit, job.message, on)
-        if prepared.commit is None:
-            if self.stack:  # it may conflict only with a batch ahead that will not land
-                return None
-            self.queue.popleft()
-            return Conflict(outcome, prepared.conflicts)
-        if not checked or not self._needs_verify(job.base_commit, outcome.patch_commit, prepared):
+        """Stack the first waiting winner (and, in a batch, those behind it); winners that need
+        no verification are stacked as they are, one after another."""
+        while self.queue:
+            outcome = self.queue[0]
+            job = outcome.job
+            assert isinstance(job, AttemptJob)  # winners are attempts, never verify-only jobs
+            if outcome.patch_commit is None or not lands(job.task_id):
+                # A task that changes nothing (a scanner), or a stage that hands over instead.
+                self.queue.popleft()
+                return self.landed(outcome, None)
+            on = self.stack[-1].top if self.stack else self.tip
+            checked = bool(outcome.verify_commands or job.verify)
+            moved = on != job.base_commit
+            if checked and moved and room < 1 and self.reverify is Reverify.ALWAYS:
+                return None  # it needs a slot to verify in: wait for one
+            patch, message = outcome.patch_commit, job.message
+            prepared = self.integrator.prepare(job.base_commit, patch, message, on)
+            if prepared.commit is None:
+                if self.stack:  # it may conflict only with a batch ahead that will not land
+                    return None
+                self.queue.popleft()
+                return Conflict(outcome, prepared.conflicts)
+            if checked and self._needs_verify(job.base_commit, patch, prepared):
+                if room < 1:
+                    return None
+                self.queue.popleft()
+                return self._batch(_Entry(outcome, prepared), lands, on)
             self.queue.popleft()
             if not self.stack:
                 return self.advance(outcome, prepared)
             self.stack.append(_Batch((_Entry(outcome, prepared),), None))
-            return self.next(lands, room)
-        if room < 1:
-            return None
-        self.queue.popleft()
-        return self._batch(_Entry(outcome, prepared), lands, on)
+        return None
 
     def _needs_verify(self, base: str, patch: str, prepared: Prepared) -> bool:
         """Whether the merged tree must be verified: it is not the patch's verified tree, and
