@@ -20,6 +20,9 @@ The floor: ``--slots`` workers, each task done once, as the run does it minus or
 there once, ``merge-tree`` onto the (moved) tip + ``commit-tree`` + ``update-ref``
 (compare-and-swap, redone when another worker moved the tip; not verified again).
 
+``--reverify overlap``: the plan opts in to landing disjoint patches unverified (an orchardist
+without the setting rejects the plan).
+
 ``--old-src DIR``: the same run with another orchardist (``PYTHONPATH=DIR``), A/B interleaved
 (floor, new, old, per round). Printed per run: wall seconds, its ratio to the floor of the same
 round, verify runs per task (attempts' verifies + merge verifications, from the run's logs),
@@ -91,10 +94,13 @@ def tasks(n: int, failing: bool) -> list[tuple[str, str, list[str]]]:
     return special[:2] + plain + special[2:]
 
 
-def write_plan(repo: Path, todo: list[tuple[str, str, list[str]]], verify_s: float) -> Path:
+def write_plan(
+    repo: Path, todo: list[tuple[str, str, list[str]]], verify_s: float, reverify: str | None
+) -> Path:
     """The plan: shell agents, one verify command for all."""
     verify = f"sleep {verify_s}; {CHECK}"
     lines = ["[run]", f"verify = {json.dumps(verify)}"]
+    lines += [f"reverify = {json.dumps(reverify)}"] if reverify else []
     for task, command, _ in todo:
         lines += ["", f"[agents.{task}]", 'kind = "shell"', f"command = {json.dumps(command)}"]
     for task, _, deps in todo:
@@ -176,7 +182,7 @@ def bench(args: argparse.Namespace, n: int, round_: int, tmp: Path) -> None:
     folder = tmp / f"{n}-{round_}"
     repo = make_repo(folder / "repo")
     todo = tasks(n, args.failing)
-    plan = write_plan(repo, todo, args.verify_s)
+    plan = write_plan(repo, todo, args.verify_s, args.reverify)
     floor_s = floor(repo, [f"f{i:03d}" for i in range(n)], args.slots, args.verify_s, folder / "f")
     bound = n * args.verify_s / args.slots
     print(f"{n:>4} tasks  floor {floor_s:6.1f} s  (bound {bound:.1f} s)", flush=True)
@@ -204,6 +210,7 @@ def main() -> None:
     parser.add_argument("--failing", action="store_true", help="a pair whose merge fails")
     parser.add_argument("--old-src", help="another orchardist's src folder, run A/B")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--reverify", choices=("always", "overlap"), help="[run] reverify")
     parser.add_argument("--keep", type=Path, help="work in this (new) folder and keep it")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="orchardist-mergetrain-") as tmp:
