@@ -82,15 +82,7 @@ class Scheduler:
         self.ledger = Ledger(store, self.hooks, run.id, clock, fail_fast)
         self.tasks = self.ledger.tasks  # the same dict: the ledger keeps it in step
         self.active: dict[str, AttemptJob] = {}
-        self.train = MergeTrain(
-            integrator,
-            run.branch,
-            self.ledger.intend,
-            self.ledger.deleted,
-            cancel=lambda job_id: executor.cancel(job_id, "a merge ahead of it failed"),
-            reverify=plan.run.reverify,
-            ways=self.max_parallel,
-        )
+        self.train = self._merge_train(plan, run.branch)
         timeout_s = max((t.timeout_s for t in plan.tasks), default=3600.0)
         self.guard = RegressionGuard(plan.run, run.id, run.base_commit, timeout_s, integrator)
         self.briefs = Briefs(plan, run.id)
@@ -114,6 +106,18 @@ class Scheduler:
             rng=self.rng,
             retry_in=lambda delay_s, task_id: self.alarms.set(delay_s, "retry", task_id),
             cancel=self._cancel,
+        )
+
+    def _merge_train(self, plan: Plan, branch: str) -> MergeTrain:
+        """The run's merge queue: it cancels the verifications of trees that will not land."""
+        return MergeTrain(
+            self.integrator,
+            branch,
+            self.ledger.intend,
+            self.ledger.deleted,
+            cancel=lambda job_id: self.executor.cancel(job_id, "a merge ahead of it failed"),
+            reverify=plan.run.reverify,
+            ways=self.max_parallel,
         )
 
     # -- the loop ------------------------------------------------------------------------

@@ -247,17 +247,8 @@ class CommandVerifier:
             return Verdict(True, "unverified", "no verify commands: merged unchecked")
         scratch.parent.mkdir(parents=True, exist_ok=True)
         fresh_folder(scratch)  # the agent may have left a symlink there (see run_one)
-        run = partial(
-            self.runner,
-            cwd=cwd,
-            env=env,
-            log=log,
-            deadline=deadline,
-            cancel=cancel,
-            marker=marker,
-            writable=writable,
-            confine=confine,
-        )
+        run = partial(self.runner, cwd=cwd, env=env, log=log, deadline=deadline, cancel=cancel)
+        run = partial(run, marker=marker, writable=writable, confine=confine)
         notes: list[str] = []
         run_id = env.get("ORCHARDIST_RUN", "")  # tags baseline processes for crash cleanup
         for i, command in enumerate(commands):
