@@ -10,6 +10,7 @@ from dataclasses import replace
 from orchardist.engine.integrators import MemoryIntegrator
 from orchardist.engine.merge import (
     Bisected,
+    BranchMoved,
     Merged,
     MergeStep,
     MergeTrain,
@@ -239,3 +240,25 @@ def test_winners_needing_no_verification_wait_behind_a_batch_and_land_after_it_i
     steps = q.drain(room=0, passes=lambda tasks: True)
     assert merged(steps) == ["a", *(f"n{i}" for i in range(1500))]
     assert len(q.asked) == 1
+
+
+def test_a_branch_moved_under_a_passed_batch_is_put_back_and_the_whole_stack_queued_again() -> None:
+    # Given: a passed batch of a and b, and c's batch stacked on it, still out
+    q = Queue()
+    q.train.enqueue(won("a"))
+    q.train.enqueue(won("b"))
+    first = q.step(room=2)
+    q.train.enqueue(won("c"))
+    second = q.step(room=1)
+    assert isinstance(first, NeedsVerify) and isinstance(second, NeedsVerify)
+    q.end(first.job, True)
+    # When: someone else moves the branch before a lands
+    q.integrator.reset("f" * 40, MOVED)
+    step = q.step(room=0)
+    # Then: the branch is put back; nothing landed; c's verification is cancelled; a, b and c
+    # wait again, in order, to be verified on the tip as it is
+    assert isinstance(step, BranchMoved) and step.restored
+    assert q.integrator.tip() == MOVED == q.train.tip
+    assert q.cancelled == [second.job.id]
+    assert [o.job.task_id for o in q.train.queue] == ["a", "b", "c"]
+    assert not q.train.stack
