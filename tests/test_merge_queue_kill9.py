@@ -19,10 +19,10 @@ def test_a_run_killed_while_a_batch_is_verified_resumes_and_lands_each_task_once
     repo: Path, sync: Path, launch: Launch
 ) -> None:
     # Given: four independent tasks; the verification of a tree holding three or more of their
-    # files (a batch stacked on a landed one) hangs the first time, leaving a marker
+    # files hangs the first time, leaving a marker; one of two files takes 5 s
     verify = (
-        f'if [ "$(ls t | wc -l)" -ge 3 ] && [ ! -e {sync}/batch ]; then '
-        f"touch {sync}/batch; sleep 60; fi"
+        f'n=$(ls t | wc -l); if [ "$n" -ge 3 ] && [ ! -e {sync}/batch ]; then '
+        f'touch {sync}/batch; sleep 60; elif [ "$n" -eq 2 ]; then sleep 5; fi'
     )
     script = "\n".join(f'{t} = {{ write = {{ "t/{t}.txt" = "{t}\\n" }} }}' for t in "abcd")
     plan = write_plan(
@@ -44,6 +44,9 @@ def test_a_run_killed_while_a_batch_is_verified_resumes_and_lands_each_task_once
     proc = launch("run", str(plan))
     wait_until("a batch to be verified", (sync / "batch").exists, timeout_s=60)
     run_id = only_run(repo)
+    # (the queue verifies ahead of the branch: three tasks' tree while the branch holds one)
+    branch = f"orchardist/{run_id}"
+    on_branch_at_kill = git(repo, "ls-tree", "--name-only", f"{branch}:t").split()
 
     # When: the orchestrator alone is killed -9 during that verification, and the run resumed
     os.kill(proc.pid, signal.SIGKILL)
@@ -62,3 +65,4 @@ def test_a_run_killed_while_a_batch_is_verified_resumes_and_lands_each_task_once
         git(repo, "rev-list", f"{base}..{branch}").split()
     )
     assert leftovers(repo, run_id) == []
+    assert len(on_branch_at_kill) == 1, on_branch_at_kill
