@@ -121,9 +121,9 @@ class Lifecycle:
             tx.attempt(task_id, n, **failed, detail=where)
             self.rerun(tx, task_id, where)
         elif isinstance(step, NeedsVerify):
-            batch = [o.job.task_id for o in step.batch] or [task_id]
-            for outcome in step.batch or (step.outcome,):
-                verifying = {"tip": step.tip[:12], "batch": batch}
+            batch = step.batch or (step.outcome,)
+            for outcome in batch:  # the job's log holds the verification of them all
+                verifying = {"tip": step.tip[:12], "batch": len(batch), "job": step.job.id}
                 tx.event(
                     Kind.MERGE,
                     outcome.job.task_id,
