@@ -8,10 +8,11 @@ import random
 from pathlib import Path
 
 from orchardist.engine.hooks import Hooks
+from orchardist.engine.integrators import MemoryIntegrator
 from orchardist.engine.jobs import Briefs, started
 from orchardist.engine.ledger import Ledger
 from orchardist.engine.lifecycle import Lifecycle
-from orchardist.engine.merge import MemoryIntegrator, Merged, MergeTrain
+from orchardist.engine.merge import Merged, MergeTrain
 from orchardist.engine.policy import Backoff
 from orchardist.engine.regression import Culprit, Rewind
 from orchardist.engine.review import Gate

@@ -669,6 +669,18 @@ def test_unknown_isolation_and_non_boolean_network_are_located_problems(repo: Pa
     assert ("a", "network", "expected true or false") in found
 
 
+def test_reverify_is_always_by_default_overlap_on_request_and_anything_else_located(
+    repo: Path,
+) -> None:
+    task = AGENT + '[[task]]\nid = "a"\n'
+    assert load_plan(write_plan(repo, task)).run.reverify == "always"
+    overlap = load_plan(write_plan(repo, '[run]\nreverify = "overlap"\n' + task))
+    assert overlap.run.reverify == "overlap"
+    for bad in ('"never"', "true"):
+        found = problems_of(write_plan(repo, f"[run]\nreverify = {bad}\n" + task))
+        assert (None, "run.reverify", 'expected one of "always", "overlap"') in found
+
+
 def test_task_is_filled_in_verify_and_check_commands_shell_quoted(repo: Path) -> None:
     # Given a run-wide verify and a task check that name {task}, and literal braces written
     # {{ and }} as in agent commands (one rule for both)

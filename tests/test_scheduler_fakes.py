@@ -12,7 +12,7 @@ from pathlib import Path
 
 from orchardist.clocks import WallTimers
 from orchardist.engine.hooks import Hook, Hooks
-from orchardist.engine.merge import MemoryIntegrator
+from orchardist.engine.integrators import MemoryIntegrator
 from orchardist.engine.scheduler import Scheduler
 from orchardist.executors import Job, Notify, Outcome, Phase
 from orchardist.executors.inline import InlineExecutor
@@ -474,3 +474,65 @@ def test_a_decision_recorded_while_the_scheduler_runs_is_acted_on_without_a_rest
     assert state is RunState.DONE
     states = [e.data["state"] for e in store.events(run.id) if e.kind == "review"]
     assert states == ["review_requested", "applied"]
+
+
+class Counting(InlineExecutor):
+    """The inline executor that remembers the most jobs it held at once; merge verifications
+    take ``verify_s`` (an attempt takes its task's duration)."""
+
+    def __init__(self, durations_s: dict[str, float], verify_s: float) -> None:
+        super().__init__(WallTimers(), durations_s)
+        self.verify_s, self.held, self.most, self.merges = verify_s, 0, 0, 0
+
+    def submit(self, job: Job, notify: Notify) -> None:
+        with self._lock:
+            self.held += 1
+            self.most = max(self.most, self.held)
+            self.merges += job.purpose == "merge"
+
+        def ended(message: Phase | Outcome) -> None:
+            if isinstance(message, Outcome):
+                with self._lock:
+                    self.held -= 1
+            notify(message)
+
+        if job.purpose != "merge":
+            super().submit(job, ended)
+            return
+        started = self.clock.now()
+        with self._lock:
+            self._pending[job.id] = (job, ended, started)
+        self.clock.call_at(started + self.verify_s, lambda: self._finish(job.id))
+
+
+def test_merge_verifications_hold_slots_and_wait_to_be_batched_while_attempts_want_them() -> None:
+    # Given: six independent tasks, two slots; merged trees take as long to verify as attempts
+    tasks = tuple(
+        TaskSpec(id=f"t{i}", title=f"t{i}", prompt="p", agent="fake", index=i, verify=("check",))
+        for i in range(6)
+    )
+    profile = AgentProfile("fake", "shell", options={"command": "false"})
+    plan = Plan(
+        Path("/nonexistent/plan.toml"), Path("/nonexistent"), RunConfig(max_parallel=2),
+        {"fake": profile}, tasks, "",
+    )  # fmt: skip
+    store = Store.in_memory()
+    run = Run("r1", "plan.toml", "", "/nonexistent", BASE, "orchardist/r1", RunState.RUNNING, 0.0)
+    with store.transaction() as tx:
+        tx.add_run(run)
+        for task in plan.tasks:
+            tx.add_task(TaskRecord(run.id, task.id, TaskState.PENDING, task.index))
+    executor = Counting({t.id: 0.05 for t in tasks}, verify_s=0.05)
+    integrator = MemoryIntegrator(BASE)
+    # When: the scheduler drives it
+    try:
+        state = Scheduler(plan, run, store, executor, integrator).run()
+    finally:
+        executor.close()
+    # Then: all landed, never more than two jobs at once (merge verifications count)
+    assert state is RunState.DONE
+    assert len(integrator.first_parent_commits(BASE, integrator.tip())) == 6
+    assert executor.most == 2
+    # And: the merged trees were verified in batches, not one by one (the first landed as is)
+    assert 1 <= executor.merges < 5
+    store.close()

@@ -26,7 +26,7 @@ Agent and Executor are defined next to their implementations (``agents/__init__.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,9 +173,11 @@ class Verifier(Protocol):
         check_baseline: str | None = None,
         confine: Spec | None = None,
         network: bool = False,
+        keep: Callable[[CommandOutcome], None] | None = None,
     ) -> Verdict:
         """Every command must pass, or fail only where ``baseline`` already failed; the check
-        must fail on ``check_baseline`` (default: ``baseline``) and pass here."""
+        must fail on ``check_baseline`` (default: ``baseline``) and pass here. ``keep`` hears
+        each command's outcome on this tree (to serve as a later baseline)."""
         ...
 
 
@@ -212,4 +214,8 @@ class Integrator(Protocol):
 
     def first_parent_commits(self, since: str, until: str) -> list[str]:
         """Commits in ``since..until`` along first parents, oldest first."""
+        ...
+
+    def changed(self, old: str, new: str) -> frozenset[str]:
+        """The paths whose content differs from ``old`` to ``new``."""
         ...

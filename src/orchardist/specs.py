@@ -83,6 +83,14 @@ class TaskSpec:
         return self.agents[candidate % len(self.agents)] if self.agents else self.agent
 
 
+class Reverify(enum.StrEnum):
+    """When a winner's patch, merged onto a tip that moved, is verified again (``[run]
+    reverify``)."""
+
+    ALWAYS = "always"  # every merged tree that is not the verified one
+    OVERLAP = "overlap"  # only when the patch and what landed since its base share a file
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """The ``[run]`` table."""
@@ -99,6 +107,7 @@ class RunConfig:
     select: str = "smallest"
     regression: tuple[str, ...] = ()  # run on the run branch after merges
     regression_every: int = 1
+    reverify: Reverify = Reverify.ALWAYS  # "overlap": disjoint patches land unverified
     max_patch_mb: float = 50.0  # a patch with a larger file fails
     guard_checkout: bool = True  # fail an attempt during which the user's checkout changed
     sandbox: bool = True  # false: the same as isolation = "off"

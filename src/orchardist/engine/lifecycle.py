@@ -27,6 +27,7 @@ from ..state.records import (
 from .jobs import Briefs
 from .ledger import Ledger, Writes
 from .merge import (
+    Bisected,
     BranchMoved,
     Conflict,
     Merged,
@@ -180,7 +181,19 @@ class Lifecycle:
             tx.attempt(task_id, n, **failed, detail=where)
             self.rerun(tx, task_id, where)
         elif isinstance(step, NeedsVerify):
-            tx.event(Kind.MERGE, task_id, n, state=MergeEvent.VERIFYING, tip=step.tip[:12])
+            batch = step.batch or (step.outcome,)
+            for outcome in batch:  # the job's log holds the verification of them all
+                verifying = {"tip": step.tip[:12], "batch": len(batch), "job": step.job.id}
+                tx.event(
+                    Kind.MERGE,
+                    outcome.job.task_id,
+                    outcome.job.attempt,
+                    state=MergeEvent.VERIFYING,
+                    **verifying,
+                )
+        elif isinstance(step, Bisected):
+            bisecting = {"detail": step.result.detail, "sizes": list(step.sizes)}
+            tx.event(Kind.MERGE, task_id, n, state=MergeEvent.BISECTING, **bisecting)
         elif isinstance(step, VerifyFailed):
             result = step.result
             tx.event(Kind.MERGE, task_id, n, state=result.state.value, detail=result.detail)

@@ -87,7 +87,7 @@ class Scheduler:
         self.ledger = Ledger(store, self.hooks, run.id, clock, fail_fast)
         self.tasks = self.ledger.tasks  # the same dict: the ledger keeps it in step
         self.active: dict[str, AttemptJob] = {}
-        self.train = MergeTrain(integrator, run.branch, self.ledger.intend, self.ledger.deleted)
+        self.train = self._merge_train(plan, run.branch)
         timeout_s = max((t.timeout_s for t in plan.tasks), default=3600.0)
         self.guard = RegressionGuard(plan.run, run.id, run.base_commit, timeout_s, integrator)
         self.briefs = Briefs(plan, run.id)
@@ -115,6 +115,18 @@ class Scheduler:
             cancel=self._cancel,
         )
 
+    def _merge_train(self, plan: Plan, branch: str) -> MergeTrain:
+        """The run's merge queue: it cancels the verifications of trees that will not land."""
+        return MergeTrain(
+            self.integrator,
+            branch,
+            self.ledger.intend,
+            self.ledger.deleted,
+            cancel=lambda job_id: self.executor.cancel(job_id, "a merge ahead of it failed"),
+            reverify=plan.run.reverify,
+            ways=self.max_parallel,
+        )
+
     # -- the loop ------------------------------------------------------------------------
 
     def run(self) -> RunState:
@@ -136,8 +148,8 @@ class Scheduler:
 
     def abandon(self) -> None:
         """Cancel every job still out (the loop itself failed): nothing may run on unseen."""
-        jobs = [*self.active]
-        jobs += [p.job.id for p in (self.train.merging, self.guard.in_flight) if p is not None]
+        jobs = [*self.active, *(j.id for j in self.train.jobs())]
+        jobs += [self.guard.in_flight.job.id] if self.guard.in_flight is not None else []
         for job_id in jobs:
             self.executor.cancel(job_id, "the orchestrator failed")
 
@@ -159,7 +171,7 @@ class Scheduler:
             return None
 
     def _settled(self) -> bool:
-        if self.active or self.train.merging is not None or self.guard.in_flight is not None:
+        if self.active or self.train.verifying or self.guard.in_flight is not None:
             return False
         if self.stopping is not None:
             return True
@@ -186,8 +198,8 @@ class Scheduler:
             self._apply_reviews()
         elif isinstance(message, Phase):
             self._phase(message)
-        elif self.train.merging is not None and message.job.id == self.train.merging.job.id:
-            self._merge_step(self.train.verified(message))
+        elif self.train.owns(message.job.id):
+            self.train.verified(message)
             self._pump_merges()
         elif self.guard.in_flight is not None and message.job.id == self.guard.in_flight.job.id:
             self._regression_ended(message)
@@ -208,7 +220,7 @@ class Scheduler:
         """When a pool that ready work waits for opens again (breaker cool-down, rate limit)."""
         if not self.ready or self.stopping is not None or self.soft_stop is not None:
             return None
-        if len(self.active) >= self.max_parallel:
+        if self._free_slots() < 1:
             return None  # every slot is taken: an attempt that ends wakes the loop
         wait_s = self.pools.wake_in(self.ready.pools())
         return None if wait_s is None else self.monotonic() + wait_s
@@ -218,7 +230,7 @@ class Scheduler:
     def _launch(self) -> None:
         if self.ledger.failed_fast is not None and self.stopping is None:
             self._stop(Stop(f"fail-fast: task {self.ledger.failed_fast} failed", RunState.FAILED))
-        while self.stopping is None and len(self.active) < self.max_parallel:
+        while self.stopping is None and self._free_slots() > 0:
             if self._run_budget_spent():
                 return
             unit = self.ready.pop(self.pools.has_room)
@@ -229,6 +241,10 @@ class Scheduler:
                 self._hold(task_id, f"cost budget spent (${self.budgets.cost[task_id]:.2f})")
                 continue
             self._start_attempt(self.specs[task_id], unit.candidate)
+
+    def _free_slots(self) -> int:
+        """Slots neither an attempt nor a merge verification holds."""
+        return self.max_parallel - len(self.active) - self.train.verifying
 
     def _run_budget_spent(self) -> bool:
         if self.soft_stop is None and (spent := self.budgets.run_spent()) is not None:
@@ -330,13 +346,22 @@ class Scheduler:
     # -- merging -------------------------------------------------------------------------
 
     def _pump_merges(self) -> None:
-        """Land queued winners one at a time, in the order they won."""
+        """Land what passed, in the order it won; verify merged trees in the slots attempts
+        leave free (or first, when a task waits for one of them to land)."""
+        if not self._merge_awaited():
+            self._launch()  # what waits in the queue is verified later, in larger batches
         while self.guard.in_flight is None and self.stopping is None:
-            step = self.train.next(self.pipelines.lands)
+            step = self.train.next(self.pipelines.lands, self._free_slots())
             if step is None:
                 break
             self._merge_step(step)
         self._launch()
+
+    def _merge_awaited(self) -> bool:
+        """Whether a task waits for a winner in the merge queue to land (its dependent)."""
+        children = self.graph.children
+        queued = (o.job.task_id for o in self.train.queue)
+        return any(not self.tasks[c].state.terminal for t in queued for c in children[t])
 
     def _merge_step(self, step: MergeStep) -> None:
         """Record what happened to a winner on its way to the branch, and act on it."""
@@ -428,12 +453,11 @@ class Scheduler:
             tx.event(Kind.RUN, None, None, state=RunEvent.STOPPING, reason=stop.reason)
             # Verified patches waiting to merge stay ``merging``: a resume merges them from the
             # saved patch instead of running their agents again.
-            self.train.queue.clear()
-        for job_id in list(self.active):
+            halted = self.train.halt()
+        for job_id in [*self.active, *(j.id for j in halted)]:
             self.executor.cancel(job_id, stop.reason)
-        for pending in (self.train.merging, self.guard.in_flight):
-            if pending is not None:
-                self.executor.cancel(pending.job.id, stop.reason)
+        if self.guard.in_flight is not None:
+            self.executor.cancel(self.guard.in_flight.job.id, stop.reason)
 
     def _finish(self) -> RunState:
         moved = self.train.branch_tip()

@@ -33,6 +33,7 @@ from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier
 from . import AttemptJob, Job, Notify, Outcome, Phase
 from .attempt import Attempt, Work, agent_context, note_ending
 from .baselines import LocalBaselines as LocalBaselines
+from .baselines import keeper, verifying
 from .confinement import Confinement, without
 from .guard import CheckoutGuard
 from .views import make_view, needs_view, view_paths
@@ -73,8 +74,8 @@ class LocalExecutor:
         self._cancels: dict[str, CancelToken] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._agents: dict[str, Agent] = {}
-        baselines = None if store is None else LocalBaselines(self, store)
-        self.verifier = CommandVerifier(baselines)
+        self.baselines = None if store is None else LocalBaselines(self, store)
+        self.verifier = CommandVerifier(self.baselines)
         self.store = store
         # ``sandbox = False`` is the older spelling of isolation "off".
         self.policy = isolation or (Policy.AUTO if sandbox else Policy.OFF)
@@ -353,23 +354,25 @@ class LocalExecutor:
         if note:
             with a.log.open("a", encoding="utf-8") as fh:
                 fh.write(f"orchardist: {note}\n")
-        verdict = self.verifier.verify(
-            commands,
-            check=job.check if isinstance(job, AttemptJob) else None,
-            baseline=job.baseline,
-            check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
-            workdir=job.workdir,
-            cwd=a.cwd,
-            env={**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"},
-            log=a.log,
-            scratch=paths.junit_dir,
-            deadline=a.deadline,
-            timeout_s=job.timeout_s,
-            cancel=a.token,
-            marker=job.marker,
-            confine=self.confine(paths, network=job.network, hidden=a.hidden),
-            network=job.network,
-        )
+        with verifying(self.baselines, job):
+            verdict = self.verifier.verify(
+                commands,
+                check=job.check if isinstance(job, AttemptJob) else None,
+                baseline=job.baseline,
+                check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
+                workdir=job.workdir,
+                cwd=a.cwd,
+                env={**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"},
+                log=a.log,
+                scratch=paths.junit_dir,
+                deadline=a.deadline,
+                timeout_s=job.timeout_s,
+                cancel=a.token,
+                marker=job.marker,
+                confine=self.confine(paths, network=job.network, hidden=a.hidden),
+                network=job.network,
+                keep=keeper(self.baselines, job),
+            )
         common: dict[str, Any] = {
             "patch_commit": work.patch,
             "changed_lines": work.changed,

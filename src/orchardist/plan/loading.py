@@ -32,6 +32,7 @@ from ..executors import EXECUTORS
 from ..placeholders import fill, placeholder_problems
 from ..scan.profiles import validate_scanners
 from ..specs import Plan as Plan
+from ..specs import Reverify
 from ..specs import RunConfig as RunConfig
 from ..specs import parse_duration as parse_duration
 from ..state.records import AgentProfile as AgentProfile
@@ -52,6 +53,7 @@ RUN_KEYS = {
     "select",
     "regression",
     "regression_every",
+    "reverify",
     "max_patch_mb",
     "guard_checkout",
     "sandbox",
@@ -342,7 +344,17 @@ class _Validator(TaskChecks):
         if "regression_every" in raw:
             every = self._positive_int(raw["regression_every"], "run.regression_every")
             values["regression_every"] = every
+        if "reverify" in raw:
+            values["reverify"] = self._reverify(raw["reverify"])
         return values
+
+    def _reverify(self, raw: object) -> Reverify | None:
+        """``[run] reverify``: "always" or "overlap"."""
+        if raw in set(Reverify):
+            return Reverify(str(raw))
+        names = ", ".join(f'"{r.value}"' for r in Reverify)
+        self.problem(f"expected one of {names}", fld="run.reverify")
+        return None
 
     def _run_where(self, raw: dict[str, Any], repo: Path | None) -> dict[str, Any]:
         """Where and how ``[run]``'s attempts run: workspace, executor, isolation, flags."""

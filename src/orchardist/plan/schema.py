@@ -21,7 +21,7 @@ from ..agents.scripted import STEP_KEYS
 from ..confine.isolation import Policy
 from ..executors import EXECUTORS
 from ..scan.profiles import FINDING_FIELDS, SCANNER_KEYS, Format, Scope
-from ..specs import MAX_TASK_ID, Review
+from ..specs import MAX_TASK_ID, Reverify, Review
 from .fields import SELECT_RULES
 from .loading import PROFILE_KEYS, RUN_KEYS
 from .tasks import PIPELINES, STAGE_KEYS, STAGE_NAMES, TASK_KEYS
@@ -88,6 +88,9 @@ RUN_FIELDS: dict[str, Schema] = {
     "review": _choice(REVIEW_MODES, "human: verified patches wait for a person (default auto)"),
     "regression": _doc(COMMANDS, "commands run on the run branch after merges"),
     "regression_every": _doc(POSITIVE_INT, "merges between regression checks"),
+    "reverify": _choice(
+        [r.value for r in Reverify], "verify a merged patch again: always, or on shared files"
+    ),
     "max_patch_mb": _doc(POSITIVE, "a patch with a larger file fails"),
     "guard_checkout": _doc(BOOL, "fail an attempt during which the user's checkout changed"),
     "sandbox": _doc(BOOL, 'false: the same as isolation = "off"'),

@@ -53,7 +53,8 @@ class RoundEvent(enum.StrEnum):
 
 
 class MergeEvent(enum.StrEnum):
-    VERIFYING = "verifying"  # the merged tree is verified again (the tip moved)
+    VERIFYING = "verifying"  # tip, batch: the merged tree is verified again (the tip moved)
+    BISECTING = "bisecting"  # detail, sizes: its batch failed; verified again in smaller ones
     CONFLICT = "conflict"  # paths
     FAILED = "failed"  # the merged tree failed verification
     CANCELLED = "cancelled"  # its verification was cancelled
