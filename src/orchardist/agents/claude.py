@@ -6,7 +6,8 @@ with a ``result`` event carrying ``total_cost_usd``, ``num_turns``, ``session_id
 only the last turn after a ``--max-budget-usd`` stop), ``errors`` and ``permission_denials`` (tool
 calls Claude Code refused, e.g. edits of files it deems sensitive); a ``rate_limit_event`` whose
 status is ``rejected`` carries ``resetsAt`` (subscriptions only; with an API key a 429 comes as
-``api_error_status``). Recorded real streams: tests/fixtures/agents/claude/.
+``api_error_status``). A tool result saying its own sandbox could not start (``sandbox.enabled``
+in a settings file: nested bubblewrap cannot map uids) fails the attempt with that reason. Recorded real streams: tests/fixtures/agents/claude/.
 
 Variables it reads: ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``,
 ``CLAUDE_CODE_OAUTH_TOKEN``), ``ANTHROPIC_BASE_URL``; ``CLAUDE_CODE_MAX_RETRIES`` is set to
@@ -34,6 +35,15 @@ PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "dontAsk", "p
 DEFAULT_TOOLS = ("Bash", "Edit", "MultiEdit", "Write", "Read", "Glob", "Grep", "LS", "TodoWrite")
 MAX_RETRIES = "2"  # Claude Code's own retries of one request (its default, 10, takes minutes)
 DENIALS_SHOWN = 5
+# What Claude Code's own sandbox (``sandbox.enabled``) answers every shell command with inside
+# orchardist's namespaces: its bwrap cannot map uids in a user namespace made by another bwrap.
+NESTED_SANDBOX = "setting up uid map"
+OWN_SANDBOX = (
+    "Claude Code's own sandbox (sandbox.enabled in its settings) cannot start inside"
+    " orchardist's isolation, so every shell command failed ({said}); turn it off"
+    ' ("sandbox": {{"enabled": false}} in ~/.claude/settings.json or the repository\'s'
+    " .claude/settings.json): orchardist's isolation already confines the attempt"
+)
 
 
 class ClaudeAgent(CliAgent):
@@ -143,6 +153,23 @@ class ClaudeAgent(CliAgent):
                     seen.retry_after_s = max(0.0, (epoch_datetime(resets) - now).total_seconds())
         elif kind == "result":
             self._result(seen, event)
+        elif kind == "user" and "own_sandbox" not in seen.state:
+            self._tool_results(seen, event)
+
+    def _tool_results(self, seen: Seen, event: dict[str, Any]) -> None:
+        """A shell command its own sandbox could not start fails the attempt, saying so: else
+        the attempt ended ``no_changes`` with no word of why (issue 31)."""
+        content = (event.get("message") or {}).get("content")
+        for block in content if isinstance(content, list) else ():
+            if not isinstance(block, dict) or block.get("type") != "tool_result":
+                continue
+            said = str(block.get("content"))
+            if NESTED_SANDBOX in said:
+                line = next(x for x in said.splitlines() if NESTED_SANDBOX in x)
+                seen.state["own_sandbox"] = True
+                seen.error(OWN_SANDBOX.format(said=line.strip()[:200]))
+                seen.failure = Failure.AGENT_ERROR
+                return
 
     def _result(self, seen: Seen, event: dict[str, Any]) -> None:
         if event.get("session_id"):
