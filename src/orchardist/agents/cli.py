@@ -179,6 +179,12 @@ class CliAgent(abc.ABC):
         return []
 
     @classmethod
+    def check_confined(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """Problems of a profile that only show when orchardist confines the tool (a sandbox of
+        the tool's own that cannot start inside orchardist's), as ``(message, key)``."""
+        return []
+
+    @classmethod
     def needs(cls, options: Mapping[str, Any]) -> Needs:
         """What ``orchardist doctor`` should look for."""
         return Needs(
