@@ -7,7 +7,8 @@ only the last turn after a ``--max-budget-usd`` stop), ``errors`` and ``permissi
 calls Claude Code refused, e.g. edits of files it deems sensitive); a ``rate_limit_event`` whose
 status is ``rejected`` carries ``resetsAt`` (subscriptions only; with an API key a 429 comes as
 ``api_error_status``). A tool result saying its own sandbox could not start (``sandbox.enabled``
-in a settings file: nested bubblewrap cannot map uids) fails the attempt with that reason. Recorded real streams: tests/fixtures/agents/claude/.
+in a settings file: nested bubblewrap cannot map uids) fails the attempt with that reason.
+Recorded real streams: tests/fixtures/agents/claude/.
 
 Variables it reads: ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``,
 ``CLAUDE_CODE_OAUTH_TOKEN``), ``ANTHROPIC_BASE_URL``; ``CLAUDE_CODE_MAX_RETRIES`` is set to

@@ -59,8 +59,9 @@ def drive(
     relay = StopRelay()
     restore = _on_signals(relay.request, relay.cancel)  # before anything slow: no signal lost
     try:
-        with run_lock(ws, run.id), dashboard(ws, args):
+        with run_lock(ws, run.id), dashboard(ws, args) as served:
             state = _execute(ws, plan, run, args, resuming, relay, prepare)
+            tell_ended(ws, plan, run.id, served if isinstance(served, str) else None)
     finally:
         restore()
     doc = status_document(ws.store, ws.resolve_run(run.id))
@@ -113,6 +114,27 @@ def _execute(
         )
     finally:
         hooks.close()
+
+
+def tell_ended(ws: Any, plan: Any, run_id: str, served: str | None) -> None:
+    """``[run] notify``: the run has ended (whatever its state); a failing notifier is an event
+    and a line on stderr, never the run's failure."""
+    if plan.run.notify is None:
+        return
+    from ..runs.notify import Notice, notify
+
+    delivery = notify(
+        ws.store,
+        ws.resolve_run(run_id),
+        plan.run.notify,
+        plan.run.notify_timeout_s,
+        Notice.ENDED,
+        cwd=plan.repo,
+        log_dir=ws.state_dir / "logs" / run_id,
+        dashboard=served,
+    )
+    if not delivery.ok:
+        print(f"notify failed: {delivery.detail}", file=sys.stderr)
 
 
 def _reclaim_on_cluster(plan: Any, run: Any) -> int:

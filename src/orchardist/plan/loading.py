@@ -61,6 +61,8 @@ RUN_KEYS = {
     "executor",
     "ray_address",
     "environment",
+    "notify",
+    "notify_timeout",
 }
 PROFILE_KEYS = {
     "kind",
@@ -340,6 +342,10 @@ class _Validator(TaskChecks):
             values["candidates"] = self._positive_int(raw["candidates"], "run.candidates")
         if "select" in raw:
             values["select"] = self._select(raw["select"], "run.select")
+        if "notify" in raw:
+            values["notify"] = self._notify(raw["notify"], "run.notify")
+        if "notify_timeout" in raw:
+            values["notify_timeout_s"] = self._duration(raw["notify_timeout"], "run.notify_timeout")
         return values
 
     def _run_regression(self, raw: dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ class Kind(enum.StrEnum):
     REGRESSION = "regression"  # the run branch's regression check, bisect and rewind
     ESCALATION = "escalation"  # a fix pipeline's shot handed the bug to the debug stages
     USAGE_IGNORED = "usage_ignored"  # an agent reported usage figures that make no sense
+    NOTIFY = "notify"  # ``[run] notify`` was told that the run ended or needs review
 
 
 class RunEvent(enum.StrEnum):
@@ -75,6 +76,11 @@ class RegressionEvent(enum.StrEnum):
     UNRESOLVED = "unresolved"  # commit
 
 
+class NotifyEvent(enum.StrEnum):
+    SENT = "sent"  # notice, target, detail, duration_s
+    FAILED = "failed"  # notice, target, detail (exit code, timeout, HTTP status): the run goes on
+
+
 class EscalationEvent(enum.StrEnum):
     ESCALATED = "escalated"  # to, shot, detail, output
 
@@ -94,6 +100,7 @@ STATES: Mapping[Kind, frozenset[str]] = {
     Kind.REGRESSION: frozenset(RegressionEvent),
     Kind.ESCALATION: frozenset(EscalationEvent),
     Kind.USAGE_IGNORED: frozenset(),
+    Kind.NOTIFY: frozenset(NotifyEvent),
 }
 
 
