@@ -23,11 +23,11 @@ def test_the_cache_is_filled_once_and_what_an_attempt_changes_in_its_copy_stays_
     (first / ".tool/config.json").write_text('{"plugin": "evil"}')
     cache = caches.cache_folder(tmp_path / "caches", "opencode", "tool", "opencode")
     # When it ends, and then a second attempt rewrites its copy of the package and ends too
-    assert caches.keep(first, cache, entries)
+    assert caches.keep(first, cache, entries) == list(entries)
     second = tmp_path / "second"
     assert caches.restore(cache, second, entries) == list(entries)
     (second / ".tool/node_modules/pkg/index.js").write_text("evil()\n")
-    assert not caches.keep(second, cache, entries)
+    assert caches.keep(second, cache, entries) == []
     # Then a third attempt still gets what the first one left, and never the config file
     third = tmp_path / "third"
     caches.restore(cache, third, entries)
@@ -50,7 +50,7 @@ def test_an_entry_reached_through_a_symlink_or_a_fifo_is_not_kept(tmp_path: Path
     (home / ".npm" / "index").write_text("ok")
     cache = tmp_path / "caches" / "tool"
     # When orchardist keeps its cache entries
-    assert caches.keep(home, cache, (".tool/node_modules", ".npm"))
+    assert caches.keep(home, cache, (".tool/node_modules", ".npm")) == [".npm"]
     # Then the secret was not copied, the FIFO was left out, the rest kept
     assert not (cache / ".tool").exists()
     assert sorted(p.name for p in (cache / ".npm").iterdir()) == ["index"]
@@ -65,5 +65,28 @@ def test_a_cache_over_512_mib_is_not_kept_and_leaves_nothing_behind(tmp_path: Pa
         huge.truncate((512 << 20) + 1)
     cache = tmp_path / "caches" / "tool"
     # When orchardist keeps its cache entries, then nothing is kept, not even a staging folder
-    assert not caches.keep(home, cache, (".npm",))
+    assert caches.keep(home, cache, (".npm",)) == []
     assert list((tmp_path / "caches").iterdir()) == []
+
+
+def test_an_entry_the_first_attempt_lacked_is_kept_from_a_later_one_and_the_rest_stays(
+    tmp_path: Path,
+) -> None:
+    # Given a first attempt whose tool downloaded into its npm cache but did not finish its
+    # install (no node_modules yet), kept as the profile's cache
+    entries = (".npm", ".tool/node_modules")
+    first = tmp_path / "first"
+    (first / ".npm").mkdir(parents=True)
+    (first / ".npm" / "tarball").write_text("first")
+    cache = tmp_path / "caches" / "tool"
+    assert caches.keep(first, cache, entries) == [".npm"]
+    # When a later attempt ends with both
+    later = tmp_path / "later"
+    (later / ".npm").mkdir(parents=True)
+    (later / ".npm" / "tarball").write_text("later")
+    (later / ".tool" / "node_modules").mkdir(parents=True)
+    (later / ".tool" / "node_modules" / "index.js").write_text("installed")
+    # Then only the missing entry is taken from it; the kept one is not replaced
+    assert caches.keep(later, cache, entries) == [".tool/node_modules"]
+    assert (cache / ".npm" / "tarball").read_text() == "first"
+    assert (cache / ".tool" / "node_modules" / "index.js").read_text() == "installed"

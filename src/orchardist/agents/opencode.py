@@ -48,8 +48,10 @@ class OpenCodeAgent(CliAgent):
         ".cache/opencode",
     )
     # It installs @opencode-ai/plugin into ~/.config/opencode with npm on start (12-20 s from
-    # the public registry; each attempt's home is new): kept per profile, never its config.
+    # the public registry; each attempt's home is new): kept per profile with npm's download
+    # cache, never its config.
     home_cache: ClassVar[tuple[str, ...]] = (
+        ".npm",
         ".config/opencode/node_modules",
         ".config/opencode/package.json",
         ".config/opencode/package-lock.json",

@@ -5,12 +5,12 @@ downloads what an earlier one fetched.
 Each attempt's HOME is new (:mod:`.homes`), so without this every OpenCode attempt installed
 the same package again before its first model request. The kept cache lives in the state
 folder (``<git common dir>/orchardist/caches/``), which no attempt can write: namespaces show
-the host read-only, and Landlock protects the git directory. It is filled once, by orchardist,
-from the first attempt of the profile that leaves the kind's cache entries behind (after the
-attempt's processes are gone, copying regular files and symlinks only, never through a
-symlink, at most :data:`MAX_CACHE_BYTES`), and never written again; every later attempt gets
-a copy of it in its own home. An attempt can change its copy, never what the next one gets.
-Delete the folder to have it filled again.
+the host read-only, and Landlock protects the git directory. Each of the kind's cache entries
+is kept once, by orchardist, from the first attempt of the profile whose tool ended well and
+left it behind (after the attempt's processes are gone, copying regular files and symlinks
+only, never through a symlink, at most :data:`MAX_CACHE_BYTES` at a time), and never replaced;
+every later attempt gets a copy in its own home. An attempt can change its copy, never what
+the next one gets. Delete the folder to have it filled again.
 """
 
 from __future__ import annotations
@@ -64,26 +64,48 @@ def restore(cache: Path, home: Path, entries: Sequence[str]) -> list[str]:
     return copied
 
 
-def keep(home: Path, cache: Path, entries: Sequence[str]) -> bool:
-    """Keep an attempt's cache entries as the profile's cache, unless one is kept already.
+def keep(home: Path, cache: Path, entries: Sequence[str]) -> list[str]:
+    """Keep the attempt's cache entries that the profile's cache lacks; returns those kept.
 
-    Copied into a fresh folder beside it, then renamed into place: of two attempts that end at
-    once, one fills it. An entry reached through a symlink (an attempt could point
+    Each entry is kept once and never replaced: copied into a fresh folder beside the cache,
+    then moved into place by a rename (a folder) or a hard link (a file), which fail when
+    another attempt kept it first. An entry reached through a symlink (an attempt could point
     ``~/.config/opencode`` at another attempt's folder) is not kept."""
-    if os.path.lexists(cache):
-        return False
-    found = [e for e in entries if os.path.lexists(home / e) and _inside(home, e)]
-    if not found:
-        return False
+    wanted = [
+        e
+        for e in entries
+        if not os.path.lexists(cache / e) and os.path.lexists(home / e) and _inside(home, e)
+    ]
+    if not wanted:
+        return []
     cache.parent.mkdir(parents=True, exist_ok=True)
     staging = cache.parent / f".{cache.name}.{uuid.uuid4().hex}"
+    kept = []
     try:
         total = [0]
-        for entry in found:
+        for entry in wanted:
             _copy(home / entry, staging / entry, total)
-        os.rename(staging, cache)
+        for entry in wanted:
+            if _settle(staging / entry, cache / entry):
+                kept.append(entry)
     except (OSError, TooLarge):
+        pass
+    finally:
         remove_tree(staging)
+    return kept
+
+
+def _settle(staged: Path, target: Path) -> bool:
+    """Move a staged entry to its place unless something is there already."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if staged.is_dir() and not staged.is_symlink():
+            os.rename(staged, target)  # fails onto a folder that is not empty
+        elif staged.is_symlink():
+            os.symlink(os.readlink(staged), target)
+        else:
+            os.link(staged, target)
+    except OSError:
         return False
     return True
 
