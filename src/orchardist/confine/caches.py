@@ -20,8 +20,9 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 from ..safeio import remove_tree
 
@@ -33,15 +34,25 @@ class TooLarge(Exception):
     """The entries to keep are larger than :data:`MAX_CACHE_BYTES`."""
 
 
-def prepare(
-    state_dir: Path, kind: str, profile: str, command: str, home: Path, entries: Sequence[str]
-) -> Path | None:
+class Profile(Protocol):
+    """What a cache is kept for: an agent profile (``state.records.AgentProfile``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def options(self) -> Mapping[str, Any]: ...
+
+
+def prepare(state_dir: Path, profile: Profile, home: Path, entries: Sequence[str]) -> Path | None:
     """The profile's kept cache, copied into the attempt's ``home`` when there is one yet;
     None for a kind that keeps none. After a run that ended well the caller passes the home to
     :func:`keep`."""
     if not entries:
         return None
-    cache = cache_folder(state_dir / "caches", kind, profile, command)
+    command = str(profile.options.get("command", ""))
+    cache = cache_folder(state_dir / "caches", profile.kind, profile.name, command)
     restore(cache, home, entries)
     return cache
 

@@ -260,9 +260,7 @@ class LocalExecutor:
         env = self._env(job, paths, job.profile)
         kind = agent_class(job.profile.kind)
         fill_home(paths, self.confinement.real_home(), kind.home_files, kind.home_state)
-        profile, command = job.profile, str(job.profile.options.get("command", ""))
-        keeps = (profile.kind, profile.name, command, paths.home, kind.home_cache)
-        cache = caches.prepare(self.layout.state_dir, *keeps)
+        cache = caches.prepare(self.layout.state_dir, job.profile, paths.home, kind.home_cache)
         ctx = agent_context(job, paths, a.cwd, env, a.log, a.deadline, a.token, agent_spec)
         self.guard.started(job.id)  # until its own look at the checkout
         result = self._agent(job.profile).run(ctx)
