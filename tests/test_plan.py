@@ -720,3 +720,27 @@ def test_codex_in_its_own_workspace_write_sandbox_is_refused_inside_orchardists_
     # and with isolation off (codex's sandbox then confines it) the same profile is accepted
     write_plan(repo, '[run]\nisolation = "off"\n' + profile + task)
     assert load_plan(plan).agents["cx"].options["permission"] == "workspace-write"
+
+
+@pytest.mark.parametrize("where", ["home", "repository"])
+def test_a_claude_settings_file_that_turns_its_own_sandbox_on_is_refused_naming_the_file(
+    repo: Path, where: str
+) -> None:
+    # Given a settings file that an attempt's Claude Code reads (yours, copied into its home,
+    # or the repository's own) turning Claude Code's own sandbox on, which cannot start
+    # inside orchardist's isolation
+    folder = (Path.home() if where == "home" else repo) / ".claude"
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = folder / "settings.json"
+    settings.write_text('{"sandbox": {"enabled": true}, "model": "x"}')
+    profile = '[agents.cc]\nkind = "claude"\n'
+    task = '[[task]]\nid = "t"\nprompt = "fix it"\nagent = "cc"\n'
+    plan = write_plan(repo, profile + task)
+    # Then the plan is refused, naming the profile, the file, the reason and the fix
+    ((task_id, fld, message),) = problems_of(plan)
+    assert (task_id, fld) == (None, "agents.cc")
+    assert message.startswith(f"{settings} turns Claude Code's own sandbox on (sandbox.enabled)")
+    assert "setting up uid map" in message and '"sandbox": {"enabled": false}' in message
+    # and once it is off, the plan loads
+    settings.write_text('{"sandbox": {"enabled": false}}')
+    assert load_plan(plan).agents["cc"].kind == "claude"

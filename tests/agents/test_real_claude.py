@@ -220,18 +220,17 @@ SED_FIX = [
 ]
 
 
-def test_claudes_own_sandbox_turned_on_by_the_users_settings_fails_the_attempt_saying_so(
+def test_claudes_own_sandbox_turned_on_past_validation_fails_the_attempt_saying_so(
     tmp_path: Path, claude: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # (Claude Code turns its sandbox off, silently, where socat or bwrap is missing)
     require(shutil.which("socat") is not None, "Claude Code's sandbox needs socat")
-    # Given the user's own Claude settings turn Claude Code's sandbox on (it runs each Bash
-    # command under its own bubblewrap, which cannot set up a uid map inside orchardist's)
-    settings = Path.home() / ".claude" / "settings.json"
-    settings.parent.mkdir(parents=True, exist_ok=True)
-    settings.write_text(json.dumps({"sandbox": {"enabled": True}}))
+    # Given a profile whose args turn Claude Code's sandbox on, where the plan's checks of its
+    # settings files do not look (it runs each Bash command under a bubblewrap of its own,
+    # which cannot set up a uid map inside orchardist's)
+    on = json.dumps(json.dumps({"sandbox": {"enabled": True}}))
     # When the model fixes add() with a shell command
-    doc, api = _run(tmp_path, claude, monkeypatch, SED_FIX)
+    doc, api = _run(tmp_path, claude, monkeypatch, SED_FIX, profile=f'args = ["--settings", {on}]')
     # Then the attempt failed, saying Claude Code's own sandbox could not start and how to fix it
     task = only_task(doc)
     (attempt,) = task["attempts"]

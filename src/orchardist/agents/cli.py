@@ -180,9 +180,10 @@ class CliAgent(abc.ABC):
         return []
 
     @classmethod
-    def check_confined(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    def check_confined(cls, options: Mapping[str, Any], repo: Path) -> list[tuple[str, str]]:
         """Problems of a profile that only show when orchardist confines the tool (a sandbox of
-        the tool's own that cannot start inside orchardist's), as ``(message, key)``."""
+        the tool's own that cannot start inside orchardist's), as ``(message, key)``; an empty
+        key: the profile as a whole (a settings file of the tool's turns it on)."""
         return []
 
     @classmethod

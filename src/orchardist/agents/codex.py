@@ -70,7 +70,7 @@ class CodexAgent(CliAgent):
         return check_choice(value, SANDBOX_MODES)
 
     @classmethod
-    def check_confined(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    def check_confined(cls, options: Mapping[str, Any], repo: Path) -> list[tuple[str, str]]:
         """``workspace-write`` runs each command in codex's own bwrap, which cannot set up its
         uid map inside orchardist's namespaces: every command failed and the attempt ended
         ``no_changes`` without a word of why (issue 31)."""

@@ -208,7 +208,8 @@ class _Validator(TaskChecks):
         tasks = self._tasks(run, agents)
         if run.isolation is not Policy.OFF:
             used = {name for t in tasks for name in (t.agent, *t.agents)}
-            self._confined({n: p for n, p in agents.items() if n in used or n in self.own_agents})
+            confined = {n: p for n, p in agents.items() if n in used or n in self.own_agents}
+            self._confined(confined, repo)
         if not self.problems:
             from ..pipelines.expand import expand
 
@@ -270,7 +271,7 @@ class _Validator(TaskChecks):
                 )
         return agents
 
-    def _confined(self, agents: Mapping[str, AgentProfile]) -> None:
+    def _confined(self, agents: Mapping[str, AgentProfile], repo: Path | None) -> None:
         """Profiles that cannot work inside orchardist's isolation, located in their file (a
         config file's only when the plan uses it)."""
         from ..agents import agent_class
@@ -281,8 +282,9 @@ class _Validator(TaskChecks):
             if not issubclass(cls, CliAgent):
                 continue
             where = self.shown if name in self.own_agents else str(self.origins.get(name))
-            for message, key in cls.check_confined(profile.options):
-                self.problems.append(Problem(where, message, field=f"agents.{name}.{key}"))
+            for message, key in cls.check_confined(profile.options, repo or self.path.parent):
+                fld = f"agents.{name}.{key}" if key else f"agents.{name}"
+                self.problems.append(Problem(where, message, field=fld))
 
     def _repo(self, run_raw: dict[str, Any]) -> Path | None:
         """The repository the plan runs in (``[run] repo``, else the plan's folder's)."""
