@@ -8,6 +8,7 @@ orchardist recorded is checked only after that.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -246,3 +247,34 @@ def test_a_planned_plan_may_not_set_notify(tmp_path: Path) -> None:
     plan = write_plan(repo, '[run]\nnotify = "curl -d @- https://example.com"\n')
     # Then it is among what widens what agents get, for the user to set
     assert any(w.startswith("run.notify:") for w in widening(load_plan(plan, False), {}))
+
+
+def test_under_serve_the_notice_links_the_run_page_while_the_dashboard_still_answers(
+    tmp_path: Path,
+) -> None:
+    # Given a notify command that opens the notice's dashboard link and keeps what it got
+    got = tmp_path / "page.txt"
+    opener = tmp_path / "open_link.py"
+    opener.write_text(
+        "import http.cookiejar, json, sys, urllib.request\n"
+        "link = json.load(sys.stdin)['dashboard']\n"
+        "jar = urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())\n"
+        "opener = urllib.request.build_opener(jar)\n"
+        "with opener.open(link, timeout=30) as page:\n"
+        "    text = f'{page.status} {link}\\n'\n"
+        "api = link.split('?')[0].replace('/runs/', '/api/runs/')\n"
+        "with opener.open(api, timeout=30) as run:\n"  # the page's data, with its cookie
+        "    text += run.read().decode()\n"
+        f"open({str(got)!r}, 'w').write(text)\n"
+    )
+    repo = make_repo(tmp_path / "repo")
+    write_plan(repo, plan_text(f"{sys.executable} {opener}"))
+    # When the run, served with --serve, ends
+    done = orchardist(repo, "run", "plan.toml", "--serve")
+    assert done.returncode == 1, done.stderr
+    # Then the link named the run's page, and the page answered before the dashboard stopped
+    run_id = only_run(repo)
+    status_line, _, api = got.read_text().partition("\n")
+    code, link = status_line.split(" ", 1)
+    assert code == "200" and f"/runs/{run_id}?token=" in link, status_line
+    assert json.loads(api)["run"] == run_id
