@@ -123,16 +123,20 @@ def tell_ended(ws: Any, plan: Any, run_id: str, served: str | None) -> None:
         return
     from ..runs.notify import Notice, notify
 
-    delivery = notify(
-        ws.store,
-        ws.resolve_run(run_id),
-        plan.run.notify,
-        plan.run.notify_timeout_s,
-        Notice.ENDED,
-        cwd=plan.repo,
-        log_dir=ws.state_dir / "logs" / run_id,
-        dashboard=served,
-    )
+    try:
+        delivery = notify(
+            ws.store,
+            ws.resolve_run(run_id),
+            plan.run.notify,
+            plan.run.notify_timeout_s,
+            Notice.ENDED,
+            cwd=plan.repo,
+            log_dir=ws.state_dir / "logs" / run_id,
+            dashboard=served,
+        )
+    except Exception as exc:  # the run has ended as it did, whatever the notifier's trouble
+        print(f"notify failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
     if not delivery.ok:
         print(f"notify failed: {delivery.detail}", file=sys.stderr)
 
