@@ -187,6 +187,24 @@ def test_a_notifier_that_refuses_is_an_event_and_a_successful_run_still_exits_0(
     assert (event["state"], event["detail"]) == ("failed", "HTTP 500")
 
 
+def test_a_run_that_ends_awaiting_review_tells_which_tasks_need_a_person(
+    tmp_path: Path, hook: Hook
+) -> None:
+    # Given a plan whose passing task waits for a review, and whose other task fails
+    repo = make_repo(tmp_path / "repo")
+    write_plan(repo, plan_text(hook.url, 'review = "human"'))
+    # When the run ends awaiting review (exit 3)
+    done = orchardist(repo, "run", "plan.toml")
+    assert done.returncode == 3, done.stderr
+    # Then the webhook is told the run needs a person, and for which task
+    ((_, body),) = hook.posts
+    assert (body["notice"], body["state"]) == ("needs_review", "awaiting_review")
+    assert body["review"] == ["good"]
+    assert [f["task"] for f in body["failed"]] == ["bad"]
+    (event,) = notify_events(repo)
+    assert (event["state"], event["notice"]) == ("sent", "needs_review")
+
+
 def test_a_needs_review_notice_names_the_tasks_and_the_dashboard(
     tmp_path: Path, hook: Hook
 ) -> None:

@@ -63,6 +63,7 @@ RUN_KEYS = {
     "environment",
     "notify",
     "notify_timeout",
+    "review",
 }
 PROFILE_KEYS = {
     "kind",
@@ -272,8 +273,7 @@ class _Validator(TaskChecks):
         return agents
 
     def _confined(self, agents: Mapping[str, AgentProfile], repo: Path | None) -> None:
-        """Profiles that cannot work inside orchardist's isolation, located in their file (a
-        config file's only when the plan uses it)."""
+        """Profiles that cannot work inside orchardist's isolation, located in their file."""
         from ..agents import agent_class
         from ..agents.cli import CliAgent
 
@@ -348,6 +348,8 @@ class _Validator(TaskChecks):
             values["notify"] = self._notify(raw["notify"], "run.notify")
         if "notify_timeout" in raw:
             values["notify_timeout_s"] = self._duration(raw["notify_timeout"], "run.notify_timeout")
+        if "review" in raw:
+            values["review"] = self._review(raw["review"], "run.review")
         return values
 
     def _run_regression(self, raw: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""``[run] notify``: tell someone when a run ends or needs a person, so a long run can be left
-alone.
+"""``[run] notify``: tell someone when a run ends or needs a person (it ended awaiting review),
+so a long run can be left alone.
 
 The target is a command or an http(s) URL (``plan.notify_target`` tells them apart). A command
 runs outside any attempt, as the user who started the run, in the repository's folder, in a
@@ -35,7 +35,7 @@ from typing import Any
 from ..confine.procs import run_process
 from ..plan.fields import is_url
 from ..state.events import Kind, NotifyEvent
-from ..state.records import Event, Run
+from ..state.records import Event, Run, RunState, TaskState
 from ..state.report import status_document
 from ..state.store import Store
 
@@ -50,7 +50,7 @@ class Notice(enum.StrEnum):
     """Why a run tells its notifier."""
 
     ENDED = "ended"  # the run reached a final state (done, failed, stopped, ...)
-    NEEDS_REVIEW = "needs_review"  # tasks wait for a person's decision; the run waits too
+    NEEDS_REVIEW = "needs_review"  # the run ended awaiting review: tasks wait for decisions
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,11 @@ class Delivery:
     duration_s: float
 
 
+def notice_for(run: Run) -> Notice:
+    """A run that ended awaiting review needs a person; any other final state has ended."""
+    return Notice.NEEDS_REVIEW if run.state is RunState.AWAITING_REVIEW else Notice.ENDED
+
+
 def notice_document(
     store: Store,
     run: Run,
@@ -69,9 +74,11 @@ def notice_document(
     dashboard: str | None = None,
     review: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """What the notifier is told: the run, its counts, the tasks that failed or await review."""
+    """What the notifier is told: the run, its counts, the tasks that failed or await review
+    (``review``, else those the store has awaiting it)."""
     doc = status_document(store, run)
     tasks = doc["tasks"]
+    waiting = [t["id"] for t in tasks if t["state"] == TaskState.AWAITING_REVIEW]
     failed = [
         {"task": t["id"], "state": t["state"], "reason": (t["reason"] or "")[:REASON_CHARS]}
         for t in tasks
@@ -85,7 +92,7 @@ def notice_document(
         "branch": run.branch,
         "counts": dict(Counter(t["state"] for t in tasks)),
         "failed": failed[:SHOWN_TASKS],
-        "review": list(review),
+        "review": list(review or waiting),
         "dashboard": run_page(dashboard, run.id) if dashboard else None,
         "cost_usd": doc.get("cost_usd"),
     }

@@ -29,6 +29,7 @@ class Kind(enum.StrEnum):
     ESCALATION = "escalation"  # a fix pipeline's shot handed the bug to the debug stages
     USAGE_IGNORED = "usage_ignored"  # an agent reported usage figures that make no sense
     NOTIFY = "notify"  # ``[run] notify`` was told that the run ended or needs review
+    REVIEW = "review"  # a patch awaits a person's review; their decision, and its effect
 
 
 class RunEvent(enum.StrEnum):
@@ -81,6 +82,12 @@ class NotifyEvent(enum.StrEnum):
     FAILED = "failed"  # notice, target, detail (exit code, timeout, HTTP status): the run goes on
 
 
+class ReviewEvent(enum.StrEnum):
+    REQUESTED = "review_requested"  # agent, diffstat: the winner waits for a person
+    DECIDED = "decided"  # verdict, who, text: a decision was recorded (by any process)
+    APPLIED = "applied"  # verdict, who: the orchestrator acted on it (merge, new round, fail)
+
+
 class EscalationEvent(enum.StrEnum):
     ESCALATED = "escalated"  # to, shot, detail, output
 
@@ -101,6 +108,7 @@ STATES: Mapping[Kind, frozenset[str]] = {
     Kind.ESCALATION: frozenset(EscalationEvent),
     Kind.USAGE_IGNORED: frozenset(),
     Kind.NOTIFY: frozenset(NotifyEvent),
+    Kind.REVIEW: frozenset(ReviewEvent),
 }
 
 
