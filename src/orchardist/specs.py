@@ -117,6 +117,8 @@ class RunConfig:
     environment: tuple[str, ...] = ()  # untracked folders of the checkout shown read-only
     executor: str = "local"  # where attempts run: a name in executors.EXECUTORS
     ray_address: str = "auto"  # the Ray cluster of executor "ray" (run --ray-address)
+    notify: str | None = None  # a command or an http(s) URL told when the run ends
+    notify_timeout_s: float = 30.0  # then the notify command's process group is killed
     review: Review = Review.AUTO  # every task's default
 
 

@@ -101,6 +101,9 @@ class Agent(Protocol):
     env_keys: ClassVar[tuple[str, ...]]  # caller's variables this kind needs (API keys)
     home_files: ClassVar[tuple[str, ...]]  # files it reads from the real home (copied, ~-relative)
     home_state: ClassVar[tuple[str, ...]]  # folders in its private home it writes (~-relative)
+    # what it downloads into its home on start, kept per profile across attempts (~-relative;
+    # see orchardist.confine.caches)
+    home_cache: ClassVar[tuple[str, ...]]
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:

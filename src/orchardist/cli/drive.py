@@ -72,8 +72,9 @@ def drive(
     relay = StopRelay()
     restore = _on_signals(relay)  # before anything slow: no signal lost
     try:
-        with run_lock(ws, run.id), dashboard(ws, args):
+        with run_lock(ws, run.id), dashboard(ws, args) as served:
             state = _execute(ws, plan, run, args, resuming, relay, prepare)
+            tell_ended(ws, plan, run.id, served if isinstance(served, str) else None)
     finally:
         restore()
     doc = status_document(ws.store, ws.resolve_run(run.id))
@@ -130,6 +131,32 @@ def _execute(
         )
     finally:
         hooks.close()
+
+
+def tell_ended(ws: Any, plan: Any, run_id: str, served: str | None) -> None:
+    """``[run] notify``: the run has ended (whatever its state; awaiting review: it needs a
+    person); a failing notifier is an event and a line on stderr, never the run's failure."""
+    if plan.run.notify is None:
+        return
+    from ..runs.notify import notice_for, notify
+
+    try:
+        run = ws.resolve_run(run_id)
+        delivery = notify(
+            ws.store,
+            run,
+            plan.run.notify,
+            plan.run.notify_timeout_s,
+            notice_for(run),
+            cwd=plan.repo,
+            log_dir=ws.state_dir / "logs" / run_id,
+            dashboard=served,
+        )
+    except Exception as exc:  # the run has ended as it did, whatever the notifier's trouble
+        print(f"notify failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    if not delivery.ok:
+        print(f"notify failed: {delivery.detail}", file=sys.stderr)
 
 
 def _reclaim_on_cluster(plan: Any, run: Any) -> int:

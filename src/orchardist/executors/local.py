@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agents import Agent, AgentResult, agent_class, command_words, make_agent, scrubbed_env
-from ..confine import mounts
+from ..confine import caches, mounts
 from ..confine.homes import empty_home, fill_home
 from ..confine.isolation import Mode, Policy, Spec, choose, writable_of
 from ..confine.layout import Layout
@@ -254,9 +254,12 @@ class LocalExecutor:
         env = self._env(job, paths, job.profile)
         kind = agent_class(job.profile.kind)
         fill_home(paths, self.confinement.real_home(), kind.home_files, kind.home_state)
+        cache = caches.prepare(self.layout.state_dir, job.profile, paths.home, kind.home_cache)
         ctx = agent_context(job, paths, a.cwd, env, a.log, a.deadline, a.token, agent_spec)
         self.guard.started(job.id)  # until its own look at the checkout
         result = self._agent(job.profile).run(ctx)
+        if cache is not None and result.failure is None and not result.cancelled:
+            caches.keep(paths.home, cache, kind.home_cache)  # the first to end well fills it
         usage = result.usage
         result = note_ending(job, result, a.log, a.token.reason)
         if result.cancelled or a.token.cancelled:

@@ -63,6 +63,8 @@ RUN_KEYS = {
     "executor",
     "ray_address",
     "environment",
+    "notify",
+    "notify_timeout",
     "review",
 }
 PROFILE_KEYS = {
@@ -191,6 +193,7 @@ class _Validator(TaskChecks):
         super().__init__(shown, path, data, require_tasks)
         self.digest = digest
         self.ignored: tuple[Ignored, ...] = ()  # what the repository's config could not set
+        self.origins: Mapping[str, Path] = {}  # the config file of each profile read from one
 
     def plan(self) -> Plan:
         """The whole plan, or PlanError with every problem found."""
@@ -206,6 +209,10 @@ class _Validator(TaskChecks):
         self.own_agents = self._agents()
         agents = self._with_config(self.own_agents, repo)
         tasks = self._tasks(run, agents)
+        if run.isolation is not Policy.OFF:
+            used = {name for t in tasks for name in (t.agent, *t.agents)}
+            confined = {n: p for n, p in agents.items() if n in used or n in self.own_agents}
+            self._confined(confined, repo)
         if not self.problems:
             from ..pipelines.expand import expand
 
@@ -245,7 +252,7 @@ class _Validator(TaskChecks):
             self.problems += problems
             self.ignored = config.ignored
             agents = {**config.profiles, **own}
-            origins = config.origins
+            origins = self.origins = config.origins
         for name, profile in agents.items():
             if profile.fallback == name:  # its breaker open, it would fall back on itself
                 where = str(origins[name]) if name not in own else self.shown
@@ -266,6 +273,20 @@ class _Validator(TaskChecks):
                     )
                 )
         return agents
+
+    def _confined(self, agents: Mapping[str, AgentProfile], repo: Path | None) -> None:
+        """Profiles that cannot work inside orchardist's isolation, located in their file."""
+        from ..agents import agent_class
+        from ..agents.cli import CliAgent
+
+        for name, profile in agents.items():
+            cls = agent_class(profile.kind)
+            if not issubclass(cls, CliAgent):
+                continue
+            where = self.shown if name in self.own_agents else str(self.origins.get(name))
+            for message, key in cls.check_confined(profile.options, repo or self.path.parent):
+                fld = f"agents.{name}.{key}" if key else f"agents.{name}"
+                self.problems.append(Problem(where, message, field=fld))
 
     def _repo(self, run_raw: dict[str, Any]) -> Path | None:
         """The repository the plan runs in (``[run] repo``, else the plan's folder's)."""
@@ -325,6 +346,10 @@ class _Validator(TaskChecks):
             values["candidates"] = self._positive_int(raw["candidates"], "run.candidates")
         if "select" in raw:
             values["select"] = self._select(raw["select"], "run.select")
+        if "notify" in raw:
+            values["notify"] = self._notify(raw["notify"], "run.notify")
+        if "notify_timeout" in raw:
+            values["notify_timeout_s"] = self._duration(raw["notify_timeout"], "run.notify_timeout")
         if "review" in raw:
             values["review"] = self._review(raw["review"], "run.review")
         return values

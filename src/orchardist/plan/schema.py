@@ -100,6 +100,8 @@ RUN_FIELDS: dict[str, Schema] = {
     "environment": _doc(STR_LIST, "untracked folders of the checkout shown read-only in attempts"),
     "executor": _choice(sorted(EXECUTORS), "where attempts run"),
     "ray_address": _doc(NONEMPTY, "the Ray cluster of executor ray: host:port, or auto"),
+    "notify": _doc(NONEMPTY, "a command or an http(s) URL told when the run ends (JSON)"),
+    "notify_timeout": _doc(DURATION, "then the notify command is killed (default 30s)"),
 }
 
 PROFILE_FIELDS: dict[str, Schema] = {

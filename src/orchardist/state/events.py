@@ -28,6 +28,7 @@ class Kind(enum.StrEnum):
     REGRESSION = "regression"  # the run branch's regression check, bisect and rewind
     ESCALATION = "escalation"  # a fix pipeline's shot handed the bug to the debug stages
     USAGE_IGNORED = "usage_ignored"  # an agent reported usage figures that make no sense
+    NOTIFY = "notify"  # ``[run] notify`` was told that the run ended or needs review
     REVIEW = "review"  # a patch awaits a person's review; their decision, and its effect
 
 
@@ -77,6 +78,11 @@ class RegressionEvent(enum.StrEnum):
     UNRESOLVED = "unresolved"  # commit
 
 
+class NotifyEvent(enum.StrEnum):
+    SENT = "sent"  # notice, target, detail, duration_s
+    FAILED = "failed"  # notice, target, detail (exit code, timeout, HTTP status): the run goes on
+
+
 class ReviewEvent(enum.StrEnum):
     REQUESTED = "review_requested"  # agent, diffstat: the winner waits for a person
     DECIDED = "decided"  # verdict, who, text: a decision was recorded (by any process)
@@ -102,6 +108,7 @@ STATES: Mapping[Kind, frozenset[str]] = {
     Kind.REGRESSION: frozenset(RegressionEvent),
     Kind.ESCALATION: frozenset(EscalationEvent),
     Kind.USAGE_IGNORED: frozenset(),
+    Kind.NOTIFY: frozenset(NotifyEvent),
     Kind.REVIEW: frozenset(ReviewEvent),
 }
 
