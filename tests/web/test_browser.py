@@ -146,8 +146,8 @@ def test_a_live_run_in_the_browser(
             base = context.new_page()
             base.set_default_timeout(WAIT_MS)
             base.goto(f"{dash.base}/runs/{ids[0]}/tasks/base")
-            base.wait_for_selector("pre.diff")
-            assert "base.txt" in base.locator("pre.diff").inner_text()
+            base.wait_for_selector(".diff-box table.diff-table")
+            assert "base.txt" in base.locator(".diff-box").inner_text()
             assert "<script>window.pwned = 1</script>" in base.locator("pre.log").inner_text()
             assert base.evaluate("window.pwned") is None
             assert base.locator("main script").count() == 0

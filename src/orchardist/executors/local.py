@@ -29,6 +29,7 @@ from ..specs import RunConfig
 from ..state.records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
 from ..state.store import Store
 from ..verify.discovery import auto_commands, discover_tests
+from ..verify.reports import save_reports
 from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier
 from . import AttemptJob, Job, Notify, Outcome, Phase
 from .attempt import Attempt, Work, agent_context, note_ending
@@ -360,9 +361,10 @@ class LocalExecutor:
         if note:
             with a.log.open("a", encoding="utf-8") as fh:
                 fh.write(f"orchardist: {note}\n")
+        check = job.check if isinstance(job, AttemptJob) else None
         verdict = self.verifier.verify(
             commands,
-            check=job.check if isinstance(job, AttemptJob) else None,
+            check=check,
             baseline=job.baseline,
             check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
             workdir=job.workdir,
@@ -377,6 +379,7 @@ class LocalExecutor:
             confine=self.confine(paths, network=job.network, hidden=a.hidden),
             network=job.network,
         )
+        save_reports(paths.junit_dir, commands, check, a.log)  # the folder goes with the attempt
         common: dict[str, Any] = {
             "patch_commit": work.patch,
             "changed_lines": work.changed,

@@ -115,10 +115,26 @@ class _Endpoints:
 
     async def asset(self, request: Request) -> Response:
         name = request.path_params["name"]
-        kinds = {"app.js": "text/javascript", "style.css": "text/css"}
+        kinds = {
+            "app.js": "text/javascript",
+            "review.js": "text/javascript",
+            "style.css": "text/css",
+            "favicon.svg": "image/svg+xml",
+        }
         if name not in kinds:
             return PlainTextResponse("not found", status_code=404)
         return Response(_static(name), media_type=f"{kinds[name]}; charset=utf-8")
+
+    async def favicon(self, request: Request) -> Response:
+        return Response(_static("favicon.svg"), media_type="image/svg+xml")
+
+    async def api_changes(self, request: Request) -> Response:
+        """An event each time the store changes (any run's): the Review page follows it."""
+        return StreamingResponse(
+            _change_stream(self.watcher, request.is_disconnected),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     async def api_runs(self, request: Request) -> Response:
         return JSONResponse(await asyncio.to_thread(self.data.runs))
@@ -252,7 +268,10 @@ def create_app(settings: Settings) -> Starlette:
         Route("/", ends.page),
         Route("/runs/{run}", ends.page),
         Route("/runs/{run}/tasks/{task}", ends.page),
+        Route("/review", ends.page),
+        Route("/favicon.ico", ends.favicon),
         Route("/static/{name}", ends.asset),
+        Route("/api/changes", ends.api_changes),
         Route("/api/runs", ends.api_runs),
         Route("/api/runs/{run}", ends.api_run),
         Route("/api/runs/{run}/tasks/{task}", ends.api_task),
@@ -297,6 +316,18 @@ async def _event_stream(
         newer = await watcher.wait_newer(seen, KEEPALIVE_S)
         if newer == seen:
             yield KEEPALIVE
+        seen = newer
+
+
+async def _change_stream(
+    watcher: StoreWatcher, disconnected: Callable[[], Awaitable[bool]]
+) -> AsyncIterator[str]:
+    """Server-sent ``change`` events, one per burst of writes to the store's folder."""
+    yield "retry: 1000\n\n"
+    seen = watcher.generation
+    while not await disconnected():
+        newer = await watcher.wait_newer(seen, KEEPALIVE_S)
+        yield KEEPALIVE if newer == seen else f"event: change\ndata: {newer}\n\n"
         seen = newer
 
 
