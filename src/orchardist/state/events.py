@@ -28,6 +28,7 @@ class Kind(enum.StrEnum):
     REGRESSION = "regression"  # the run branch's regression check, bisect and rewind
     ESCALATION = "escalation"  # a fix pipeline's shot handed the bug to the debug stages
     USAGE_IGNORED = "usage_ignored"  # an agent reported usage figures that make no sense
+    REVIEW = "review"  # a patch awaits a person's review; their decision, and its effect
 
 
 class RunEvent(enum.StrEnum):
@@ -75,6 +76,12 @@ class RegressionEvent(enum.StrEnum):
     UNRESOLVED = "unresolved"  # commit
 
 
+class ReviewEvent(enum.StrEnum):
+    REQUESTED = "review_requested"  # agent, diffstat: the winner waits for a person
+    DECIDED = "decided"  # verdict, who, text: a decision was recorded (by any process)
+    APPLIED = "applied"  # verdict, who: the orchestrator acted on it (merge, new round, fail)
+
+
 class EscalationEvent(enum.StrEnum):
     ESCALATED = "escalated"  # to, shot, detail, output
 
@@ -94,6 +101,7 @@ STATES: Mapping[Kind, frozenset[str]] = {
     Kind.REGRESSION: frozenset(RegressionEvent),
     Kind.ESCALATION: frozenset(EscalationEvent),
     Kind.USAGE_IGNORED: frozenset(),
+    Kind.REVIEW: frozenset(ReviewEvent),
 }
 
 

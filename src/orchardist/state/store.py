@@ -28,12 +28,23 @@ from .records import (
     Event,
     Run,
     RunState,
+    StoredDecision,
     TaskRecord,
     TaskState,
     Usage,
     moved,
 )
-from .tables import SCHEMA, USAGE_FIELDS, attempt_of, attempt_row, migrate, run_of, task_of
+from .tables import (
+    SCHEMA,
+    USAGE_FIELDS,
+    attempt_of,
+    attempt_row,
+    decision_of,
+    decision_row,
+    migrate,
+    run_of,
+    task_of,
+)
 
 MEMORY = ":memory:"  # the path of an in-memory store
 _STATES = {"runs": RunState, "tasks": TaskState, "attempts": AttemptState}  # a table's state
@@ -131,6 +142,22 @@ class Transaction:
             "insert or replace into branch_commits values (?,?,?,?)",
             (run_id, commit, task_id, attempt),
         )
+
+    def add_decision(self, decision: StoredDecision) -> bool:
+        """Record a review decision; False when the attempt has one already (decided twice)."""
+        cur = self._conn.execute(
+            "insert or ignore into reviews values (?,?,?,?,?,?,?,?,?,?)", decision_row(decision)
+        )
+        return cur.rowcount == 1
+
+    def apply_decision(self, run_id: str, task_id: str, attempt: int, now: float) -> bool:
+        """Mark a decision acted on; False when it already was (or never existed)."""
+        cur = self._conn.execute(
+            "update reviews set applied_at = ? where run_id = ? and task_id = ? and attempt = ?"
+            " and applied_at is null",
+            (now, run_id, task_id, attempt),
+        )
+        return cur.rowcount == 1
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
         """One statement inside the transaction."""
@@ -318,6 +345,13 @@ class Store:
         """``{commit: (task, attempt)}`` orchardist recorded before putting them on the branch."""
         rows = self._rows("select * from branch_commits where run_id = ?", (run_id,))
         return {r["commit_sha"]: (r["task_id"], r["attempt"]) for r in rows}
+
+    def decisions(self, run_id: str, task_id: str | None = None) -> list[StoredDecision]:
+        """A run's review decisions (of one task, if given), oldest first."""
+        sql, args = "select * from reviews where run_id = ?", [run_id]
+        if task_id is not None:
+            sql, args = sql + " and task_id = ?", [run_id, task_id]
+        return [decision_of(r) for r in self._rows(sql + " order by decided_at, attempt", args)]
 
     def baseline(self, key: str) -> CommandOutcome | None:
         """A cached baseline outcome, or None."""
