@@ -33,10 +33,12 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
+from ..errors import OrchardistError
 from ..runs.tail import event_json
 from ..safeio import read_tail
 from ..state.records import RunState
 from ..state.store import Store
+from .decisions import decision_of, pending_rows, record
 from .metrics import prometheus_text
 from .reads import LOG_TAIL_BYTES, Reads, Settings
 from .watch import StoreWatcher
@@ -222,6 +224,24 @@ class _Endpoints:
         )
         return JSONResponse({"started": pid}, status_code=202)
 
+    async def api_review(self, request: Request) -> Response:
+        if not await asyncio.to_thread(self.data.has_store):
+            return JSONResponse([])
+        return JSONResponse(await asyncio.to_thread(pending_rows, self.data.store))
+
+    async def review(self, request: Request) -> Response:
+        """A person's decision on a task's pending patch (see decisions.py)."""
+        try:
+            decision = decision_of(await request.json())
+        except ValueError as exc:  # not JSON, or BadDecision
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        run, task = request.path_params["run"], request.path_params["task"]
+        try:
+            woke = await asyncio.to_thread(record, self.settings.store_path, run, task, decision)
+        except OrchardistError as exc:  # a ReviewError: not awaiting review, a bad line...
+            return JSONResponse({"error": str(exc)}, status_code=409)
+        return JSONResponse({"recorded": decision.verdict.value, "woke": woke}, 202)
+
     async def metrics(self, request: Request) -> Response:
         text = await asyncio.to_thread(
             prometheus_text, self.data.store if self.data.has_store() else None
@@ -279,6 +299,8 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/runs/{run}/tasks/{task}/attempts/{n:int}/log", ends.api_log),
         Route("/api/runs/{run}/cancel", ends.cancel, methods=["POST"]),
         Route("/api/runs/{run}/retry", ends.retry, methods=["POST"]),
+        Route("/api/review", ends.api_review),
+        Route("/api/runs/{run}/tasks/{task}/review", ends.review, methods=["POST"]),
         Route("/metrics", ends.metrics),
     ]
     return Starlette(

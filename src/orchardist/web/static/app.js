@@ -294,10 +294,10 @@ function attemptSection(a, review) {
   );
 }
 
-// The attempt under review: the latest that passed verification.
+// The attempt under review: the winner not merged yet (as runs/review.py picks it).
 function reviewedAttempt(task) {
   if (task.state !== "awaiting_review") return null;
-  const passed = task.attempts.filter((a) => a.state === "passed" && a.diff);
+  const passed = task.attempts.filter((a) => a.state === "passed" && a.won && a.diff);
   return passed.length ? passed.reduce((x, y) => (y.n > x.n ? y : x)) : null;
 }
 

@@ -283,12 +283,12 @@ async function showReview() {
   const render = async () => {
     const items = await getJSON("/api/review");
     const head = el("tr", {}, ...["since", "run", "task", "agent", "diff", "verify", "cost"].map((h) => el("th", {}, h)));
-    const rows = items.map((r) => el("tr", { "data-run": r.run, "data-task": r.task },
+    const rows = items.map((r) => el("tr", { "data-run": r.run_id, "data-task": r.task_id },
       el("td", {}, fmtTime(r.since)),
-      el("td", {}, el("a", { href: `/runs/${encodeURIComponent(r.run)}` }, r.run)),
-      el("td", {}, el("a", { href: `/runs/${encodeURIComponent(r.run)}/tasks/${encodeURIComponent(r.task)}` }, r.task)),
-      el("td", {}, r.agent || "-"),
-      el("td", {}, r.diff_stat || "-"),
+      el("td", {}, el("a", { href: `/runs/${encodeURIComponent(r.run_id)}` }, r.run_id)),
+      el("td", { title: r.title }, el("a", { href: `/runs/${encodeURIComponent(r.run_id)}/tasks/${encodeURIComponent(r.task_id)}` }, r.task_id)),
+      el("td", {}, `${r.agent} #${r.attempt}`),
+      el("td", {}, r.diffstat || "-"),
       el("td", {}, r.verify || "-"),
       el("td", {}, fmtCost(r.cost_usd)),
     ));

@@ -1,0 +1,85 @@
+"""What a new user saw on the dashboard, fixed, in a real browser (Debian's Chromium driven by
+Playwright): no stray dashes for what is unknown, full task names in the graph, wrapped log
+lines, time ticks on the timeline, the plan's name in the runs list, a Review page."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support import Finished, write_plan
+from web.dashboard import serving
+from web.test_browser import WAIT_MS, browser
+
+pytestmark = pytest.mark.slow
+__all__ = ["browser"]  # the fixture, used by name
+
+RunPlan = Callable[..., Finished]
+LONG = "migrate-the-settings-loader-to-typed-records"  # 44 characters
+
+PLAN = f"""
+[run]
+verify = "none"
+
+[agents.fake]
+kind = "scripted"
+[agents.fake.script]
+"*" = {{ write = {{ "a.txt" = "a" }}, print = "{"x" * 3000}" }}
+
+[[task]]
+id = "base"
+agent = "fake"
+
+[[task]]
+id = "{LONG}"
+agent = "fake"
+depends_on = ["base"]
+"""
+
+UNKNOWN = re.compile(r"(^|· )-( ·|$)|cost -|exit -|·\s*$")
+
+
+def test_a_finished_run_reads_cleanly(repo: Path, run_plan: RunPlan, browser: Any) -> None:
+    # Given: a finished run of two scripted tasks (no cost reported), one with a long name,
+    # whose agent printed a 3000-character line
+    done = run_plan(write_plan(repo, PLAN))
+    with serving(repo) as dash:
+        page = browser.new_context().new_page()
+        page.set_default_timeout(WAIT_MS)
+        page.goto(f"{dash.base}/?token={dash.token}")
+
+        # Then: the runs list names the plan
+        page.wait_for_selector("#runs td.plan")
+        assert page.locator("#runs td.plan").inner_text() == "plan.toml"
+
+        # the run's meta line says only what is known: no "cost -", no trailing "·"
+        page.goto(f"{dash.base}/runs/{done.run.id}")
+        page.wait_for_selector("#run-meta")
+        meta = page.locator("#run-meta").inner_text()
+        assert not UNKNOWN.search(meta), meta
+        # the long name is shown whole in the graph, and on hover
+        label = page.locator(f'#graph g.node[data-task="{LONG}"] text').text_content()
+        assert label == LONG
+        assert LONG in page.locator(f'#graph g.node[data-task="{LONG}"] title').text_content()
+        # the timeline has time ticks
+        assert page.locator("#gantt line.tick").count() >= 2
+
+        # the task page: an attempt line without dashes; the long log line wraps
+        page.goto(f"{dash.base}/runs/{done.run.id}/tasks/{LONG}")
+        page.wait_for_selector("section.attempt p.kv")
+        line = page.locator("section.attempt p.kv").inner_text()
+        assert not UNKNOWN.search(line), line
+        overflow = page.evaluate(
+            "(() => { const p = document.querySelector('pre.log'); "
+            "return p.scrollWidth - p.clientWidth; })()"
+        )
+        assert overflow <= 1
+
+        # the Review page is one click away, and says when nothing awaits review
+        page.click("#nav-review")
+        page.wait_for_selector("#review-empty")
+        assert page.url.endswith("/review")
