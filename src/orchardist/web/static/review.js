@@ -106,9 +106,14 @@ function commentable(row, path, line, review) {
   return row;
 }
 
+// Fixed column widths (a fixed table takes them from its first row, which spans them all).
+function columns(kinds) {
+  return el("colgroup", {}, ...kinds.map((k) => el("col", { class: `col-${k}` })));
+}
+
 function unifiedTable(file, review) {
   const lang = languageOf(file.path);
-  const table = el("table", { class: "diff-table unified", "data-file": file.path });
+  const table = el("table", { class: "diff-table unified", "data-file": file.path }, columns(["ln", "ln", "code"]));
   for (const hunk of file.hunks) {
     table.append(el("tr", { class: "hunk" }, el("td", { colspan: 3 }, hunk.header)));
     for (const line of hunk.lines) {
@@ -138,7 +143,7 @@ function splitRows(hunk) {
 
 function splitTable(file, review) {
   const lang = languageOf(file.path);
-  const table = el("table", { class: "diff-table split", "data-file": file.path });
+  const table = el("table", { class: "diff-table split", "data-file": file.path }, columns(["ln", "code", "ln", "code"]));
   const blank = () => [el("td", { class: "ln" }), el("td", { class: "code empty" })];
   for (const hunk of file.hunks) {
     table.append(el("tr", { class: "hunk" }, el("td", { colspan: 4 }, hunk.header)));
@@ -232,7 +237,7 @@ function reviewDraft(runId, taskId) {
       for (const old of box.querySelectorAll("tr.line-comment")) old.remove();
       for (const c of draft.lines) {
         const row = box.querySelector(`tr.commentable[data-path="${CSS.escape(c.path)}"][data-line="${c.line}"]`);
-        if (row) row.after(el("tr", { class: "line-comment" }, el("td", { colspan: row.children.length }, `💬 ${c.text}`)));
+        if (row) row.after(el("tr", { class: "line-comment" }, el("td", { colspan: row.children.length }, `↳ ${c.text}`)));
       }
     },
   };
