@@ -36,7 +36,7 @@ from .agents import Agent
 from .confine.isolation import Spec
 from .confine.procs import CancelToken
 from .executors import Executor
-from .state.records import AttemptRecord, Event, Run, TaskRecord
+from .state.records import AttemptRecord, Event, Run, StoredDecision, TaskRecord
 from .verify.oracle import CommandOutcome
 from .verify.verifier import Verdict
 
@@ -94,6 +94,10 @@ class Transaction(Protocol):
         """Say, before the branch moves, that ``commit`` is orchardist's (resume trusts it)."""
         ...
 
+    def apply_decision(self, run_id: str, task_id: str, attempt: int, now: float) -> bool:
+        """Mark a review decision acted on; False when it already was."""
+        ...
+
     def put_baseline(self, key: str, commit: str, outcome: CommandOutcome, now: float) -> None:
         """Keep a command's outcome on a base commit for every later candidate."""
         ...
@@ -128,6 +132,10 @@ class Store(Protocol):
 
     def events(self, run_id: str, after: int = 0) -> list[Event]:
         """A run's events after sequence number ``after``, in order."""
+        ...
+
+    def decisions(self, run_id: str, task_id: str | None = None) -> list[StoredDecision]:
+        """A run's review decisions (of one task, if given), oldest first."""
         ...
 
     def branch_commits(self, run_id: str) -> dict[str, tuple[str, int]]:

@@ -14,9 +14,16 @@ from typing import Any
 
 from ..engine.hooks import Hook, Hooks
 from ..errors import UsageError
-from ..runs.control import CANCEL_SIGNAL
+from ..runs.control import CANCEL_SIGNAL, REVIEW_SIGNAL
 from ..state.records import RunState
-from .options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, load_plan, with_executor
+from .options import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_REVIEW,
+    load_plan,
+    with_executor,
+)
 from .summary import SUMMARY_ROWS, lock_held, print_next, print_summary
 
 
@@ -35,6 +42,12 @@ class StopRelay:
 
     def cancel(self) -> None:
         self.request("cancelled by orchardist cancel", RunState.CANCELLED)
+
+    def review(self) -> None:
+        """A review decision was recorded: wake the loop (before it exists, its start reads
+        the store anyway)."""
+        if self.scheduler is not None:
+            self.scheduler.review_decided()
 
     def attach(self, scheduler: Any) -> None:
         self.scheduler = scheduler
@@ -57,7 +70,7 @@ def drive(
 
     plan = with_executor(plan, args)
     relay = StopRelay()
-    restore = _on_signals(relay.request, relay.cancel)  # before anything slow: no signal lost
+    restore = _on_signals(relay)  # before anything slow: no signal lost
     try:
         with run_lock(ws, run.id), dashboard(ws, args):
             state = _execute(ws, plan, run, args, resuming, relay, prepare)
@@ -70,7 +83,11 @@ def drive(
         print_summary(doc, quiet=args.quiet, limit=SUMMARY_ROWS)
         if not args.quiet:
             print_next(doc)
-    codes = {RunState.DONE: EXIT_OK, RunState.INTERRUPTED: EXIT_INTERRUPTED}
+    codes = {
+        RunState.DONE: EXIT_OK,
+        RunState.INTERRUPTED: EXIT_INTERRUPTED,
+        RunState.AWAITING_REVIEW: EXIT_REVIEW,
+    }
     return codes.get(state, EXIT_FAILED)
 
 
@@ -180,17 +197,19 @@ def _progress_hooks(
     return Hooks(hooks)
 
 
-def _on_signals(stop: Callable[[], object], cancel: Callable[[], object]) -> Callable[[], None]:
-    """Route SIGINT/SIGTERM to a graceful stop and SIGUSR1 (``orchardist cancel``) to a
-    cancel; a second signal is not needed to end."""
+def _on_signals(relay: StopRelay) -> Callable[[], None]:
+    """Route SIGINT/SIGTERM to a graceful stop, SIGUSR1 (``orchardist cancel``) to a cancel
+    and SIGUSR2 (a review decision) to a wake-up; a second signal is not needed to end."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if signum == CANCEL_SIGNAL:
-            cancel()
+            relay.cancel()
+        elif signum == REVIEW_SIGNAL:
+            relay.review()
         else:
-            stop()
+            relay.request()
 
-    signals = (signal.SIGINT, signal.SIGTERM, CANCEL_SIGNAL)
+    signals = (signal.SIGINT, signal.SIGTERM, CANCEL_SIGNAL, REVIEW_SIGNAL)
     previous = {sig: signal.signal(sig, handler) for sig in signals}
 
     def restore() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from . import plans, reading, running, upkeep
+from . import plans, reading, reviewing, running, upkeep
 from .options import Commands, output_args, positive, root_parser
 from .plans import Main
 
@@ -28,6 +28,7 @@ def build(main: Main) -> argparse.ArgumentParser:
     running.add_resume(sub)
     running.add_retry(sub)
     running.add_cancel(sub)
+    reviewing.add_review(sub)
     reading.add_show(sub)
     upkeep.add_gc(sub)
     plans.add_validate(sub)

@@ -12,12 +12,12 @@ quoted as data (:mod:`orchardist.quoting`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..executors import AttemptJob, Outcome
 from ..quoting import fence_for, inline, quoted
 from ..specs import Review, TaskSpec
-from ..state.records import ReviewDecision, StoredDecision, TaskState
+from ..state.records import AttemptRecord, ReviewDecision, StoredDecision, TaskState, Verdict
 from ..terminal import plain
 
 DIFF_CHARS = 16000  # the previous diff a change request's prompt quotes (its start)
@@ -85,8 +85,14 @@ class Gate:
     """Which tasks wait for a person, the winners that wait, and the change requests their
     next attempts carry."""
 
-    def __init__(self, specs: Mapping[str, TaskSpec], lands: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        specs: Mapping[str, TaskSpec],
+        lands: Callable[[str], bool],
+        start_on: Callable[[str, str, str, str], str | None],
+    ) -> None:
         self.specs, self.lands = specs, lands
+        self.start_on = start_on  # (base, patch, message, tip) → the patch on tip; None: conflict
         self.awaiting: dict[str, Outcome] = {}  # task -> its winner, waiting for a decision
         self.requests: dict[str, ChangeRequest] = {}  # task -> what its next attempts are told
 
@@ -114,15 +120,37 @@ class Gate:
             and self.awaiting[d.task_id].job.attempt == d.attempt
         ]
 
-    def shape(self, job: AttemptJob, start: Callable[[ChangeRequest], str | None]) -> AttemptJob:
-        """An attempt after a change request: its prompt holds the request; its worktree starts
-        from the reviewed patch (``start`` puts it on the job's base; None: it conflicts, and
-        the prompt's diff is all the agent has)."""
+    def agent(self, task_id: str, planned: str) -> str:
+        """The profile of a task's next attempt: after a change request, the reviewed one."""
+        request = self.requests.get(task_id)
+        return request.agent if request is not None and request.agent else planned
+
+    def restore(self, decisions: list[StoredDecision], attempts: list[AttemptRecord]) -> None:
+        """The change requests still in force after a restart: a task's last applied decision,
+        when it asked for changes."""
+        by_key = {(a.task_id, a.n): a for a in attempts}
+        for stored in decisions:  # oldest first: the last one stays
+            reviewed = by_key.get((stored.task_id, stored.attempt))
+            if stored.applied_at is None or reviewed is None:
+                continue
+            if stored.decision.verdict is not Verdict.CHANGES:
+                self.requests.pop(stored.task_id, None)
+                continue
+            message = change_request_message(stored.decision, stored.diff)
+            self.requests[stored.task_id] = ChangeRequest(
+                message, reviewed.agent, reviewed.base_commit, reviewed.patch_commit
+            )
+
+    def shape(self, job: AttemptJob) -> AttemptJob:
+        """An attempt after a change request: its prompt holds the request, and its worktree
+        starts from the reviewed patch put on the job's base (where it conflicts with what
+        landed since, from the base: the prompt's diff is then all the agent has)."""
         request = self.requests.get(job.task_id)
         if request is None:
             return job
-        from dataclasses import replace
-
         prompt = job.prompt.rstrip("\n") + "\n\n" + request.message
-        commit = start(request) if request.patch_commit else None
-        return replace(job, prompt=prompt, start_commit=commit)
+        start = None
+        if request.patch_commit is not None:
+            base, patch = request.base_commit, request.patch_commit
+            start = self.start_on(base, patch, "the reviewed patch", job.base_commit)
+        return replace(job, prompt=prompt, start_commit=start)

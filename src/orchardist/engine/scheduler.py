@@ -36,6 +36,7 @@ from .lifecycle import Lifecycle
 from .merge import BranchMoved, Merged, MergeStep, MergeTrain, NeedsVerify
 from .policy import INFRA_RETRIES, Backoff, Budgets, Pools
 from .regression import Culprit, RegressionGuard, plan_rewind
+from .review import Gate, ReviewWake
 from .rounds import Rounds
 
 
@@ -45,6 +46,9 @@ class Stop:
 
     reason: str
     state: RunState = RunState.INTERRUPTED
+
+
+Message = Phase | Outcome | Stop | ReviewWake  # what the loop's queue carries
 
 
 class Scheduler:
@@ -78,7 +82,7 @@ class Scheduler:
         )
         self.rounds = Rounds(self.specs, self.graph.ranks)
         self.ready = self.rounds.ready
-        self.inbox: queue.SimpleQueue[Phase | Outcome | Stop] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self.ledger = Ledger(store, self.hooks, run.id, clock, fail_fast)
         self.tasks = self.ledger.tasks  # the same dict: the ledger keeps it in step
         self.active: dict[str, AttemptJob] = {}
@@ -94,6 +98,7 @@ class Scheduler:
         self.soft_stop: str | None = None  # budget: launch nothing new, finish what runs
         self.before_finish: Callable[[], None] = lambda: None  # runs.execute: tidy first
         self.pipelines = Pipelines(self.specs, store, run.id, self.train.start_on)
+        self.gate = Gate(self.specs, self.pipelines.lands, self.train.start_on)
         self.life = Lifecycle(
             specs=self.specs,
             graph=self.graph,
@@ -102,6 +107,7 @@ class Scheduler:
             train=self.train,
             briefs=self.briefs,
             pipelines=self.pipelines,
+            gate=self.gate,
             backoff=Backoff(base_s=plan.run.retry_backoff_s),
             rng=self.rng,
             retry_in=lambda delay_s, task_id: self.alarms.set(delay_s, "retry", task_id),
@@ -118,7 +124,7 @@ class Scheduler:
             self._pump_merges()
             if self._all_done():  # the last merges are checked too, even < regression_every
                 self._maybe_check_regression(final=True)
-            if self._settled():
+            if self._settled() and not self._apply_reviews():  # (one decided as it ended)
                 break
             message = self._next_message()
             self._fire_timers()
@@ -138,7 +144,11 @@ class Scheduler:
         """Request a stop; safe from signal handlers and other threads."""
         self.inbox.put(Stop(reason, state))
 
-    def _next_message(self) -> Phase | Outcome | Stop | None:
+    def review_decided(self) -> None:
+        """A review decision was recorded from another process; safe from signal handlers."""
+        self.inbox.put(ReviewWake())
+
+    def _next_message(self) -> Message | None:
         """Block until a message arrives or the next timer is due."""
         due = [w for w in (self.alarms.next_at(), self._wake_at()) if w is not None]
         timeout = None if not due else max(0.0, min(due) - self.monotonic())
@@ -162,15 +172,17 @@ class Scheduler:
         """Nothing runs, waits, or is left to merge, and no stop was asked for."""
         busy = self.active or self.train.busy or self.guard.in_flight
         stopped = self.stopping is not None or self.soft_stop is not None
-        return not busy and not stopped and self._idle()
+        return not busy and not stopped and self._idle() and not self.gate.awaiting
 
     def _idle(self) -> bool:
         """Nothing is ready and no retry is waiting for its back-off."""
         return not self.ready and not self.alarms.pending("retry")
 
-    def _handle(self, message: Phase | Outcome | Stop) -> None:
+    def _handle(self, message: Message) -> None:
         if isinstance(message, Stop):
             self._stop(message)
+        elif isinstance(message, ReviewWake):
+            self._apply_reviews()
         elif isinstance(message, Phase):
             self._phase(message)
         elif self.train.merging is not None and message.job.id == self.train.merging.job.id:
@@ -235,12 +247,13 @@ class Scheduler:
 
     def _start_attempt(self, spec: TaskSpec, candidate: int) -> None:
         n = self.rounds.next_attempt(spec.id)
-        agent = self.pools.profile_for(spec.id, spec.agent_for(candidate))
+        agent = self.pools.profile_for(spec.id, self.gate.agent(spec.id, spec.agent_for(candidate)))
         now = self.clock()
         self.pools.started(agent)
         tip, budget = self.train.tip, self.budgets.task_left(spec.id)
         job = self.briefs.attempt(spec, n, candidate, agent, tip, budget)
         job = self.pipelines.shape(job, spec)  # a pipeline's stage: handoffs, where it starts
+        job = self.gate.shape(job)  # after a change request: its text, the reviewed patch
         with self.ledger.tx() as tx:
             tx.add_attempt(started(job, agent, now, log_path(self.executor, job)))
             running = {"agent": agent, "candidate": candidate, "base": tip[:12]}
@@ -383,6 +396,21 @@ class Scheduler:
         self.guard.rewound()  # check the new tip too
         self._pump_merges()
 
+    # -- review gates --------------------------------------------------------------------
+
+    def _apply_reviews(self) -> bool:
+        """Act on the decisions recorded for winners that await review; whether there were."""
+        if self.stopping is not None or not self.gate.awaiting:
+            return False
+        states = {t: r.state for t, r in self.tasks.items()}
+        found = self.gate.applicable(self.store.decisions(self.run_id), states)
+        for stored in found:
+            with self.ledger.tx() as tx:
+                self.life.reviewed(tx, stored, self.clock())
+        if found:
+            self._pump_merges()
+        return bool(found)
+
     def _cancel(self, task_id: str, reason: str) -> None:
         """Cancel the task's running attempts."""
         for job in list(self.active.values()):
@@ -436,6 +464,7 @@ class Scheduler:
         done = {t for t, r in self.tasks.items() if r.state is TaskState.DONE}
         done |= self.pipelines.passed_on(self.tasks)  # escalated shots release their stages
         self.life.count_waiting(done.__contains__)
+        self.gate.restore(self.store.decisions(self.run_id), attempts)
         with self.ledger.tx() as tx:
             tx.run(state=RunState.RUNNING, finished_at=None, reason="")
             self.life.restore(tx, passed)
@@ -444,4 +473,5 @@ class Scheduler:
             if self.plan.run.deadline_s is not None:
                 left = self.run_record.created_at + self.plan.run.deadline_s - self.clock()
                 self.alarms.set(max(0.0, left), "deadline")
+        self._apply_reviews()  # decided while no orchestrator ran
         self._pump_merges()

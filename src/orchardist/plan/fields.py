@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from ..errors import Problem, unknown_key
 from ..placeholders import VERIFY_PLACEHOLDERS, fill, placeholder_problems
-from ..specs import MAX_RETRIES, parse_duration
+from ..specs import MAX_RETRIES, Review, parse_duration
 
 SELECT_RULES = ("smallest", "first")
 D = TypeVar("D")
@@ -90,6 +90,14 @@ class Fields:
             self.problem(f"expected one of {', '.join(SELECT_RULES)}", task, fld)
             return None
         return str(value)
+
+    def _review(self, value: object, fld: str, task: str | None = None) -> Review | None:
+        """Who lets a verified patch merge: "auto" or "human"."""
+        if value not in tuple(Review):
+            names = " or ".join(f'"{r.value}"' for r in Review)
+            self.problem(f"expected {names}, got {value!r}", task, fld)
+            return None
+        return Review(str(value))
 
     def _count(self, value: object, fld: str, task: str | None = None) -> int:
         count: int = self._checked(value, fld, task, _expect_count) or 0

@@ -61,6 +61,7 @@ RUN_KEYS = {
     "executor",
     "ray_address",
     "environment",
+    "review",
 }
 PROFILE_KEYS = {
     "kind",
@@ -322,6 +323,8 @@ class _Validator(TaskChecks):
             values["candidates"] = self._positive_int(raw["candidates"], "run.candidates")
         if "select" in raw:
             values["select"] = self._select(raw["select"], "run.select")
+        if "review" in raw:
+            values["review"] = self._review(raw["review"], "run.review")
         return values
 
     def _run_regression(self, raw: dict[str, Any]) -> dict[str, Any]:
