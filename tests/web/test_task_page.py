@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from orchardist import Workspace, create_run, load_plan
 from support import Finished, write_plan
 from web.dashboard import serving
 
@@ -114,3 +115,36 @@ def test_the_runs_list_names_the_plan_and_the_dashboard_has_a_favicon(
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     assert "<svg" in icon.text
     assert 'rel="icon"' in page
+
+
+PIPELINE = """
+[agents.fake]
+kind = "scripted"
+
+[[task]]
+id = "bug"
+agent = "fake"
+prompt = "mean() fails on an empty list"
+pipeline = "fix"
+
+[[task]]
+id = "docs"
+agent = "fake"
+prompt = "write the docs"
+"""
+
+
+def test_a_pipelines_stages_are_shown_in_pipeline_order(repo: Path) -> None:
+    # Given: a run of a "fix" pipeline (its stages share their task's place in the plan, and
+    # their names sort otherwise: bug, bug.audit, bug.localize, bug.reproduce, bug.shot)
+    plan = load_plan(write_plan(repo, PIPELINE))
+    ws = Workspace.open(repo)
+    try:
+        run = create_run(ws, plan)
+    finally:
+        ws.store.close()
+    with serving(repo) as dash, dash.client() as client:
+        doc = client.get(f"/api/runs/{run.id}").json()
+    # Then: the run page lists them as the pipeline runs them, then the next task
+    stages = ["bug.shot", "bug.reproduce", "bug.audit", "bug.localize", "bug"]
+    assert [t["id"] for t in doc["tasks"]] == [*stages, "docs"]
