@@ -28,7 +28,8 @@ verify = "none"
 [agents.fake]
 kind = "scripted"
 [agents.fake.script]
-"*" = {{ write = {{ "a.txt" = "a" }}, print = "{"x" * 3000}" }}
+base = {{ write = {{ "a.txt" = "a" }} }}
+"{LONG}" = {{ write = {{ "b.txt" = "b" }}, print = "{"x" * 3000}" }}
 
 [[task]]
 id = "base"
@@ -47,6 +48,7 @@ def test_a_finished_run_reads_cleanly(repo: Path, run_plan: RunPlan, browser: An
     # Given: a finished run of two scripted tasks (no cost reported), one with a long name,
     # whose agent printed a 3000-character line
     done = run_plan(write_plan(repo, PLAN))
+    assert done.state.value == "done"
     with serving(repo) as dash:
         page = browser.new_context().new_page()
         page.set_default_timeout(WAIT_MS)
