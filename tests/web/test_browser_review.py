@@ -115,6 +115,11 @@ def test_a_change_request_from_the_page_comes_back_to_review_and_is_approved(
             page.click("#review-approve")
             page.wait_for_selector("#task-state .s-done")
             assert page.evaluate("window.loadedOnce") == "yes"
+            # and both decisions are on the page, acted on, the change request with its line
+            page.wait_for_function("document.querySelectorAll('#reviews li.applied').length === 2")
+            history = page.locator("#reviews").inner_text()
+            assert REQUEST in history and f"greet.py:2: {LINE_NOTE}" in history
+            assert page.locator("#review").count() == 0  # nothing left to decide
     finally:
         (sync / "release").touch()
     assert orchestrator.wait(timeout=120) == 0

@@ -20,7 +20,7 @@ from ..safeio import read_tail
 from ..state.records import Run
 from ..state.report import status_document
 from ..state.store import RunCounts, Store
-from .taskdoc import attempt_extras, finding, winner_first
+from .taskdoc import attempt_extras, finding, review_history, winner_first
 
 LOG_TAIL_BYTES = 256 * 1024
 DIFF_MAX_BYTES = 512 * 1024
@@ -161,6 +161,7 @@ class Reads:
             attempt.update(attempt_extras(record.log_path))
         task["attempts"] = winner_first(task["attempts"])
         task["finding"] = finding(task["reason"])
+        task["reviews"] = review_history(self.store, run.id, task_id)
         task["run"] = run.id
         task["run_state"] = run.state.value
         return task

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..safeio import read_tail
+from ..state.store import Store
 from ..verify.reports import load_reports
 from .transcript import transcript
 
@@ -58,3 +59,20 @@ def attempt_extras(log_path: str | None) -> dict[str, Any]:
     tail = read_tail(Path(log_path), 0, TRANSCRIPT_BYTES, last=True)
     text = tail.text() if tail.found else ""
     return {"transcript": transcript(text), "tests": load_reports(Path(log_path))}
+
+
+def review_history(store: Store, run_id: str, task_id: str) -> list[dict[str, Any]]:
+    """The task's review decisions, oldest first: who decided what on which attempt, and
+    whether the run has acted on it yet (until then the page says it waits for the run)."""
+    return [
+        {
+            "attempt": d.attempt,
+            "verdict": d.decision.verdict.value,
+            "text": d.decision.text,
+            "lines": [{"path": c.path, "line": c.line, "text": c.text} for c in d.decision.lines],
+            "who": d.decision.who,
+            "decided_at": d.decided_at,
+            "applied_at": d.applied_at,
+        }
+        for d in store.decisions(run_id, task_id)
+    ]

@@ -327,7 +327,8 @@ async function showTask(runId, taskId) {
         ...(["failed", "blocked", "cancelled"].includes(task.state) && ["failed", "cancelled"].includes(task.run_state)
           ? [actionButton("retry this task", "retry", `/api/runs/${encodeURIComponent(runId)}/retry`, { tasks: [taskId] })] : []),
         " ", el("span", { id: "action-note", class: "muted" })),
-      ...(underReview ? [reviewForm(runId, taskId, review)] : []),
+      ...(underReview && !(task.reviews || []).some((r) => r.attempt === underReview.n) ? [reviewForm(runId, taskId, review)] : []),
+      ...reviewHistory(task),
       ...sections,
     );
     // Running attempts: their log grows between events; stream what is appended.

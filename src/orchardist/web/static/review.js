@@ -281,6 +281,19 @@ function reviewForm(runId, taskId, review) {
     el("p", {}, button("approve", "approve"), " ", button("request changes", "changes"), " ", button("reject", "reject"), " ", note));
 }
 
+// The decisions made on the task so far; one the run has not acted on yet says so.
+function reviewHistory(task) {
+  const reviews = task.reviews || [];
+  if (!reviews.length) return [];
+  const said = { approve: "approved", changes: "asked for changes", reject: "rejected" };
+  const items = reviews.map((r) => el("li", { class: `decision ${r.applied_at ? "applied" : "waiting"}`, "data-verdict": r.verdict },
+    `${r.who || "someone"} ${said[r.verdict] || r.verdict} (attempt ${r.attempt}, ${fmtTime(r.decided_at)})`,
+    r.applied_at ? "" : el("span", { class: "muted" }, " — waiting for the run to act on it (orchardist resume, if no orchestrator runs)"),
+    ...(r.text ? [el("blockquote", {}, r.text)] : []),
+    ...r.lines.map((c) => el("div", { class: "muted" }, `${c.path}:${c.line}: ${c.text}`))));
+  return [el("h2", {}, "Reviews"), el("ul", { id: "reviews" }, ...items)];
+}
+
 // -- the Review page ------------------------------------------------------------------------------
 
 async function showReview() {
