@@ -139,9 +139,8 @@ class Lifecycle:
             self.train.enqueue(winner)
             return
         if verdict is Verdict.CHANGES:
-            job = winner.job
-            agent = job.profile.name if isinstance(job, AttemptJob) and job.profile else ""
-            self.gate.requested(stored, winner.patch_commit, agent)
+            (reviewed,) = [a for a in tx.ledger.store.attempts(tx.run_id, task_id) if a.n == n]
+            self.gate.requested(stored, winner.patch_commit, reviewed.agent)
             tx.attempt(task_id, n, won=False, selection=f"changes requested by {who}")
             tx.state(task_id, TaskState.READY, reason=f"changes requested by {who}")
             self.new_round(tx, task_id)
