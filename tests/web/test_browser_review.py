@@ -84,8 +84,11 @@ def test_a_change_request_from_the_page_comes_back_to_review_and_is_approved(
             page.set_default_timeout(WAIT_MS)
             page.goto(f"{dash.base}/?token={dash.token}")
 
-            # When: the person opens the Review page: the task is listed
-            page.goto(f"{dash.base}/review")
+            # When: the runs list says a task awaits review, and links to the Review page
+            page.wait_for_selector("#runs a.s-awaiting_review")
+            assert page.locator("#runs a.s-awaiting_review").inner_text() == "1 awaiting review"
+            # the person opens it: the task is listed
+            page.click("#runs a.s-awaiting_review")
             page.wait_for_selector('#review-list tr[data-task="greet"]')
             page.screenshot(path=str(shots / "review-page.png"), full_page=True)
 

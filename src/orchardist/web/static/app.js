@@ -92,6 +92,11 @@ function followAll(onChange) {
 // -- runs --------------------------------------------------------------------------------------
 
 async function showRuns() {
+  await drawRuns();
+  followAll(drawRuns);  // live: a new run, a state, a task awaiting review
+}
+
+async function drawRuns() {
   crumbs.textContent = "";
   const runs = await getJSON("/api/runs");
   const rows = runs.map((r) => el("tr", { "data-run": r.run },
@@ -102,7 +107,8 @@ async function showRuns() {
     el("td", {}, fmtTime(r.created_at)),
     el("td", {}, fmtDur(r.duration_s)),
     el("td", {}, fmtCost(r.cost_usd)),
-    el("td", {}, `${r.summary.done || 0} done, ${r.summary.failed || 0} failed, ${r.tasks} tasks`),
+    el("td", {}, `${r.summary.done || 0} done, ${r.summary.failed || 0} failed, ${r.tasks} tasks`,
+      ...(r.summary.awaiting_review ? [" · ", el("a", { href: "/review", class: "s-awaiting_review" }, `${r.summary.awaiting_review} awaiting review`)] : [])),
   ));
   main.replaceChildren(
     el("h2", {}, "Runs"),
