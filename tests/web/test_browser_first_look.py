@@ -4,6 +4,7 @@ lines, time ticks on the timeline, the plan's name in the runs list, a Review pa
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,11 @@ pytestmark = pytest.mark.slow
 __all__ = ["browser"]  # the fixture, used by name
 
 RunPlan = Callable[..., Finished]
+# Agents' output is hostile: markup in a transcript message and in a diff must stay text
+HOSTILE = '<img src=x onerror="window.pwned=1">'
+HOSTILE_CODE = f"# {HOSTILE}\nx = '<script>window.pwned=2</script>'\n"
+MESSAGE = {"type": "assistant", "message": {"content": [{"type": "text", "text": HOSTILE}]}}
+PRINTED = "x" * 3000 + "\n" + json.dumps(MESSAGE)
 LONG = "migrate-the-settings-loader-to-typed-records"  # 44 characters
 
 PLAN = f"""
@@ -29,7 +35,7 @@ verify = "none"
 kind = "scripted"
 [agents.fake.script]
 base = {{ write = {{ "a.txt" = "a" }} }}
-"{LONG}" = {{ write = {{ "b.txt" = "b" }}, print = "{"x" * 3000}" }}
+"{LONG}" = {{ write = {{ "b.py" = {json.dumps(HOSTILE_CODE)} }}, print = {json.dumps(PRINTED)} }}
 
 [[task]]
 id = "base"
@@ -75,11 +81,17 @@ def test_a_finished_run_reads_cleanly(repo: Path, run_plan: RunPlan, browser: An
         page.wait_for_selector("section.attempt p.kv")
         line = page.locator("section.attempt p.kv").inner_text()
         assert not UNKNOWN.search(line), line
-        overflow = page.evaluate(
-            "(() => { const p = document.querySelector('pre.log'); "
-            "return p.scrollWidth - p.clientWidth; })()"
-        )
-        assert overflow <= 1
+        page.click("details.raw-log summary")  # the raw log, under the transcript
+        for shown in ("pre.log", ".tx-output pre.tx-text"):
+            box = page.locator(shown)
+            assert box.is_visible() and "x" * 3000 in box.inner_text().replace("\n", "")
+            overflow = box.evaluate("p => p.scrollWidth - p.clientWidth")
+            assert overflow <= 1, shown
+        # the hostile markup shows as text in the transcript and the diff, and never ran
+        assert HOSTILE in page.locator(".transcript").inner_text()
+        assert "<script>window.pwned=2</script>" in page.locator(".diff-box").inner_text()
+        assert page.evaluate("window.pwned") is None
+        assert page.locator("main img, main script").count() == 0
 
         # the Review page is one click away, and says when nothing awaits review
         page.click("#nav-review")
