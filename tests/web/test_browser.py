@@ -127,6 +127,10 @@ def test_a_live_run_in_the_browser(
             task_page.wait_for_function(
                 "document.querySelector('pre.log')?.textContent.includes('first line')"
             )
+            # the running attempt's line says only what is known: no "· - · exit -"
+            running = task_page.locator('section.attempt[data-state="running"] p.kv').inner_text()
+            assert "-" not in running.split(), running
+            assert "exit" not in running and "cost" not in running, running
             one.touch()
             task_page.wait_for_function(
                 "document.querySelector('pre.log')?.textContent.includes('second line')"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from support import Finished
+from support import Finished, write_plan
 from web.dashboard import serving
 from web.test_api import finished_plan
 
@@ -52,3 +52,55 @@ def test_a_decision_is_checked_and_refused_where_no_review_is_awaited(
     assert done_task.status_code == 409
     assert "is done, not awaiting review" in done_task.json()["error"]
     assert cross.status_code == 403
+
+
+GATED = """
+[run]
+verify = "none"
+review = "human"
+
+[agents.fake]
+kind = "scripted"
+[agents.fake.script]
+greet = { write = { "greet.py" = "def greet(name):\\n    return 'hi ' + name\\n" } }
+
+[[task]]
+id = "greet"
+agent = "fake"
+"""
+
+
+def test_a_decision_made_while_no_orchestrator_runs_waits_for_the_run(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    # Given: a run that ended awaiting review (its orchestrator is gone)
+    done = run_plan(write_plan(repo, GATED))
+    assert done.state.value == "awaiting_review"
+    url = f"/api/runs/{done.run.id}/tasks/greet"
+    change = {
+        "verdict": "changes",
+        "text": "Say Hello.",
+        "lines": [{"path": "greet.py", "line": 2, "text": "capitalise"}],
+    }
+    with serving(repo) as dash, dash.client() as client:
+        (waiting,) = client.get("/api/review").json()
+        # When: a change request with a line comment is sent from the page
+        first = client.post(f"{url}/review", headers=ACTION, json=change)
+        task = client.get(url).json()
+        again = client.post(f"{url}/review", headers=ACTION, json={"verdict": "approve"})
+        off_patch = client.post(
+            f"{url}/review",
+            headers=ACTION,
+            json={**change, "lines": [{"path": "nope.py", "line": 1, "text": "x"}]},
+        )
+    # Then: it is recorded (no orchestrator to wake), shown as not acted on yet, once
+    assert (waiting["run_id"], waiting["task_id"], waiting["attempt"]) == (done.run.id, "greet", 1)
+    assert first.status_code == 202 and first.json() == {"recorded": "changes", "woke": False}
+    (decision,) = task["reviews"]
+    assert decision["verdict"] == "changes" and decision["applied_at"] is None
+    assert decision["lines"] == [{"path": "greet.py", "line": 2, "text": "capitalise"}]
+    assert again.status_code == 409 and "decided already" in again.json()["error"]
+    assert off_patch.status_code == 409 and "no file 'nope.py'" in off_patch.json()["error"]
+    # and the store has it, as the CLI would read it
+    (stored,) = done.ws.store.decisions(done.run.id, "greet")
+    assert stored.decision.lines[0].quote  # the quoted line, filled by runs/review.py
