@@ -140,6 +140,9 @@ def test_a_reviewed_task_waits_and_the_run_ends_awaiting_review_until_approved_a
     doc = status(repo, run_id)
     assert task_trailers(repo, doc["base"], doc["branch"]) == ["c"]
     assert leftovers(repo, run_id) == []
+    (listed_run,) = orchardist(repo, "runs").stdout.splitlines()[1:]
+    assert listed_run.split()[:2] == [run_id, "awaiting_review"]
+    assert "a                    awaiting_review" in orchardist(repo, "status").stdout
 
     # When: the listing, the diff, then an approval with no orchestrator running
     listed = json.loads(review(repo, "--json").stdout)
@@ -227,6 +230,29 @@ def test_a_change_request_runs_the_agent_again_from_its_patch_told_the_text_and_
     doc = status(repo, run_id)
     assert git(repo, "show", f"{doc['branch']}:a.txt").split() == ["one", "two", "three", "four"]
     assert task_trailers(repo, doc["base"], doc["branch"]) == ["c", "a", "b"]
+
+
+def test_a_reviewed_patch_that_no_longer_applies_leaves_the_change_request_its_diff(
+    repo: Path, sync: Path, shell_scripts: Scripts
+) -> None:
+    # Given: c, merged while a awaited review, wrote its own a.txt: a's patch conflicts now
+    second = """
+    if [ "$ORCHARDIST_ATTEMPT" = 1 ]; then printf 'one\\ntwo\\nthree\\n' > a.txt; exit 0; fi
+    if [ "$(cat a.txt)" = c ] && grep -q '^+three' "$ORCHARDIST_PROMPT_FILE"; then
+      touch "$SYNC/from-the-tip-with-the-diff"
+    fi
+    printf 'one\\ntwo\\nthree\\nfour\\n' > a.txt
+    """
+    plan(repo, scripts(shell_scripts, a=second, c="echo c > c.txt; echo c > a.txt"))
+    run_id = ran_to_review(repo)
+
+    # When: changes are asked for
+    review(repo, run_id, "a", "--changes", "Add four.")
+    resumed = orchardist(repo, "resume", run_id)
+
+    # Then: the new attempt started from the run branch, its prompt holding the old diff
+    assert resumed.returncode == 3, resumed.stdout + resumed.stderr
+    assert (sync / "from-the-tip-with-the-diff").exists()
 
 
 def test_decisions_that_cannot_be_taken_are_usage_errors_that_change_nothing(

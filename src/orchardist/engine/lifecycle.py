@@ -107,7 +107,7 @@ class Lifecycle:
         won = {"candidate": winner.job.candidate, "reason": decision.why}
         tx.event(Kind.ROUND, task_id, winner.job.attempt, state=RoundEvent.WON, **won)
         self.briefs.summaries[task_id] = winner.summary
-        if self.gate.wants(task_id):
+        if self.gate.wants(task_id) and winner.patch_commit:  # (no patch: nothing to read)
             self._await_review(tx, winner)
             return
         tx.state(task_id, TaskState.MERGING)

@@ -7,7 +7,8 @@ polling. Every state change is one store transaction, and hooks hear of it after
 
 The loop only sequences; each concern has an owner with its own state: candidate rounds and the
 ready set (``rounds.Rounds``), pools and budgets (``policy.Pools``, ``policy.Budgets``), the merge
-train (``merge.MergeTrain``), the regression guard (``regression.RegressionGuard``), task state
+train (``merge.MergeTrain``), the regression guard (``regression.RegressionGuard``), review gates
+(``review.Gate``: a decision recorded from another process arrives as a ``ReviewWake``), task state
 transitions (``lifecycle.Lifecycle``), the records (``ledger.Ledger``) and what an attempt is told
 (``jobs.Briefs``). They answer with typed results; the loop acts on them.
 """
