@@ -28,8 +28,8 @@ from ..safeio import read_capped, read_tail
 from ..specs import RunConfig
 from ..state.records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
 from ..state.store import Store
+from ..verify import reports
 from ..verify.discovery import auto_commands, discover_tests
-from ..verify.reports import save_reports
 from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier
 from . import AttemptJob, Job, Notify, Outcome, Phase
 from .attempt import Attempt, Work, agent_context, note_ending
@@ -361,10 +361,9 @@ class LocalExecutor:
         if note:
             with a.log.open("a", encoding="utf-8") as fh:
                 fh.write(f"orchardist: {note}\n")
-        check = job.check if isinstance(job, AttemptJob) else None
         verdict = self.verifier.verify(
             commands,
-            check=check,
+            check=job.check if isinstance(job, AttemptJob) else None,
             baseline=job.baseline,
             check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
             workdir=job.workdir,
@@ -379,7 +378,8 @@ class LocalExecutor:
             confine=self.confine(paths, network=job.network, hidden=a.hidden),
             network=job.network,
         )
-        save_reports(paths.junit_dir, commands, check, a.log)  # the folder goes with the attempt
+        check = job.check if isinstance(job, AttemptJob) else None
+        reports.save_reports(paths.junit_dir, commands, check, a.log)  # kept: the folder goes
         common: dict[str, Any] = {
             "patch_commit": work.patch,
             "changed_lines": work.changed,
