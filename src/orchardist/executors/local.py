@@ -371,8 +371,6 @@ class LocalExecutor:
             confine=self.confine(paths, network=job.network, hidden=a.hidden),
             network=job.network,
         )
-        check = job.check if isinstance(job, AttemptJob) else None
-        reports.save_reports(paths.junit_dir, commands, check, a.log)  # kept: the folder goes
         common: dict[str, Any] = {
             "patch_commit": work.patch,
             "changed_lines": work.changed,
@@ -380,6 +378,8 @@ class LocalExecutor:
             "summary": work.summary,
             "verify_commands": commands,
         }
+        check = job.check if isinstance(job, AttemptJob) else None
+        reports.save_reports(paths.junit_dir, commands, check, a.log)  # kept: the folder goes
         if verdict.verdict == "cancelled" or a.token.cancelled:
             return a.end(AttemptState.CANCELLED, detail=a.token.reason or "cancelled", **common)
         if not verdict.passed:
