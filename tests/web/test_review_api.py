@@ -3,9 +3,11 @@ decision on a task that awaits no review refused with the reason, cross-site POS
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from run_support import status, wait_until
 from support import Finished, write_plan
 from web.dashboard import serving
 from web.test_api import finished_plan
@@ -104,3 +106,38 @@ def test_a_decision_made_while_no_orchestrator_runs_waits_for_the_run(
     # and the store has it, as the CLI would read it
     (stored,) = done.ws.store.decisions(done.run.id, "greet")
     assert stored.decision.lines[0].quote  # the quoted line, filled by runs/review.py
+
+
+def test_an_approval_made_while_no_orchestrator_runs_is_acted_on_by_resume_from_the_page(
+    repo: Path, run_plan: RunPlan
+) -> None:
+    # Given: a run that ended awaiting review, and an approval sent from the page
+    done = run_plan(write_plan(repo, GATED))
+    run_url = f"/api/runs/{done.run.id}"
+    with serving(repo) as dash, dash.client() as client:
+        approve = client.post(f"{run_url}/tasks/greet/review", headers=ACTION, json={})
+        assert approve.status_code == 400  # no verdict
+        approve = client.post(
+            f"{run_url}/tasks/greet/review", headers=ACTION, json={"verdict": "approve"}
+        )
+        assert approve.status_code == 202
+        # When: the page's "resume" button is pressed
+        resumed = client.post(f"{run_url}/resume", headers=ACTION)
+        assert resumed.status_code == 202
+        # Then: orchardist resume (its own process) merges the patch and ends the run
+        wait_until(
+            "the resumed run ends",
+            lambda: status(repo, done.run.id)["state"] == "done",
+            timeout_s=120,
+        )
+        again = client.post(f"{run_url}/resume", headers=ACTION)
+    assert again.status_code == 409 and "is done" in again.json()["error"]
+    task = {t["id"]: t for t in status(repo, done.run.id)["tasks"]}["greet"]
+    assert task["state"] == "done" and task["commit"]
+    shown = subprocess.run(
+        ["git", "-C", str(repo), "show", f"{done.run.branch}:greet.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "return 'hi ' + name" in shown

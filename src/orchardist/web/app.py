@@ -46,6 +46,7 @@ from .watch import StoreWatcher
 COOKIE = "orchardist_token"
 ACTION_HEADER = "x-orchardist-action"  # required on POSTs: see _same_site
 KEEPALIVE_S = 15.0
+RESUMABLE = (RunState.AWAITING_REVIEW, RunState.INTERRUPTED, RunState.STOPPED)
 KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: keeps idle connections (and proxies) open
 
 
@@ -224,6 +225,20 @@ class _Endpoints:
         )
         return JSONResponse({"started": pid}, status_code=202)
 
+    async def resume(self, request: Request) -> Response:
+        """``orchardist resume RUN`` in its own session: what acts on review decisions when
+        no orchestrator runs (a run that ended awaiting review, or was interrupted)."""
+        run = await asyncio.to_thread(self.data.run, request.path_params["run"])
+        if run is None:
+            return JSONResponse({"error": "no such run"}, status_code=404)
+        if run.state not in RESUMABLE:
+            return JSONResponse({"error": f"run {run.id} is {run.state.value}"}, status_code=409)
+        logs = self.data.log_folder()
+        pid = await asyncio.to_thread(
+            _orchardist_detached, self.settings.repo_root, logs, "resume", run.id
+        )
+        return JSONResponse({"started": pid}, status_code=202)
+
     async def api_review(self, request: Request) -> Response:
         if not await asyncio.to_thread(self.data.has_store):
             return JSONResponse([])
@@ -299,6 +314,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/runs/{run}/tasks/{task}/attempts/{n:int}/log", ends.api_log),
         Route("/api/runs/{run}/cancel", ends.cancel, methods=["POST"]),
         Route("/api/runs/{run}/retry", ends.retry, methods=["POST"]),
+        Route("/api/runs/{run}/resume", ends.resume, methods=["POST"]),
         Route("/api/review", ends.api_review),
         Route("/api/runs/{run}/tasks/{task}/review", ends.review, methods=["POST"]),
         Route("/metrics", ends.metrics),

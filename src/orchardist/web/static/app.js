@@ -54,6 +54,8 @@ function fmtDur(s) {
 }
 function fmtCost(c) { return c === null || c === undefined ? "-" : `$${Number(c).toFixed(4)}`; }
 function stateSpan(state) { return el("span", { class: `state s-${state}` }, state); }
+// Run states `orchardist resume` takes on (no orchestrator drives them).
+const RESUMABLE = ["awaiting_review", "interrupted", "stopped"];
 // " · " between the parts that have a value: no "cost -", no trailing "·" for what is unknown.
 function joined(parts) { return parts.filter((p) => p !== null && p !== undefined && p !== "").join(" · "); }
 
@@ -264,6 +266,7 @@ async function showRun(runId) {
       el("p", {},
         ...(doc.state === "running" ? [actionButton("cancel run", "cancel", `/api/runs/${encodeURIComponent(doc.run)}/cancel`)] : []),
         ...(["failed", "cancelled"].includes(doc.state) ? [actionButton("retry failed tasks", "retry", `/api/runs/${encodeURIComponent(doc.run)}/retry`)] : []),
+        ...(RESUMABLE.includes(doc.state) ? [actionButton("resume run", "resume", `/api/runs/${encodeURIComponent(doc.run)}/resume`)] : []),
         " ", el("span", { id: "action-note", class: "muted" })),
       el("h2", {}, "Graph", el("span", { class: "muted" }, doc.graph.from_plan ? "  (thick border: critical path)" : "  (the plan file is gone: no edges)")),
       drawGraph(doc),
@@ -334,7 +337,7 @@ async function showTask(runId, taskId) {
           ? [actionButton("retry this task", "retry", `/api/runs/${encodeURIComponent(runId)}/retry`, { tasks: [taskId] })] : []),
         " ", el("span", { id: "action-note", class: "muted" })),
       ...(underReview && !(task.reviews || []).some((r) => r.attempt === underReview.n) ? [reviewForm(runId, taskId, review)] : []),
-      ...reviewHistory(task),
+      ...reviewHistory(task, RESUMABLE.includes(task.run_state)),
       ...sections,
     );
     // Running attempts: their log grows between events; stream what is appended.

@@ -282,13 +282,14 @@ function reviewForm(runId, taskId, review) {
 }
 
 // The decisions made on the task so far; one the run has not acted on yet says so.
-function reviewHistory(task) {
+function reviewHistory(task, resumable) {
   const reviews = task.reviews || [];
   if (!reviews.length) return [];
   const said = { approve: "approved", changes: "asked for changes", reject: "rejected" };
   const items = reviews.map((r) => el("li", { class: `decision ${r.applied_at ? "applied" : "waiting"}`, "data-verdict": r.verdict },
     `${r.who || "someone"} ${said[r.verdict] || r.verdict} (attempt ${r.attempt}, ${fmtTime(r.decided_at)})`,
-    r.applied_at ? "" : el("span", { class: "muted" }, " — waiting for the run to act on it (orchardist resume, if no orchestrator runs)"),
+    r.applied_at ? "" : el("span", { class: "muted" }, " — waiting for the run to act on it"),
+    ...(!r.applied_at && resumable ? [" ", actionButton("resume the run", "resume", `/api/runs/${encodeURIComponent(task.run)}/resume`)] : []),
     ...(r.text ? [el("blockquote", {}, r.text)] : []),
     ...r.lines.map((c) => el("div", { class: "muted" }, `${c.path}:${c.line}: ${c.text}`))));
   return [el("h2", {}, "Reviews"), el("ul", { id: "reviews" }, ...items)];
