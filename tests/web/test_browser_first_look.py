@@ -1,6 +1,7 @@
 """What a new user saw on the dashboard, fixed, in a real browser (Debian's Chromium driven by
 Playwright): no stray dashes for what is unknown, full task names in the graph, wrapped log
-lines, time ticks on the timeline, the plan's name in the runs list, a Review page."""
+lines, time ticks on the timeline, the plan's name in the runs list, a Review page; and the
+task page's verify results test by test, with agents' markup shown as text."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ RunPlan = Callable[..., Finished]
 HOSTILE = '<img src=x onerror="window.pwned=1">'
 HOSTILE_CODE = f"# {HOSTILE}\nx = '<script>window.pwned=2</script>'\n"
 MESSAGE = {"type": "assistant", "message": {"content": [{"type": "text", "text": HOSTILE}]}}
+SUITE = (
+    "import pytest\n\n\ndef test_good():\n    pass\n\n\n"
+    "@pytest.mark.skip\ndef test_later():\n    pass\n"
+)
 PRINTED = "x" * 3000 + "\n" + json.dumps(MESSAGE)
 LONG = "migrate-the-settings-loader-to-typed-records"  # 44 characters
 
@@ -36,10 +41,16 @@ kind = "scripted"
 [agents.fake.script]
 base = {{ write = {{ "a.txt" = "a" }} }}
 "{LONG}" = {{ write = {{ "b.py" = {json.dumps(HOSTILE_CODE)} }}, print = {json.dumps(PRINTED)} }}
+suite = {{ write = {{ "test_pair.py" = {json.dumps(SUITE)} }} }}
 
 [[task]]
 id = "base"
 agent = "fake"
+
+[[task]]
+id = "suite"
+agent = "fake"
+verify = "python -m pytest -q -p no:cacheprovider test_pair.py"
 
 [[task]]
 id = "{LONG}"
@@ -92,6 +103,18 @@ def test_a_finished_run_reads_cleanly(repo: Path, run_plan: RunPlan, browser: An
         assert "<script>window.pwned=2</script>" in page.locator(".diff-box").inner_text()
         assert page.evaluate("window.pwned") is None
         assert page.locator("main img, main script").count() == 0
+
+        # verify's results, test by test: the skip in view, the pass folded
+        page.goto(f"{dash.base}/runs/{done.run.id}/tasks/suite")
+        page.wait_for_selector(".tests")
+        assert "1 passed, 0 failed, 1 skipped" in page.locator(".tests p.kv").inner_text()
+        assert page.locator(".tests tr.t-skipped").inner_text().split() == [
+            "skipped",
+            "test_pair::test_later",
+        ]
+        assert not page.locator(".tests tr.t-passed").is_visible()
+        page.click(".tests details summary")
+        assert page.locator(".tests tr.t-passed").inner_text().split()[-1] == "test_pair::test_good"
 
         # the Review page is one click away, and says when nothing awaits review
         page.click("#nav-review")
