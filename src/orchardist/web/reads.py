@@ -158,7 +158,7 @@ class Reads:
             attempt["ended_at"] = record.ended_at
             attempt["log_tail"] = _tail(attempt.pop("log", "") or "")
             attempt["diff"] = self._diff(record.base_commit, record.patch_commit)
-            attempt.update(attempt_extras(record.log_path))
+            attempt.update(attempt_extras(record.log_path), finding=finding(record.detail))
         task["attempts"] = winner_first(task["attempts"])
         task["finding"] = finding(task["reason"])
         task["reviews"] = review_history(self.store, run.id, task_id)

@@ -295,7 +295,7 @@ function attemptSection(a, review) {
     el("h2", {}, `attempt ${a.n}`, a.candidate ? ` (candidate ${a.candidate})` : "", ` · ${a.agent} · `, stateSpan(a.state),
       a.state === "merged" ? el("span", { class: "winner" }, " winner") : ""),
     el("p", { class: "kv" }, attemptLine(a)),
-    el("p", { class: "detail" }, a.detail || ""),
+    el("p", { class: "detail", title: a.detail || "" }, a.finding || ""),
     ...(a.diff ? [el("h3", {}, "diff"), diffBlock(a.diff, review)] : []),
     ...testsBlock(a.tests || []),
     ...(events ? transcriptBlock(a.transcript) : []),
