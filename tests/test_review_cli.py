@@ -119,6 +119,8 @@ def ran_to_review(repo: Path) -> str:
     doc = status(repo, run_id)
     assert doc["state"] == "awaiting_review"
     assert states(doc) == {"a": "awaiting_review", "b": "pending", "c": "done"}
+    assert f"review a: review_requested (orchardist review {run_id} a)" in done.stdout
+    assert f"orchardist review {run_id}\n" in done.stdout  # the summary's next step
     return run_id
 
 

@@ -16,16 +16,19 @@ from orchardist.engine.merge import MemoryIntegrator
 from orchardist.engine.scheduler import Scheduler
 from orchardist.executors import Job, Notify, Outcome, Phase
 from orchardist.executors.inline import InlineExecutor
-from orchardist.specs import Plan, RunConfig, TaskSpec
+from orchardist.specs import Plan, Review, RunConfig, TaskSpec
 from orchardist.state.records import (
     AgentProfile,
     AttemptState,
     Event,
     Failure,
+    ReviewDecision,
     Run,
     RunState,
+    StoredDecision,
     TaskRecord,
     TaskState,
+    Verdict,
 )
 from orchardist.state.store import Store
 
@@ -384,3 +387,90 @@ def test_a_run_with_every_slot_taken_sleeps_until_an_attempt_ends() -> None:
     assert state is RunState.DONE
     assert clock.reads < 100, clock.reads
     store.close()
+
+
+# -- review gates ------------------------------------------------------------------------------
+
+
+def reviewed_diamond() -> Plan:
+    """The diamond, with a's winner waiting for a person."""
+    plan = diamond()
+    tasks = tuple(replace(t, review=Review.HUMAN) if t.id == "a" else t for t in plan.tasks)
+    return replace(plan, tasks=tasks)
+
+
+def drive(
+    plan: Plan, run: Run, store: Store, integrator: MemoryIntegrator, *hooks: Hook
+) -> RunState:
+    timers = WallTimers()
+    executor = InlineExecutor(timers)
+    scheduler = Scheduler(plan, run, store, executor, integrator, Hooks(list(hooks)))
+    for hook in hooks:
+        if isinstance(hook, ApproveOnRequest):
+            hook.scheduler = scheduler
+    try:
+        return scheduler.run()
+    finally:
+        executor.close()
+        timers.close()
+
+
+def approve(store: Store, task_id: str, n: int) -> None:
+    decision = ReviewDecision(Verdict.APPROVE, who="ann")
+    with store.transaction() as tx:
+        assert tx.add_decision(StoredDecision("r1", task_id, n, decision, 1.0))
+
+
+def test_only_reviews_left_end_the_run_awaiting_review_and_the_approval_is_acted_on_after() -> None:
+    # Given: the diamond whose first task is reviewed
+    plan = reviewed_diamond()
+    _, run, store = one_task_run(plan.tasks[0], plan.run)
+    with store.transaction() as tx:
+        for task in plan.tasks[1:]:
+            tx.add_task(TaskRecord(run.id, task.id, TaskState.PENDING, task.index))
+    integrator = MemoryIntegrator(BASE)
+    # When: the scheduler drives it
+    state = drive(plan, run, store, integrator)
+    # Then: nothing is left but a's review: the run ends awaiting it, nothing merged
+    assert state is RunState.AWAITING_REVIEW
+    assert {t.task_id: t.state for t in store.tasks(run.id)} == {
+        "a": TaskState.AWAITING_REVIEW,
+        "b": TaskState.PENDING,
+        "c": TaskState.PENDING,
+        "d": TaskState.PENDING,
+    }
+    assert integrator.tip() == BASE
+    # When: it is approved while no scheduler runs, and a new one resumes the run
+    approve(store, "a", 1)
+    state = drive(plan, store.run(run.id) or run, store, integrator)
+    # Then: a merged first, once, and the others after it
+    assert state is RunState.DONE
+    landed = integrator.first_parent_commits(BASE, integrator.tip())
+    order = [integrator.messages[c].splitlines()[0].removeprefix("task ") for c in landed]
+    assert sorted(order) == ["a", "b", "c", "d"] and order[0] == "a"
+
+
+class ApproveOnRequest(Hook):
+    """Approves a task as soon as it awaits review, from "another process": the store, then a
+    wake-up of the running scheduler."""
+
+    scheduler: Scheduler
+
+    def on_event(self, event: Event) -> None:
+        if event.kind == "review" and event.data.get("state") == "review_requested":
+            approve(self.scheduler.store, str(event.task_id), event.attempt or 0)
+            self.scheduler.review_decided()
+
+
+def test_a_decision_recorded_while_the_scheduler_runs_is_acted_on_without_a_restart() -> None:
+    plan = reviewed_diamond()
+    _, run, store = one_task_run(plan.tasks[0], plan.run)
+    with store.transaction() as tx:
+        for task in plan.tasks[1:]:
+            tx.add_task(TaskRecord(run.id, task.id, TaskState.PENDING, task.index))
+
+    state = drive(plan, run, store, MemoryIntegrator(BASE), ApproveOnRequest())
+
+    assert state is RunState.DONE
+    states = [e.data["state"] for e in store.events(run.id) if e.kind == "review"]
+    assert states == ["review_requested", "applied"]

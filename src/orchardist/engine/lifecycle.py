@@ -135,7 +135,8 @@ class Lifecycle:
         if verdict is Verdict.APPROVE:
             self.gate.requests.pop(task_id, None)
             del self.gate.awaiting[task_id]
-            tx.state(task_id, TaskState.MERGING, reason=f"approved by {who}")
+            note = f": {decision.text}" if decision.text else ""
+            tx.state(task_id, TaskState.MERGING, reason=f"approved by {who}{note}")
             self.train.enqueue(winner)
             return
         if verdict is Verdict.CHANGES:
