@@ -106,8 +106,10 @@ def test_a_change_request_from_the_page_comes_back_to_review_and_is_approved(
 
             # Then: a second attempt runs, told the request and the line it is about, and
             # comes back to review, on the page with no reload
-            page.wait_for_selector('section.attempt[data-attempt="2"]')
+            # (attempt 2 passed and is the one under review: its agent has run)
+            page.wait_for_selector('section.attempt[data-attempt="2"][data-state="passed"]')
             page.wait_for_selector("#task-state .s-awaiting_review")
+            page.wait_for_selector("#review")
             prompt = (sync / "prompt-2.txt").read_text()
             assert REQUEST in prompt and LINE_NOTE in prompt
             assert 'return "hi " + name' in prompt  # the quoted line

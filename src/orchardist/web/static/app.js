@@ -282,6 +282,16 @@ async function showRun(runId) {
 
 // -- a task --------------------------------------------------------------------------------------
 
+// Live redraws wait while the reviewer types or presses: a redraw would take the caret, or
+// swap a button between its mousedown and mouseup (and then no click happens).
+let pressing = false;
+document.addEventListener("pointerdown", () => { pressing = true; }, true);
+document.addEventListener("pointerup", () => { setTimeout(() => { pressing = false; }, 0); }, true);
+function busy() {
+  const active = document.activeElement;
+  return pressing || (main.contains(active) && active.tagName === "TEXTAREA");
+}
+
 // The attempt line: only what is known (a running attempt has no exit code or cost yet).
 function attemptLine(a) {
   return joined([a.verdict, a.selection, a.duration_s == null ? null : fmtDur(a.duration_s),
@@ -315,11 +325,17 @@ async function showTask(runId, taskId) {
   let waiting = false;
   const review = reviewDraft(runId, taskId);
   const render = async () => {
-    // Never redraw under a reviewer's typing: the draft is kept, but the caret would go.
-    if (main.contains(document.activeElement) && document.activeElement.tagName === "TEXTAREA") {
+    if (busy()) {  // redrawn once the reviewer has let go
       if (!waiting) {
         waiting = true;
-        document.activeElement.addEventListener("blur", () => { waiting = false; render(); }, { once: true });
+        const again = () => {
+          document.removeEventListener("focusout", again, true);
+          document.removeEventListener("pointerup", again, true);
+          waiting = false;
+          setTimeout(render, 0);
+        };
+        document.addEventListener("focusout", again, true);
+        document.addEventListener("pointerup", again, true);
       }
       return;
     }
