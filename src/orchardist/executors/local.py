@@ -28,6 +28,7 @@ from ..safeio import read_capped, read_tail
 from ..specs import RunConfig
 from ..state.records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
 from ..state.store import Store
+from ..verify import reports
 from ..verify.discovery import auto_commands, discover_tests
 from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier
 from . import AttemptJob, Job, Notify, Outcome, Phase
@@ -383,6 +384,8 @@ class LocalExecutor:
             "summary": work.summary,
             "verify_commands": commands,
         }
+        check = job.check if isinstance(job, AttemptJob) else None
+        reports.save_reports(paths.junit_dir, commands, check, a.log)  # kept: the folder goes
         if verdict.verdict == "cancelled" or a.token.cancelled:
             return a.end(AttemptState.CANCELLED, detail=a.token.reason or "cancelled", **common)
         if not verdict.passed:

@@ -304,8 +304,9 @@ class Store:
         ]
 
     def tasks(self, run_id: str) -> list[TaskRecord]:
-        """A run's tasks in plan order."""
-        rows = self._rows("select * from tasks where run_id = ? order by idx", (run_id,))
+        """A run's tasks in plan order (a pipeline's stages share their task's ``idx``: they
+        come in the order they were added, the pipeline's, not by name)."""
+        rows = self._rows("select * from tasks where run_id = ? order by idx, rowid", (run_id,))
         return [task_of(r) for r in rows]
 
     def attempts(self, run_id: str, task_id: str | None = None) -> list[AttemptRecord]:
