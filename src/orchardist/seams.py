@@ -26,7 +26,7 @@ Agent and Executor are defined next to their implementations (``agents/__init__.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +36,7 @@ from .agents import Agent
 from .confine.isolation import Spec
 from .confine.procs import CancelToken
 from .executors import Executor
-from .state.records import AttemptRecord, Event, Run, TaskRecord
+from .state.records import AttemptRecord, Event, Run, StoredDecision, TaskRecord
 from .verify.oracle import CommandOutcome
 from .verify.verifier import Verdict
 
@@ -94,6 +94,10 @@ class Transaction(Protocol):
         """Say, before the branch moves, that ``commit`` is orchardist's (resume trusts it)."""
         ...
 
+    def apply_decision(self, run_id: str, task_id: str, attempt: int, now: float) -> bool:
+        """Mark a review decision acted on; False when it already was."""
+        ...
+
     def put_baseline(self, key: str, commit: str, outcome: CommandOutcome, now: float) -> None:
         """Keep a command's outcome on a base commit for every later candidate."""
         ...
@@ -128,6 +132,10 @@ class Store(Protocol):
 
     def events(self, run_id: str, after: int = 0) -> list[Event]:
         """A run's events after sequence number ``after``, in order."""
+        ...
+
+    def decisions(self, run_id: str, task_id: str | None = None) -> list[StoredDecision]:
+        """A run's review decisions (of one task, if given), oldest first."""
         ...
 
     def branch_commits(self, run_id: str) -> dict[str, tuple[str, int]]:
@@ -165,9 +173,11 @@ class Verifier(Protocol):
         check_baseline: str | None = None,
         confine: Spec | None = None,
         network: bool = False,
+        keep: Callable[[CommandOutcome], None] | None = None,
     ) -> Verdict:
         """Every command must pass, or fail only where ``baseline`` already failed; the check
-        must fail on ``check_baseline`` (default: ``baseline``) and pass here."""
+        must fail on ``check_baseline`` (default: ``baseline``) and pass here. ``keep`` hears
+        each command's outcome on this tree (to serve as a later baseline)."""
         ...
 
 
@@ -204,4 +214,8 @@ class Integrator(Protocol):
 
     def first_parent_commits(self, since: str, until: str) -> list[str]:
         """Commits in ``since..until`` along first parents, oldest first."""
+        ...
+
+    def changed(self, old: str, new: str) -> frozenset[str]:
+        """The paths whose content differs from ``old`` to ``new``."""
         ...

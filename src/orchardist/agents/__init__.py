@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from ..confine.exes import shell_words
 from ..confine.isolation import Spec
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken
@@ -100,6 +101,9 @@ class Agent(Protocol):
     env_keys: ClassVar[tuple[str, ...]]  # caller's variables this kind needs (API keys)
     home_files: ClassVar[tuple[str, ...]]  # files it reads from the real home (copied, ~-relative)
     home_state: ClassVar[tuple[str, ...]]  # folders in its private home it writes (~-relative)
+    # what it downloads into its home on start, kept per profile across attempts (~-relative;
+    # see orchardist.confine.caches)
+    home_cache: ClassVar[tuple[str, ...]]
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -129,6 +133,20 @@ def make_agent(profile: AgentProfile) -> Agent:
     cls: Any = agent_class(profile.kind)
     agent: Agent = cls(profile)
     return agent
+
+
+def command_words(profile: AgentProfile) -> tuple[str, ...]:
+    """The words of the command line a profile runs, as far as they name files: its command
+    and ``args`` (a shell profile's command split as the shell would); () for kinds that run
+    no command of the profile's."""
+    cls: Any = agent_class(profile.kind)
+    command = profile.options.get("command", getattr(cls, "executable", None))
+    if not isinstance(command, str) or not command.strip():
+        return ()
+    if getattr(cls, "shell_command", False):
+        return tuple(shell_words(command))
+    args = profile.options.get("args", [])
+    return (command, *(a for a in args if isinstance(a, str)))
 
 
 def scrubbed_env(

@@ -7,7 +7,8 @@ Codex reports no cost; set ``price_in``/``price_out`` to have orchardist price t
 
 Permission (``--sandbox``): ``auto`` (the default) is ``danger-full-access`` when orchardist
 confines the attempt itself (codex's own bwrap cannot set up its uid map inside orchardist's
-sandbox, so every write would fail) and ``workspace-write`` when it does not. Approvals are off
+sandbox, so every write would fail) and ``workspace-write`` when it does not; an explicit
+``workspace-write`` is a plan error unless ``[run] isolation = "off"``. Approvals are off
 (``-c approval_policy="never"``).
 
 Variables: codex reads its key from ``CODEX_API_KEY`` (with only ``OPENAI_API_KEY`` it sends no
@@ -25,6 +26,7 @@ summary; when no write succeeded, the unchanged worktree fails the attempt as ``
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -66,6 +68,21 @@ class CodexAgent(CliAgent):
     def check_permission(cls, value: Any) -> list[str]:
         """A codex sandbox mode."""
         return check_choice(value, SANDBOX_MODES)
+
+    @classmethod
+    def check_confined(cls, options: Mapping[str, Any], repo: Path) -> list[tuple[str, str]]:
+        """``workspace-write`` runs each command in codex's own bwrap, which cannot set up its
+        uid map inside orchardist's namespaces: every command failed and the attempt ended
+        ``no_changes`` without a word of why (issue 31)."""
+        if options.get("permission") != "workspace-write":
+            return []
+        why = (
+            "codex's workspace-write sandbox cannot start inside orchardist's isolation (its"
+            " bwrap: setting up uid map: Operation not permitted), so every command it runs"
+            ' fails; use permission = "auto" (orchardist\'s isolation confines codex to the'
+            ' attempt\'s folders), or [run] isolation = "off"'
+        )
+        return [(why, "permission")]
 
     def sandbox(self, ctx: AgentContext) -> str:
         """The ``--sandbox`` mode: ``auto`` leaves containment to orchardist when it confines."""

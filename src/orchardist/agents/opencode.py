@@ -47,6 +47,17 @@ class OpenCodeAgent(CliAgent):
         ".config/opencode",
         ".cache/opencode",
     )
+    # It installs @opencode-ai/plugin into ~/.config/opencode with npm on start (12-20 s from
+    # the public registry; each attempt's home is new): kept per profile with npm's download
+    # cache, never its config.
+    home_cache: ClassVar[tuple[str, ...]] = (
+        ".npm",
+        ".config/opencode/node_modules",
+        ".config/opencode/package.json",
+        ".config/opencode/package-lock.json",
+        ".config/opencode/bun.lock",
+        ".cache/opencode",
+    )
     env_keys: ClassVar[tuple[str, ...]] = (
         "ANTHROPIC_API_KEY",
         "OPENAI_API_KEY",

@@ -3,7 +3,8 @@ doctor | scan``.
 
 Exit codes: 0 every task done; 1 some task failed or blocked, the run was stopped by a deadline
 or budget, or git or the store failed; 2 bad plan or usage, or the run is locked by another
-orchardist; 130 interrupted.
+orchardist; 3 the run ended awaiting review (decide with ``orchardist review``, then ``resume``);
+130 interrupted.
 
 Each command is a pair of small functions in the module of its group: ``add_NAME`` registers
 its parser, ``cmd_NAME`` runs it.
@@ -12,6 +13,7 @@ its parser, ``cmd_NAME`` runs it.
                  only the chosen command's parser is built
     options.py   exit codes and the options several commands share
     running.py   run, resume, retry, cancel
+    reviewing.py review
     drive.py     driving a run: its lock, signals, progress display and summary
     reading.py   show, logs, status, events, runs
     upkeep.py    gc, stats, serve

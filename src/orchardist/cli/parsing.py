@@ -26,6 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "resume": ("running", "continue an interrupted or stopped run"),
     "retry": ("running", "re-run the failed, blocked and cancelled tasks of a run that ended"),
     "cancel": ("running", "end a live run from another terminal"),
+    "review": (
+        "reviewing",
+        "list the patches awaiting review; approve, ask for changes or reject one",
+    ),
     "show": ("reading", "print a candidate's diff and log"),
     "gc": ("upkeep", "remove logs, worktrees and refs of old finished runs"),
     "validate": ("plans", "check a plan without running it"),

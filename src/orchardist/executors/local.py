@@ -14,10 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..agents import Agent, AgentResult, agent_class, make_agent, scrubbed_env
-from ..confine import mounts
-from ..confine.homes import empty_home, fill_home, tool_homes
-from ..confine.isolation import Mode, Policy, Spec, choose
+from ..agents import Agent, AgentResult, agent_class, command_words, make_agent, scrubbed_env
+from ..confine import caches, mounts
+from ..confine.homes import empty_home, fill_home
+from ..confine.isolation import Mode, Policy, Spec, choose, writable_of
 from ..confine.layout import Layout
 from ..confine.paths import AttemptPaths, workdir_root
 from ..confine.procs import CancelToken
@@ -28,12 +28,14 @@ from ..safeio import read_capped, read_tail
 from ..specs import RunConfig
 from ..state.records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
 from ..state.store import Store
+from ..verify import reports
 from ..verify.discovery import auto_commands, discover_tests
 from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier
 from . import AttemptJob, Job, Notify, Outcome, Phase
 from .attempt import Attempt, Work, agent_context, note_ending
 from .baselines import LocalBaselines as LocalBaselines
-from .confinement import Confinement, without, writable_of
+from .baselines import keeper, verifying
+from .confinement import Confinement, without
 from .guard import CheckoutGuard
 from .views import make_view, needs_view, view_paths
 
@@ -66,13 +68,6 @@ class LocalExecutor:
     ) -> None:
         self.repo = repo
         self.layout = Layout(repo, workdir_root(workspace), Path(state_dir))
-        # The user's git identity (their ~/.gitconfig is out of sight in the private HOME).
-        name, email = self.layout.identity()
-        self._identity = {
-            f"GIT_{role}_{key}": value
-            for role in ("AUTHOR", "COMMITTER")
-            for key, value in (("NAME", name), ("EMAIL", email))
-        }
         self.log_root = Path(state_dir) / "logs"
         self.clock = clock
         self.environ = environ
@@ -80,8 +75,8 @@ class LocalExecutor:
         self._cancels: dict[str, CancelToken] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._agents: dict[str, Agent] = {}
-        baselines = None if store is None else LocalBaselines(self, store)
-        self.verifier = CommandVerifier(baselines)
+        self.baselines = None if store is None else LocalBaselines(self, store)
+        self.verifier = CommandVerifier(self.baselines)
         self.store = store
         # ``sandbox = False`` is the older spelling of isolation "off".
         self.policy = isolation or (Policy.AUTO if sandbox else Policy.OFF)
@@ -251,7 +246,7 @@ class LocalExecutor:
         job, paths = a.agent_job, a.paths
         assert job.profile is not None
         # Decided before the agent runs: it could rewrite its .git file to point anywhere.
-        agent_spec = self.confine(paths, network=True)
+        agent_spec = self.confine(paths, network=True, words=command_words(job.profile))
         if job.stage in READ_ONLY_STAGES and agent_spec is not None:
             agent_spec = without(agent_spec, paths.tree)
         gitfile = (read_capped(paths.tree / ".git", GIT_FILE_MAX_BYTES) or b"").decode(
@@ -260,9 +255,12 @@ class LocalExecutor:
         env = self._env(job, paths, job.profile)
         kind = agent_class(job.profile.kind)
         fill_home(paths, self.confinement.real_home(), kind.home_files, kind.home_state)
+        cache = caches.prepare(self.layout.state_dir, job.profile, paths.home, kind.home_cache)
         ctx = agent_context(job, paths, a.cwd, env, a.log, a.deadline, a.token, agent_spec)
         self.guard.started(job.id)  # until its own look at the checkout
         result = self._agent(job.profile).run(ctx)
+        if cache is not None and result.failure is None and not result.cancelled:
+            caches.keep(paths.home, cache, kind.home_cache)  # the first to end well fills it
         usage = result.usage
         result = note_ending(job, result, a.log, a.token.reason)
         if result.cancelled or a.token.cancelled:
@@ -360,23 +358,25 @@ class LocalExecutor:
         if note:
             with a.log.open("a", encoding="utf-8") as fh:
                 fh.write(f"orchardist: {note}\n")
-        verdict = self.verifier.verify(
-            commands,
-            check=job.check if isinstance(job, AttemptJob) else None,
-            baseline=job.baseline,
-            check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
-            workdir=job.workdir,
-            cwd=a.cwd,
-            env={**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"},
-            log=a.log,
-            scratch=paths.junit_dir,
-            deadline=a.deadline,
-            timeout_s=job.timeout_s,
-            cancel=a.token,
-            marker=job.marker,
-            confine=self.confine(paths, network=job.network, hidden=a.hidden),
-            network=job.network,
-        )
+        with verifying(self.baselines, job):
+            verdict = self.verifier.verify(
+                commands,
+                check=job.check if isinstance(job, AttemptJob) else None,
+                baseline=job.baseline,
+                check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
+                workdir=job.workdir,
+                cwd=a.cwd,
+                env={**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"},
+                log=a.log,
+                scratch=paths.junit_dir,
+                deadline=a.deadline,
+                timeout_s=job.timeout_s,
+                cancel=a.token,
+                marker=job.marker,
+                confine=self.confine(paths, network=job.network, hidden=a.hidden),
+                network=job.network,
+                keep=keeper(self.baselines, job),
+            )
         common: dict[str, Any] = {
             "patch_commit": work.patch,
             "changed_lines": work.changed,
@@ -384,6 +384,8 @@ class LocalExecutor:
             "summary": work.summary,
             "verify_commands": commands,
         }
+        check = job.check if isinstance(job, AttemptJob) else None
+        reports.save_reports(paths.junit_dir, commands, check, a.log)  # kept: the folder goes
         if verdict.verdict == "cancelled" or a.token.cancelled:
             return a.end(AttemptState.CANCELLED, detail=a.token.reason or "cancelled", **common)
         if not verdict.passed:
@@ -480,17 +482,20 @@ class LocalExecutor:
         return {**env, **self.private_env(paths)}
 
     def private_env(self, paths: AttemptPaths) -> dict[str, str]:
-        """HOME and TMPDIR of the attempt's own: what its tools write stays in the attempt
-        (and /tmp may be off limits, when the repository lives there). Toolchains installed in
-        the real home are named by their variables, so they are still found."""
-        tools = tool_homes(self.confinement.source_env(), self.confinement.real_home())
-        return {**tools, **self._identity, "HOME": str(paths.home), "TMPDIR": str(paths.tmp)}
+        """The variables that point the attempt's tools at its own folders (see
+        :meth:`.Confinement.private_env`)."""
+        return self.confinement.private_env(paths)
 
     def confine(
-        self, paths: AttemptPaths, network: bool, hidden: tuple[Path, ...] = ()
+        self,
+        paths: AttemptPaths,
+        network: bool,
+        hidden: tuple[Path, ...] = (),
+        words: tuple[str, ...] = (),
     ) -> Spec | None:
-        """How a process of the attempt at ``paths`` is confined (see :mod:`.confinement`)."""
-        return self.confinement.spec(paths, network, hidden)
+        """How a process of the attempt at ``paths`` is confined (see :mod:`.confinement`);
+        ``words``: the agent's command line, whose files are shown wherever they are."""
+        return self.confinement.spec(paths, network, hidden, words)
 
 
 class _Contained(Exception):

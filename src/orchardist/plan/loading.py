@@ -32,6 +32,7 @@ from ..executors import EXECUTORS
 from ..placeholders import fill, placeholder_problems
 from ..scan.profiles import validate_scanners
 from ..specs import Plan as Plan
+from ..specs import Reverify
 from ..specs import RunConfig as RunConfig
 from ..specs import parse_duration as parse_duration
 from ..state.records import AgentProfile as AgentProfile
@@ -52,6 +53,7 @@ RUN_KEYS = {
     "select",
     "regression",
     "regression_every",
+    "reverify",
     "max_patch_mb",
     "guard_checkout",
     "sandbox",
@@ -61,6 +63,9 @@ RUN_KEYS = {
     "executor",
     "ray_address",
     "environment",
+    "notify",
+    "notify_timeout",
+    "review",
 }
 PROFILE_KEYS = {
     "kind",
@@ -188,6 +193,7 @@ class _Validator(TaskChecks):
         super().__init__(shown, path, data, require_tasks)
         self.digest = digest
         self.ignored: tuple[Ignored, ...] = ()  # what the repository's config could not set
+        self.origins: Mapping[str, Path] = {}  # the config file of each profile read from one
 
     def plan(self) -> Plan:
         """The whole plan, or PlanError with every problem found."""
@@ -203,6 +209,10 @@ class _Validator(TaskChecks):
         self.own_agents = self._agents()
         agents = self._with_config(self.own_agents, repo)
         tasks = self._tasks(run, agents)
+        if run.isolation is not Policy.OFF:
+            used = {name for t in tasks for name in (t.agent, *t.agents)}
+            confined = {n: p for n, p in agents.items() if n in used or n in self.own_agents}
+            self._confined(confined, repo)
         if not self.problems:
             from ..pipelines.expand import expand
 
@@ -242,7 +252,7 @@ class _Validator(TaskChecks):
             self.problems += problems
             self.ignored = config.ignored
             agents = {**config.profiles, **own}
-            origins = config.origins
+            origins = self.origins = config.origins
         for name, profile in agents.items():
             if profile.fallback == name:  # its breaker open, it would fall back on itself
                 where = str(origins[name]) if name not in own else self.shown
@@ -263,6 +273,20 @@ class _Validator(TaskChecks):
                     )
                 )
         return agents
+
+    def _confined(self, agents: Mapping[str, AgentProfile], repo: Path | None) -> None:
+        """Profiles that cannot work inside orchardist's isolation, located in their file."""
+        from ..agents import agent_class
+        from ..agents.cli import CliAgent
+
+        for name, profile in agents.items():
+            cls = agent_class(profile.kind)
+            if not issubclass(cls, CliAgent):
+                continue
+            where = self.shown if name in self.own_agents else str(self.origins.get(name))
+            for message, key in cls.check_confined(profile.options, repo or self.path.parent):
+                fld = f"agents.{name}.{key}" if key else f"agents.{name}"
+                self.problems.append(Problem(where, message, field=fld))
 
     def _repo(self, run_raw: dict[str, Any]) -> Path | None:
         """The repository the plan runs in (``[run] repo``, else the plan's folder's)."""
@@ -322,6 +346,12 @@ class _Validator(TaskChecks):
             values["candidates"] = self._positive_int(raw["candidates"], "run.candidates")
         if "select" in raw:
             values["select"] = self._select(raw["select"], "run.select")
+        if "notify" in raw:
+            values["notify"] = self._notify(raw["notify"], "run.notify")
+        if "notify_timeout" in raw:
+            values["notify_timeout_s"] = self._duration(raw["notify_timeout"], "run.notify_timeout")
+        if "review" in raw:
+            values["review"] = self._review(raw["review"], "run.review")
         return values
 
     def _run_regression(self, raw: dict[str, Any]) -> dict[str, Any]:
@@ -339,7 +369,17 @@ class _Validator(TaskChecks):
         if "regression_every" in raw:
             every = self._positive_int(raw["regression_every"], "run.regression_every")
             values["regression_every"] = every
+        if "reverify" in raw:
+            values["reverify"] = self._reverify(raw["reverify"])
         return values
+
+    def _reverify(self, raw: object) -> Reverify | None:
+        """``[run] reverify``: "always" or "overlap"."""
+        if raw in set(Reverify):
+            return Reverify(str(raw))
+        names = ", ".join(f'"{r.value}"' for r in Reverify)
+        self.problem(f"expected one of {names}", fld="run.reverify")
+        return None
 
     def _run_where(self, raw: dict[str, Any], repo: Path | None) -> dict[str, Any]:
         """Where and how ``[run]``'s attempts run: workspace, executor, isolation, flags."""

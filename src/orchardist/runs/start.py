@@ -317,7 +317,7 @@ def execute(
 ) -> RunState:
     """Drive ``run`` to its end with the plan's executor (``[run] executor``, by default the
     local one) unless another is given."""
-    from ..engine.merge import GitIntegrator
+    from ..engine.integrators import GitIntegrator
     from ..engine.scheduler import Scheduler
     from ..executors import executor_class
 

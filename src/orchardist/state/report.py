@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from ..terminal import plain
-from .events import AttemptEvent, Kind
+from .events import AttemptEvent, Kind, ReviewEvent
 from .records import AttemptRecord, AttemptState, Event, Run
 from .store import Store
 
@@ -150,6 +150,12 @@ def describe(event: Event) -> str:
         text = f"  {event.task_id} merge: {state}"
         if "commit" in data:
             text += f" {str(data['commit'])[:12]}"
+    elif event.kind == Kind.REVIEW:
+        text = f"  review {event.task_id}: {state}"
+        if "verdict" in data and "who" in data:  # a decision, recorded or acted on
+            text += f" {data['verdict']} by {data['who']}"
+        if state == ReviewEvent.REQUESTED:
+            text += f" (orchardist review {event.run_id} {event.task_id})"
     elif event.kind == Kind.TASK:
         text = f"{event.task_id}: {state}"
         if "retry" in data:

@@ -237,34 +237,29 @@ class CommandVerifier:
         confine: Spec | None = None,
         check_baseline: str | None = None,
         network: bool = False,
+        keep: Callable[[CommandOutcome], None] | None = None,
     ) -> Verdict:
         """Every command must pass, or fail only where the base already failed; the check must
         fail on ``check_baseline`` (default: ``baseline``) and pass here. ``confine`` isolates
-        each command (see isolation.py); the base is run with the same ``network``."""
+        each command (see isolation.py); the base is run with the same ``network``. ``keep``
+        hears each command's outcome on this tree, ended neither cancelled nor timed out."""
         if not commands and check is None:
             return Verdict(True, "unverified", "no verify commands: merged unchecked")
         scratch.parent.mkdir(parents=True, exist_ok=True)
         fresh_folder(scratch)  # the agent may have left a symlink there (see run_one)
-        run = partial(
-            self.runner,
-            cwd=cwd,
-            env=env,
-            log=log,
-            deadline=deadline,
-            cancel=cancel,
-            marker=marker,
-            writable=writable,
-            confine=confine,
-        )
+        run = partial(self.runner, cwd=cwd, env=env, log=log, deadline=deadline, cancel=cancel)
+        run = partial(run, marker=marker, writable=writable, confine=confine)
         notes: list[str] = []
         run_id = env.get("ORCHARDIST_RUN", "")  # tags baseline processes for crash cleanup
         for i, command in enumerate(commands):
             result, report, tail = run(command, junit=scratch / f"{i}.xml")
             if result.cancelled:
                 return Verdict(False, "cancelled", "verify cancelled")
+            outcome = CommandOutcome(command, result.exit_code, result.timed_out, report)
+            if keep is not None and not result.timed_out:
+                keep(outcome)
             if result.passed:
                 continue
-            outcome = CommandOutcome(command, result.exit_code, result.timed_out, report)
             base = self._base(outcome, baseline, workdir, timeout_s, run_id, cancel, network)
             judged = _judged(outcome, base, tail)
             if isinstance(judged, Verdict):
