@@ -74,6 +74,8 @@ class AgentContext:
     confine: Spec | None = None  # how its processes are isolated (None: by ``writable`` alone)
     paths: AttemptPaths | None = None  # the attempt's folders (None: a bare worktree, in tests)
     max_cost_usd: float | None = None  # what the attempt may spend (the task's budget left)
+    resume: str | None = None  # the session id to continue, ``prompt`` its next message
+    # (see sessions.py); None: a fresh session, ``prompt`` the whole brief
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,9 @@ class Agent(Protocol):
     env_keys: ClassVar[tuple[str, ...]]  # caller's variables this kind needs (API keys)
     home_files: ClassVar[tuple[str, ...]]  # files it reads from the real home (copied, ~-relative)
     home_state: ClassVar[tuple[str, ...]]  # folders in its private home it writes (~-relative)
+    # its session files in the private home (~-relative), kept for the task's next attempt,
+    # which continues the session (``AgentContext.resume``); () when it cannot (sessions.py)
+    session_files: ClassVar[tuple[str, ...]]
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -96,6 +96,7 @@ class LlmAgent:
     env_keys: ClassVar[tuple[str, ...]] = ()  # the key stays with orchardist
     home_files: ClassVar[tuple[str, ...]] = ()  # it runs in orchardist, not in a tool
     home_state: ClassVar[tuple[str, ...]] = ()
+    session_files: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,

@@ -34,6 +34,7 @@ class ShellAgent:
     env_keys: ClassVar[tuple[str, ...]] = ()
     home_files: ClassVar[tuple[str, ...]] = ()
     home_state: ClassVar[tuple[str, ...]] = ()
+    session_files: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, profile: AgentProfile) -> None:
         self.profile = profile

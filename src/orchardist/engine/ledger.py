@@ -203,4 +203,5 @@ class Writes:
             verdict=outcome.verdict or None,
             flag=outcome.flag or None,
             cost_usd=outcome.usage.cost_usd,
+            session=outcome.session or None,
         )

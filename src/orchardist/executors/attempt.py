@@ -13,7 +13,9 @@ from ..agents import AgentContext, AgentResult
 from ..confine.isolation import Spec
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken
+from ..git.repo import Repo
 from ..state.records import Failure, Usage
+from ..verify.discovery import auto_commands, discover_tests
 from . import AttemptJob, Job, Outcome
 from .confinement import writable_of
 
@@ -59,6 +61,7 @@ class Work:
     changed: int = 0
     usage: Usage = field(default_factory=Usage)
     summary: str = ""
+    session: str = ""  # continued <id> / fresh (why): see agents/sessions.py
 
 
 def agent_context(
@@ -70,10 +73,16 @@ def agent_context(
     deadline: float,
     token: CancelToken,
     confine: Spec | None,
+    resume: str | None = None,
+    prompt: str | None = None,
 ) -> AgentContext:
     """What the job's agent is given: its prompt (in the environment and a file), where to
-    leave its output, earlier stages' handoffs, its time left and its confinement."""
-    assert job.profile is not None
+    leave its output, earlier stages' handoffs, its time left and its confinement; ``prompt``
+    and ``resume`` when it continues its earlier session (continuing.py)."""
+    profile = job.profile
+    assert profile is not None
+    if prompt is not None:
+        job = replace(job, prompt=prompt)
     # Kept beside the log for the record; the agent reads its own copy in the io folder: the
     # logs are in the user's git directory, out of sight where the tree is shown at the
     # repository's path (see isolation.RepoView).
@@ -94,7 +103,7 @@ def agent_context(
         inputs_file.write_text(job.inputs or "{}", encoding="utf-8")
         agent_env.update(ORCHARDIST_STAGE=job.stage, ORCHARDIST_INPUTS=str(inputs_file))
     left = max(0.01, deadline - time.monotonic())
-    timeout = min(left, job.profile.timeout_s) if job.profile.timeout_s else left
+    timeout = min(left, profile.timeout_s) if profile.timeout_s else left
     return AgentContext(
         run_id=job.run_id,
         task_id=job.task_id,
@@ -115,6 +124,7 @@ def agent_context(
         confine=confine,
         paths=paths,
         max_cost_usd=job.max_cost_usd,
+        resume=resume,
     )
 
 
@@ -143,3 +153,15 @@ def clip(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` bytes of UTF-8."""
     data = text.encode("utf-8")
     return text if len(data) <= limit else data[:limit].decode("utf-8", errors="ignore")
+
+
+def verify_commands(
+    repo: Repo, job: Job, worktree: Path, patch: str
+) -> tuple[tuple[str, ...], str]:
+    """The verify commands; with ``auto_verify``, tests found for the changed files."""
+    if not isinstance(job, AttemptJob) or not job.auto_verify:
+        return job.verify, ""
+    prefix = "" if job.workdir in ("", ".") else job.workdir.rstrip("/") + "/"
+    changed = repo.changed_files(job.base_commit, patch)
+    tests = [t[len(prefix) :] for t in discover_tests(changed, worktree) if t.startswith(prefix)]
+    return auto_commands(tests, job.verify)
