@@ -30,8 +30,10 @@ def run_fix(
     api: ModelServer,
     base_url_var: str,
     profile: str,
+    retries: int = 0,
 ) -> dict[str, Any]:
-    """``orchardist run`` of one task (fix add()) with the agent ``profile``; the status."""
+    """``orchardist run`` of one task (fix add()) with the agent ``profile``, retried
+    ``retries`` times; the status."""
     repo = make_repo(tmp_path / "repo", {"calc.py": BUGGY})
     write_plan(
         repo,
@@ -47,7 +49,7 @@ def run_fix(
         prompt = "add() in calc.py subtracts; make it add."
         agent = "real"
         verify = {json.dumps(VERIFY)}
-        retries = 0
+        retries = {retries}
         """,
     )
     with api:

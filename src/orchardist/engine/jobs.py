@@ -85,7 +85,10 @@ class Briefs:
         failure = self.failure(spec)
         if not failure:
             return ""
-        ask = "Your changes did not pass. Fix the task in the working tree, then stop."
+        ask = (
+            "Your changes did not pass, and the working tree is back where the task started:"
+            " your earlier edits are not in it. Read the files again, do the task, then stop."
+        )
         return "\n\n".join([*failure, ask]) + "\n"
 
     def failure(self, spec: TaskSpec) -> list[str]:
