@@ -16,6 +16,7 @@ import pytest
 from real_runs import events, only_task, run_fix
 
 from modelapi.anthropic import AnthropicServer, Step, Text, ToolUse
+from modelapi.gemini import GeminiServer
 from modelapi.openai import Call, OpenAiServer
 from modelapi.openai import Text as OText
 from modelapi.server import Reply, Request
@@ -160,4 +161,32 @@ def test_aider_continues_its_chat_on_the_retry(tmp_path: Path) -> None:
     print(json.dumps(task, indent=1, default=str)[-3000:])
     for c in calls:
         print(len(c.get("messages") or []), len(json.dumps(c)))
+    assert task["state"] == "done", task
+
+
+def test_gemini_continues_its_session_on_the_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exe = require_tool("gemini")
+    monkeypatch.setenv("GEMINI_API_KEY", "test-gemini-key")
+
+    def replace(old: str, new: str) -> ToolUse:
+        edit = {"file_path": "{cwd}/calc.py", "old_string": old, "new_string": new}
+        return ToolUse("replace", {**edit, "instruction": "fix add"})
+
+    script: list[Step] = [
+        ToolUse("read_file", {"file_path": "{cwd}/calc.py"}),
+        replace("a - b", "a * b"),
+        Text("Made add() multiply."),
+        ToolUse("read_file", {"file_path": "{cwd}/calc.py"}),
+        replace("a - b", "a + b"),
+        Text("Fixed add()."),
+    ]
+    api = GeminiServer(script)
+    settings = f'kind = "gemini"\ncommand = {json.dumps(str(exe))}\nmodel = "gemini-2.5-pro"\n'
+    doc = run_fix(tmp_path, monkeypatch, api, "GOOGLE_GEMINI_BASE_URL", settings, retries=1)
+    task = only_task(doc)
+    print(events(doc, "attempt"))
+    for t in api.turns():
+        print(len(t["contents"]), len(json.dumps(t)))
     assert task["state"] == "done", task

@@ -77,6 +77,12 @@ class AgentContext:
     resume: str | None = None  # the session id to continue, ``prompt`` its next message
     # (see sessions.py); None: a fresh session, ``prompt`` the whole brief
 
+    @property
+    def home(self) -> Path:
+        """The attempt's private HOME, where the tool's session files are kept from
+        (sessions.py); for a bare context (tests), the output file's folder."""
+        return self.paths.home if self.paths is not None else self.output_file.parent
+
 
 @dataclass(frozen=True)
 class AgentResult:

@@ -29,7 +29,6 @@ import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, ClassVar
 
 from ..confine.procs import ProcessResult
@@ -102,7 +101,7 @@ class AiderAgent(CliAgent):
         # would open its release notes in a browser
         argv += ["--no-gitignore", "--no-check-update", "--no-show-release-notes"]
         private = ctx.output_file.parent
-        argv += ["--chat-history-file", str(Path(ctx.env["HOME"]) / CHAT_HISTORY)]
+        argv += ["--chat-history-file", str(ctx.home / CHAT_HISTORY)]
         argv += ["--input-history-file", str(private / "aider.input.history")]
         if ctx.resume:
             argv.append("--restore-chat-history")
@@ -163,7 +162,7 @@ class AiderAgent(CliAgent):
         """An error aider never got past is a failure, whatever its exit code."""
         for message in seen.state.get("pending", []):
             seen.error(message)
-        if (Path(ctx.env["HOME"]) / CHAT_HISTORY).is_file():
+        if (ctx.home / CHAT_HISTORY).is_file():
             seen.session_id = CHAT_HISTORY  # aider names no session: its chat history is one
         return super().result(proc, seen, ctx)
 
