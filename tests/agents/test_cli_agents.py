@@ -107,7 +107,7 @@ CASES = [
             "--no-check-update",
             "--no-show-release-notes",
             "--chat-history-file",
-            str(ctx.output_file.parent / "aider.chat.md"),
+            str(ctx.home / ".aider" / "chat.history.md"),
             "--input-history-file",
             str(ctx.output_file.parent / "aider.input.history"),
             "--model",

@@ -16,8 +16,9 @@ dependencies and is never a dependency of orchardist.
 
 Files: its chat history is its session: it goes to the attempt's private HOME, is kept for the
 task's next attempt, which restores it (``--restore-chat-history``); its input history goes to
-the attempt's private folder (beside the output file; the logs folder is read-only to the agent). Its repository map's cache
-(``.aider.tags.cache.v4/`` at the repository's root, not movable) is removed when it ends, unless
+the attempt's private folder (beside the output file; the logs folder is read-only to the
+agent). Its repository map's cache (``.aider.tags.cache.v4/`` at the repository's root, not
+movable) is removed when it ends, unless
 the worktree had one before: it is aider's, not the work. aider insists on a git identity and,
 finding none, writes one into the repository's config; orchardist gives it one through the
 environment (``GIT_CONFIG_*``), so it writes nothing there.
