@@ -8,6 +8,7 @@ opens at the first failure, and ways to read what happened.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,12 @@ def run_fix(
     base_url_var: str,
     profile: str,
     retries: int = 0,
+    prepare: Callable[[Path], object] = lambda repo: None,
 ) -> dict[str, Any]:
     """``orchardist run`` of one task (fix add()) with the agent ``profile``, retried
-    ``retries`` times; the status."""
+    ``retries`` times, after ``prepare(repo)``; the status."""
     repo = make_repo(tmp_path / "repo", {"calc.py": BUGGY})
+    prepare(repo)
     write_plan(
         repo,
         f"""

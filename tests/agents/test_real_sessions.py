@@ -38,88 +38,147 @@ def edit(old: str, new: str) -> dict[str, str]:
     return {"file_path": "{cwd}/calc.py", "old_string": old, "new_string": new}
 
 
-def check_continued(project: Path, bodies: list[Any], label: str) -> None:
-    """The task is done by its second attempt, which continued the first one's session; the
-    retry's requests carry the first attempt's turns and the failure, not the brief anew."""
+def attempts_of(project: Path) -> tuple[list[Any], dict[int, dict[str, Any]], str]:
+    """The run's attempts, their ending events by number, and the task's state."""
     ws = Workspace.open(project)
     try:
         run = only_run(project)
-        first, second = ws.store.attempts(run)
         ended = {
             e.attempt: dict(e.data)
             for e in ws.store.events(run)
             if e.kind == "attempt" and e.data.get("state") in ("passed", "failed")
         }
-        task = ws.store.tasks(run)[0]
+        return ws.store.attempts(run), ended, ws.store.tasks(run)[0].state.value
     finally:
         ws.store.close()
-    assert task.state.value == "done", (first, second)
+
+
+def split(bodies: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The model requests of the first attempt, and of the retry (told of the failure)."""
+    retry = [b for b in bodies if FOLLOWUP in json.dumps(b)]
+    return [b for b in bodies if FOLLOWUP not in json.dumps(b)], retry
+
+
+def check_continued(project: Path, bodies: list[Any], label: str) -> None:
+    """The task is done by its second attempt, which continued the first one's session; the
+    retry's requests carry the first attempt's turns and the failure, not the brief anew."""
+    (first, _), ended, state = attempts_of(project)
+    assert state == "done", (first, ended)
     assert (first.failure.value if first.failure else None) == "verify_failed", first
     assert first.usage.session_id, first
     assert ended[2]["session"] == f"continued {first.usage.session_id}", ended
-    texts = [json.dumps(b) for b in bodies]
-    retry = [t for t in texts if FOLLOWUP in t]
-    fresh = [t for t in texts if FOLLOWUP not in t]
-    assert retry and fresh, texts
+    fresh, retry = split(bodies)
+    assert fresh and retry, bodies
+    said = json.dumps(retry[0])
     # the retry's first request holds the first attempt's work (its edit to a * b)
-    assert "a * b" in retry[0], retry[0][-3000:]
+    assert "a * b" in said, said[-3000:]
     # and the brief once (from the first attempt's turn), not again with the failure
-    assert retry[0].count(BRIEF) == fresh[-1].count(BRIEF), retry[0][-3000:]
-    report(label, fresh, retry)
+    assert said.count(BRIEF) == json.dumps(fresh[-1]).count(BRIEF), said[-3000:]
+    report(label, "continued", fresh, retry)
 
 
-def report(label: str, fresh: list[str], retry: list[str]) -> None:
-    """The requests each attempt sent: how many, their size, the part an earlier one began with
-    (what a provider's prompt cache could serve), in estimated tokens (4 characters each)."""
+def check_fresh(project: Path, bodies: list[Any], label: str) -> None:
+    """The retry started afresh (its session could not be kept): the whole brief again, with
+    none of the first attempt's turns; the task failed, as the script makes a fresh retry do."""
+    (first, second), ended, state = attempts_of(project)
+    assert state == "failed", (first, second)
+    assert ended[1]["session"].startswith("not kept (cannot write them: "), ended
+    assert ended[2]["session"].startswith("fresh (no earlier session of this task)"), ended
+    fresh, retry = split(bodies)
+    assert len(conversation(retry[0])) == len(conversation(fresh[0])), retry[0]
+    assert BRIEF in json.dumps(conversation(retry[0])), retry[0]
+    report(label, "fresh", fresh, retry)
 
-    def shared(text: str, earlier: list[str]) -> int:
-        best = 0
-        for old in earlier:
+
+def conversation(body: dict[str, Any]) -> list[Any]:
+    """A request's turns, in whichever API's field."""
+    for key in ("messages", "contents", "input"):
+        if isinstance(body.get(key), list):
+            return list(body[key])
+    return []
+
+
+def blocks(body: dict[str, Any]) -> list[str]:
+    """What a provider's prompt cache keys on, in its order: the tools and system prompt, then
+    each turn (Claude Code's moving ``cache_control`` marks left out)."""
+
+    def bare(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: bare(v) for k, v in value.items() if k != "cache_control"}
+        if isinstance(value, list):
+            return [bare(v) for v in value]
+        return value
+
+    keys = ("tools", "system", "systemInstruction", "instructions")
+    head = json.dumps([bare(body.get(k)) for k in keys], sort_keys=True)
+    return [head, *(json.dumps(bare(turn), sort_keys=True) for turn in conversation(body))]
+
+
+def report(label: str, how: str, fresh: list[Any], retry: list[Any]) -> None:
+    """The retry's requests: how many, their size, and the part an earlier request began with
+    (what a provider's prompt cache can serve), in estimated tokens (4 characters each)."""
+
+    def served(body: dict[str, Any], earlier: list[Any]) -> int:
+        mine, best = blocks(body), 0
+        for old in map(blocks, earlier):
             n = 0
-            for a, b in zip(text, old, strict=False):
+            for a, b in zip(mine, old, strict=False):
                 if a != b:
                     break
-                n += 1
+                n += len(a)
             best = max(best, n)
         return best
 
-    seen: list[str] = []
-    rows = []
-    for name, group in (("first attempt (fresh)", fresh), ("retry (continued)", retry)):
-        sent = sum(len(t) for t in group) // 4
-        cached = sum(shared(t, seen + group[:i]) for i, t in enumerate(group)) // 4
-        rows.append(f"{label}: {name}: {len(group)} requests, ~{sent} tokens, ~{cached} a prefix")
-        seen += group
-    print("\n" + "\n".join(rows))
+    sent = sum(len("".join(blocks(b))) for b in retry) // 4
+    cached = sum(served(b, fresh + retry[:i]) for i, b in enumerate(retry)) // 4
+    first = sum(len("".join(blocks(b))) for b in fresh) // 4
+    print(
+        f"\n{label} retry {how}: {len(retry)} requests, ~{sent} input tokens, ~{cached} of them"
+        f" a prefix of an earlier request (first attempt: {len(fresh)} requests, ~{first})"
+    )
+
+
+def unkept(repo: Path) -> None:
+    """Make the state folder unable to keep sessions: a file where their folder goes."""
+    (repo / ".git" / "orchardist").mkdir(exist_ok=True)
+    (repo / ".git" / "orchardist" / "sessions").write_text("in the way")
 
 
 # -- Claude Code --------------------------------------------------------------------------------
 
 
-def test_claude_continues_its_session_on_the_retry(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+CLAUDE: list[Step] = [
+    ToolUse("Read", {"file_path": "{cwd}/calc.py"}, "Let me look."),
+    ToolUse("Edit", edit("a - b", "a * b")),
+    Text("Made add() multiply."),
+    ToolUse("Read", {"file_path": "{cwd}/calc.py"}, "The tree is back at the start."),
+    ToolUse("Edit", edit("a - b", "a + b"), "The check wants a sum."),
+    Text("Fixed add()."),
+]
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["continued", "fresh"])
+def test_claude_continues_its_session_on_the_retry_or_starts_afresh_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: bool
 ) -> None:
     exe = require_tool("claude")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
-    script: list[Step] = [
-        ToolUse("Read", {"file_path": "{cwd}/calc.py"}, "Let me look."),
-        ToolUse("Edit", edit("a - b", "a * b")),
-        Text("Made add() multiply."),
-        ToolUse("Read", {"file_path": "{cwd}/calc.py"}, "The tree is back at the start."),
-        ToolUse("Edit", edit("a - b", "a + b"), "The check wants a sum."),
-        Text("Fixed add()."),
-    ]
-    api = AnthropicServer(script)
+    api = AnthropicServer(CLAUDE)
     settings = f'kind = "claude"\ncommand = {json.dumps(str(exe))}\n'
-    doc = run_fix(tmp_path, monkeypatch, api, "ANTHROPIC_BASE_URL", settings, retries=1)
-    check_continued(Path(doc["_repo"]), api.turns(), "claude")
+    prepare = (lambda repo: None) if kept else unkept
+    doc = run_fix(
+        tmp_path, monkeypatch, api, "ANTHROPIC_BASE_URL", settings, retries=1, prepare=prepare
+    )
+    check = check_continued if kept else check_fresh
+    check(Path(doc["_repo"]), api.turns(), "claude")
 
 
 # -- Gemini CLI ---------------------------------------------------------------------------------
 
 
-def test_gemini_continues_its_session_on_the_retry(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("kept", [True, False], ids=["continued", "fresh"])
+def test_gemini_continues_its_session_on_the_retry_or_starts_afresh_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: bool
 ) -> None:
     exe = require_tool("gemini")
     monkeypatch.setenv("GEMINI_API_KEY", "test-gemini-key")
@@ -137,8 +196,11 @@ def test_gemini_continues_its_session_on_the_retry(
     ]
     api = GeminiServer(script)
     settings = f'kind = "gemini"\ncommand = {json.dumps(str(exe))}\nmodel = "gemini-2.5-pro"\n'
-    doc = run_fix(tmp_path, monkeypatch, api, "GOOGLE_GEMINI_BASE_URL", settings, retries=1)
-    check_continued(Path(doc["_repo"]), api.turns(), "gemini")
+    prepare = (lambda repo: None) if kept else unkept
+    doc = run_fix(
+        tmp_path, monkeypatch, api, "GOOGLE_GEMINI_BASE_URL", settings, retries=1, prepare=prepare
+    )
+    (check_continued if kept else check_fresh)(Path(doc["_repo"]), api.turns(), "gemini")
 
 
 # -- the OpenAI-API tools: Codex, OpenCode, aider -----------------------------------------------
@@ -179,9 +241,13 @@ def run_openai_tool(
     profile: Callable[[str], dict[str, Any]],
     env: Callable[[str], dict[str, str]],
     side_requests: bool = True,
+    kept: bool = True,
 ) -> tuple[Path, list[Any]]:
-    """``orchardist run`` of the fix task, retried once, against a fake OpenAI API."""
+    """``orchardist run`` of the fix task, retried once, against a fake OpenAI API (``kept``:
+    whether the state folder can keep the agent's session)."""
     project = buggy_project(tmp_path)
+    if not kept:
+        unkept(project)
     with ByModelTurns(script, side_requests=side_requests) as api:
         run_task(project, profile(api.url), env(api.url), tmp_path, retries=1)
         bodies = [r.body for r in api.model_calls]
@@ -196,7 +262,10 @@ def apply_patch(old: str, new: str) -> Call:
     return Call("exec_command", {"cmd": f"apply_patch <<'EOF'\n{patch}EOF\n"})
 
 
-def test_codex_continues_its_session_on_the_retry(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kept", [True, False], ids=["continued", "fresh"])
+def test_codex_continues_its_session_on_the_retry_or_starts_afresh_without_it(
+    tmp_path: Path, kept: bool
+) -> None:
     exe = require_tool("codex")
     script = [
         apply_patch("    return a - b", "    return a * b"),
@@ -209,11 +278,15 @@ def test_codex_continues_its_session_on_the_retry(tmp_path: Path) -> None:
         script,
         lambda url: {"kind": "codex", "command": str(exe), "model": "gpt-fake-1"},
         lambda url: {"OPENAI_BASE_URL": f"{url}/v1", "OPENAI_API_KEY": "sk-fake-key"},
+        kept=kept,
     )
-    check_continued(project, bodies, "codex")
+    (check_continued if kept else check_fresh)(project, bodies, "codex")
 
 
-def test_opencode_continues_its_session_on_the_retry(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kept", [True, False], ids=["continued", "fresh"])
+def test_opencode_continues_its_session_on_the_retry_or_starts_afresh_without_it(
+    tmp_path: Path, kept: bool
+) -> None:
     exe = require_tool("opencode")
 
     def sed(new: str) -> Call:
@@ -239,11 +312,15 @@ def test_opencode_continues_its_session_on_the_retry(tmp_path: Path) -> None:
         script,
         lambda url: {"kind": "opencode", "command": str(exe), "model": "fake/gpt-fake-1"},
         env,
+        kept=kept,
     )
-    check_continued(project, bodies, "opencode")
+    (check_continued if kept else check_fresh)(project, bodies, "opencode")
 
 
-def test_aider_continues_its_chat_on_the_retry(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kept", [True, False], ids=["continued", "fresh"])
+def test_aider_continues_its_chat_on_the_retry_or_starts_afresh_without_it(
+    tmp_path: Path, kept: bool
+) -> None:
     exe = require_tool("aider")
 
     def whole(body: str) -> OText:  # aider's "whole file" edit format
@@ -260,5 +337,6 @@ def test_aider_continues_its_chat_on_the_retry(tmp_path: Path) -> None:
         },
         lambda url: {"OPENAI_API_BASE": f"{url}/v1", "OPENAI_API_KEY": "sk-fake-key"},
         side_requests=False,
+        kept=kept,
     )
-    check_continued(project, bodies, "aider")
+    (check_continued if kept else check_fresh)(project, bodies, "aider")

@@ -150,7 +150,7 @@ def test_session_files_over_the_limit_are_not_kept(
     home = home_with_session(tmp_path / "first", "x" * 1001)
     store = Sessions(tmp_path / "state")
     why = store.keep(KEY, Saved("tool", "s-1", 1), (".tool",), home)
-    assert why == "its session files are larger than 0 MiB"
+    assert why == "larger than 0 MiB"
     assert store.load(KEY) is None
 
 
@@ -244,6 +244,22 @@ def test_a_session_the_tool_refuses_is_run_again_afresh(tmp_path: Path) -> None:
     assert "I tried." in agent.told[-1][0]
     assert note == "fresh (tool could not continue gone: No session gone)"
     assert result.failure is None
+
+
+def test_a_state_folder_that_cannot_hold_sessions_only_notes_it(tmp_path: Path) -> None:
+    # Given a state folder where the sessions' folder cannot be made (a file is in its way)
+    (tmp_path / "state").write_text("not a folder")
+    agent, store = ToolAgent(), Sessions(tmp_path / "state" / "sessions")
+    # When an attempt runs, and its retry
+    home1, context1 = context_for(tmp_path, 1)
+    result, note = run_continuing(agent, job(1), store, home1, context1)  # type: ignore[arg-type]
+    home2, context2 = context_for(tmp_path, 2)
+    _, note2 = run_continuing(agent, job(2, "Fix it."), store, home2, context2)  # type: ignore[arg-type]
+    # Then each ran, the first noting that its session was not kept, the retry starting afresh
+    assert result.failure is None
+    assert note.startswith("not kept (cannot write them: "), note
+    assert note2.startswith("fresh (no earlier session of this task); not kept ("), note2
+    assert agent.told[-1] == ("THE WHOLE BRIEF", None)
 
 
 # -- each CLI's way to continue ---------------------------------------------------------------

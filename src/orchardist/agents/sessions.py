@@ -124,25 +124,27 @@ class Sessions:
             return None
 
     def keep(self, key: SessionKey, saved: Saved, files: tuple[str, ...], home: Path) -> str:
-        """Keep an ended attempt's session, replacing the task's earlier one; why not, or ""."""
+        """Keep an ended attempt's session, replacing the task's earlier one; why it was not
+        kept, or ""."""
         folder = key.folder(self.root)
-        fresh_folder_tree(folder)
-        try:
-            copied = copy_files(home, folder / "home", files, MAX_SESSION_BYTES)
-        except OSError as exc:
-            remove_tree(folder)
-            return f"its session files could not be kept: {exc}"
-        if copied is None:
-            remove_tree(folder)
-            return f"its session files are larger than {MAX_SESSION_BYTES >> 20} MiB"
         record = {
             "kind": saved.kind,
             "session_id": saved.session_id,
             "attempt": saved.attempt,
             "said": saved.said[-SAID_CHARS:],
         }
-        write_whole(folder / RECORD, json.dumps(record).encode())
-        return ""
+        try:
+            fresh_folder_tree(folder)
+            copied = copy_files(home, folder / "home", files, MAX_SESSION_BYTES)
+            if copied is not None:
+                write_whole(folder / RECORD, json.dumps(record).encode())
+                return ""
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                remove_tree(folder)
+            return f"cannot write them: {exc}"
+        remove_tree(folder)
+        return f"larger than {MAX_SESSION_BYTES >> 20} MiB"
 
     def restore(self, key: SessionKey, files: tuple[str, ...], home: Path) -> bool:
         """Put the kept session files back into ``home``; False when none are there."""

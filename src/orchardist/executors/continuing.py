@@ -43,7 +43,7 @@ def run_continuing(
         saved = Saved(kind, session_id, job.attempt, result.detail)
         not_kept = sessions.keep(key, saved, files, home)
         if not_kept:
-            note = f"{note}; session not kept: {not_kept}" if note else f"not kept: {not_kept}"
+            note = "; ".join(filter(None, [note, f"not kept ({not_kept})"]))
     if note:
         with contextlib.suppress(OSError), ctx.log.open("a", encoding="utf-8") as fh:
             fh.write(f"orchardist: session: {note}\n")
