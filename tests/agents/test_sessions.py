@@ -126,6 +126,21 @@ def test_missing_session_files_start_afresh_saying_so(tmp_path: Path) -> None:
     assert (start.resume, start.note) == (None, "fresh (its session files are missing)")
 
 
+def test_a_session_that_worked_in_another_folder_starts_afresh(tmp_path: Path) -> None:
+    # Given a session kept by an attempt that saw its tree at /attempts/1/tree (no isolation
+    # view: each attempt's own folder, which its conversation names)
+    store = Sessions(tmp_path / "state")
+    home = home_with_session(tmp_path / "first")
+    store.keep(KEY, Saved("tool", "s-1", 1, "", "/attempts/1/tree"), (".tool",), home)
+    # When the retry sees its tree elsewhere
+    again = tmp_path / "again" / "home"
+    again.mkdir(parents=True)
+    start = begin(store, again, where="/attempts/2/tree")
+    # Then it starts afresh, saying why
+    assert start.resume is None
+    assert start.note == "fresh (the earlier session worked in /attempts/1/tree)"
+
+
 def test_a_symlink_or_fifo_in_the_session_folder_is_not_followed_or_read(tmp_path: Path) -> None:
     # Given an agent that left, among its session files, a link to a secret and a FIFO
     secret = tmp_path / "secret.txt"
@@ -234,7 +249,8 @@ def test_a_session_the_tool_refuses_is_run_again_afresh(tmp_path: Path) -> None:
     agent, store = ToolAgent(), Sessions(tmp_path / "state")
     home1, context1 = context_for(tmp_path, 1)
     run_continuing(agent, job(1), store, home1, context1)  # type: ignore[arg-type]
-    store.keep(KEY, Saved("tool", "gone", 1, "I tried."), (".tool",), home1)
+    where = str(context1("x").seen_cwd)
+    store.keep(KEY, Saved("tool", "gone", 1, "I tried.", where), (".tool",), home1)
     # When the retry runs
     home2, context2 = context_for(tmp_path, 2)
     result, note = run_continuing(agent, job(2, "Fix it."), store, home2, context2)  # type: ignore[arg-type]
@@ -283,3 +299,15 @@ def test_each_cli_is_asked_to_continue_its_session(kind: str, repo: Path, fake_b
     assert any(argv[i : i + len(want)] == want for i in range(len(argv))), argv
     if kind == "codex":  # the session, then the message
         assert argv[-2:] == ["sess-1", ctx.prompt]
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "agents.md"
+
+
+@pytest.mark.parametrize("kind", sorted(set(KINDS) - {"shell", "scripted"}))
+def test_the_docs_table_names_each_kinds_session_files(kind: str) -> None:
+    text = DOC.read_text()
+    section = text[text.index("## Continuing a session") :]
+    (row,) = [line for line in section.splitlines() if line.startswith(f"| `{kind}` |")]
+    for name in agent_class(kind).session_files:
+        assert f"`~/{name}`" in row or f"`~/{name}/`" in row, (kind, name)

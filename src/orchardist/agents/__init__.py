@@ -78,6 +78,13 @@ class AgentContext:
     # (see sessions.py); None: a fresh session, ``prompt`` the whole brief
 
     @property
+    def seen_cwd(self) -> Path:
+        """Where the agent sees the folder it works in: the repository's own path when its
+        tree is shown there (isolation's view), else the attempt's folder."""
+        view = self.confine.view if self.confine is not None else None
+        return view.inside(self.cwd) if view is not None else self.cwd
+
+    @property
     def home(self) -> Path:
         """The attempt's private HOME, where the tool's session files are kept from
         (sessions.py); for a bare context (tests), the output file's folder."""

@@ -68,6 +68,7 @@ class Saved:
     session_id: str
     attempt: int
     said: str = ""  # what the agent said at its end (summary or error), for a fresh start
+    where: str = ""  # the folder it worked in, as it saw it: its conversation names paths there
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,12 @@ class Sessions:
         prompt: str,
         followup: str,
         home: Path,
+        where: str = "",
     ) -> Continuation:
         """How the attempt starts, its session files put back in ``home`` when it continues
-        (``followup``: what a continued session is told; "" starts afresh)."""
+        (``followup``: what a continued session is told; "" starts afresh). ``where``: the
+        folder it works in, as it sees it; a session that worked elsewhere is not continued
+        (its paths would lead the agent to the earlier attempt's folder)."""
         if not followup:
             return Continuation(prompt)
         saved = self.load(key)
@@ -105,6 +109,8 @@ class Sessions:
             return fresh(prompt, saved, f"{kind} cannot continue a session")
         if saved.kind != kind:
             return fresh(prompt, saved, f"the earlier session is {saved.kind}'s")
+        if saved.where != where:
+            return fresh(prompt, saved, f"the earlier session worked in {saved.where}")
         if not self.restore(key, files, home):
             return fresh(prompt, saved, "its session files are missing")
         return Continuation(followup, saved.session_id, f"continued {saved.session_id}")
@@ -119,6 +125,7 @@ class Sessions:
                 str(record["session_id"]),
                 int(record["attempt"]),
                 str(record.get("said", "")),
+                str(record.get("where", "")),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -132,6 +139,7 @@ class Sessions:
             "session_id": saved.session_id,
             "attempt": saved.attempt,
             "said": saved.said[-SAID_CHARS:],
+            "where": saved.where,
         }
         try:
             fresh_folder_tree(folder)

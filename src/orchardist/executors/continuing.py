@@ -29,7 +29,8 @@ def run_continuing(
     assert job.profile is not None
     key = SessionKey(job.run_id, job.task_id, job.candidate, job.profile.name)
     files, kind = agent.session_files, agent.kind
-    start = sessions.begin(key, kind, files, job.prompt, job.followup, home)
+    where = str(context(prompt=job.prompt).seen_cwd)
+    start = sessions.begin(key, kind, files, job.prompt, job.followup, home, where)
     ctx = context(resume=start.resume, prompt=start.prompt)
     result, note = agent.run(ctx), start.note
     if start.resume and refused(result):
@@ -40,7 +41,7 @@ def run_continuing(
         result = agent.run(context(prompt=start.prompt))
     session_id = result.usage.session_id
     if files and session_id and not result.cancelled:
-        saved = Saved(kind, session_id, job.attempt, result.detail)
+        saved = Saved(kind, session_id, job.attempt, result.detail, where)
         not_kept = sessions.keep(key, saved, files, home)
         if not_kept:
             note = "; ".join(filter(None, [note, f"not kept ({not_kept})"]))
