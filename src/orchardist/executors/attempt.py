@@ -79,38 +79,33 @@ def agent_context(
     """What the job's agent is given: its prompt (in the environment and a file), where to
     leave its output, earlier stages' handoffs, its time left and its confinement; ``prompt``
     and ``resume`` when it continues its earlier session (continuing.py)."""
-    profile = job.profile
-    assert profile is not None
-    if prompt is not None:
-        job = replace(job, prompt=prompt)
+    assert job.profile is not None
+    told = job.prompt if prompt is None else prompt
     # Kept beside the log for the record; the agent reads its own copy in the io folder: the
     # logs are in the user's git directory, out of sight where the tree is shown at the
     # repository's path (see isolation.RepoView).
-    log.with_suffix(".prompt.md").write_text(job.prompt, encoding="utf-8")
+    log.with_suffix(".prompt.md").write_text(told, encoding="utf-8")
     prompt_file = paths.io / "prompt.md"
     output_file = paths.output_file
-    prompt_file.write_text(job.prompt, encoding="utf-8")
+    prompt_file.write_text(told, encoding="utf-8")
     output_file.unlink(missing_ok=True)
     agent_env = {
         **env,
-        "ORCHARDIST_PROMPT": clip(job.prompt, MAX_ENV_PROMPT_BYTES),
+        "ORCHARDIST_PROMPT": clip(told, MAX_ENV_PROMPT_BYTES),
         "ORCHARDIST_PROMPT_FILE": str(prompt_file),
         "ORCHARDIST_OUTPUT": str(output_file),
     }
     if job.stage:
-        log.with_suffix(".inputs.json").write_text(job.inputs or "{}", encoding="utf-8")
-        inputs_file = paths.io / "inputs.json"
-        inputs_file.write_text(job.inputs or "{}", encoding="utf-8")
-        agent_env.update(ORCHARDIST_STAGE=job.stage, ORCHARDIST_INPUTS=str(inputs_file))
+        agent_env.update(stage_env(job, paths, log))
     left = max(0.01, deadline - time.monotonic())
-    timeout = min(left, profile.timeout_s) if profile.timeout_s else left
+    timeout = min(left, job.profile.timeout_s) if job.profile.timeout_s else left
     return AgentContext(
         run_id=job.run_id,
         task_id=job.task_id,
         attempt=job.attempt,
         candidate=job.candidate,
         title=job.title,
-        prompt=job.prompt,
+        prompt=told,
         worktree=paths.tree,
         cwd=cwd,
         prompt_file=prompt_file,
@@ -126,6 +121,14 @@ def agent_context(
         max_cost_usd=job.max_cost_usd,
         resume=resume,
     )
+
+
+def stage_env(job: AttemptJob, paths: AttemptPaths, log: Path) -> dict[str, str]:
+    """A pipeline stage's variables: its name, and the earlier stages' handoffs in a file."""
+    log.with_suffix(".inputs.json").write_text(job.inputs or "{}", encoding="utf-8")
+    inputs_file = paths.io / "inputs.json"
+    inputs_file.write_text(job.inputs or "{}", encoding="utf-8")
+    return {"ORCHARDIST_STAGE": job.stage, "ORCHARDIST_INPUTS": str(inputs_file)}
 
 
 def note_ending(job: AttemptJob, result: AgentResult, log: Path, reason: str | None) -> AgentResult:
