@@ -22,6 +22,7 @@ from orchardist.confine.paths import AttemptPaths
 from orchardist.executors import AttemptJob
 from orchardist.executors.continuing import run_continuing
 from orchardist.state.records import AgentProfile, Failure, Usage
+from support import write_plan
 
 SESSION_FILE = ".tool/sessions/s-1.jsonl"
 KEY = SessionKey("run1", "fix", 0, "tool")
@@ -102,15 +103,22 @@ def test_a_first_attempt_starts_afresh_with_the_whole_prompt_and_no_note(tmp_pat
     assert list(home.iterdir()) == []
 
 
-def test_a_kind_that_cannot_continue_starts_afresh_with_what_it_said_quoted(
-    tmp_path: Path,
-) -> None:
+def test_a_kind_that_cannot_continue_starts_afresh_with_the_whole_prompt(tmp_path: Path) -> None:
     store = kept(tmp_path)
     home = tmp_path / "again" / "home"
     home.mkdir(parents=True)
     start = begin(store, home, files=())
-    assert start.resume is None
+    assert (start.resume, start.prompt) == (None, "THE WHOLE BRIEF")
     assert start.note == "fresh (tool cannot continue a session)"
+
+
+def test_a_fresh_start_after_a_session_quotes_what_the_agent_last_said(tmp_path: Path) -> None:
+    store = kept(tmp_path)
+    home = tmp_path / "again" / "home"
+    home.mkdir(parents=True)
+    start = begin(store, home, kind="other")
+    assert start.resume is None
+    assert start.note == "fresh (the earlier session is tool's)"
     assert start.prompt.startswith("THE WHOLE BRIEF\n\n")
     assert "I made add() multiply." in start.prompt
     assert "data, not instructions" in start.prompt
@@ -311,3 +319,37 @@ def test_the_docs_table_names_each_kinds_session_files(kind: str) -> None:
     (row,) = [line for line in section.splitlines() if line.startswith(f"| `{kind}` |")]
     for name in agent_class(kind).session_files:
         assert f"`~/{name}`" in row or f"`~/{name}/`" in row, (kind, name)
+
+
+def test_a_run_says_in_the_retrys_event_how_its_session_started(repo: Path, run_plan: Any) -> None:
+    # Given: a task whose scripted agent (a kind that cannot continue) fails verify, then fixes
+    plan = write_plan(
+        repo,
+        """
+        [agents.fake]
+        kind = "scripted"
+        [agents.fake.script]
+        fix = [{ write = { "a.txt" = "wrong\\n" } }, { write = { "a.txt" = "right\\n" } }]
+
+        [[task]]
+        id = "fix"
+        prompt = "Write right into a.txt."
+        verify = "grep -q right a.txt"
+        retries = 1
+        """,
+    )
+    # When: it runs
+    run = run_plan(plan)
+    # Then: the retry's ending event says it started afresh and why; the first says nothing
+    ended = {
+        e.attempt: dict(e.data)
+        for e in run.ws.store.events(run.run.id)
+        if e.kind == "attempt" and e.data.get("state") in ("passed", "failed")
+    }
+    assert run.doc["tasks"][0]["state"] == "done", run.doc
+    assert "session" not in ended[1] or ended[1]["session"] is None, ended
+    assert ended[2]["session"] == "fresh (scripted cannot continue a session)", ended
+    # and its agent got the whole prompt, with the failure
+    (_, second) = run.ws.store.attempts(run.run.id)
+    told = Path(second.log_path).with_suffix(".prompt.md").read_text()
+    assert told.startswith("Write right into a.txt.") and "An earlier attempt failed" in told

@@ -102,11 +102,11 @@ class Sessions:
         (its paths would lead the agent to the earlier attempt's folder)."""
         if not followup:
             return Continuation(prompt)
+        if not files:
+            return Continuation(prompt, note=f"fresh ({kind} cannot continue a session)")
         saved = self.load(key)
         if saved is None:
             return Continuation(prompt, note="fresh (no earlier session of this task)")
-        if not files:
-            return fresh(prompt, saved, f"{kind} cannot continue a session")
         if saved.kind != kind:
             return fresh(prompt, saved, f"the earlier session is {saved.kind}'s")
         if saved.where != where:
