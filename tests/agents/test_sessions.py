@@ -329,7 +329,10 @@ def test_a_run_says_in_the_retrys_event_how_its_session_started(repo: Path, run_
         [agents.fake]
         kind = "scripted"
         [agents.fake.script]
-        fix = [{ write = { "a.txt" = "wrong\\n" } }, { write = { "a.txt" = "right\\n" } }]
+        fix = [
+            { write = { "a.txt" = "wrong\\n" }, output = { session_id = "s-1" } },
+            { write = { "a.txt" = "right\\n" } },
+        ]
 
         [[task]]
         id = "fix"
@@ -349,6 +352,8 @@ def test_a_run_says_in_the_retrys_event_how_its_session_started(repo: Path, run_
     assert run.doc["tasks"][0]["state"] == "done", run.doc
     assert "session" not in ended[1] or ended[1]["session"] is None, ended
     assert ended[2]["session"] == "fresh (scripted cannot continue a session)", ended
+    # and the status names the session each attempt reported
+    assert [a["session_id"] for a in run.doc["tasks"][0]["attempts"]] == ["s-1", None]
     # and its agent got the whole prompt, with the failure
     (_, second) = run.ws.store.attempts(run.run.id)
     told = Path(second.log_path).with_suffix(".prompt.md").read_text()
