@@ -10,12 +10,15 @@ the evidence; the numbers printed (``-s``) are the ones docs/agents.md reports.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_testing import make_ctx
 from real_runs import run_fix
 from real_support import buggy_project, run_task
 
@@ -25,6 +28,9 @@ from modelapi.openai import Call, OpenAiServer
 from modelapi.openai import Text as OText
 from modelapi.server import Reply, Request
 from orchardist import Workspace
+from orchardist.agents import make_agent
+from orchardist.executors.continuing import refused
+from orchardist.state.records import AgentProfile
 from realtools import require_tool
 from run_support import only_run
 
@@ -340,3 +346,78 @@ def test_aider_continues_its_chat_on_the_retry_or_starts_afresh_without_it(
         kept=kept,
     )
     (check_continued if kept else check_fresh)(project, bodies, "aider")
+
+
+# -- a session the tool does not have ------------------------------------------------------------
+
+UNKNOWN = "0c5e2a61-7f3b-4c1e-9d2a-5b8e4f6a1c3d"  # a session id no tool here has seen
+
+
+def servers(kind: str) -> tuple[Any, dict[str, str], dict[str, Any]]:
+    """A fake API that would answer a fresh session's turns, the variables pointing the tool
+    at it, and the profile's options."""
+    if kind == "claude":
+        api: Any = AnthropicServer(CLAUDE)
+        return api, {"ANTHROPIC_API_KEY": "sk-ant-test-key"}, {}
+    if kind == "gemini":
+        return GeminiServer([Text("Done.")]), {"GEMINI_API_KEY": "k"}, {"model": "gemini-2.5-pro"}
+    api = OpenAiServer([OText("Done.")])
+    if kind == "codex":
+        return api, {"OPENAI_API_KEY": "sk-fake-key"}, {"model": "gpt-fake-1"}
+    return api, {"OPENAI_API_KEY": "sk-fake-key"}, {"model": "fake/gpt-fake-1"}
+
+
+def base_url(kind: str, url: str) -> dict[str, str]:
+    if kind == "claude":
+        return {"ANTHROPIC_BASE_URL": url}
+    if kind == "gemini":
+        return {"GOOGLE_GEMINI_BASE_URL": url}
+    if kind == "codex":
+        return {"OPENAI_BASE_URL": f"{url}/v1"}
+    provider = {
+        "npm": "@ai-sdk/openai-compatible",
+        "name": "Fake",
+        "options": {"baseURL": f"{url}/v1", "apiKey": "{env:OPENAI_API_KEY}"},
+        "models": {"gpt-fake-1": {"name": "Fake"}},
+    }
+    return {
+        "OPENCODE_CONFIG_CONTENT": json.dumps({"provider": {"fake": provider}}),
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+    }
+
+
+@pytest.mark.parametrize("kind", ["claude", "codex", "gemini", "opencode"])
+def test_a_session_the_tool_does_not_have_fails_before_any_turn(kind: str, tmp_path: Path) -> None:
+    # Given the real tool, asked to continue a session its (empty) home does not hold, with a
+    # model API that would answer a fresh session
+    exe = require_tool(kind)
+    repo = buggy_project(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    api, keys, options = servers(kind)
+    with api:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), **keys, **base_url(kind, api.url)}
+        ctx = dataclasses.replace(make_ctx(repo, kind, env=env, timeout_s=120), resume=UNKNOWN)
+        profile = AgentProfile("p", kind, options={"command": str(exe), **options})
+        result = make_agent(profile).run(ctx)
+    # Then it failed before any turn: what the executor takes for a refusal, and runs afresh
+    assert refused(result), (result, ctx.log.read_text()[-2000:])
+    print(f"\n{kind}: {result.detail}")
+
+
+def test_gemini_takes_a_message_that_begins_with_a_dash(tmp_path: Path) -> None:
+    # Given a message beginning with "-", as a reviewer's list of changes may
+    exe = require_tool("gemini")
+    repo = buggy_project(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    api, keys, options = servers("gemini")
+    with api:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), **keys, **base_url("gemini", api.url)}
+        ctx = make_ctx(repo, "gemini", env=env, timeout_s=120, prompt="- make add() add\n")
+        profile = AgentProfile("p", "gemini", options={"command": str(exe), **options})
+        result = make_agent(profile).run(ctx)
+        asked = api.turns()
+    # Then Gemini CLI took it as the prompt (yargs took a separate "-p" value for an option)
+    assert result.failure is None, (result, ctx.log.read_text()[-2000:])
+    assert "- make add() add" in json.dumps(asked[0]["contents"])

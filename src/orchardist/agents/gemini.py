@@ -1,6 +1,6 @@
 """``kind = "gemini"``: Google Gemini CLI, headless.
 
-``gemini --output-format stream-json -p PROMPT`` prints JSONL events: ``init`` (session id,
+``gemini --output-format stream-json --prompt=PROMPT`` prints JSONL events: ``init`` (session id,
 model), ``message``, ``tool_use``, ``tool_result``, ``error`` and a final ``result`` whose
 ``stats`` carry ``input_tokens`` and ``output_tokens``. Exit codes: 1 error, 41 authentication,
 42 input error, 44 sandbox, 52 configuration, 53 turn limit. Gemini reports no cost; set
@@ -109,7 +109,7 @@ class GeminiAgent(CliAgent):
         self.allowed_tools = tuple(str(t) for t in self.options.get("allowed_tools", DEFAULT_TOOLS))
 
     def argv(self, ctx: AgentContext, prompt: str | None) -> list[str]:
-        """``gemini --output-format stream-json -p PROMPT`` (a long prompt comes on stdin)."""
+        """``gemini --output-format stream-json --prompt=PROMPT`` (a long one comes on stdin)."""
         tools = self.allowed_tools
         argv = [self.command, "--output-format", "stream-json", "--skip-trust"]
         argv += ["--approval-mode", str(self.permission)]
@@ -119,7 +119,9 @@ class GeminiAgent(CliAgent):
             argv += ["-m", self.model]
         if ctx.resume:
             argv += ["--resume", ctx.resume]
-        return [*argv, *self.args, "-p", STDIN_PROMPT if prompt is None else prompt]
+        # one argument: yargs takes a prompt beginning with "-" ("- fix it") for an option and
+        # exits, "Not enough arguments following: p"
+        return [*argv, *self.args, f"--prompt={STDIN_PROMPT if prompt is None else prompt}"]
 
     def run(self, ctx: AgentContext) -> AgentResult:
         """Write its private home, then run it."""
