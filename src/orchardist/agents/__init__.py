@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from ..confine.exes import shell_words
 from ..confine.isolation import Spec
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken
@@ -147,6 +148,20 @@ def make_agent(profile: AgentProfile) -> Agent:
     cls: Any = agent_class(profile.kind)
     agent: Agent = cls(profile)
     return agent
+
+
+def command_words(profile: AgentProfile) -> tuple[str, ...]:
+    """The words of the command line a profile runs, as far as they name files: its command
+    and ``args`` (a shell profile's command split as the shell would); () for kinds that run
+    no command of the profile's."""
+    cls: Any = agent_class(profile.kind)
+    command = profile.options.get("command", getattr(cls, "executable", None))
+    if not isinstance(command, str) or not command.strip():
+        return ()
+    if getattr(cls, "shell_command", False):
+        return tuple(shell_words(command))
+    args = profile.options.get("args", [])
+    return (command, *(a for a in args if isinstance(a, str)))
 
 
 def scrubbed_env(

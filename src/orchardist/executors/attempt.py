@@ -10,14 +10,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..agents import AgentContext, AgentResult
-from ..confine.isolation import Spec
+from ..confine.isolation import Spec, writable_of
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken
 from ..git.repo import Repo
 from ..state.records import Failure, Usage
 from ..verify.discovery import auto_commands, discover_tests
 from . import AttemptJob, Job, Outcome
-from .confinement import writable_of
 
 MAX_ENV_PROMPT_BYTES = 64 * 1024  # larger prompts are only in the prompt file (exec limits)
 

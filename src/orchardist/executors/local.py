@@ -15,11 +15,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..agents import Agent, AgentResult, agent_class, make_agent, scrubbed_env
+from ..agents import Agent, AgentResult, agent_class, command_words, make_agent, scrubbed_env
 from ..agents.sessions import Sessions
 from ..confine import mounts
-from ..confine.homes import empty_home, fill_home, tool_homes
-from ..confine.isolation import Mode, Policy, Spec, choose
+from ..confine.homes import empty_home, fill_home
+from ..confine.isolation import Mode, Policy, Spec, choose, writable_of
 from ..confine.layout import Layout
 from ..confine.paths import AttemptPaths, workdir_root
 from ..confine.procs import CancelToken
@@ -34,7 +34,7 @@ from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier
 from . import AttemptJob, Job, Notify, Outcome, Phase
 from .attempt import Attempt, Work, agent_context, note_ending, verify_commands
 from .baselines import LocalBaselines as LocalBaselines
-from .confinement import Confinement, without, writable_of
+from .confinement import Confinement, without
 from .continuing import run_continuing
 from .guard import CheckoutGuard
 from .views import make_view, needs_view, view_paths
@@ -68,13 +68,6 @@ class LocalExecutor:
     ) -> None:
         self.repo = repo
         self.layout = Layout(repo, workdir_root(workspace), Path(state_dir))
-        # The user's git identity (their ~/.gitconfig is out of sight in the private HOME).
-        name, email = self.layout.identity()
-        self._identity = {
-            f"GIT_{role}_{key}": value
-            for role in ("AUTHOR", "COMMITTER")
-            for key, value in (("NAME", name), ("EMAIL", email))
-        }
         self.log_root = Path(state_dir) / "logs"
         self.sessions = Sessions(Path(state_dir) / "sessions")  # the agents' own, per task
         self.clock = clock
@@ -255,7 +248,7 @@ class LocalExecutor:
         job, paths = a.agent_job, a.paths
         assert job.profile is not None
         # Decided before the agent runs: it could rewrite its .git file to point anywhere.
-        agent_spec = self.confine(paths, network=True)
+        agent_spec = self.confine(paths, network=True, words=command_words(job.profile))
         if job.stage in READ_ONLY_STAGES and agent_spec is not None:
             agent_spec = without(agent_spec, paths.tree)
         gitfile = (read_capped(paths.tree / ".git", GIT_FILE_MAX_BYTES) or b"").decode(
@@ -478,17 +471,20 @@ class LocalExecutor:
         return {**env, **self.private_env(paths)}
 
     def private_env(self, paths: AttemptPaths) -> dict[str, str]:
-        """HOME and TMPDIR of the attempt's own: what its tools write stays in the attempt
-        (and /tmp may be off limits, when the repository lives there). Toolchains installed in
-        the real home are named by their variables, so they are still found."""
-        tools = tool_homes(self.confinement.source_env(), self.confinement.real_home())
-        return {**tools, **self._identity, "HOME": str(paths.home), "TMPDIR": str(paths.tmp)}
+        """The variables that point the attempt's tools at its own folders (see
+        :meth:`.Confinement.private_env`)."""
+        return self.confinement.private_env(paths)
 
     def confine(
-        self, paths: AttemptPaths, network: bool, hidden: tuple[Path, ...] = ()
+        self,
+        paths: AttemptPaths,
+        network: bool,
+        hidden: tuple[Path, ...] = (),
+        words: tuple[str, ...] = (),
     ) -> Spec | None:
-        """How a process of the attempt at ``paths`` is confined (see :mod:`.confinement`)."""
-        return self.confinement.spec(paths, network, hidden)
+        """How a process of the attempt at ``paths`` is confined (see :mod:`.confinement`);
+        ``words``: the agent's command line, whose files are shown wherever they are."""
+        return self.confinement.spec(paths, network, hidden, words)
 
 
 class _Contained(Exception):

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import Problem
+from ..confine.isolation import Mode, choose
+from ..errors import IsolationError, Problem
 from ..git.repo import Repo
 from ..specs import Plan
 
@@ -46,6 +47,7 @@ def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> Preflight
     problems += _branch_problems(repo, plan, shown)
     problems += _missing_workdirs(repo, plan, shown, warnings)
     problems += _missing_clis(plan, shown, environ)
+    problems += _unseen_commands(plan, repo, shown, environ, warnings)
     unverified = [
         t.id for t in plan.tasks if not t.verify and t.check is None and not t.auto_verify
     ]
@@ -126,6 +128,52 @@ def _missing_clis(plan: Plan, shown: str, environ: Mapping[str, str] | None) -> 
                 )
             )
     return problems
+
+
+def _unseen_commands(
+    plan: Plan, repo: Repo, shown: str, environ: Mapping[str, str] | None, warnings: list[str]
+) -> list[Problem]:
+    """Profiles whose command (or a file it names) attempts could not see in their isolation:
+    each attempt would fail at once (see confine/exes.py); a warning for each file beneath
+    /tmp a verify command names, which it would not find. Looked at as namespaces would show
+    them; whether the run gets namespaces (a bwrap start) is asked only when something is
+    found."""
+    from ..agents import command_words
+    from ..confine.exes import shell_words
+    from ..executors.confinement import for_plan
+
+    if plan.run.executor != "local":
+        return []
+    used = plan.used_agents()
+    words = {name: command_words(p) for name, p in plan.agents.items() if name in used}
+    verify = {(t.id, c): tuple(shell_words(c)) for t in plan.tasks for c in t.verify}
+    confinement = for_plan(plan, environ, Mode.NAMESPACES, repo)
+    if confinement is None:
+        return []
+    problems = [
+        Problem(shown, message, None, f"agents.{name}.command")
+        for name in sorted(words)
+        for message in confinement.refusals(words[name])
+    ]
+    unseen = [
+        (task, path) for (task, _), said in verify.items() for path in confinement.unseen(said)
+    ]
+    if not (problems or unseen) or not _namespaces(plan):
+        return []
+    warnings += [
+        f"task {task!r}: verify: {path} is beneath /tmp, which verify commands do not see "
+        "(their /tmp is their own): move it, or list its folder in ORCHARDIST_SHARE_READONLY"
+        for task, path in unseen
+    ]
+    return problems
+
+
+def _namespaces(plan: Plan) -> bool:
+    """Whether a run of ``plan`` gets namespaces (False too where it would refuse to run)."""
+    try:
+        return choose(plan.run.isolation) is Mode.NAMESPACES
+    except IsolationError:
+        return False
 
 
 def _dirty(repo: Repo) -> int:
