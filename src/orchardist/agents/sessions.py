@@ -12,10 +12,11 @@ kind's ``session_files`` are copied out when the agent ends, into orchardist's s
 
 and back into the next attempt's HOME of that task, candidate and profile only: another task's
 attempt, or another profile's, never sees them. The agent is then asked to continue the session
-by its id (``AgentContext.resume``); a kind that cannot, a session that was never recorded, or
-files that are missing start afresh with the whole prompt and, quoted, what the agent said at
-the end of its earlier session. Which one happened is the attempt's ``session`` note:
-``continued <id>`` or ``fresh (why)``.
+by its id (``AgentContext.resume``); a kind that cannot, a session that was never recorded, one
+that worked in another folder (without isolation's view each attempt's tree has a path of its
+own, which the conversation names), or files that are missing start afresh with the whole
+prompt and, quoted, what the agent said at the end of its earlier session. Which one happened
+is the attempt's ``session`` note: ``continued <id>`` or ``fresh (why)``.
 
 Session files come from the agent's HOME: only regular files and folders are copied (never a
 symlink or a FIFO, never through one), and no more than :data:`MAX_SESSION_BYTES` in all.
