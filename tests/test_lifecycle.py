@@ -291,6 +291,9 @@ def test_a_change_request_runs_one_candidate_of_the_reviewed_agent_from_the_revi
     # And: its job is told the request and starts from the reviewed patch on the tip
     job = world.gate.shape(world.life.briefs.attempt(world.plan.tasks[0], 2, 0, "bot", BASE, None))
     assert "Use three." in job.prompt and "> 2 | two" in job.prompt and "+a line" in job.prompt
+    # And: an agent that continues its own session is told the request alone, not the brief
+    assert "Use three." in job.followup and "> 2 | two" in job.followup
+    assert job.prompt.endswith(job.followup) and len(job.followup) < len(job.prompt)
     assert job.start_commit is not None and job.start_commit != BASE
     assert job.base_commit == BASE  # the new patch is taken against the tip: it holds both
     assert winner.job.attempt == 1

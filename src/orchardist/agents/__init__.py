@@ -75,6 +75,21 @@ class AgentContext:
     confine: Spec | None = None  # how its processes are isolated (None: by ``writable`` alone)
     paths: AttemptPaths | None = None  # the attempt's folders (None: a bare worktree, in tests)
     max_cost_usd: float | None = None  # what the attempt may spend (the task's budget left)
+    resume: str | None = None  # the session id to continue, ``prompt`` its next message
+    # (see sessions.py); None: a fresh session, ``prompt`` the whole brief
+
+    @property
+    def seen_cwd(self) -> Path:
+        """Where the agent sees the folder it works in: the repository's own path when its
+        tree is shown there (isolation's view), else the attempt's folder."""
+        view = self.confine.view if self.confine is not None else None
+        return view.inside(self.cwd) if view is not None else self.cwd
+
+    @property
+    def home(self) -> Path:
+        """The attempt's private HOME, where the tool's session files are kept from
+        (sessions.py); for a bare context (tests), the output file's folder."""
+        return self.paths.home if self.paths is not None else self.output_file.parent
 
 
 @dataclass(frozen=True)
@@ -104,6 +119,9 @@ class Agent(Protocol):
     # what it downloads into its home on start, kept per profile across attempts (~-relative;
     # see orchardist.confine.caches)
     home_cache: ClassVar[tuple[str, ...]]
+    # its session files in the private home (~-relative), kept for the task's next attempt,
+    # which continues the session (``AgentContext.resume``); () when it cannot (sessions.py)
+    session_files: ClassVar[tuple[str, ...]]
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -68,6 +68,7 @@ class ClaudeAgent(CliAgent):
         ".claude/settings.json",
     )
     home_state: ClassVar[tuple[str, ...]] = (".claude",)
+    session_files: ClassVar[tuple[str, ...]] = (".claude/projects",)  # one JSONL per session
     profile_keys: ClassVar[frozenset[str]] = COMMON_KEYS | {"allowed_tools"}
     widening_keys: ClassVar[frozenset[str]] = CliAgent.widening_keys | {"allowed_tools"}
     budget_flag: ClassVar[bool] = True
@@ -125,6 +126,8 @@ class ClaudeAgent(CliAgent):
         """``claude -p`` reading the prompt from stdin."""
         tools = self.allowed_tools
         argv = [self.command, "-p", "--output-format", "stream-json", "--verbose"]
+        if ctx.resume:
+            argv += ["--resume", ctx.resume]
         argv += ["--permission-mode", str(self.permission)]
         # --allowedTools only pre-approves: acceptEdits still let an unlisted Edit through, so
         # --tools removes every built-in tool not named (Claude Code: "No such tool available")

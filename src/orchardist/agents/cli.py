@@ -120,6 +120,7 @@ class CliAgent(abc.ABC):
     home_files: ClassVar[tuple[str, ...]] = ()  # copied from the real home into the private one
     home_state: ClassVar[tuple[str, ...]] = ()  # folders made in the private home for its state
     home_cache: ClassVar[tuple[str, ...]] = ()  # downloads kept per profile (confine/caches.py)
+    session_files: ClassVar[tuple[str, ...]] = ()  # its sessions, kept for the next attempt
     key_vars: ClassVar[tuple[str, ...]] = ()  # the credentials among env_keys (any one will do)
     login_files: ClassVar[tuple[str, ...]] = ()
     login_hint: ClassVar[str] = ""

@@ -49,6 +49,7 @@ class CodexAgent(CliAgent):
     executable: ClassVar[str] = "codex"
     home_files: ClassVar[tuple[str, ...]] = (".codex/auth.json", ".codex/config.toml")
     home_state: ClassVar[tuple[str, ...]] = (".codex",)
+    session_files: ClassVar[tuple[str, ...]] = (".codex/sessions",)  # rollout-…-THREAD.jsonl
     env_keys: ClassVar[tuple[str, ...]] = (
         "OPENAI_API_KEY",
         "CODEX_API_KEY",
@@ -92,8 +93,13 @@ class CodexAgent(CliAgent):
 
     def argv(self, ctx: AgentContext, prompt: str | None) -> list[str]:
         """``codex exec --json ... -- PROMPT`` (``-`` reads a long prompt from stdin)."""
-        argv = [self.command, "exec", "--json", "--sandbox", self.sandbox(ctx)]
-        argv += ["-c", 'approval_policy="never"', "--skip-git-repo-check", "-C", str(ctx.cwd)]
+        if ctx.resume:  # ``exec resume`` takes neither --sandbox nor -C (it runs in its cwd)
+            argv = [self.command, "exec", "resume", "--json"]
+            argv += ["-c", f"sandbox_mode={json.dumps(self.sandbox(ctx))}"]
+            argv += ["-c", 'approval_policy="never"', "--skip-git-repo-check"]
+        else:
+            argv = [self.command, "exec", "--json", "--sandbox", self.sandbox(ctx)]
+            argv += ["-c", 'approval_policy="never"', "--skip-git-repo-check", "-C", str(ctx.cwd)]
         base_url = ctx.env.get("OPENAI_BASE_URL")
         if base_url:
             entry = {
@@ -108,7 +114,8 @@ class CodexAgent(CliAgent):
             argv += ["-c", f"model_providers.{PROVIDER}={{{fields}}}"]
         if self.model:
             argv += ["-m", self.model]
-        return [*argv, *self.args, "--", "-" if prompt is None else prompt]
+        session = [ctx.resume] if ctx.resume else []
+        return [*argv, *self.args, "--", *session, "-" if prompt is None else prompt]
 
     def extra_env(self, ctx: AgentContext) -> dict[str, str]:
         """``CODEX_API_KEY`` from ``OPENAI_API_KEY`` when only that one is set."""

@@ -58,6 +58,11 @@ class OpenCodeAgent(CliAgent):
         ".config/opencode/bun.lock",
         ".cache/opencode",
     )
+    # its sessions' database (not auth.json beside it, nor the worktree snapshots)
+    session_files: ClassVar[tuple[str, ...]] = tuple(
+        f".local/share/opencode/{name}"
+        for name in ("opencode.db", "opencode.db-wal", "opencode.db-shm", "storage")
+    )
     env_keys: ClassVar[tuple[str, ...]] = (
         "ANTHROPIC_API_KEY",
         "OPENAI_API_KEY",
@@ -115,6 +120,8 @@ class OpenCodeAgent(CliAgent):
             argv += ["-m", self.model]
         if not any(a == "--title" or a.startswith("--title=") for a in self.args):
             argv.append(f"--title={ctx.title or ctx.task_id}")  # no title request: see above
+        if ctx.resume:
+            argv += ["--session", ctx.resume]
         argv += self.args
         return argv if prompt is None else [*argv, "--", prompt]
 

@@ -36,6 +36,7 @@ class ShellAgent:
     home_files: ClassVar[tuple[str, ...]] = ()
     home_state: ClassVar[tuple[str, ...]] = ()
     home_cache: ClassVar[tuple[str, ...]] = ()
+    session_files: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, profile: AgentProfile) -> None:
         self.profile = profile

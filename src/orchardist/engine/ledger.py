@@ -206,4 +206,5 @@ class Writes:
             verdict=outcome.verdict or None,
             flag=outcome.flag or None,
             cost_usd=outcome.usage.cost_usd,
+            session=outcome.session or None,
         )

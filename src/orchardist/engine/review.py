@@ -153,4 +153,5 @@ class Gate:
         if request.patch_commit is not None:
             base, patch = request.base_commit, request.patch_commit
             start = self.start_on(base, patch, "the reviewed patch", job.base_commit)
-        return replace(job, prompt=prompt, start_commit=start)
+        # An agent that continues its own session (agents/sessions.py) is told only the request.
+        return replace(job, prompt=prompt, followup=request.message, start_commit=start)

@@ -7,6 +7,7 @@ base's outcomes of verify commands :mod:`.baselines`'."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agents import Agent, AgentResult, agent_class, command_words, make_agent, scrubbed_env
+from ..agents.sessions import Sessions
 from ..confine import caches, mounts
 from ..confine.homes import empty_home, fill_home
 from ..confine.isolation import Mode, Policy, Spec, choose, writable_of
@@ -29,13 +31,13 @@ from ..specs import RunConfig
 from ..state.records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
 from ..state.store import Store
 from ..verify import reports
-from ..verify.discovery import auto_commands, discover_tests
 from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier
 from . import AttemptJob, Job, Notify, Outcome, Phase
-from .attempt import Attempt, Work, agent_context, note_ending
+from .attempt import Attempt, Work, agent_context, note_ending, verify_commands
 from .baselines import LocalBaselines as LocalBaselines
 from .baselines import keeper, verifying
 from .confinement import Confinement, without
+from .continuing import run_continuing
 from .guard import CheckoutGuard
 from .views import make_view, needs_view, view_paths
 
@@ -69,6 +71,7 @@ class LocalExecutor:
         self.repo = repo
         self.layout = Layout(repo, workdir_root(workspace), Path(state_dir))
         self.log_root = Path(state_dir) / "logs"
+        self.sessions = Sessions(Path(state_dir) / "sessions")  # the agents' own, per task
         self.clock = clock
         self.environ = environ
         self._lock = threading.Lock()
@@ -210,6 +213,7 @@ class LocalExecutor:
                 if isinstance(ran, Outcome):
                     return ran
                 work = ran
+                attempt = replace(attempt, end=functools.partial(end, session=work.session))
             empty_home(paths)  # verify runs the agent's code: no credentials copied for it
             notify(Phase(job, "verifying"))
             if isinstance(job, AttemptJob) and needs_view(job):
@@ -256,9 +260,13 @@ class LocalExecutor:
         kind = agent_class(job.profile.kind)
         fill_home(paths, self.confinement.real_home(), kind.home_files, kind.home_state)
         cache = caches.prepare(self.layout.state_dir, job.profile, paths.home, kind.home_cache)
-        ctx = agent_context(job, paths, a.cwd, env, a.log, a.deadline, a.token, agent_spec)
+        given = (job, paths, a.cwd, env, a.log, a.deadline, a.token, agent_spec)
         self.guard.started(job.id)  # until its own look at the checkout
-        result = self._agent(job.profile).run(ctx)
+        context = functools.partial(agent_context, *given)
+        result, session = run_continuing(
+            self._agent(job.profile), job, self.sessions, paths.home, context
+        )
+        a = replace(a, end=functools.partial(a.end, session=session))
         if cache is not None and result.failure is None and not result.cancelled:
             caches.keep(paths.home, cache, kind.home_cache)  # the first to end well fills it
         usage = result.usage
@@ -280,7 +288,8 @@ class LocalExecutor:
                 feedback=read_tail(a.log, 0, FEEDBACK_BYTES, last=True).text(),
                 retry_after_s=result.retry_after_s,
             )
-        return self._work(a, gitfile, result, usage)
+        work = self._work(a, gitfile, result, usage)
+        return replace(work, session=session) if isinstance(work, Work) else work
 
     def _work(self, a: Attempt, gitfile: str, result: AgentResult, usage: Usage) -> Outcome | Work:
         """The agent's work as a patch, unless it must not be kept or changed nothing."""
@@ -354,7 +363,7 @@ class LocalExecutor:
     def _verify(self, a: Attempt, work: Work) -> Outcome:
         """Run the verify commands (and the check) on the patch."""
         job, paths = a.job, a.checked
-        commands, note = self._commands(job, paths.tree, work.patch)
+        commands, note = verify_commands(self.repo, job, paths.tree, work.patch)
         if note:
             with a.log.open("a", encoding="utf-8") as fh:
                 fh.write(f"orchardist: {note}\n")
@@ -445,17 +454,6 @@ class LocalExecutor:
             ignore += [f"refs/heads/{r.branch} " for r in runs]
             watch = [f"refs/heads/{r.branch}" for r in runs if r.state in UNFINISHED]
         return self.repo.checkout_fingerprint(ignore, watch)
-
-    def _commands(self, job: Job, worktree: Path, patch: str) -> tuple[tuple[str, ...], str]:
-        """The verify commands; with ``auto_verify``, tests found for the changed files."""
-        if not isinstance(job, AttemptJob) or not job.auto_verify:
-            return job.verify, ""
-        prefix = "" if job.workdir in ("", ".") else job.workdir.rstrip("/") + "/"
-        changed = self.repo.changed_files(job.base_commit, patch)
-        tests = [
-            t[len(prefix) :] for t in discover_tests(changed, worktree) if t.startswith(prefix)
-        ]
-        return auto_commands(tests, job.verify)
 
     def _verify_env(self, job: Job, paths: AttemptPaths) -> dict[str, str]:
         """Verify commands run the agent's code: they get no agent credentials at all."""

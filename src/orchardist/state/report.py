@@ -109,6 +109,7 @@ def _attempt(a: AttemptRecord) -> dict[str, Any]:
         "input_tokens": a.usage.input_tokens,
         "output_tokens": a.usage.output_tokens,
         "turns": a.usage.turns,
+        "session_id": a.usage.session_id,  # the tool's own, which its task's retry continues
         "log": a.log_path,
         **({"handoff": _json(a.handoff)} if a.handoff else {}),
     }
