@@ -1,6 +1,6 @@
 """The plan file's JSON Schema (draft 2020-12), for editors: ``orchardist schema``.
 
-Built from the validator's own tables (``plan.RUN_KEYS``, ``PROFILE_KEYS``, ``TASK_KEYS``,
+Built from the validator's own tables (``runtable.RUN_KEYS``, ``PROFILE_KEYS``, ``TASK_KEYS``,
 ``STAGE_KEYS``, each agent kind's ``profile_keys``, ``scan.profiles.SCANNER_KEYS``): every key
 the validator accepts must have a shape here and every shape a key there, or building the schema
 fails (and ``tests/test_schema.py`` with it). The schema only helps an editor; ``orchardist
@@ -23,7 +23,8 @@ from ..executors import EXECUTORS
 from ..scan.profiles import FINDING_FIELDS, SCANNER_KEYS, Format, Scope
 from ..specs import MAX_TASK_ID, Reverify, Review
 from .fields import SELECT_RULES
-from .loading import PROFILE_KEYS, RUN_KEYS
+from .loading import PROFILE_KEYS
+from .runtable import RUN_KEYS
 from .tasks import PIPELINES, STAGE_KEYS, STAGE_NAMES, TASK_KEYS
 
 REVIEW_MODES = tuple(r.value for r in Review)
