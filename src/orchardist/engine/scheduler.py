@@ -6,10 +6,11 @@ next alarm it set itself (a retry's back-off, a breaker's cool-down, the deadlin
 polling. Every state change is one store transaction, and hooks hear of it after it committed.
 
 The loop only sequences; each concern has an owner with its own state: candidate rounds and the
-ready set (``rounds.Rounds``), pools and budgets (``policy.Pools``, ``policy.Budgets``), the merge
-train (``merge.MergeTrain``), the regression guard (``regression.RegressionGuard``), review gates
-(``review.Gate``: a decision recorded from another process arrives as a ``ReviewWake``), task state
-transitions (``lifecycle.Lifecycle``), the records (``ledger.Ledger``) and what an attempt is told
+ready set (``rounds.Rounds``), pools, budgets and free requeues (``policy.Pools``,
+``policy.Budgets``, ``policy.FreeRetries``), the merge queue (``merge.MergeTrain``), the
+regression guard (``regression.RegressionGuard``), review gates (``review.Gate``: a decision
+recorded from another process arrives as a ``ReviewWake``), task state transitions
+(``lifecycle.Lifecycle``), the records (``ledger.Ledger``) and what an attempt is told
 (``jobs.Briefs``). They answer with typed results; the loop acts on them.
 """
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 import queue
 import random
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,7 +35,7 @@ from .jobs import Briefs, log_path, started
 from .ledger import Ledger, Writes
 from .lifecycle import Lifecycle
 from .merge import BranchMoved, Merged, MergeStep, MergeTrain, NeedsVerify
-from .policy import INFRA_RETRIES, Backoff, Budgets, Pools
+from .policy import Backoff, Budgets, FreeRetries, Pools
 from .regression import Culprit, RegressionGuard, plan_rewind
 from .review import Gate, ReviewWake
 from .rounds import Rounds
@@ -91,7 +91,7 @@ class Scheduler:
         timeout_s = max((t.timeout_s for t in plan.tasks), default=3600.0)
         self.guard = RegressionGuard(plan.run, run.id, run.base_commit, timeout_s, integrator)
         self.briefs = Briefs(plan, run.id)
-        self.infra_failures: Counter[str] = Counter()
+        self.free_retries = FreeRetries()  # rate limits and the first infra errors
         self.pools = Pools(plan.agents, clock, self.rng)
         self.budgets = Budgets(plan.run.max_cost_usd, {t.id: t.max_cost_usd for t in plan.tasks})
         self.alarms = Alarms(monotonic)  # retries after their back-off, the deadline
@@ -332,9 +332,7 @@ class Scheduler:
     def _retry_unit(self, tx: Writes, outcome: Outcome) -> bool:
         """Re-queue one candidate without a counted failure (rate limit, infra, within budget)."""
         job, failure = outcome.job, outcome.failure
-        if failure is Failure.INFRA_ERROR and self.infra_failures[job.task_id] < INFRA_RETRIES:
-            self.infra_failures[job.task_id] += 1
-        elif failure is not Failure.RATE_LIMITED:
+        if failure is None or not self.free_retries.take(job.task_id, failure):
             return False
         self.rounds.requeue(job)
         # a rate limit's reset time, as the agent reported it (None: the profile backs off)
