@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from orchardist import Workspace, load_plan
+from orchardist import Workspace, load_plan, safeio
 from orchardist.agents import KINDS, agent_class
 from orchardist.confine import isolation, mounts
+from orchardist.confine import layout as layout_module
 from orchardist.confine.homes import empty_home, fill_home, tool_homes
 from orchardist.confine.layout import Layout
 from orchardist.confine.paths import ROOT_VAR, AttemptPaths, repo_key, workdir_root
@@ -218,6 +221,40 @@ def test_an_unused_pristine_moves_to_the_next_base_and_a_used_one_never_changes(
     assert git(last.tree, "rev-parse", "HEAD") == third
     overlays.remove(last)
     overlays.tidy()
+
+
+def test_the_run_end_removes_its_pristines_side_by_side_not_one_after_the_other(
+    repo: Path, overlays: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: two pristines in a run (two attempts on two bases at once), both attempts ended
+    first = overlays.attempt("run1", "a.1")
+    overlays.create(first, git(repo, "rev-parse", "HEAD"), "run1")
+    second = overlays.attempt("run1", "b.1")
+    overlays.create(second, _commit(repo, "README.md", "second\n"), "run1")
+    overlays.remove(first)
+    overlays.remove(second)
+    pristines = _pristines(overlays, "run1")
+    assert len(pristines) == 2
+    # and a removal that waits (up to 10 s) for the other pristine's to start before it ends
+    both = threading.Barrier(2, timeout=10)
+    met: list[Path] = []
+
+    def removing(path: Path) -> None:
+        if path in pristines:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both.wait()
+                met.append(path)
+        remove_tree(path)
+
+    monkeypatch.setattr(safeio, "remove_tree", removing)
+    monkeypatch.setattr(layout_module, "remove_tree", removing)
+
+    # When: the run is tidied
+    overlays.tidy()
+
+    # Then: each pristine's removal was under way while the other's was; both are gone
+    assert sorted(met) == pristines
+    assert not (overlays.run_folder("run1") / "pristine").exists()
 
 
 _JOIN_LATER = """

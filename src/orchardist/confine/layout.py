@@ -45,7 +45,7 @@ from ..errors import OrchardistError
 from ..git.indexfile import IndexFile, advance
 from ..git.repo import Repo
 from ..git.snapshots import Checkout
-from ..safeio import read_capped, remove_tree
+from ..safeio import read_capped, remove_tree, remove_trees
 from . import mounts, userlink
 from .paths import AttemptPaths, repo_key
 
@@ -371,13 +371,12 @@ class Layout:
         with self._lock:
             self._pristines = [p for p in self._pristines if p.users > 0]
             skeletons, self._skeletons = self._skeletons, set()
-        for root in skeletons:  # every attempt has ended: no bwrap copies their mounts now
-            remove_tree(root)
+        # every attempt has ended: no bwrap copies the skeletons' mounts now
+        remove_trees([*skeletons, *self._run_leftovers()])
         for run_id in self._recorded:
-            remove_tree(self.run_folder(run_id) / LISTING)
-            remove_tree(self.run_folder(run_id) / VIEWS)  # each went with its attempt, unmounted
-            if not any(p.root.is_relative_to(self.run_folder(run_id)) for p in self._pristines):
-                remove_tree(self.run_folder(run_id) / PRISTINE)
+            pristines = self._unused_pristines(run_id)
+            if pristines is not None:  # emptied above
+                remove_tree(pristines)
             for folder in (self.run_folder(run_id), self.folder / "runs", self.folder):
                 if folder == self.folder:
                     userlink.remove(self.folder)
@@ -385,6 +384,26 @@ class Layout:
                     folder.rmdir()
                 except OSError:
                     break
+
+    def _run_leftovers(self) -> list[Path]:
+        """What :meth:`tidy` removes of each run's folder, all side by side (the run's end
+        waits for them): its listing, its views (each went with its attempt, unmounted), and
+        each of its pristines where none is in use."""
+        found: list[Path] = []
+        for run_id in self._recorded:
+            found += [self.run_folder(run_id) / LISTING, self.run_folder(run_id) / VIEWS]
+            pristines = self._unused_pristines(run_id)
+            if pristines is not None and pristines.is_dir() and not pristines.is_symlink():
+                found += sorted(pristines.iterdir())
+        return found
+
+    def _unused_pristines(self, run_id: str) -> Path | None:
+        """The folder of a run's pristines, None while one of them is in use."""
+        folder = self.run_folder(run_id)
+        with self._lock:
+            if any(p.root.is_relative_to(folder) for p in self._pristines):
+                return None
+        return folder / PRISTINE
 
     def _git_config(self) -> str:
         if self._config is None:
