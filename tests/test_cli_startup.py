@@ -106,6 +106,16 @@ def test_validate_imports_the_plan_but_nothing_that_drives_a_run(ran: Path) -> N
     assert {"orchardist.state.store", "orchardist.runs.start"} & modules == set()
 
 
+def test_a_quiet_run_does_not_import_the_display_it_does_not_show(ran: Path) -> None:
+    # When a run is driven with -q (as scripts and the merge-train benchmark do)
+    code, modules = imported(ran, "run", "plan.toml", "-q", "--fresh")
+
+    # Then it ran, without the live table's module (nor rich, which only it imports)
+    assert code == 0
+    assert "orchardist.engine.scheduler" in modules  # (it did drive a run)
+    assert "orchardist.runs.display" not in modules
+
+
 def git_commands(repo: Path, tmp: Path, *argv: str) -> list[str]:
     """The git commands ``orchardist ARGV`` ran, each told by a git on ``PATH`` that notes its
     arguments in a file before it runs the real one (the proof that it ran)."""
