@@ -112,6 +112,35 @@ def test_commits_refs_and_config_written_inside_an_attempt_never_reach_the_users
     assert (paths.git / "refs" / "tags" / "sneaky").exists()
 
 
+def test_an_attempts_folders_are_removed_side_by_side_not_one_after_the_other(
+    repo: Path, layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: an attempt's folders, filled
+    paths = layout.attempt("run1", "a.1")
+    layout.create(paths, git(repo, "rev-parse", "HEAD"), "run1")
+    (paths.tmp / "scratch").write_text("x")
+    # and a removal of its home or tmp that waits (up to 10 s) for the other's to start
+    both = threading.Barrier(2, timeout=10)
+    met: list[Path] = []
+
+    def removing(path: Path) -> None:
+        if path in (paths.home, paths.tmp):
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both.wait()
+                met.append(path)
+        remove_tree(path)
+
+    monkeypatch.setattr(safeio, "remove_tree", removing)
+    monkeypatch.setattr(layout_module, "remove_tree", removing)
+
+    # When: the attempt is removed
+    layout.remove(paths)
+
+    # Then: home and tmp were being removed at the same time, and nothing of it is left
+    assert sorted(met) == sorted([paths.home, paths.tmp])
+    assert not paths.root.exists()
+
+
 # -- overlays of a pristine checkout ------------------------------------------------------------
 
 

@@ -357,14 +357,12 @@ class Layout:
             skeleton = paths.root in self._skeletons
         kept = (paths.tree, paths.git)
         if not skeleton or any(map(os.path.ismount, kept)):
+            remove_trees(_entries(paths.root))  # side by side: the run's end waits for the last
             remove_tree(paths.root)
             return
-        for entry in os.scandir(paths.root):
-            if Path(entry.path) not in kept:
-                remove_tree(Path(entry.path))
-        for folder in kept:  # nothing in them, unless someone wrote there since
-            for entry in os.scandir(folder) if folder.is_dir() else ():
-                remove_tree(Path(entry.path))
+        # tree/ and git/ stay, emptied (nothing in them, unless someone wrote there since)
+        others = [entry for entry in _entries(paths.root) if entry not in kept]
+        remove_trees([*others, *_entries(paths.tree), *_entries(paths.git)])
 
     def tidy(self) -> None:
         """Remove the run folders this layout made, and its parents, where they are empty."""
@@ -434,6 +432,16 @@ class Layout:
 
 
 MAX_EXCLUDE_BYTES = 1 << 20
+
+
+def _entries(folder: Path) -> list[Path]:
+    """What is in ``folder``, when it is a real folder (a symlink is never followed)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return []
+    try:
+        return [Path(entry.path) for entry in os.scandir(folder)]
+    except OSError:
+        return []
 
 
 def copy_excludes(common_dir: Path, git_dir: Path) -> None:
