@@ -26,19 +26,15 @@ Agent and Executor are defined next to their implementations (``agents/__init__.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from .agents import Agent
-from .confine.isolation import Spec
-from .confine.procs import CancelToken
 from .executors import Executor
 from .state.records import AttemptRecord, Event, Run, TaskRecord
 from .verify.oracle import CommandOutcome
-from .verify.verifier import Verdict
+from .verify.verifier import Verdict, VerifyRequest
 
 __all__ = [
     "Agent",
@@ -146,26 +142,7 @@ class Store(Protocol):
 class Verifier(Protocol):
     """Runs a tree's verify commands and ``check``; failures the base shares do not count."""
 
-    def verify(
-        self,
-        commands: Sequence[str],
-        *,
-        check: str | None,
-        baseline: str | None,
-        workdir: str,
-        cwd: Path,
-        env: Mapping[str, str],
-        log: Path,
-        scratch: Path,
-        deadline: float,
-        timeout_s: float,
-        cancel: CancelToken | None = None,
-        marker: str | None = None,
-        writable: Sequence[Path] | None = None,
-        check_baseline: str | None = None,
-        confine: Spec | None = None,
-        network: bool = False,
-    ) -> Verdict:
+    def verify(self, request: VerifyRequest) -> Verdict:
         """Every command must pass, or fail only where ``baseline`` already failed; the check
         must fail on ``check_baseline`` (default: ``baseline``) and pass here."""
         ...

@@ -29,7 +29,7 @@ from ..specs import RunConfig
 from ..state.records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
 from ..state.store import Store
 from ..verify.discovery import auto_commands, discover_tests
-from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier
+from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier, VerifyRequest
 from . import AttemptJob, Job, Notify, Outcome, Phase
 from .attempt import Attempt, Work, agent_context, note_ending
 from .baselines import LocalBaselines as LocalBaselines
@@ -361,21 +361,23 @@ class LocalExecutor:
             with a.log.open("a", encoding="utf-8") as fh:
                 fh.write(f"orchardist: {note}\n")
         verdict = self.verifier.verify(
-            commands,
-            check=job.check if isinstance(job, AttemptJob) else None,
-            baseline=job.baseline,
-            check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
-            workdir=job.workdir,
-            cwd=a.cwd,
-            env={**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"},
-            log=a.log,
-            scratch=paths.junit_dir,
-            deadline=a.deadline,
-            timeout_s=job.timeout_s,
-            cancel=a.token,
-            marker=job.marker,
-            confine=self.confine(paths, network=job.network, hidden=a.hidden),
-            network=job.network,
+            VerifyRequest(
+                commands=commands,
+                check=job.check if isinstance(job, AttemptJob) else None,
+                baseline=job.baseline,
+                check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
+                workdir=job.workdir,
+                cwd=a.cwd,
+                env={**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"},
+                log=a.log,
+                scratch=paths.junit_dir,
+                deadline=a.deadline,
+                timeout_s=job.timeout_s,
+                cancel=a.token,
+                marker=job.marker,
+                confine=self.confine(paths, network=job.network, hidden=a.hidden),
+                network=job.network,
+            )
         )
         common: dict[str, Any] = {
             "patch_commit": work.patch,

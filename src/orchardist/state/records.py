@@ -210,6 +210,12 @@ def capped(text: str, max_chars: int) -> str:
     return f"{text[:max_chars]}… [{len(text) - max_chars} characters cut]"
 
 
+# An agent profile's defaults, each written here once (the plan loader and the policy read them).
+BREAKER_THRESHOLD = 3  # consecutive failures that open a profile's circuit breaker
+BREAKER_COOLDOWN_S = 60.0  # how long an open breaker keeps attempts away
+NUM_CPUS = 1.0  # Ray CPUs an attempt holds on its node
+
+
 @dataclass(frozen=True)
 class AgentProfile:
     """A named agent profile: which kind of agent, and how to run it."""
@@ -222,9 +228,9 @@ class AgentProfile:
     launch_interval_s: float = 0.0
     fallback: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific keys
-    breaker_threshold: int = 3  # consecutive failures that open the circuit breaker; 0: off
-    breaker_cooldown_s: float = 60.0
-    num_cpus: float = 1.0  # CPUs an attempt holds on its node (executor ray)
+    breaker_threshold: int = BREAKER_THRESHOLD  # 0: no breaker
+    breaker_cooldown_s: float = BREAKER_COOLDOWN_S
+    num_cpus: float = NUM_CPUS  # CPUs an attempt holds on its node (executor ray)
     memory_mb: float | None = None  # memory an attempt reserves on its node (executor ray)
 
 
