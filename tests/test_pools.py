@@ -128,6 +128,37 @@ def test_a_rate_limit_that_ended_while_the_loop_was_busy_says_start_now_not_neve
     assert p.wake_in(["main"]) == 0.0
 
 
+def test_work_waiting_on_a_closed_pool_wakes_when_its_fallback_reopens_first() -> None:
+    # Given: main's breaker opened for an hour, and its fallback paused 30 s by a rate limit
+    clock = FakeClock(1000.0)
+    p = pools(clock, breaker_threshold=1, breaker_cooldown_s=3600.0)
+    p.started("main")
+    assert p.ended("main", "t", FAILED) is True
+    p.started("spare")
+    p.ended("spare", "u", Ended(AttemptState.FAILED, Failure.RATE_LIMITED, retry_after_s=30.0))
+    # When: the loop asks when main's work may start
+    assert not p.has_room("main")
+    # Then: in 30 s, on the fallback, not in an hour on main
+    assert p.wake_in(["main"]) == 30.0
+    clock.advance(30.0)
+    assert p.has_room("main") and p.profile_for("t", "main") == "spare"
+
+
+def test_a_probe_that_ended_without_a_verdict_lets_the_next_probe_through() -> None:
+    # Given: main's breaker cooled down, and its one probe under way
+    clock = FakeClock(0.0)
+    p = solo(clock, breaker_threshold=1)
+    p.started("main")
+    p.ended("main", "t", FAILED)
+    clock.advance(60.0)
+    p.started("main")
+    assert not p.open("main")  # one probe at a time
+    # When: the probe is cancelled (no verdict on the backend)
+    assert p.ended("main", "t", Ended(AttemptState.CANCELLED)) is False
+    # Then: another probe may go, at once
+    assert p.open("main") and p.wake_in(["main"]) == 0.0
+
+
 def test_a_failure_during_verification_is_the_patchs_and_leaves_the_breaker_closed() -> None:
     clock = FakeClock()
     p = pools(clock, breaker_threshold=1)

@@ -35,11 +35,15 @@ def ended(
     lines: int = 1,
     took_s: float = 1.0,
     failure: Failure | None = None,
+    started: float = 0.0,
 ) -> Outcome:
     n = rounds.next_attempt(unit.task_id)
     job = AttemptJob(f"{unit.task_id}.{n}", "r", unit.task_id, n, unit.candidate, "b", "", "",
                      None, (), ".", 60.0, "", "m")  # fmt: skip
-    return Outcome(job, state, 0.0, took_s, failure=failure, changed_lines=lines, detail=f"#{n}")
+    ended_at = started + took_s
+    return Outcome(
+        job, state, started, ended_at, failure=failure, changed_lines=lines, detail=f"#{n}"
+    )
 
 
 def drain(rounds: Rounds) -> list[Unit]:
@@ -110,6 +114,38 @@ def test_between_diffs_of_one_size_and_duration_the_lowest_index_wins() -> None:
     )
 
 
+def test_each_attempts_duration_counts_from_its_own_start_not_the_rounds() -> None:
+    # Given: two candidates passing with 4 lines; 0 ran 10 s from 0, 1 ran 3 s from 8 (it
+    # waited for a slot), so 1 ended last but took least
+    rounds = rounds_of(spec("a", candidates=2))
+    rounds.start("a")
+    long = ended(rounds, Unit("a", 0), AttemptState.PASSED, lines=4, took_s=10.0)
+    short = ended(rounds, Unit("a", 1), AttemptState.PASSED, lines=4, took_s=3.0, started=8.0)
+    # When: both finish
+    assert rounds.record(long) is None
+    decision = rounds.record(short)
+    # Then: the shorter attempt wins, and the other lost as the slower
+    assert decision is not None and decision.winner is short
+    assert dict((o.job.candidate, why) for o, why in decision.selections)[0] == (
+        "lost to candidate 1: same diff size, slower"
+    )
+
+
+def test_attempts_of_one_duration_started_at_different_times_tie_on_duration() -> None:
+    # Given: two candidates, 4 lines, 3 s each; 0 started at 1 s, 1 at 5 s
+    rounds = rounds_of(spec("a", candidates=2))
+    rounds.start("a")
+    first = ended(rounds, Unit("a", 0), AttemptState.PASSED, lines=4, took_s=3.0, started=1.0)
+    later = ended(rounds, Unit("a", 1), AttemptState.PASSED, lines=4, took_s=3.0, started=5.0)
+    assert rounds.record(first) is None
+    decision = rounds.record(later)
+    # Then: the lower index wins, and the loser is told why: not slower, a higher index
+    assert decision is not None and decision.winner is first
+    assert dict((o.job.candidate, why) for o, why in decision.selections)[1] == (
+        "lost to candidate 0: same diff size and duration, higher index"
+    )
+
+
 def test_select_first_decides_at_the_first_pass_and_takes_the_rest_off_the_ready_set() -> None:
     rounds = rounds_of(spec("a", candidates=3, select="first"))
     rounds.start("a")
@@ -164,6 +200,27 @@ def test_holding_a_task_with_a_candidate_running_waits_for_it() -> None:
     assert drain(rounds) == []
     decision = rounds.record(ended(rounds, Unit("a", 1), AttemptState.FAILED))
     assert decision is not None and decision.winner is None
+
+
+def test_holding_a_task_whose_round_is_decided_decides_nothing_again() -> None:
+    # Given: a round decided by its one passing candidate
+    rounds = rounds_of(spec("a"))
+    rounds.start("a")
+    assert rounds.record(ended(rounds, Unit("a", 0), AttemptState.PASSED)) is not None
+    # When: the task is held afterwards (say, the run stops); Then: no second decision
+    assert rounds.hold("a", running=[]) is None
+
+
+def test_work_of_a_round_a_rewind_dropped_belongs_to_no_round() -> None:
+    # Given: a candidate under way when its task's round is dropped (a rewind)
+    rounds = rounds_of(spec("a"))
+    rounds.start("a")
+    running = ended(rounds, Unit("a", 0), AttemptState.PASSED)
+    assert rounds.current(running.job) is not None
+    rounds.drop("a")
+    # Then: its outcome, when it comes, counts in no round, and nothing of the task is ready
+    assert rounds.current(running.job) is None
+    assert drain(rounds) == []
 
 
 def test_units_order_by_task_rank_then_candidate_number() -> None:
