@@ -3,11 +3,14 @@ ends. No executor, no store: outcomes are built here as an executor would report
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from orchardist.engine.rounds import Rounds, Unit
 from orchardist.executors import AttemptJob, Outcome
 from orchardist.plan.graph import Graph
 from orchardist.specs import TaskSpec
 from orchardist.state.records import AttemptState, Failure
+from orchardist.verify.oracle import CHECK_DOES_NOT_REPRODUCE
 
 
 def rounds_of(*specs: TaskSpec) -> Rounds:
@@ -168,6 +171,49 @@ def test_a_round_without_a_pass_reports_the_last_failure_to_end() -> None:
     assert decision.failure is Failure.TIMEOUT
     assert decision.detail == "no candidate passed (2 tried); last: #1"
     assert not decision.final
+
+
+def test_a_lone_pass_among_failures_wins_as_the_only_passing_candidate() -> None:
+    rounds = rounds_of(spec("a", candidates=2))
+    rounds.start("a")
+    failed = ended(rounds, Unit("a", 0), AttemptState.FAILED, failure=Failure.VERIFY_FAILED)
+    passed = ended(rounds, Unit("a", 1), AttemptState.PASSED)
+    assert rounds.record(failed) is None
+    decision = rounds.record(passed)
+    assert decision is not None and decision.winner is passed
+    assert decision.why == "only passing candidate"
+
+
+def test_a_round_whose_checks_all_pass_on_the_base_ends_for_good_with_the_last_feedback() -> None:
+    # Given: both candidates failed because their check passes on the base already
+    rounds = rounds_of(spec("a", candidates=2))
+    rounds.start("a")
+    first, last = (
+        replace(
+            ended(rounds, Unit("a", k), AttemptState.FAILED, took_s=k + 1.0),
+            failure=Failure.VERIFY_FAILED,
+            flag=CHECK_DOES_NOT_REPRODUCE,
+            feedback=f"feedback {k}",
+        )
+        for k in range(2)
+    )
+    assert rounds.record(first) is None
+    decision = rounds.record(last)
+    # Then: no new candidate can change that: the failure is final, with the last feedback
+    assert decision is not None and decision.winner is None
+    assert decision.final and decision.feedback == "feedback 1"
+    assert decision.failure is Failure.VERIFY_FAILED
+
+
+def test_a_round_held_before_any_candidate_finished_ends_without_a_winner() -> None:
+    # Given: a round whose one candidate runs; When: held, and the candidate cancelled
+    rounds = rounds_of(spec("a"))
+    rounds.start("a")
+    assert rounds.hold("a", running=[0]) is None
+    decision = rounds.decide("a")
+    # Then: no winner, nothing finished: an agent error, never final
+    assert decision.winner is None and decision.detail == "no candidate finished"
+    assert decision.failure is Failure.AGENT_ERROR and not decision.final
 
 
 def test_attempts_of_an_earlier_round_do_not_belong_to_the_next() -> None:
