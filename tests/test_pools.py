@@ -159,6 +159,27 @@ def test_a_probe_that_ended_without_a_verdict_lets_the_next_probe_through() -> N
     assert p.open("main") and p.wake_in(["main"]) == 0.0
 
 
+def test_a_refused_credential_opens_the_breaker_at_once_and_the_cool_down_lets_one_probe() -> None:
+    # Given: a pool that three agent errors would close
+    clock = FakeClock(0.0)
+    p = solo(clock, breaker_threshold=3)
+    p.started("main")
+    # When: one attempt ends with its credentials refused
+    assert p.ended("main", "t", Ended(AttemptState.FAILED, Failure.AUTH_ERROR)) is True
+    # Then: closed at once until the minute's cool-down ends
+    assert not p.open("main") and p.wake_in(["main"]) == 60.0
+    clock.advance(60.0)
+    assert p.open("main")
+
+
+def test_a_breaker_that_is_off_stays_open_after_a_refused_credential() -> None:
+    clock = FakeClock(0.0)
+    p = solo(clock, breaker_threshold=0)
+    p.started("main")
+    assert p.ended("main", "t", Ended(AttemptState.FAILED, Failure.AUTH_ERROR)) is False
+    assert p.open("main")
+
+
 def test_a_failure_during_verification_is_the_patchs_and_leaves_the_breaker_closed() -> None:
     clock = FakeClock()
     p = pools(clock, breaker_threshold=1)
