@@ -211,6 +211,26 @@ def test_budgets_hold_a_task_at_its_limit_and_stop_the_run_at_the_runs() -> None
     assert budgets.run_spent() == "run cost budget spent ($1.00 of $1.00)"
 
 
+def test_an_attempt_that_reported_no_cost_leaves_its_tasks_budget_untouched() -> None:
+    budgets = Budgets(None, {"a": 0.75})
+    budgets.spend("a", Usage(cost_usd=0.5))
+    budgets.spend("a", Usage())
+    assert budgets.task_left("a") == 0.25 and not budgets.task_spent("a")
+
+
+def test_a_pool_counts_every_attempt_running_on_it() -> None:
+    # Given: a pool that may run two attempts at once
+    clock = FakeClock()
+    p = pools(clock, max_parallel=2)
+    # When: two start; Then: it is full, and one ending makes room again
+    p.started("main")
+    assert p.has_room("main")
+    p.started("main")
+    assert p.open("main") and not p.has_room("main")
+    p.ended("main", "t", PASSED)
+    assert p.has_room("main")
+
+
 class Jitter(random.Random):
     """A Random whose ``random()`` is always ``value``: 1.0 gives the full back-off."""
 
