@@ -28,11 +28,19 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, Unpack
 
 from .agents import Agent
 from .executors import Executor
-from .state.records import AttemptRecord, Event, Run, TaskRecord
+from .state.records import (
+    AttemptChanges,
+    AttemptRecord,
+    Event,
+    Run,
+    RunChanges,
+    TaskChanges,
+    TaskRecord,
+)
 from .verify.oracle import CommandOutcome
 from .verify.verifier import Verdict, VerifyRequest
 
@@ -66,7 +74,7 @@ class Transaction(Protocol):
         """Record a new run."""
         ...
 
-    def set_run(self, run_id: str, **changes: Any) -> None:
+    def set_run(self, run_id: str, **changes: Unpack[RunChanges]) -> None:
         """Change a run's columns (``state``, ``finished_at``, ``reason``)."""
         ...
 
@@ -74,7 +82,7 @@ class Transaction(Protocol):
         """Record a task of a run."""
         ...
 
-    def set_task(self, run_id: str, task_id: str, **changes: Any) -> None:
+    def set_task(self, run_id: str, task_id: str, **changes: Unpack[TaskChanges]) -> None:
         """Change a task's columns; a StoreError when there is no such task."""
         ...
 
@@ -82,7 +90,9 @@ class Transaction(Protocol):
         """Record an attempt as it starts."""
         ...
 
-    def set_attempt(self, run_id: str, task_id: str, n: int, **changes: Any) -> None:
+    def set_attempt(
+        self, run_id: str, task_id: str, n: int, **changes: Unpack[AttemptChanges]
+    ) -> None:
         """Change an attempt's columns; a StoreError when there is no such attempt."""
         ...
 

@@ -116,8 +116,8 @@ class Lifecycle:
         if isinstance(step, Conflict):
             tx.event(Kind.MERGE, task_id, n, state=MergeEvent.CONFLICT, paths=list(step.paths))
             where = "conflict in " + ", ".join(step.paths)
-            failed = {"state": AttemptState.FAILED, "failure": Failure.CONFLICT}
-            tx.attempt(task_id, n, **failed, detail=where)
+            failed, conflict = AttemptState.FAILED, Failure.CONFLICT
+            tx.attempt(task_id, n, state=failed, failure=conflict, detail=where)
             self.rerun(tx, task_id, where)
         elif isinstance(step, NeedsVerify):
             tx.event(Kind.MERGE, task_id, n, state=MergeEvent.VERIFYING, tip=step.tip[:12])
@@ -244,6 +244,12 @@ class Lifecycle:
         undone = self.train.parked.pop(task_id, None)
         if undone is not None:
             selection = "taken off the run branch: regression culprit"
-            failed = {"state": AttemptState.FAILED, "failure": Failure.VERIFY_FAILED}
-            tx.attempt(task_id, undone.job.attempt, **failed, selection=selection, won=False)
+            tx.attempt(
+                task_id,
+                undone.job.attempt,
+                state=AttemptState.FAILED,
+                failure=Failure.VERIFY_FAILED,
+                selection=selection,
+                won=False,
+            )
         self.rerun(tx, task_id, f"regression culprit (commit {commit[:12]})")

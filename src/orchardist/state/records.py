@@ -6,7 +6,7 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from ..errors import TransitionError
 
@@ -303,3 +303,37 @@ class Event:
     attempt: int | None = None
     data: Mapping[str, Any] = field(default_factory=dict)
     seq: int = 0  # assigned by the store
+
+
+# The columns a store write may change, by record, with their types: mypy checks every caller of
+# Transaction.set_run, set_task and set_attempt against them (``**changes`` of these types).
+class RunChanges(TypedDict, total=False):
+    state: RunState
+    finished_at: float | None
+    reason: str
+
+
+class TaskChanges(TypedDict, total=False):
+    state: TaskState
+    commit: str | None  # stored in the ``commit_sha`` column
+    reason: str
+    failures: int
+    reruns: int
+    stage: str
+    pipeline_task: str
+
+
+class AttemptChanges(TypedDict, total=False):
+    state: AttemptState
+    ended_at: float | None
+    exit_code: int | None
+    failure: Failure | None
+    detail: str
+    patch_commit: str | None
+    changed_lines: int | None
+    log_path: str
+    usage: Usage  # spread over its columns
+    verdict: str
+    selection: str
+    handoff: str
+    won: bool
