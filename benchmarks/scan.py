@@ -1,6 +1,7 @@
 """What orchardist's scan costs over running a scanner directly, cold and warm.
 
-Usage: ``python benchmarks/scan.py [--files 1000] [--max-parallel N] [--repeat 3]``
+Usage: ``python benchmarks/scan.py [--files 1000] [--max-parallel N] [--repeat 3]
+[--old PATH | --old-ref REF]``
 
 A throwaway repository holds ``--files`` small Python modules (about 30 lines each, a few lint
 findings in each). The scanner is ruff (``python -m ruff``), file-scoped, through SARIF.
@@ -11,7 +12,11 @@ Printed, each the median of ``--repeat`` tries:
 - ``cold``: ``orchardist scan --no-cache`` (export, batches in parallel, parse, merge, SARIF);
 - ``warm``: ``orchardist scan`` after a one-file change, with the cache filled before: only
   the changed file is scanned;
-- the ratios cold ÷ direct and warm ÷ direct, and that every scan found what ruff found.
+- ``cached``: ``orchardist scan`` of a tree it has scanned, nothing changed (all from the cache);
+- each against ``direct`` (the ratio), and that every scan found what ruff found.
+
+Scans write SARIF to a file (``-o``). With ``--old PATH`` (a checkout; its ``src`` is imported)
+or ``--old-ref REF`` (``git archive``), the older code is timed too, round by round.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 MODULE = '''"""Module {n}."""
 
@@ -116,60 +123,84 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--max-parallel", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--old", type=Path, help="also time the code of this checkout's src/")
+    parser.add_argument("--old-ref", help="also time the code of this ref (git archive)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="orchardist-scan-bench-") as tmp:
         root = Path(tmp)
         repo = make_repo(root, args.files, args.max_parallel)
         env = {**os.environ, "XDG_CACHE_HOME": str(root / "cache")}
-        scan = [sys.executable, "-m", "orchardist", "scan", "scan.toml", "--json"]
-        direct_argv = [
-            sys.executable,
-            "-m",
-            "ruff",
-            "check",
-            "--no-cache",
-            "--exit-zero",
-            "--output-format",
-            "sarif",
-            ".",
-        ]
-        direct, cold, warm = [], [], []
-        cpu: dict[str, list[float]] = {"direct": [], "cold": [], "warm": []}
-        expected = found_cold = found_warm = 0
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode caches, as after an install
+        sides = {"this tree": None}
+        if args.old or args.old_ref:
+            from dashboard_load import old_source
+
+            old = str(args.old / "src") if args.old else old_source(args.old_ref, root / "old")
+            sides = {str(args.old or args.old_ref): old, **sides}
+        times: dict[str, dict[str, list[tuple[float, float]]]] = {}
+        checks: list[bool] = []
         for attempt in range(args.repeat):
-            seconds, used, out = timed(direct_argv, repo, env)
-            direct.append(seconds)
-            cpu["direct"].append(used)
-            expected = len(json.loads(out)["runs"][0]["results"])
-            seconds, used, out = timed([*scan, "--no-cache"], repo, env)
-            cold.append(seconds)
-            cpu["cold"].append(used)
-            found_cold = json.loads(out)["findings"]
-            timed(scan, repo, env)  # fill the cache
-            changed = repo / "pkg" / "sub0" / "mod0.py"
-            changed.write_text(changed.read_text() + f"\n\nVALUE_{attempt} = {attempt}\n")
-            git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qam", "edit")
-            seconds, used, out = timed(scan, repo, env)
-            warm.append(seconds)
-            cpu["warm"].append(used)
-            summary = json.loads(out)
-            found_warm = summary["findings"]
-            assert summary["scanners"][0]["misses"] == 1, summary["scanners"]
-        d, c, w = (statistics.median(x) for x in (direct, cold, warm))
-        dc, cc, wc = (statistics.median(cpu[k]) for k in ("direct", "cold", "warm"))
-        load = os.getloadavg()[0]
-        print(
-            f"machine: {platform.machine()}, {os.cpu_count()} cpus, load {load:.1f}; "
-            f"python {platform.python_version()}"
-        )
-        print(f"files: {args.files}, max_parallel: {args.max_parallel}, repeat: {args.repeat}")
-        print("                                     wall s   cpu s")
-        print(f"direct ruff, once over all files:   {d:7.3f} {dc:7.3f}  ({expected} findings)")
-        print(f"orchardist scan, cold (--no-cache): {c:7.3f} {cc:7.3f}  ({found_cold} findings)")
-        print(f"orchardist scan, warm, 1 changed:   {w:7.3f} {wc:7.3f}  ({found_warm} findings)")
-        print(f"ratio cold / direct: wall {c / d:.2f}, cpu {cc / dc:.2f}")
-        print(f"ratio warm / direct: wall {w / d:.2f}, cpu {wc / dc:.2f}")
-        print(f"same findings as ruff: {found_cold == expected == found_warm}")
+            for n, (side, path) in enumerate(sides.items()):
+                side_env = {**env, **({"PYTHONPATH": path} if path else {})}
+                row = times.setdefault(side, {})
+                checks.append(one_round(repo, side_env, row, 2 * attempt + n))
+        report(args, times, all(checks))
+
+
+def one_round(
+    repo: Path, env: dict[str, str], row: dict[str, list[tuple[float, float]]], n: int
+) -> bool:
+    """ruff alone, a scan without the cache, one fully cached, one after a one-file change;
+    each appended to ``row`` as (wall s, cpu s). Whether every scan found what ruff found."""
+    direct_argv = [sys.executable, "-m", "ruff", "check", "--no-cache", "--exit-zero"]
+    direct_argv += ["--output-format", "sarif", "."]
+    scan = [sys.executable, "-m", "orchardist", "scan", "scan.toml", "--json", "-o", "out.sarif"]
+    seconds, used, out = timed(direct_argv, repo, env)
+    row.setdefault("direct", []).append((seconds, used))
+    expected = len(json.loads(out)["runs"][0]["results"])
+    found = []
+    for name, argv in (("cold", [*scan, "--no-cache"]), ("fill", scan), ("cached", scan)):
+        seconds, used, out = timed(argv, repo, env)
+        row.setdefault(name, []).append((seconds, used))
+        found.append(json.loads(out)["findings"])
+    changed = repo / "pkg" / f"sub{n % 20}" / f"mod{n % 20}.py"
+    changed.write_text(changed.read_text() + f"\n\nVALUE_{n} = {n}\n")
+    git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qam", "edit")
+    seconds, used, out = timed(scan, repo, env)
+    row.setdefault("warm", []).append((seconds, used))
+    summary = json.loads(out)
+    assert summary["scanners"][0]["misses"] == 1, summary["scanners"]
+    found.append(summary["findings"])
+    return all(f == expected for f in found)
+
+
+LABELS = {
+    "direct": "direct ruff, once over all files",
+    "cold": "orchardist scan, cold (--no-cache)",
+    "cached": "orchardist scan, cached, no change",
+    "warm": "orchardist scan, warm, 1 changed",
+}
+
+
+def report(
+    args: argparse.Namespace, times: dict[str, dict[str, list[tuple[float, float]]]], same: bool
+) -> None:
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}; "
+        f"python {platform.python_version()}"
+    )
+    print(f"files: {args.files}, max_parallel: {args.max_parallel}, repeat: {args.repeat}")
+    print("median wall s / cpu s (the command and all it started); sides A/B interleaved")
+    print(f"{'':36}" + "".join(f"{side[-18:]:>20}" for side in times))
+    for key, label in LABELS.items():
+        cells = []
+        for row in times.values():
+            wall, cpu = (statistics.median(x[i] for x in row[key]) for i in (0, 1))
+            direct = statistics.median(x[0] for x in row["direct"])
+            ratio = "" if key == "direct" else f" {wall / direct:4.1f}x"
+            cells.append(f"{wall:6.3f} {cpu:5.3f}{ratio:>6}")
+        print(f"{label:36}" + "".join(f"{c:>20}" for c in cells))
+    print(f"same findings as ruff: {same}")
 
 
 if __name__ == "__main__":

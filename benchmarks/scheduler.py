@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchardist.engine.merge import GitIntegrator, MemoryIntegrator
+from orchardist.engine.integrators import GitIntegrator, MemoryIntegrator
 from orchardist.engine.scheduler import Scheduler
 from orchardist.executors.inline import InlineExecutor
 from orchardist.plan.graph import Graph

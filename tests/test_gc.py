@@ -207,3 +207,20 @@ def test_gc_refuses_an_age_it_cannot_read(repo: Path) -> None:
     bad = orchardist(repo, "gc", "--older-than", "soon")
     assert bad.returncode == 2
     assert "--older-than" in bad.stderr
+
+
+def test_gc_removes_the_sessions_a_finished_runs_agents_kept(repo: Path, run_plan: RunPlan) -> None:
+    # Given: a finished run whose agent kept a session for its task's next attempt
+    run = a_run(run_plan, repo)
+    ws, run_id = run.ws, run.run.id
+    kept = ws.state_dir / "sessions" / run_id / "a" / "0-fake"
+    kept.mkdir(parents=True)
+    (kept / "session.json").write_text('{"kind": "claude", "session_id": "s-1", "attempt": 1}')
+    used = run_disk_bytes(ws, run_id)
+
+    # When: collected once old enough
+    old = collect(ws, older_than_s=DAY_S, now=finished_at(run) + 2 * DAY_S)
+
+    # Then: the kept session went with the run's other folders, and was counted
+    assert old["runs"] == [run_id] and old["bytes"] == used
+    assert not (ws.state_dir / "sessions" / run_id).exists()

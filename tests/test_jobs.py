@@ -67,3 +67,25 @@ def test_a_summary_of_escape_sequences_only_adds_no_section(repo: Path) -> None:
     told = briefs(repo)
     told.summaries["models"] = "\x1b]0;pwned\x07\x1b[2J\n"
     assert told.prompt(told.specs["api"]) == "Add the /users endpoint.\n"
+
+
+def test_a_retry_that_continues_its_session_is_told_only_the_failure(repo: Path) -> None:
+    # Given: a task whose first attempt failed verification
+    told = briefs(repo)
+    spec = told.specs["api"]
+    first = told.attempt(spec, 1, 0, "sh", "0" * 40, None)
+    told.failed("api", "verify command failed (1): pytest", "assert 1 == 2")
+
+    # When: its retry is made
+    retry = told.attempt(spec, 2, 0, "sh", "0" * 40, None)
+
+    # Then: the first attempt had nothing to continue; the retry's followup is the failure
+    # section (why, the output quoted) and that the tree is back at the start, not the brief,
+    # while its prompt (for an agent that starts afresh) still holds the brief and the failure
+    assert first.followup == ""
+    assert retry.followup.startswith("## An earlier attempt failed\n\nWhy: verify command failed")
+    assert "assert 1 == 2" in retry.followup
+    assert "the working tree is back where the task started" in retry.followup
+    assert "Add the /users endpoint." not in retry.followup
+    assert retry.prompt.startswith("Add the /users endpoint.")
+    assert "## An earlier attempt failed" in retry.prompt

@@ -8,25 +8,31 @@ import random
 from pathlib import Path
 
 from orchardist.engine.hooks import Hooks
+from orchardist.engine.integrators import MemoryIntegrator
 from orchardist.engine.jobs import Briefs, started
 from orchardist.engine.ledger import Ledger
 from orchardist.engine.lifecycle import Lifecycle
-from orchardist.engine.merge import MemoryIntegrator, Merged, MergeTrain
+from orchardist.engine.merge import Merged, MergeTrain
 from orchardist.engine.policy import Backoff
 from orchardist.engine.regression import Culprit, Rewind
+from orchardist.engine.review import Gate
 from orchardist.engine.rounds import Decision, Rounds, Unit
 from orchardist.executors import AttemptJob, Outcome
 from orchardist.pipelines.expand import Pipelines
 from orchardist.plan.graph import Graph
-from orchardist.specs import Plan, RunConfig, TaskSpec
+from orchardist.specs import Plan, Review, RunConfig, TaskSpec
 from orchardist.state.records import (
     AgentProfile,
     AttemptState,
     Failure,
+    LineComment,
+    ReviewDecision,
     Run,
     RunState,
+    StoredDecision,
     TaskRecord,
     TaskState,
+    Verdict,
 )
 from orchardist.state.store import Store
 
@@ -36,10 +42,20 @@ BASE = "b" * 40
 class World:
     """a -> b -> c, each with one retry; the parts a Lifecycle works with, in memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, review: Review = Review.AUTO, candidates: int = 1) -> None:
         deps = {"a": (), "b": ("a",), "c": ("b",)}
         tasks = tuple(
-            TaskSpec(id=t, title=t, prompt=t, agent="bot", index=i, depends_on=d, retries=1)
+            TaskSpec(
+                id=t,
+                title=t,
+                prompt=t,
+                agent="bot",
+                index=i,
+                depends_on=d,
+                retries=1,
+                review=review,
+                candidates=candidates,
+            )
             for i, (t, d) in enumerate(deps.items())
         )
         profile = AgentProfile("bot", "shell", options={"command": "false"})
@@ -58,6 +74,8 @@ class World:
         self.train = MergeTrain(MemoryIntegrator(BASE), "orchardist/r", self.ledger.intend,
                                 self.ledger.deleted)  # fmt: skip
         self.train.tip = BASE
+        pipelines = Pipelines(specs, self.store, "r", self.train.start_on)
+        self.gate = Gate(specs, pipelines.lands, self.train.start_on)
         self.retries: list[tuple[float, str]] = []
         self.cancelled: list[tuple[str, str]] = []
         self.life = Lifecycle(
@@ -67,7 +85,8 @@ class World:
             rounds=self.rounds,
             train=self.train,
             briefs=Briefs(self.plan, "r"),
-            pipelines=Pipelines(specs, self.store, "r", self.train.start_on),
+            pipelines=pipelines,
+            gate=self.gate,
             backoff=Backoff(base_s=10.0),
             rng=random.Random(0),
             retry_in=lambda delay_s, task_id: self.retries.append((delay_s, task_id)),
@@ -96,6 +115,17 @@ class World:
     def decide(self, decision: Decision) -> None:
         with self.ledger.tx() as tx:
             self.life.decided(tx, decision)
+
+    def review(self, task_id: str, n: int, decision: ReviewDecision) -> StoredDecision:
+        """A person's decision on attempt ``n``, recorded (as ``orchardist review`` does)."""
+        stored = StoredDecision("r", task_id, n, decision, 5.0, diff="+a line")
+        with self.store.transaction() as tx:
+            assert tx.add_decision(stored)
+        return stored
+
+    def apply(self, stored: StoredDecision) -> None:
+        with self.ledger.tx() as tx:
+            self.life.reviewed(tx, stored, 7.0)
 
 
 def lost(outcome: Outcome) -> Decision:
@@ -211,3 +241,73 @@ def test_a_back_off_that_ends_after_a_rewind_starts_no_round_for_a_task_that_wai
         world.life.retry_due(tx, "b")
     # Then: b stays blocked (its table has no move from blocked to ready)
     assert world.state("b") is TaskState.BLOCKED
+
+
+# -- review gates --------------------------------------------------------------------------------
+
+
+def won(world: World, task_id: str) -> Outcome:
+    """A passing attempt that wins its round."""
+    outcome = world.attempt(task_id, AttemptState.PASSED)
+    world.decide(Decision(task_id, outcome, "only passing candidate", ((outcome, "won"),)))
+    return outcome
+
+
+def test_a_reviewed_winner_waits_and_an_approval_acted_on_twice_queues_it_once() -> None:
+    # Given: a reviewed task whose winner passed
+    world = World(review=Review.HUMAN)
+    world.start()
+    winner = won(world, "a")
+    # Then: it waits for a person, not for the merge train
+    assert world.state("a") is TaskState.AWAITING_REVIEW and not world.train.queue
+    # When: an approval is acted on, and acted on again (a second wake-up, a restart)
+    stored = world.review("a", 1, ReviewDecision(Verdict.APPROVE, who="ann"))
+    world.apply(stored)
+    world.apply(stored)
+    # Then: the task merges once, and the decision is marked applied
+    assert world.state("a") is TaskState.MERGING
+    assert world.ledger.tasks["a"].reason == "approved by ann"
+    assert list(world.train.queue) == [winner]
+    assert [d.applied_at for d in world.store.decisions("r")] == [7.0]
+    states = [e.data["state"] for e in world.store.events("r") if e.kind == "review"]
+    assert states == ["review_requested", "applied"]
+
+
+def test_a_rejection_fails_the_task_and_blocks_what_depends_on_it() -> None:
+    world = World(review=Review.HUMAN)
+    world.start()
+    won(world, "a")
+    world.apply(world.review("a", 1, ReviewDecision(Verdict.REJECT, "too big", who="ann")))
+    assert world.state("a") is TaskState.FAILED
+    assert world.ledger.tasks["a"].reason == "rejected by ann: too big"
+    assert world.state("b") is world.state("c") is TaskState.BLOCKED
+    (attempt,) = world.store.attempts("r", "a")
+    assert (attempt.won, attempt.selection) == (False, "rejected by ann")
+
+
+def test_a_change_request_runs_one_candidate_of_the_reviewed_agent_from_the_reviewed_patch() -> (
+    None
+):
+    # Given: a reviewed task of two candidates whose winner passed
+    world = World(review=Review.HUMAN, candidates=2)
+    world.start()
+    world.rounds.ready.discard(Unit("a", 1))
+    winner = won(world, "a")
+    # When: changes are asked for, with a comment on a line
+    comment = LineComment("a.txt", 2, "why two?", quote="> 2 | two")
+    ask = ReviewDecision(Verdict.CHANGES, "Use three.", (comment,), who="ann")
+    world.apply(world.review("a", 1, ask))
+    # Then: a round of one candidate, run by the reviewed attempt's agent
+    assert world.state("a") is TaskState.READY
+    assert world.rounds.ready.pop(lambda pool: True) == Unit("a", 0)
+    assert world.rounds.ready.pop(lambda pool: True) is None
+    assert world.gate.agent("a", "someone-else") == "bot"
+    # And: its job is told the request and starts from the reviewed patch on the tip
+    job = world.gate.shape(world.life.briefs.attempt(world.plan.tasks[0], 2, 0, "bot", BASE, None))
+    assert "Use three." in job.prompt and "> 2 | two" in job.prompt and "+a line" in job.prompt
+    # And: an agent that continues its own session is told the request alone, not the brief
+    assert "Use three." in job.followup and "> 2 | two" in job.followup
+    assert job.prompt.endswith(job.followup) and len(job.followup) < len(job.prompt)
+    assert job.start_commit is not None and job.start_commit != BASE
+    assert job.base_commit == BASE  # the new patch is taken against the tip: it holds both
+    assert winner.job.attempt == 1

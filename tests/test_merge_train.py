@@ -3,9 +3,9 @@ the run branch, as a typed step."""
 
 from __future__ import annotations
 
+from orchardist.engine.integrators import MemoryIntegrator
 from orchardist.engine.merge import (
     BranchMoved,
-    MemoryIntegrator,
     Merged,
     MergeTrain,
     MoveFailed,
@@ -73,7 +73,8 @@ def test_a_winner_on_a_moved_tip_is_verified_before_it_lands() -> None:
     assert t.train.busy and t.train.next(lands) is None
     assert t.integrator.tip() == first.commit
     # When: the verification passes; Then: it lands on top
-    landed = t.train.verified(Outcome(second.job, AttemptState.PASSED, 1.0, 2.0))
+    t.train.verified(Outcome(second.job, AttemptState.PASSED, 1.0, 2.0))
+    landed = t.train.next(lands)
     assert isinstance(landed, Merged) and t.integrator.parent(t.train.tip) == first.commit
 
 
@@ -85,7 +86,8 @@ def test_a_merged_tree_that_fails_verification_does_not_land() -> None:
     step = t.train.next(lands)
     assert isinstance(step, NeedsVerify)
     failed = Outcome(step.job, AttemptState.FAILED, 1.0, 2.0, detail="tests fail")
-    result = t.train.verified(failed)
+    t.train.verified(failed)
+    result = t.train.next(lands)
     assert isinstance(result, VerifyFailed) and result.result is failed
     assert t.integrator.tip() == "c" * 40 and not t.train.parked
 

@@ -350,5 +350,11 @@ def test_one_baseline_run_per_base_commit_and_command_whatever_the_number_of_can
     logs = baseline_logs(run)
     assert set(logs) == expected
     assert all(text.count(f"$ {SUITE}\n") == 1 for text in logs.values())  # each ran once
-    assert run.ws.store.baseline_count() == 2
+    # The merged tree's own results were kept, without a run of their own: a merge on top of
+    # it is judged against them.
+    second_merge = run.commits()[1]
+    kept = run.ws.store.baseline(baseline_key(second_merge, f"[.] {SUITE}"))
+    assert kept is not None and kept.exit_code == 1 and kept.report is not None
+    assert "test_discount" in str(kept.report.failed)
+    assert run.ws.store.baseline_count() == 3
     assert_nothing_left(run)

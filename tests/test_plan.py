@@ -669,6 +669,18 @@ def test_unknown_isolation_and_non_boolean_network_are_located_problems(repo: Pa
     assert ("a", "network", "expected true or false") in found
 
 
+def test_reverify_is_always_by_default_overlap_on_request_and_anything_else_located(
+    repo: Path,
+) -> None:
+    task = AGENT + '[[task]]\nid = "a"\n'
+    assert load_plan(write_plan(repo, task)).run.reverify == "always"
+    overlap = load_plan(write_plan(repo, '[run]\nreverify = "overlap"\n' + task))
+    assert overlap.run.reverify == "overlap"
+    for bad in ('"never"', "true"):
+        found = problems_of(write_plan(repo, f"[run]\nreverify = {bad}\n" + task))
+        assert (None, "run.reverify", 'expected one of "always", "overlap"') in found
+
+
 def test_task_is_filled_in_verify_and_check_commands_shell_quoted(repo: Path) -> None:
     # Given a run-wide verify and a task check that name {task}, and literal braces written
     # {{ and }} as in agent commands (one rule for both)
@@ -701,3 +713,46 @@ def test_a_duration_longer_than_a_year_is_refused() -> None:
     with pytest.raises(ValueError, match="at most 366d"):
         parse_duration(1e308)
     assert parse_duration("366d") == 366 * 86400
+
+
+def test_codex_in_its_own_workspace_write_sandbox_is_refused_inside_orchardists_isolation(
+    repo: Path,
+) -> None:
+    # Given a codex profile asking for codex's own workspace-write sandbox, under the default
+    # isolation (codex's bwrap cannot set up its uid map inside orchardist's: every command
+    # it ran failed, and the attempt ended no_changes without a word of why)
+    profile = '[agents.cx]\nkind = "codex"\npermission = "workspace-write"\n'
+    task = '[[task]]\nid = "t"\nprompt = "fix it"\nagent = "cx"\n'
+    plan = write_plan(repo, profile + task)
+    # Then the plan is refused, naming the profile, the setting, the reason and the fix
+    ((task_id, fld, message),) = problems_of(plan)
+    assert (task_id, fld) == (None, "agents.cx.permission")
+    assert "workspace-write sandbox cannot start inside orchardist's isolation" in message
+    assert "setting up uid map" in message and 'permission = "auto"' in message
+    # and with isolation off (codex's sandbox then confines it) the same profile is accepted
+    write_plan(repo, '[run]\nisolation = "off"\n' + profile + task)
+    assert load_plan(plan).agents["cx"].options["permission"] == "workspace-write"
+
+
+@pytest.mark.parametrize("where", ["home", "repository"])
+def test_a_claude_settings_file_that_turns_its_own_sandbox_on_is_refused_naming_the_file(
+    repo: Path, where: str
+) -> None:
+    # Given a settings file that an attempt's Claude Code reads (yours, copied into its home,
+    # or the repository's own) turning Claude Code's own sandbox on, which cannot start
+    # inside orchardist's isolation
+    folder = (Path.home() if where == "home" else repo) / ".claude"
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = folder / "settings.json"
+    settings.write_text('{"sandbox": {"enabled": true}, "model": "x"}')
+    profile = '[agents.cc]\nkind = "claude"\n'
+    task = '[[task]]\nid = "t"\nprompt = "fix it"\nagent = "cc"\n'
+    plan = write_plan(repo, profile + task)
+    # Then the plan is refused, naming the profile, the file, the reason and the fix
+    ((task_id, fld, message),) = problems_of(plan)
+    assert (task_id, fld) == (None, "agents.cc")
+    assert message.startswith(f"{settings} turns Claude Code's own sandbox on (sandbox.enabled)")
+    assert "setting up uid map" in message and '"sandbox": {"enabled": false}' in message
+    # and once it is off, the plan loads
+    settings.write_text('{"sandbox": {"enabled": false}}')
+    assert load_plan(plan).agents["cc"].kind == "claude"

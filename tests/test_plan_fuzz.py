@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from orchardist.agents import KINDS, agent_class
 from orchardist.cli import main
-from orchardist.plan.loading import PROFILE_KEYS, RUN_KEYS
+from orchardist.plan.loading import PROFILE_KEYS
+from orchardist.plan.runtable import RUN_KEYS
 from orchardist.plan.tasks import STAGE_KEYS, STAGE_NAMES, TASK_KEYS
 from orchardist.scan.profiles import SCANNER_KEYS
 from support import make_repo

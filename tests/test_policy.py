@@ -21,9 +21,9 @@ import pytest
 
 from orchardist import RunState
 from orchardist.engine.hooks import Hook, Hooks
-from orchardist.engine.policy import Backoff, BreakerState, CircuitBreaker, RateGate
+from orchardist.engine.policy import Backoff, BreakerState, CircuitBreaker, FreeRetries, RateGate
 from orchardist.engine.scheduler import Scheduler
-from orchardist.state.records import Event
+from orchardist.state.records import Event, Failure
 from run_support import only_run, orchardist, status
 from support import Finished, toml_str, write_plan
 
@@ -643,3 +643,15 @@ def test_a_deadline_stops_the_run_quickly_and_it_is_resumable(repo: Path) -> Non
     resumed = orchardist(repo, "resume", run_id, "--deadline", "1h")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert status(repo, run_id)["state"] == "done"
+
+
+def test_free_retries_take_every_rate_limit_and_two_infra_errors_a_task() -> None:
+    # Given: a task that keeps failing on the infrastructure, and one rate-limited again and again
+    free = FreeRetries()
+    # Then: its first two infra errors are requeued free, the third counts; other tasks have
+    # their own two; rate limits are always free; an agent's own failure never is
+    assert [free.take("a", Failure.INFRA_ERROR) for _ in range(3)] == [True, True, False]
+    assert free.take("b", Failure.INFRA_ERROR)
+    assert all(free.take("a", Failure.RATE_LIMITED) for _ in range(10))
+    assert not free.take("c", Failure.AGENT_ERROR)
+    assert not free.take("c", Failure.VERIFY_FAILED)

@@ -3,7 +3,7 @@ merge, and the rewind plan past it. Jobs are not run: the test reports their out
 
 from __future__ import annotations
 
-from orchardist.engine.merge import MemoryIntegrator
+from orchardist.engine.integrators import MemoryIntegrator
 from orchardist.engine.regression import Culprit, RegressionGuard, plan_rewind
 from orchardist.executors import Job, Outcome, VerifyJob
 from orchardist.specs import RunConfig

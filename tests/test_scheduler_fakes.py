@@ -12,20 +12,23 @@ from pathlib import Path
 
 from orchardist.clocks import WallTimers
 from orchardist.engine.hooks import Hook, Hooks
-from orchardist.engine.merge import MemoryIntegrator
+from orchardist.engine.integrators import MemoryIntegrator
 from orchardist.engine.scheduler import Scheduler
 from orchardist.executors import Job, Notify, Outcome, Phase
 from orchardist.executors.inline import InlineExecutor
-from orchardist.specs import Plan, RunConfig, TaskSpec
+from orchardist.specs import Plan, Review, RunConfig, TaskSpec
 from orchardist.state.records import (
     AgentProfile,
     AttemptState,
     Event,
     Failure,
+    ReviewDecision,
     Run,
     RunState,
+    StoredDecision,
     TaskRecord,
     TaskState,
+    Verdict,
 )
 from orchardist.state.store import Store
 
@@ -383,4 +386,153 @@ def test_a_run_with_every_slot_taken_sleeps_until_an_attempt_ends() -> None:
     # spinning loop reads its clock hundreds of thousands of times a second)
     assert state is RunState.DONE
     assert clock.reads < 100, clock.reads
+    store.close()
+
+
+# -- review gates ------------------------------------------------------------------------------
+
+
+def reviewed_diamond() -> Plan:
+    """The diamond, with a's winner waiting for a person."""
+    plan = diamond()
+    tasks = tuple(replace(t, review=Review.HUMAN) if t.id == "a" else t for t in plan.tasks)
+    return replace(plan, tasks=tasks)
+
+
+def drive(
+    plan: Plan, run: Run, store: Store, integrator: MemoryIntegrator, *hooks: Hook
+) -> RunState:
+    timers = WallTimers()
+    executor = InlineExecutor(timers)
+    scheduler = Scheduler(plan, run, store, executor, integrator, Hooks(list(hooks)))
+    for hook in hooks:
+        if isinstance(hook, ApproveOnRequest):
+            hook.scheduler = scheduler
+    try:
+        return scheduler.run()
+    finally:
+        executor.close()
+        timers.close()
+
+
+def approve(store: Store, task_id: str, n: int) -> None:
+    decision = ReviewDecision(Verdict.APPROVE, who="ann")
+    with store.transaction() as tx:
+        assert tx.add_decision(StoredDecision("r1", task_id, n, decision, 1.0))
+
+
+def test_only_reviews_left_end_the_run_awaiting_review_and_the_approval_is_acted_on_after() -> None:
+    # Given: the diamond whose first task is reviewed
+    plan = reviewed_diamond()
+    _, run, store = one_task_run(plan.tasks[0], plan.run)
+    with store.transaction() as tx:
+        for task in plan.tasks[1:]:
+            tx.add_task(TaskRecord(run.id, task.id, TaskState.PENDING, task.index))
+    integrator = MemoryIntegrator(BASE)
+    # When: the scheduler drives it
+    state = drive(plan, run, store, integrator)
+    # Then: nothing is left but a's review: the run ends awaiting it, nothing merged
+    assert state is RunState.AWAITING_REVIEW
+    assert {t.task_id: t.state for t in store.tasks(run.id)} == {
+        "a": TaskState.AWAITING_REVIEW,
+        "b": TaskState.PENDING,
+        "c": TaskState.PENDING,
+        "d": TaskState.PENDING,
+    }
+    assert integrator.tip() == BASE
+    # When: it is approved while no scheduler runs, and a new one resumes the run
+    approve(store, "a", 1)
+    state = drive(plan, store.run(run.id) or run, store, integrator)
+    # Then: a merged first, once, and the others after it
+    assert state is RunState.DONE
+    landed = integrator.first_parent_commits(BASE, integrator.tip())
+    order = [integrator.messages[c].splitlines()[0].removeprefix("task ") for c in landed]
+    assert sorted(order) == ["a", "b", "c", "d"] and order[0] == "a"
+
+
+class ApproveOnRequest(Hook):
+    """Approves a task as soon as it awaits review, from "another process": the store, then a
+    wake-up of the running scheduler."""
+
+    scheduler: Scheduler
+
+    def on_event(self, event: Event) -> None:
+        if event.kind == "review" and event.data.get("state") == "review_requested":
+            approve(self.scheduler.store, str(event.task_id), event.attempt or 0)
+            self.scheduler.review_decided()
+
+
+def test_a_decision_recorded_while_the_scheduler_runs_is_acted_on_without_a_restart() -> None:
+    plan = reviewed_diamond()
+    _, run, store = one_task_run(plan.tasks[0], plan.run)
+    with store.transaction() as tx:
+        for task in plan.tasks[1:]:
+            tx.add_task(TaskRecord(run.id, task.id, TaskState.PENDING, task.index))
+
+    state = drive(plan, run, store, MemoryIntegrator(BASE), ApproveOnRequest())
+
+    assert state is RunState.DONE
+    states = [e.data["state"] for e in store.events(run.id) if e.kind == "review"]
+    assert states == ["review_requested", "applied"]
+
+
+class Counting(InlineExecutor):
+    """The inline executor that remembers the most jobs it held at once; merge verifications
+    take ``verify_s`` (an attempt takes its task's duration)."""
+
+    def __init__(self, durations_s: dict[str, float], verify_s: float) -> None:
+        super().__init__(WallTimers(), durations_s)
+        self.verify_s, self.held, self.most, self.merges = verify_s, 0, 0, 0
+
+    def submit(self, job: Job, notify: Notify) -> None:
+        with self._lock:
+            self.held += 1
+            self.most = max(self.most, self.held)
+            self.merges += job.purpose == "merge"
+
+        def ended(message: Phase | Outcome) -> None:
+            if isinstance(message, Outcome):
+                with self._lock:
+                    self.held -= 1
+            notify(message)
+
+        if job.purpose != "merge":
+            super().submit(job, ended)
+            return
+        started = self.clock.now()
+        with self._lock:
+            self._pending[job.id] = (job, ended, started)
+        self.clock.call_at(started + self.verify_s, lambda: self._finish(job.id))
+
+
+def test_merge_verifications_hold_slots_and_wait_to_be_batched_while_attempts_want_them() -> None:
+    # Given: six independent tasks, two slots; merged trees take as long to verify as attempts
+    tasks = tuple(
+        TaskSpec(id=f"t{i}", title=f"t{i}", prompt="p", agent="fake", index=i, verify=("check",))
+        for i in range(6)
+    )
+    profile = AgentProfile("fake", "shell", options={"command": "false"})
+    plan = Plan(
+        Path("/nonexistent/plan.toml"), Path("/nonexistent"), RunConfig(max_parallel=2),
+        {"fake": profile}, tasks, "",
+    )  # fmt: skip
+    store = Store.in_memory()
+    run = Run("r1", "plan.toml", "", "/nonexistent", BASE, "orchardist/r1", RunState.RUNNING, 0.0)
+    with store.transaction() as tx:
+        tx.add_run(run)
+        for task in plan.tasks:
+            tx.add_task(TaskRecord(run.id, task.id, TaskState.PENDING, task.index))
+    executor = Counting({t.id: 0.05 for t in tasks}, verify_s=0.05)
+    integrator = MemoryIntegrator(BASE)
+    # When: the scheduler drives it
+    try:
+        state = Scheduler(plan, run, store, executor, integrator).run()
+    finally:
+        executor.close()
+    # Then: all landed, never more than two jobs at once (merge verifications count)
+    assert state is RunState.DONE
+    assert len(integrator.first_parent_commits(BASE, integrator.tip())) == 6
+    assert executor.most == 2
+    # And: the merged trees were verified in batches, not one by one (the first landed as is)
+    assert 1 <= executor.merges < 5
     store.close()

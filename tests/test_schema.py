@@ -17,7 +17,8 @@ from orchardist.agents import KINDS, agent_class
 from orchardist.cli import main
 from orchardist.config import TRUST_KEY
 from orchardist.errors import PlanError
-from orchardist.plan.loading import PROFILE_KEYS, RUN_KEYS, load_plan
+from orchardist.plan.loading import PROFILE_KEYS, load_plan
+from orchardist.plan.runtable import RUN_KEYS
 from orchardist.plan.schema import kind_fields, plan_schema
 from orchardist.plan.tasks import STAGE_KEYS, TASK_KEYS
 from orchardist.scan.profiles import SCANNER_KEYS

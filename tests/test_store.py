@@ -416,6 +416,27 @@ def test_threads_sharing_one_store_each_get_whole_transactions(store: Store) -> 
     )
 
 
+def test_the_scan_cache_finds_more_keys_than_one_query_may_bind_in_the_order_asked(
+    store: Store,
+) -> None:
+    # Given 1,500 cached results, 2,000 keys asked for in an order of their own (SQLite binds
+    # at most 999 variables in one query on older builds)
+    store.scan_cache_put([(f"k{i}", "s", f"v{i}") for i in range(1500)], 1.0, 10_000)
+    asked = [f"k{i}" for i in reversed(range(2000))]
+
+    # When they are looked up, SQLite telling each statement it runs
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    found = store.scan_cache_get(asked, 2.0)
+    store._conn.set_trace_callback(None)
+
+    # Then every cached one is found, in the order asked, and none that is not
+    assert list(found) == [key for key in asked if int(key[1:]) < 1500]
+    assert found["k1499"] == "v1499"
+    # and with one query for each 500 keys, not one a key (a cached scan of 1,000 files)
+    assert sum(s.lstrip().lower().startswith("select") for s in statements) == 4
+
+
 @pytest.mark.parametrize(
     ("table", "changes"),
     [("runs", RunChanges), ("tasks", TaskChanges), ("attempts", AttemptChanges)],

@@ -5,7 +5,8 @@
     OrchardistError            anything orchardist raises on purpose
     ├── PlanError              a plan that cannot run; carries every Problem found
     ├── UsageError             a command line or run id that makes no sense
-    │   └── IsolationError     [run] isolation = "required" where namespaces cannot be made
+    │   ├── IsolationError     [run] isolation = "required" where namespaces cannot be made
+    │   └── ReviewError        a review decision that cannot be taken (docs/review.md)
     ├── GitError               a git command failed (translated where git is called)
     ├── StoreError             the SQLite store failed or holds something unexpected
     ├── TransitionError        a state moved where its transition table does not allow (a bug)
@@ -59,6 +60,11 @@ class UsageError(OrchardistError):
 
 class IsolationError(UsageError):
     """Namespaces were required but cannot be created here (no bwrap, no user namespaces)."""
+
+
+class ReviewError(UsageError):
+    """A review decision that cannot be taken: an unknown run or task, a task that does not
+    await review, a line comment on a file or line the pending patch does not have."""
 
 
 class GitError(OrchardistError):

@@ -38,6 +38,7 @@ from .state.records import (
     Event,
     Run,
     RunChanges,
+    StoredDecision,
     TaskChanges,
     TaskRecord,
 )
@@ -100,6 +101,10 @@ class Transaction(Protocol):
         """Say, before the branch moves, that ``commit`` is orchardist's (resume trusts it)."""
         ...
 
+    def apply_decision(self, run_id: str, task_id: str, attempt: int, now: float) -> bool:
+        """Mark a review decision acted on; False when it already was."""
+        ...
+
     def put_baseline(self, key: str, commit: str, outcome: CommandOutcome, now: float) -> None:
         """Keep a command's outcome on a base commit for every later candidate."""
         ...
@@ -136,6 +141,10 @@ class Store(Protocol):
         """A run's events after sequence number ``after``, in order."""
         ...
 
+    def decisions(self, run_id: str, task_id: str | None = None) -> list[StoredDecision]:
+        """A run's review decisions (of one task, if given), oldest first."""
+        ...
+
     def branch_commits(self, run_id: str) -> dict[str, tuple[str, int]]:
         """``commit -> (task, attempt)`` for the commits orchardist meant to put on the branch."""
         ...
@@ -154,7 +163,8 @@ class Verifier(Protocol):
 
     def verify(self, request: VerifyRequest) -> Verdict:
         """Every command must pass, or fail only where ``baseline`` already failed; the check
-        must fail on ``check_baseline`` (default: ``baseline``) and pass here."""
+        must fail on ``check_baseline`` (default: ``baseline``) and pass here. ``keep`` hears
+        each command's outcome on this tree (to serve as a later baseline)."""
         ...
 
 
@@ -191,4 +201,8 @@ class Integrator(Protocol):
 
     def first_parent_commits(self, since: str, until: str) -> list[str]:
         """Commits in ``since..until`` along first parents, oldest first."""
+        ...
+
+    def changed(self, old: str, new: str) -> frozenset[str]:
+        """The paths whose content differs from ``old`` to ``new``."""
         ...

@@ -17,7 +17,7 @@ from .agents.llm import LlmAgent
 from .agents.opencode import OpenCodeAgent
 from .agents.scripted import ScriptedAgent
 from .agents.shell import ShellAgent
-from .engine.merge import GitIntegrator, MemoryIntegrator
+from .engine.integrators import GitIntegrator, MemoryIntegrator
 from .executors import Executor
 from .executors.inline import InlineExecutor
 from .executors.local import LocalExecutor

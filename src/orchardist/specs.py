@@ -7,6 +7,7 @@ agents) can use them without importing the code that reads plan files.
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 import re
@@ -26,6 +27,13 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 DEFAULT_TASK_TIMEOUT_S = 3600.0
 DEFAULT_BRANCH = "orchardist/{run}"
+
+
+class Review(enum.StrEnum):
+    """Who lets a task's verified patch onto the run branch (``review`` in a plan)."""
+
+    AUTO = "auto"  # the merge train, as soon as it won
+    HUMAN = "human"  # a person, with ``orchardist review`` (docs/review.md)
 
 
 @dataclass(frozen=True)
@@ -68,10 +76,19 @@ class TaskSpec:
     audit: bool = True  # stages.audit = false: the debug pipeline skips its audit stage
     stage: str = ""  # set on the tasks a pipeline task expands into (see pipeline.expand)
     pipeline_task: str = ""  # the pipeline task a stage task belongs to
+    review: Review = Review.AUTO  # human: its winner waits for a person before it merges
 
     def agent_for(self, candidate: int) -> str:
         """The profile that runs candidate ``candidate``."""
         return self.agents[candidate % len(self.agents)] if self.agents else self.agent
+
+
+class Reverify(enum.StrEnum):
+    """When a winner's patch, merged onto a tip that moved, is verified again (``[run]
+    reverify``)."""
+
+    ALWAYS = "always"  # every merged tree that is not the verified one
+    OVERLAP = "overlap"  # only when the patch and what landed since its base share a file
 
 
 @dataclass(frozen=True)
@@ -90,6 +107,7 @@ class RunConfig:
     select: str = "smallest"
     regression: tuple[str, ...] = ()  # run on the run branch after merges
     regression_every: int = 1
+    reverify: Reverify = Reverify.ALWAYS  # "overlap": disjoint patches land unverified
     max_patch_mb: float = 50.0  # a patch with a larger file fails
     guard_checkout: bool = True  # fail an attempt during which the user's checkout changed
     sandbox: bool = True  # false: the same as isolation = "off"
@@ -99,6 +117,9 @@ class RunConfig:
     environment: tuple[str, ...] = ()  # untracked folders of the checkout shown read-only
     executor: str = "local"  # where attempts run: a name in executors.EXECUTORS
     ray_address: str = "auto"  # the Ray cluster of executor "ray" (run --ray-address)
+    notify: str | None = None  # a command or an http(s) URL told when the run ends
+    notify_timeout_s: float = 30.0  # then the notify command's process group is killed
+    review: Review = Review.AUTO  # every task's default
 
 
 @dataclass(frozen=True)

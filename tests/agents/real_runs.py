@@ -8,6 +8,7 @@ opens at the first failure, and ways to read what happened.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,13 @@ def run_fix(
     api: ModelServer,
     base_url_var: str,
     profile: str,
+    retries: int = 0,
+    prepare: Callable[[Path], object] = lambda repo: None,
 ) -> dict[str, Any]:
-    """``orchardist run`` of one task (fix add()) with the agent ``profile``; the status."""
+    """``orchardist run`` of one task (fix add()) with the agent ``profile``, retried
+    ``retries`` times, after ``prepare(repo)``; the status."""
     repo = make_repo(tmp_path / "repo", {"calc.py": BUGGY})
+    prepare(repo)
     write_plan(
         repo,
         f"""
@@ -47,7 +52,7 @@ def run_fix(
         prompt = "add() in calc.py subtracts; make it add."
         agent = "real"
         verify = {json.dumps(VERIFY)}
-        retries = 0
+        retries = {retries}
         """,
     )
     with api:

@@ -39,17 +39,18 @@ def run_task(
     env: dict[str, str],
     tmp_path: Path,
     task_keys: str = "",
+    retries: int = 0,
 ) -> dict[str, Any]:
     """``orchardist run`` of the one fix task with an agent profile (its keys and values).
 
     ``env`` adds to a minimal environment (PATH and a fresh HOME); ``task_keys`` are more TOML
-    lines for the task. Returns the task's status
+    lines for the task, retried ``retries`` times. Returns the task's status
     document, with the run's output under ``"output"``.
     """
     table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in profile.items())
     plan = (
         f'[agents.tool]\ntimeout = "120s"\n{table}\n\n'
-        f'[[task]]\nid = "fix"\nagent = "tool"\nretries = 0\nprompt = {toml_str(PROMPT)}\n'
+        f'[[task]]\nid = "fix"\nagent = "tool"\nretries = {retries}\nprompt = {toml_str(PROMPT)}\n'
         f"verify = {toml_str(VERIFY)}\n{task_keys}"
     )
     write_plan(project, plan)

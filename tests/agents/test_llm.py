@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 from agent_testing import ChatServer, make_ctx
 
 from orchardist.agents import agent_class
-from orchardist.agents.llm import DONE, LlmAgent
+from orchardist.agents.llm import DONE, HISTORY, LlmAgent
 from orchardist.confine.procs import CancelToken, marked_processes
 from orchardist.state.records import AgentProfile, Failure
 
@@ -285,3 +286,37 @@ def test_good_options_pass() -> None:
         "max_cost_usd": 1,
     }
     assert agent_class("llm").check_options(options) == []
+
+
+# -- continuing its conversation on the task's next attempt --------------------------------------
+
+
+def test_a_continued_attempt_sends_the_earlier_messages_then_the_followup(
+    calc_repo: Path, chat_server: ChatServer
+) -> None:
+    # Given a first attempt that looked at calc.py and ended
+    chat_server.reply(bash("cat calc.py", "Let me look."), 100, 20)
+    chat_server.reply(f"Looked.\n{DONE}\n", 100, 10)
+    first = make_ctx(calc_repo, "llm")
+    assert llm(chat_server).run(first).failure is None
+    kept = json.loads((first.home / HISTORY).read_text())
+    # When its retry continues, told only what failed
+    chat_server.reply(f"Fixed.\n{DONE}\n", 100, 10)
+    again = dataclasses.replace(first, prompt="It failed: fix it.", resume="chatcmpl-1")
+    result = llm(chat_server).run(again)
+    # Then the retry's request is the first attempt's conversation, then the followup
+    assert result.failure is None
+    retry = sent(chat_server, 2)
+    assert retry[:-1] == kept and len(kept) == 5  # system, brief, cat, its output, done
+    assert "return a - b" in retry[3]["content"]  # what cat printed in the first attempt
+    assert retry[-1] == {"role": "user", "content": "It failed: fix it."}
+
+
+def test_a_continued_attempt_without_history_fails_before_any_request(
+    calc_repo: Path, chat_server: ChatServer
+) -> None:
+    ctx = dataclasses.replace(make_ctx(calc_repo, "llm"), resume="chatcmpl-1")
+    result = llm(chat_server).run(ctx)
+    assert result.failure is Failure.AGENT_ERROR
+    assert result.detail.startswith("no message history to continue")
+    assert chat_server.requests == []

@@ -7,6 +7,7 @@ Skipped with the reason when the tool is not installed; failed under CI.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from e2e_support import log_of
 from modelapi.anthropic import AnthropicServer, ApiError, Step, Text, ToolUse, unauthorized
 from modelapi.anthropic import rate_limited as too_many
 from modelapi.server import Reply, Request
-from realtools import require_tool
+from realtools import require, require_tool
 from support import git
 
 pytestmark = pytest.mark.slow
@@ -211,3 +212,39 @@ def test_a_budget_stop_keeps_the_usage_claude_reported(
     assert (attempt["input_tokens"], attempt["output_tokens"]) == tokens_reported(result)
     assert attempt["input_tokens"] > result["usage"]["input_tokens"]
     assert len(api.turns()) < len(script)
+
+
+SED_FIX = [
+    ToolUse("Bash", {"command": "sed -i 's/a - b/a + b/' calc.py", "description": "Fix add"}),
+    Text("Fixed add()."),
+]
+
+
+def test_claudes_own_sandbox_turned_on_past_validation_fails_the_attempt_saying_so(
+    tmp_path: Path, claude: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (Claude Code turns its sandbox off, silently, where socat or bwrap is missing)
+    require(shutil.which("socat") is not None, "Claude Code's sandbox needs socat")
+    # Given a profile whose args turn Claude Code's sandbox on, where the plan's checks of its
+    # settings files do not look (it runs each Bash command under a bubblewrap of its own,
+    # which cannot set up a uid map inside orchardist's)
+    on = json.dumps(json.dumps({"sandbox": {"enabled": True}}))
+    # When the model fixes add() with a shell command
+    doc, api = _run(tmp_path, claude, monkeypatch, SED_FIX, profile=f'args = ["--settings", {on}]')
+    # Then the attempt failed, saying Claude Code's own sandbox could not start and how to fix it
+    task = only_task(doc)
+    (attempt,) = task["attempts"]
+    assert (task["state"], attempt["failure"]) == ("failed", "agent_error"), attempt
+    assert "Claude Code's own sandbox (sandbox.enabled" in attempt["detail"], attempt["detail"]
+    assert "setting up uid map" in attempt["detail"], attempt["detail"]
+    assert '"sandbox": {"enabled": false}' in attempt["detail"], attempt["detail"]
+    # because Claude Code really ran the command in its sandbox, which failed as it started
+    (init,) = [e for e in log_events(attempt) if e.get("subtype") == "init"]
+    assert init["sandbox_enabled"] is True, init
+    assert "a - b" in git(Path(doc["_repo"]), "show", f"{doc['branch']}:calc.py")
+    assert len(api.turns()) == 2
+
+
+def log_events(attempt: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON events claude printed in the attempt's log."""
+    return [json.loads(line) for line in log_of(attempt).splitlines() if line.startswith('{"')]

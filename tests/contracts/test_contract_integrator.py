@@ -10,7 +10,7 @@ from typing import Protocol
 
 import pytest
 
-from orchardist.engine.merge import GitIntegrator, MemoryIntegrator
+from orchardist.engine.integrators import GitIntegrator, MemoryIntegrator
 from orchardist.git.repo import Repo
 from orchardist.seams import Integrator
 from support import make_repo

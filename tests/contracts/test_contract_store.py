@@ -15,10 +15,14 @@ from orchardist.state.records import (
     AttemptState,
     Event,
     Failure,
+    LineComment,
+    ReviewDecision,
     Run,
     RunState,
+    StoredDecision,
     TaskRecord,
     TaskState,
+    Verdict,
 )
 from orchardist.state.store import Store as SqliteStore
 from orchardist.verify.oracle import CommandOutcome
@@ -177,3 +181,30 @@ def test_a_store_from_before_winners_were_data_learns_them_from_the_selection(
     # Then: the winner is known as data, and only the winner
     assert [(a.n, a.won) for a in reopened.attempts(run.id)] == [(1, True), (2, False)]
     reopened.close()
+
+
+def test_a_review_decision_is_recorded_once_per_attempt_and_applied_once(store: Store) -> None:
+    # Given: a change request with a line comment on attempt 1 of a
+    run = _seeded(store)
+    comment = LineComment("a.py", 3, "why?", quote="> 3 | x = 1")
+    decision = ReviewDecision(Verdict.CHANGES, "use y", (comment,), who="ann")
+    stored = StoredDecision(run.id, "a", 1, decision, 5.0, diff="+x = 1")
+    # When: it is recorded, then recorded again (a second reviewer, a double click)
+    with store.transaction() as tx:
+        first = tx.add_decision(stored)
+    with store.transaction() as tx:
+        again = tx.add_decision(
+            StoredDecision(run.id, "a", 1, ReviewDecision(Verdict.APPROVE), 6.0)
+        )
+    # Then: the first one stands, read back as written
+    assert (first, again) == (True, False)
+    assert store.decisions(run.id) == [stored]
+    # When: it is applied twice
+    with store.transaction() as tx:
+        applied = [tx.apply_decision(run.id, "a", 1, 7.0), tx.apply_decision(run.id, "a", 1, 8.0)]
+    # Then: only the first takes, and a decision never made cannot be applied
+    assert applied == [True, False]
+    assert [d.applied_at for d in store.decisions(run.id, "a")] == [7.0]
+    with store.transaction() as tx:
+        assert not tx.apply_decision(run.id, "b", 1, 9.0)
+    assert store.decisions(run.id, "b") == []

@@ -127,6 +127,10 @@ def test_a_live_run_in_the_browser(
             task_page.wait_for_function(
                 "document.querySelector('pre.log')?.textContent.includes('first line')"
             )
+            # the running attempt's line says only what is known: no "· - · exit -"
+            running = task_page.locator('section.attempt[data-state="running"] p.kv').inner_text()
+            assert "-" not in running.split(), running
+            assert "exit" not in running and "cost" not in running, running
             one.touch()
             task_page.wait_for_function(
                 "document.querySelector('pre.log')?.textContent.includes('second line')"
@@ -146,8 +150,8 @@ def test_a_live_run_in_the_browser(
             base = context.new_page()
             base.set_default_timeout(WAIT_MS)
             base.goto(f"{dash.base}/runs/{ids[0]}/tasks/base")
-            base.wait_for_selector("pre.diff")
-            assert "base.txt" in base.locator("pre.diff").inner_text()
+            base.wait_for_selector(".diff-box table.diff-table")
+            assert "base.txt" in base.locator(".diff-box").inner_text()
             assert "<script>window.pwned = 1</script>" in base.locator("pre.log").inner_text()
             assert base.evaluate("window.pwned") is None
             assert base.locator("main script").count() == 0

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from ..confine.exes import shell_words
 from ..confine.isolation import Spec
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken
@@ -74,6 +75,21 @@ class AgentContext:
     confine: Spec | None = None  # how its processes are isolated (None: by ``writable`` alone)
     paths: AttemptPaths | None = None  # the attempt's folders (None: a bare worktree, in tests)
     max_cost_usd: float | None = None  # what the attempt may spend (the task's budget left)
+    resume: str | None = None  # the session id to continue, ``prompt`` its next message
+    # (see sessions.py); None: a fresh session, ``prompt`` the whole brief
+
+    @property
+    def seen_cwd(self) -> Path:
+        """Where the agent sees the folder it works in: the repository's own path when its
+        tree is shown there (isolation's view), else the attempt's folder."""
+        view = self.confine.view if self.confine is not None else None
+        return view.inside(self.cwd) if view is not None else self.cwd
+
+    @property
+    def home(self) -> Path:
+        """The attempt's private HOME, where the tool's session files are kept from
+        (sessions.py); for a bare context (tests), the output file's folder."""
+        return self.paths.home if self.paths is not None else self.output_file.parent
 
 
 @dataclass(frozen=True)
@@ -100,6 +116,12 @@ class Agent(Protocol):
     env_keys: ClassVar[tuple[str, ...]]  # caller's variables this kind needs (API keys)
     home_files: ClassVar[tuple[str, ...]]  # files it reads from the real home (copied, ~-relative)
     home_state: ClassVar[tuple[str, ...]]  # folders in its private home it writes (~-relative)
+    # what it downloads into its home on start, kept per profile across attempts (~-relative;
+    # see orchardist.confine.caches)
+    home_cache: ClassVar[tuple[str, ...]]
+    # its session files in the private home (~-relative), kept for the task's next attempt,
+    # which continues the session (``AgentContext.resume``); () when it cannot (sessions.py)
+    session_files: ClassVar[tuple[str, ...]]
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -129,6 +151,20 @@ def make_agent(profile: AgentProfile) -> Agent:
     cls: Any = agent_class(profile.kind)
     agent: Agent = cls(profile)
     return agent
+
+
+def command_words(profile: AgentProfile) -> tuple[str, ...]:
+    """The words of the command line a profile runs, as far as they name files: its command
+    and ``args`` (a shell profile's command split as the shell would); () for kinds that run
+    no command of the profile's."""
+    cls: Any = agent_class(profile.kind)
+    command = profile.options.get("command", getattr(cls, "executable", None))
+    if not isinstance(command, str) or not command.strip():
+        return ()
+    if getattr(cls, "shell_command", False):
+        return tuple(shell_words(command))
+    args = profile.options.get("args", [])
+    return (command, *(a for a in args if isinstance(a, str)))
 
 
 def scrubbed_env(

@@ -14,9 +14,11 @@ before giving up with the provider's message, whose "try again in …" is the pa
 Install aider in its own environment (``pipx install aider-chat``): it pins hundreds of exact
 dependencies and is never a dependency of orchardist.
 
-Files: its chat and input histories go to the attempt's private folder (beside the output file;
-the logs folder is read-only to the agent). Its repository map's cache
-(``.aider.tags.cache.v4/`` at the repository's root, not movable) is removed when it ends, unless
+Files: its chat history is its session: it goes to the attempt's private HOME, is kept for the
+task's next attempt, which restores it (``--restore-chat-history``); its input history goes to
+the attempt's private folder (beside the output file; the logs folder is read-only to the
+agent). Its repository map's cache (``.aider.tags.cache.v4/`` at the repository's root, not
+movable) is removed when it ends, unless
 the worktree had one before: it is aider's, not the work. aider insists on a git identity and,
 finding none, writes one into the repository's config; orchardist gives it one through the
 environment (``GIT_CONFIG_*``), so it writes nothing there.
@@ -48,6 +50,7 @@ _SKIPPED = re.compile(r"^Skipping edits to .*|^Unable to create .*, skipping edi
 _SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
 LOCAL_PREFIXES = ("ollama/", "ollama_chat/", "lm_studio/")
 TAGS_CACHE = ".aider.tags.cache.v4"  # aider's repository-map cache, at the repository's root
+CHAT_HISTORY = ".aider/chat.history.md"  # in its HOME: its session, kept for the next attempt
 
 
 class AiderAgent(CliAgent):
@@ -61,6 +64,7 @@ class AiderAgent(CliAgent):
         ".aider.model.metadata.json",
     )
     home_state: ClassVar[tuple[str, ...]] = (".aider", ".cache")
+    session_files: ClassVar[tuple[str, ...]] = (CHAT_HISTORY,)
     env_keys: ClassVar[tuple[str, ...]] = (
         "OPENAI_API_KEY",
         "OPENAI_API_BASE",
@@ -98,8 +102,10 @@ class AiderAgent(CliAgent):
         # would open its release notes in a browser
         argv += ["--no-gitignore", "--no-check-update", "--no-show-release-notes"]
         private = ctx.output_file.parent
-        argv += ["--chat-history-file", str(private / "aider.chat.md")]
+        argv += ["--chat-history-file", str(ctx.home / CHAT_HISTORY)]
         argv += ["--input-history-file", str(private / "aider.input.history")]
+        if ctx.resume:
+            argv.append("--restore-chat-history")
         if self.model:
             argv += ["--model", self.model]
         return argv + self.args
@@ -157,6 +163,8 @@ class AiderAgent(CliAgent):
         """An error aider never got past is a failure, whatever its exit code."""
         for message in seen.state.get("pending", []):
             seen.error(message)
+        if (ctx.home / CHAT_HISTORY).is_file():
+            seen.session_id = CHAT_HISTORY  # aider names no session: its chat history is one
         return super().result(proc, seen, ctx)
 
     def said(self, seen: Seen) -> str:

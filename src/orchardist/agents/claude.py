@@ -6,7 +6,9 @@ with a ``result`` event carrying ``total_cost_usd``, ``num_turns``, ``session_id
 only the last turn after a ``--max-budget-usd`` stop), ``errors`` and ``permission_denials`` (tool
 calls Claude Code refused, e.g. edits of files it deems sensitive); a ``rate_limit_event`` whose
 status is ``rejected`` carries ``resetsAt`` (subscriptions only; with an API key a 429 comes as
-``api_error_status``). Recorded real streams: tests/fixtures/agents/claude/.
+``api_error_status``). A tool result saying its own sandbox could not start (``sandbox.enabled``
+in a settings file: nested bubblewrap cannot map uids) fails the attempt with that reason.
+Recorded real streams: tests/fixtures/agents/claude/.
 
 Variables it reads: ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``,
 ``CLAUDE_CODE_OAUTH_TOKEN``), ``ANTHROPIC_BASE_URL``; ``CLAUDE_CODE_MAX_RETRIES`` is set to
@@ -19,12 +21,15 @@ so a tool it does not name is not there at all, whatever the permission mode.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, ClassVar
 
 from ..confine.procs import ProcessResult
+from ..safeio import read_capped
 from ..state.records import AgentProfile, Failure
 from . import AgentContext, AgentResult
 from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, str_list_problem
@@ -34,6 +39,22 @@ PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "dontAsk", "p
 DEFAULT_TOOLS = ("Bash", "Edit", "MultiEdit", "Write", "Read", "Glob", "Grep", "LS", "TodoWrite")
 MAX_RETRIES = "2"  # Claude Code's own retries of one request (its default, 10, takes minutes)
 DENIALS_SHOWN = 5
+# What Claude Code's own sandbox (``sandbox.enabled``) answers every shell command with inside
+# orchardist's namespaces: its bwrap cannot map uids in a user namespace made by another bwrap.
+NESTED_SANDBOX = "setting up uid map"
+OWN_SANDBOX_SET = (
+    "{path} turns Claude Code's own sandbox on (sandbox.enabled), which cannot start inside"
+    " orchardist's isolation (its bwrap: setting up uid map: Operation not permitted), so every"
+    ' shell command would fail; set "sandbox": {{"enabled": false}} there (orchardist\'s'
+    ' isolation confines the attempt), or [run] isolation = "off"'
+)
+SETTINGS_MAX_BYTES = 1 << 20
+OWN_SANDBOX = (
+    "Claude Code's own sandbox (sandbox.enabled in its settings) cannot start inside"
+    " orchardist's isolation, so every shell command failed ({said}); turn it off"
+    ' ("sandbox": {{"enabled": false}} in ~/.claude/settings.json or the repository\'s'
+    " .claude/settings.json): orchardist's isolation already confines the attempt"
+)
 
 
 class ClaudeAgent(CliAgent):
@@ -47,6 +68,7 @@ class ClaudeAgent(CliAgent):
         ".claude/settings.json",
     )
     home_state: ClassVar[tuple[str, ...]] = (".claude",)
+    session_files: ClassVar[tuple[str, ...]] = (".claude/projects",)  # one JSONL per session
     profile_keys: ClassVar[frozenset[str]] = COMMON_KEYS | {"allowed_tools"}
     widening_keys: ClassVar[frozenset[str]] = CliAgent.widening_keys | {"allowed_tools"}
     budget_flag: ClassVar[bool] = True
@@ -86,6 +108,16 @@ class ClaudeAgent(CliAgent):
             return [(p, "allowed_tools")]
         return []
 
+    @classmethod
+    def check_confined(cls, options: Mapping[str, Any], repo: Path) -> list[tuple[str, str]]:
+        """A settings file an attempt's Claude Code reads that turns its own sandbox on: it
+        cannot start inside orchardist's namespaces (every shell command fails)."""
+        return [
+            (OWN_SANDBOX_SET.format(path=path), "")
+            for path in settings_files(repo, os.environ)
+            if sandbox_enabled(path)
+        ]
+
     def __init__(self, profile: AgentProfile) -> None:
         super().__init__(profile)
         self.allowed_tools = tuple(str(t) for t in self.options.get("allowed_tools", DEFAULT_TOOLS))
@@ -94,6 +126,8 @@ class ClaudeAgent(CliAgent):
         """``claude -p`` reading the prompt from stdin."""
         tools = self.allowed_tools
         argv = [self.command, "-p", "--output-format", "stream-json", "--verbose"]
+        if ctx.resume:
+            argv += ["--resume", ctx.resume]
         argv += ["--permission-mode", str(self.permission)]
         # --allowedTools only pre-approves: acceptEdits still let an unlisted Edit through, so
         # --tools removes every built-in tool not named (Claude Code: "No such tool available")
@@ -143,6 +177,23 @@ class ClaudeAgent(CliAgent):
                     seen.retry_after_s = max(0.0, (epoch_datetime(resets) - now).total_seconds())
         elif kind == "result":
             self._result(seen, event)
+        elif kind == "user" and "own_sandbox" not in seen.state:
+            self._tool_results(seen, event)
+
+    def _tool_results(self, seen: Seen, event: dict[str, Any]) -> None:
+        """A shell command its own sandbox could not start fails the attempt, saying so: else
+        the attempt ended ``no_changes`` with no word of why (issue 31)."""
+        content = (event.get("message") or {}).get("content")
+        for block in content if isinstance(content, list) else ():
+            if not isinstance(block, dict) or block.get("type") != "tool_result":
+                continue
+            said = str(block.get("content"))
+            if NESTED_SANDBOX in said:
+                line = next(x for x in said.splitlines() if NESTED_SANDBOX in x)
+                seen.state["own_sandbox"] = True
+                seen.error(OWN_SANDBOX.format(said=line.strip()[:200]))
+                seen.failure = Failure.AGENT_ERROR
+                return
 
     def _result(self, seen: Seen, event: dict[str, Any]) -> None:
         if event.get("session_id"):
@@ -162,6 +213,27 @@ class ClaudeAgent(CliAgent):
             seen.error(f"{reason}\n{refused}" if refused else reason)
         else:
             seen.summary = f"{refused}\n{text}" if refused else text
+
+
+def settings_files(repo: Path, environ: Mapping[str, str]) -> list[Path]:
+    """The settings files an attempt's Claude Code reads: yours (copied into its home, or in
+    ``$CLAUDE_CONFIG_DIR``) and the repository's."""
+    home = Path(environ.get("HOME") or Path.home())
+    found = [home / ".claude" / "settings.json", repo / ".claude" / "settings.json"]
+    if environ.get("CLAUDE_CONFIG_DIR"):
+        found.insert(1, Path(environ["CLAUDE_CONFIG_DIR"]) / "settings.json")
+    return found
+
+
+def sandbox_enabled(path: Path) -> bool:
+    """Whether a settings file says ``"sandbox": {"enabled": true}``."""
+    raw = read_capped(path, SETTINGS_MAX_BYTES)
+    try:
+        settings = json.loads(raw) if raw else None
+    except ValueError:
+        return False
+    sandbox = settings.get("sandbox") if isinstance(settings, dict) else None
+    return isinstance(sandbox, dict) and sandbox.get("enabled") is True
 
 
 def _final_failure(seen: Seen, reason: str, status: Any) -> None:

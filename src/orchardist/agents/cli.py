@@ -119,6 +119,8 @@ class CliAgent(abc.ABC):
     env_keys: ClassVar[tuple[str, ...]] = ()
     home_files: ClassVar[tuple[str, ...]] = ()  # copied from the real home into the private one
     home_state: ClassVar[tuple[str, ...]] = ()  # folders made in the private home for its state
+    home_cache: ClassVar[tuple[str, ...]] = ()  # downloads kept per profile (confine/caches.py)
+    session_files: ClassVar[tuple[str, ...]] = ()  # its sessions, kept for the next attempt
     key_vars: ClassVar[tuple[str, ...]] = ()  # the credentials among env_keys (any one will do)
     login_files: ClassVar[tuple[str, ...]] = ()
     login_hint: ClassVar[str] = ""
@@ -176,6 +178,13 @@ class CliAgent(abc.ABC):
     @classmethod
     def check_extra(cls, options: Mapping[str, Any]) -> list[tuple[str, str]]:
         """Problems with the adapter's own keys."""
+        return []
+
+    @classmethod
+    def check_confined(cls, options: Mapping[str, Any], repo: Path) -> list[tuple[str, str]]:
+        """Problems of a profile that only show when orchardist confines the tool (a sandbox of
+        the tool's own that cannot start inside orchardist's), as ``(message, key)``; an empty
+        key: the profile as a whole (a settings file of the tool's turns it on)."""
         return []
 
     @classmethod

@@ -7,7 +7,8 @@ Codex reports no cost; set ``price_in``/``price_out`` to have orchardist price t
 
 Permission (``--sandbox``): ``auto`` (the default) is ``danger-full-access`` when orchardist
 confines the attempt itself (codex's own bwrap cannot set up its uid map inside orchardist's
-sandbox, so every write would fail) and ``workspace-write`` when it does not. Approvals are off
+sandbox, so every write would fail) and ``workspace-write`` when it does not; an explicit
+``workspace-write`` is a plan error unless ``[run] isolation = "off"``. Approvals are off
 (``-c approval_policy="never"``).
 
 Variables: codex reads its key from ``CODEX_API_KEY`` (with only ``OPENAI_API_KEY`` it sends no
@@ -25,6 +26,7 @@ summary; when no write succeeded, the unchanged worktree fails the attempt as ``
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -47,6 +49,7 @@ class CodexAgent(CliAgent):
     executable: ClassVar[str] = "codex"
     home_files: ClassVar[tuple[str, ...]] = (".codex/auth.json", ".codex/config.toml")
     home_state: ClassVar[tuple[str, ...]] = (".codex",)
+    session_files: ClassVar[tuple[str, ...]] = (".codex/sessions",)  # rollout-…-THREAD.jsonl
     env_keys: ClassVar[tuple[str, ...]] = (
         "OPENAI_API_KEY",
         "CODEX_API_KEY",
@@ -67,6 +70,21 @@ class CodexAgent(CliAgent):
         """A codex sandbox mode."""
         return check_choice(value, SANDBOX_MODES)
 
+    @classmethod
+    def check_confined(cls, options: Mapping[str, Any], repo: Path) -> list[tuple[str, str]]:
+        """``workspace-write`` runs each command in codex's own bwrap, which cannot set up its
+        uid map inside orchardist's namespaces: every command failed and the attempt ended
+        ``no_changes`` without a word of why (issue 31)."""
+        if options.get("permission") != "workspace-write":
+            return []
+        why = (
+            "codex's workspace-write sandbox cannot start inside orchardist's isolation (its"
+            " bwrap: setting up uid map: Operation not permitted), so every command it runs"
+            ' fails; use permission = "auto" (orchardist\'s isolation confines codex to the'
+            ' attempt\'s folders), or [run] isolation = "off"'
+        )
+        return [(why, "permission")]
+
     def sandbox(self, ctx: AgentContext) -> str:
         """The ``--sandbox`` mode: ``auto`` leaves containment to orchardist when it confines."""
         if self.permission != "auto":
@@ -75,8 +93,13 @@ class CodexAgent(CliAgent):
 
     def argv(self, ctx: AgentContext, prompt: str | None) -> list[str]:
         """``codex exec --json ... -- PROMPT`` (``-`` reads a long prompt from stdin)."""
-        argv = [self.command, "exec", "--json", "--sandbox", self.sandbox(ctx)]
-        argv += ["-c", 'approval_policy="never"', "--skip-git-repo-check", "-C", str(ctx.cwd)]
+        if ctx.resume:  # ``exec resume`` takes neither --sandbox nor -C (it runs in its cwd)
+            argv = [self.command, "exec", "resume", "--json"]
+            argv += ["-c", f"sandbox_mode={json.dumps(self.sandbox(ctx))}"]
+            argv += ["-c", 'approval_policy="never"', "--skip-git-repo-check"]
+        else:
+            argv = [self.command, "exec", "--json", "--sandbox", self.sandbox(ctx)]
+            argv += ["-c", 'approval_policy="never"', "--skip-git-repo-check", "-C", str(ctx.cwd)]
         base_url = ctx.env.get("OPENAI_BASE_URL")
         if base_url:
             entry = {
@@ -91,7 +114,8 @@ class CodexAgent(CliAgent):
             argv += ["-c", f"model_providers.{PROVIDER}={{{fields}}}"]
         if self.model:
             argv += ["-m", self.model]
-        return [*argv, *self.args, "--", "-" if prompt is None else prompt]
+        session = [ctx.resume] if ctx.resume else []
+        return [*argv, *self.args, "--", *session, "-" if prompt is None else prompt]
 
     def extra_env(self, ctx: AgentContext) -> dict[str, str]:
         """``CODEX_API_KEY`` from ``OPENAI_API_KEY`` when only that one is set."""

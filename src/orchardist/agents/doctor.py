@@ -5,15 +5,19 @@ timeout); are its credentials there (one of its key variables set, or the file a
 are the variables the profile lists in ``env`` set. Values are never printed, only names.
 
 With ``--probe`` it also makes one tiny real request per profile: the profile's agent runs once,
-as an attempt would (same command line, variables and private home, in an empty repository of
-its own), on a prompt asking for a one-word answer, and the outcome is classified like an
-attempt's (``ok``, ``auth_error``, ``rate_limited``, ...). It costs one small model call each.
+as an attempt runs it (the same command line, variables, private home and isolation: under
+bubblewrap with the same binds, its tree shown at the repository's path, in an empty repository
+of its own), on a prompt asking for a one-word answer, and the outcome is classified like an
+attempt's (``ok``, ``auth_error``, ``rate_limited``, ...); the report shows the command line it
+ran. It costs one small model call each. A profile whose command (or a file it names) attempts
+could not see in their isolation is reported missing without a probe (see confine/exes.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -21,14 +25,15 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from ..confine.homes import fill_home
+from ..confine.homes import fill_home, tool_homes
+from ..confine.isolation import Spec, wrap, writable_of
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken, new_marker
 from ..specs import Plan
 from ..state.records import AgentProfile
-from . import AgentContext, agent_class, make_agent, scrubbed_env
+from . import AgentContext, agent_class, command_words, make_agent, scrubbed_env
 from .cli import Needs, home_path
 
 VERSION_TIMEOUT_S = 15.0
@@ -39,6 +44,29 @@ PROBE_PROMPT = (
     " finishing, if they give one)."
 )
 NOT_PROBED = ("shell", "scripted")  # kinds that call no model
+
+
+class Sight(Protocol):
+    """How attempts are confined on this machine (executors.confinement.Confinement)."""
+
+    def private_env(self, paths: AttemptPaths) -> dict[str, str]:
+        """The variables pointing an attempt's tools at its own folders."""
+        ...
+
+    def refusals(self, words: tuple[str, ...]) -> list[str]:
+        """Why a command line cannot run confined."""
+        ...
+
+    def spec(
+        self,
+        paths: AttemptPaths,
+        network: bool,
+        hidden: tuple[Path, ...] = (),
+        words: tuple[str, ...] = (),
+        user_git: bool = True,
+    ) -> Spec | None:
+        """How a process of the attempt at ``paths`` is confined."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -57,6 +85,7 @@ class ProfileReport:
     notes: tuple[str, ...] = ()  # worth knowing, not fatal
     probe: str | None = None  # with --probe: "ok" or the failure class of the tiny request
     probe_detail: str = ""  # what the agent said when the probe failed
+    probe_argv: tuple[str, ...] = ()  # the command line the probe ran, confinement included
 
     @property
     def ok(self) -> bool:
@@ -65,23 +94,33 @@ class ProfileReport:
 
 
 def check_plan(
-    plan: Plan, environ: Mapping[str, str] | None = None, probe: bool = False
+    plan: Plan,
+    environ: Mapping[str, str] | None = None,
+    probe: bool = False,
+    sight: Sight | None = None,
 ) -> list[ProfileReport]:
     """A report for every agent profile of the plan, in plan order, and for the config files'
-    profiles it uses (not the others: they may be for other work); ``probe``: with a request."""
+    profiles it uses (not the others: they may be for other work); ``probe``: with a request;
+    ``sight``: the attempts' confinement, which the checks and the probe use."""
     used = plan.used_agents()
     profiles = [
         profile
         for name, profile in plan.agents.items()
         if name not in plan.config_agents or name in used
     ]
-    reports = [check_profile(profile, environ) for profile in profiles]
+    reports = [_unseen(check_profile(profile, environ), profile, sight) for profile in profiles]
     if probe:
         reports = [
-            probe_profile(profile, report, environ)
+            probe_profile(profile, report, environ, sight=sight)
             for profile, report in zip(profiles, reports, strict=True)
         ]
     return reports
+
+
+def _unseen(report: ProfileReport, profile: AgentProfile, sight: Sight | None) -> ProfileReport:
+    """``report`` with what attempts could not see of the profile's command line."""
+    refused = [] if sight is None else sight.refusals(command_words(profile))
+    return replace(report, missing=(*report.missing, *refused)) if refused else report
 
 
 def probe_profile(
@@ -89,15 +128,20 @@ def probe_profile(
     report: ProfileReport,
     environ: Mapping[str, str] | None = None,
     timeout_s: float = PROBE_TIMEOUT_S,
+    sight: Sight | None = None,
 ) -> ProfileReport:
-    """``report`` with the outcome of one tiny real request through the profile's agent.
+    """``report`` with the outcome of one tiny real request through the profile's agent,
+    confined as ``sight`` confines attempts.
 
-    Skipped when the profile cannot run anyway (its CLI is missing) or calls no model.
+    Skipped when the profile cannot run anyway (its CLI is missing or cannot be seen) or
+    calls no model.
     """
     if profile.kind in NOT_PROBED:
         return replace(report, notes=(*report.notes, "calls no model; not probed"))
     if report.command is not None and report.path is None:
         return report
+    if sight is not None and sight.refusals(command_words(profile)):
+        return report  # an attempt could not start it either: said in missing
     environ = os.environ if environ is None else environ
     cls: Any = agent_class(profile.kind)
     with tempfile.TemporaryDirectory(prefix="orchardist-probe-") as tmp:
@@ -109,15 +153,31 @@ def probe_profile(
         )
         real_home = Path(environ.get("HOME") or Path.home())
         fill_home(paths, real_home, cls.home_files, cls.home_state)
-        ctx = _probe_context(profile, cls, paths, environ, timeout_s)
+        spec = None
+        if sight is not None:
+            spec = sight.spec(paths, network=True, words=command_words(profile), user_git=False)
+        ctx = _probe_context(profile, cls, paths, environ, timeout_s, spec, sight)
         ctx.prompt_file.write_text(PROBE_PROMPT, encoding="utf-8")
-        result = make_agent(_one_turn(profile, cls)).run(ctx)
+        agent = make_agent(_one_turn(profile, cls))
+        ran = tuple(_ran(agent, ctx))
+        result = agent.run(ctx)
     if result.failure is None and not result.cancelled:
-        return replace(report, probe="ok")
+        return replace(report, probe="ok", probe_argv=ran)
     outcome = result.failure.value if result.failure is not None else "cancelled"
     detail = result.detail or f"exit {result.exit_code}"
     problem = f"probe: {outcome}: {detail.splitlines()[0] if detail else ''}"[:300]
-    return replace(report, probe=outcome, probe_detail=detail, missing=(*report.missing, problem))
+    missing = (*report.missing, problem)
+    return replace(report, probe=outcome, probe_detail=detail, probe_argv=ran, missing=missing)
+
+
+def _ran(agent: Any, ctx: AgentContext) -> list[str]:
+    """The command line the agent runs for ``ctx``, wrapped in its confinement as
+    procs.run_process wraps it (an agent that builds none: [])."""
+    if not hasattr(agent, "argv"):
+        return []
+    on_stdin = agent.prompt_on_stdin(ctx)
+    argv: list[str] = agent.argv(ctx, None if on_stdin else ctx.prompt)
+    return argv if ctx.confine is None else wrap(argv, ctx.confine, cwd=ctx.cwd)
 
 
 def _one_turn(profile: AgentProfile, cls: Any) -> AgentProfile:
@@ -134,10 +194,26 @@ def _probe_context(
     paths: AttemptPaths,
     environ: Mapping[str, str],
     timeout_s: float,
+    confine: Spec | None,
+    sight: Sight | None,
 ) -> AgentContext:
-    """The context an attempt's agent would get, in the probe's own folders."""
+    """The context an attempt's agent would get, in the probe's own folders: the same
+    variables (executors/local.py and attempt.py) and confinement."""
     env = scrubbed_env((*cls.env_keys, *profile.env), environ)
-    env.update(HOME=str(paths.home), TMPDIR=str(paths.tmp))
+    real_home = Path(environ.get("HOME") or Path.home())
+    env.update(tool_homes(environ, real_home) if sight is None else sight.private_env(paths))
+    env.update(
+        ORCHARDIST_RUN="doctor",
+        ORCHARDIST_TASK="probe",
+        ORCHARDIST_ATTEMPT="1",
+        ORCHARDIST_CANDIDATE="1",
+        ORCHARDIST_WORKTREE=str(paths.tree),
+        ORCHARDIST_PROMPT=PROBE_PROMPT,
+        ORCHARDIST_PROMPT_FILE=str(paths.io / "prompt.md"),
+        ORCHARDIST_OUTPUT=str(paths.output_file),
+        HOME=str(paths.home),
+        TMPDIR=str(paths.tmp),
+    )
     return AgentContext(
         run_id="doctor",
         task_id="probe",
@@ -154,6 +230,8 @@ def _probe_context(
         timeout_s=timeout_s,
         cancel=CancelToken(),
         marker=new_marker(),
+        writable=None if confine is None else writable_of(confine),
+        confine=confine,
         paths=paths,
     )
 
@@ -282,6 +360,8 @@ def render(plan_name: str, reports: list[ProfileReport]) -> str:
             found.append("probe: ok")
         lines.append(head + (": " + "; ".join(found) if found else ""))
         lines += [f"           - {m}" for m in r.missing]
+        if r.probe_argv:
+            lines.append(f"           · probe ran: {shlex.join(r.probe_argv)}")
         lines += [f"           · {n}" for n in r.notes]
     return "\n".join(lines)
 

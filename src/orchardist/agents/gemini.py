@@ -1,6 +1,6 @@
 """``kind = "gemini"``: Google Gemini CLI, headless.
 
-``gemini --output-format stream-json -p PROMPT`` prints JSONL events: ``init`` (session id,
+``gemini --output-format stream-json --prompt=PROMPT`` prints JSONL events: ``init`` (session id,
 model), ``message``, ``tool_use``, ``tool_result``, ``error`` and a final ``result`` whose
 ``stats`` carry ``input_tokens`` and ``output_tokens``. Exit codes: 1 error, 41 authentication,
 42 input error, 44 sandbox, 52 configuration, 53 turn limit. Gemini reports no cost; set
@@ -46,6 +46,7 @@ EXIT_CODES = {
     53: (Failure.AGENT_ERROR, "turn limit exceeded"),
 }
 STDIN_PROMPT = "Carry out the task given above."
+GEMINI_HOME = "gemini-home"  # GEMINI_CLI_HOME, in the attempt's HOME
 REFUSAL = re.compile(r"not in workspace|denied|policy", re.IGNORECASE)  # a refused tool call
 MAX_ATTEMPTS = 3  # its own tries of one request (default 10, with long waits on a 429)
 LOGIN_FILES = ("oauth_creds.json", "google_accounts.json")  # copied from the user's ~/.gemini
@@ -64,6 +65,7 @@ class GeminiAgent(CliAgent):
         ".gemini/settings.json",
     )
     home_state: ClassVar[tuple[str, ...]] = (".gemini",)
+    session_files: ClassVar[tuple[str, ...]] = (f"{GEMINI_HOME}/.gemini/tmp",)  # chats/
     profile_keys: ClassVar[frozenset[str]] = COMMON_KEYS | {"allowed_tools"}
     widening_keys: ClassVar[frozenset[str]] = CliAgent.widening_keys | {"allowed_tools"}
     env_keys: ClassVar[tuple[str, ...]] = (
@@ -107,7 +109,7 @@ class GeminiAgent(CliAgent):
         self.allowed_tools = tuple(str(t) for t in self.options.get("allowed_tools", DEFAULT_TOOLS))
 
     def argv(self, ctx: AgentContext, prompt: str | None) -> list[str]:
-        """``gemini --output-format stream-json -p PROMPT`` (a long prompt comes on stdin)."""
+        """``gemini --output-format stream-json --prompt=PROMPT`` (a long one comes on stdin)."""
         tools = self.allowed_tools
         argv = [self.command, "--output-format", "stream-json", "--skip-trust"]
         argv += ["--approval-mode", str(self.permission)]
@@ -115,7 +117,11 @@ class GeminiAgent(CliAgent):
             argv += ["--policy", str(_home(ctx) / ".gemini" / "orchardist-policy.toml")]
         if self.model:
             argv += ["-m", self.model]
-        return [*argv, *self.args, "-p", STDIN_PROMPT if prompt is None else prompt]
+        if ctx.resume:
+            argv += ["--resume", ctx.resume]
+        # one argument: yargs takes a prompt beginning with "-" ("- fix it") for an option and
+        # exits, "Not enough arguments following: p"
+        return [*argv, *self.args, f"--prompt={STDIN_PROMPT if prompt is None else prompt}"]
 
     def run(self, ctx: AgentContext) -> AgentResult:
         """Write its private home, then run it."""
@@ -214,8 +220,9 @@ class GeminiAgent(CliAgent):
 
 
 def _home(ctx: AgentContext) -> Path:
-    """The attempt's private Gemini home (``GEMINI_CLI_HOME``), in its own writable folder."""
-    return ctx.output_file.parent / "gemini-home"
+    """The attempt's private Gemini home (``GEMINI_CLI_HOME``), in its private HOME (emptied
+    before verify runs; its sessions kept from there for the task's next attempt)."""
+    return ctx.home / GEMINI_HOME
 
 
 def _user_settings(env: Mapping[str, str]) -> dict[str, Any]:

@@ -29,11 +29,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
 
 from ..confine.procs import ProcessRequest, run_process
+from ..safeio import read_capped, write_whole
 from ..specs import parse_duration
 from ..state.records import AgentProfile, Failure, Usage
 from . import AgentContext, AgentResult
@@ -47,6 +49,8 @@ REQUEST_TIMEOUT_S = 300.0
 MAX_RETRIES = 5
 MAX_INLINE_WAIT_S = 60.0  # a longer Retry-After ends the attempt as rate limited instead
 OUTPUT_CHARS = 10_000
+HISTORY = ".orchardist-llm/messages.json"  # in the attempt's HOME: the conversation so far
+MAX_HISTORY_BYTES = 16 << 20
 _DONE_LINE = re.compile(rf"^\s*{DONE}\s*$", re.MULTILINE)
 _BLOCK = re.compile(r"```[\w+-]*[ \t]*\n(.*?)```", re.DOTALL)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -96,6 +100,8 @@ class LlmAgent:
     env_keys: ClassVar[tuple[str, ...]] = ()  # the key stays with orchardist
     home_files: ClassVar[tuple[str, ...]] = ()  # it runs in orchardist, not in a tool
     home_state: ClassVar[tuple[str, ...]] = ()
+    home_cache: ClassVar[tuple[str, ...]] = ()
+    session_files: ClassVar[tuple[str, ...]] = (HISTORY,)  # its messages, for the next attempt
 
     def __init__(
         self,
@@ -185,10 +191,13 @@ class _Loop:
         system = SYSTEM_PROMPT.format(
             shell=agent.shell, cwd=ctx.cwd, timeout=agent.command_timeout_s, done=DONE
         )
+        earlier = _history(ctx.home / HISTORY) if ctx.resume else []
         self.messages: list[dict[str, str]] = [
-            {"role": "system", "content": system},
+            {"role": "system", "content": system},  # this attempt's (its cwd)
+            *earlier[1:],
             {"role": "user", "content": ctx.prompt},
         ]
+        self.resumed = bool(earlier) or not ctx.resume  # False: no history to continue
         self.usage = Usage(turns=0)
         self.reported_cost: float | None = None
         self.stop = ""
@@ -197,6 +206,8 @@ class _Loop:
     # -- the loop --------------------------------------------------------------------------
 
     def run(self) -> AgentResult:
+        if not self.resumed:  # the executor starts afresh (agents/sessions.py)
+            return self.end(Failure.AGENT_ERROR, f"no message history to continue at ~/{HISTORY}")
         for _ in range(self.agent.max_turns):
             reply = self.complete()
             if isinstance(reply, AgentResult):
@@ -412,6 +423,11 @@ class _Loop:
         tmp = self.transcript.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc, indent=2), encoding="utf-8")
         os.replace(tmp, self.transcript)
+        if self.resumed and self.usage.turns:  # kept for the task's next attempt
+            history = self.ctx.home / HISTORY
+            with contextlib.suppress(OSError):
+                history.parent.mkdir(parents=True, exist_ok=True)
+                write_whole(history, json.dumps(self.messages).encode())
 
 
 class _Output:
@@ -461,3 +477,19 @@ def _retry_after(headers: httpx.Headers) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _history(path: Path) -> list[dict[str, str]]:
+    """The messages an earlier attempt kept (its system message first); [] if unreadable."""
+    try:
+        data = json.loads(read_capped(path, MAX_HISTORY_BYTES) or b"")
+    except ValueError:
+        return []
+    if not isinstance(data, list) or not data:
+        return []
+    roles = ("system", "user", "assistant")
+    ok = all(
+        isinstance(m, dict) and m.get("role") in roles and isinstance(m.get("content"), str)
+        for m in data
+    )
+    return [{"role": m["role"], "content": m["content"]} for m in data] if ok else []

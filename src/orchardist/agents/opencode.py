@@ -47,6 +47,22 @@ class OpenCodeAgent(CliAgent):
         ".config/opencode",
         ".cache/opencode",
     )
+    # It installs @opencode-ai/plugin into ~/.config/opencode with npm on start (12-20 s from
+    # the public registry; each attempt's home is new): kept per profile with npm's download
+    # cache, never its config.
+    home_cache: ClassVar[tuple[str, ...]] = (
+        ".npm",
+        ".config/opencode/node_modules",
+        ".config/opencode/package.json",
+        ".config/opencode/package-lock.json",
+        ".config/opencode/bun.lock",
+        ".cache/opencode",
+    )
+    # its sessions' database (not auth.json beside it, nor the worktree snapshots)
+    session_files: ClassVar[tuple[str, ...]] = tuple(
+        f".local/share/opencode/{name}"
+        for name in ("opencode.db", "opencode.db-wal", "opencode.db-shm", "storage")
+    )
     env_keys: ClassVar[tuple[str, ...]] = (
         "ANTHROPIC_API_KEY",
         "OPENAI_API_KEY",
@@ -104,6 +120,8 @@ class OpenCodeAgent(CliAgent):
             argv += ["-m", self.model]
         if not any(a == "--title" or a.startswith("--title=") for a in self.args):
             argv.append(f"--title={ctx.title or ctx.task_id}")  # no title request: see above
+        if ctx.resume:
+            argv += ["--session", ctx.resume]
         argv += self.args
         return argv if prompt is None else [*argv, "--", prompt]
 

@@ -51,6 +51,8 @@ class ScriptedAgent:
     env_keys: ClassVar[tuple[str, ...]] = ()
     home_files: ClassVar[tuple[str, ...]] = ()
     home_state: ClassVar[tuple[str, ...]] = ()
+    home_cache: ClassVar[tuple[str, ...]] = ()
+    session_files: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, profile: AgentProfile) -> None:
         self.profile = profile

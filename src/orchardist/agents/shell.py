@@ -29,11 +29,14 @@ class ShellAgent:
 
     kind: ClassVar[str] = "shell"
     profile_keys: ClassVar[frozenset[str]] = frozenset({"command"})
+    shell_command: ClassVar[bool] = True  # ``command`` is a shell command line, not a program
     # its command is the agent itself, confined like any: it is given nothing beyond env
     widening_keys: ClassVar[frozenset[str]] = frozenset()
     env_keys: ClassVar[tuple[str, ...]] = ()
     home_files: ClassVar[tuple[str, ...]] = ()
     home_state: ClassVar[tuple[str, ...]] = ()
+    home_cache: ClassVar[tuple[str, ...]] = ()
+    session_files: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, profile: AgentProfile) -> None:
         self.profile = profile

@@ -3,14 +3,17 @@ doctor | scan``.
 
 Exit codes: 0 every task done; 1 some task failed or blocked, the run was stopped by a deadline
 or budget, or git or the store failed; 2 bad plan or usage, or the run is locked by another
-orchardist; 130 interrupted.
+orchardist; 3 the run ended awaiting review (decide with ``orchardist review``, then ``resume``);
+130 interrupted.
 
 Each command is a pair of small functions in the module of its group: ``add_NAME`` registers
 its parser, ``cmd_NAME`` runs it.
 
-    parsing.py   the top-level parser, with every command in the order ``--help`` lists them
+    parsing.py   the top-level parser, with every command in the order ``--help`` lists them;
+                 only the chosen command's parser is built
     options.py   exit codes and the options several commands share
     running.py   run, resume, retry, cancel
+    reviewing.py review
     drive.py     driving a run: its lock, signals, progress display and summary
     reading.py   show, logs, status, events, runs
     upkeep.py    gc, stats, serve
@@ -29,7 +32,7 @@ from pathlib import Path
 from ..errors import OrchardistError, PlanError, RunLockedError, UsageError
 from ..terminal import visible
 from .options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from .parsing import build
+from .parsing import build, parse
 
 __all__ = ["build_parser", "main"]
 
@@ -41,8 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .completion import ids
 
         return ids(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    parser, args = parse(main, argv)
     if args.verbose:
         import logging
 

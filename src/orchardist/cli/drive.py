@@ -14,9 +14,16 @@ from typing import Any
 
 from ..engine.hooks import Hook, Hooks
 from ..errors import UsageError
-from ..runs.control import CANCEL_SIGNAL
+from ..runs.control import CANCEL_SIGNAL, REVIEW_SIGNAL
 from ..state.records import RunState
-from .options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, load_plan, with_executor
+from .options import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_REVIEW,
+    load_plan,
+    with_executor,
+)
 from .summary import SUMMARY_ROWS, lock_held, print_next, print_summary
 
 
@@ -35,6 +42,12 @@ class StopRelay:
 
     def cancel(self) -> None:
         self.request("cancelled by orchardist cancel", RunState.CANCELLED)
+
+    def review(self) -> None:
+        """A review decision was recorded: wake the loop (before it exists, its start reads
+        the store anyway)."""
+        if self.scheduler is not None:
+            self.scheduler.review_decided()
 
     def attach(self, scheduler: Any) -> None:
         self.scheduler = scheduler
@@ -57,10 +70,11 @@ def drive(
 
     plan = with_executor(plan, args)
     relay = StopRelay()
-    restore = _on_signals(relay.request, relay.cancel)  # before anything slow: no signal lost
+    restore = _on_signals(relay)  # before anything slow: no signal lost
     try:
-        with run_lock(ws, run.id), dashboard(ws, args):
+        with run_lock(ws, run.id), dashboard(ws, args) as served:
             state = _execute(ws, plan, run, args, resuming, relay, prepare)
+            tell_ended(ws, plan, run.id, served if isinstance(served, str) else None)
     finally:
         restore()
     doc = status_document(ws.store, ws.resolve_run(run.id))
@@ -70,7 +84,11 @@ def drive(
         print_summary(doc, quiet=args.quiet, limit=SUMMARY_ROWS)
         if not args.quiet:
             print_next(doc)
-    codes = {RunState.DONE: EXIT_OK, RunState.INTERRUPTED: EXIT_INTERRUPTED}
+    codes = {
+        RunState.DONE: EXIT_OK,
+        RunState.INTERRUPTED: EXIT_INTERRUPTED,
+        RunState.AWAITING_REVIEW: EXIT_REVIEW,
+    }
     return codes.get(state, EXIT_FAILED)
 
 
@@ -113,6 +131,32 @@ def _execute(
         )
     finally:
         hooks.close()
+
+
+def tell_ended(ws: Any, plan: Any, run_id: str, served: str | None) -> None:
+    """``[run] notify``: the run has ended (whatever its state; awaiting review: it needs a
+    person); a failing notifier is an event and a line on stderr, never the run's failure."""
+    if plan.run.notify is None:
+        return
+    from ..runs.notify import notice_for, notify
+
+    try:
+        run = ws.resolve_run(run_id)
+        delivery = notify(
+            ws.store,
+            run,
+            plan.run.notify,
+            plan.run.notify_timeout_s,
+            notice_for(run),
+            cwd=plan.repo,
+            log_dir=ws.state_dir / "logs" / run_id,
+            dashboard=served,
+        )
+    except Exception as exc:  # the run has ended as it did, whatever the notifier's trouble
+        print(f"notify failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    if not delivery.ok:
+        print(f"notify failed: {delivery.detail}", file=sys.stderr)
 
 
 def _reclaim_on_cluster(plan: Any, run: Any) -> int:
@@ -180,17 +224,19 @@ def _progress_hooks(
     return Hooks(hooks)
 
 
-def _on_signals(stop: Callable[[], object], cancel: Callable[[], object]) -> Callable[[], None]:
-    """Route SIGINT/SIGTERM to a graceful stop and SIGUSR1 (``orchardist cancel``) to a
-    cancel; a second signal is not needed to end."""
+def _on_signals(relay: StopRelay) -> Callable[[], None]:
+    """Route SIGINT/SIGTERM to a graceful stop, SIGUSR1 (``orchardist cancel``) to a cancel
+    and SIGUSR2 (a review decision) to a wake-up; a second signal is not needed to end."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if signum == CANCEL_SIGNAL:
-            cancel()
+            relay.cancel()
+        elif signum == REVIEW_SIGNAL:
+            relay.review()
         else:
-            stop()
+            relay.request()
 
-    signals = (signal.SIGINT, signal.SIGTERM, CANCEL_SIGNAL)
+    signals = (signal.SIGINT, signal.SIGTERM, CANCEL_SIGNAL, REVIEW_SIGNAL)
     previous = {sig: signal.signal(sig, handler) for sig in signals}
 
     def restore() -> None:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ..specs import Plan
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_REVIEW = 3  # the run ended awaiting review: decide, then `orchardist resume RUN`
 
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -25,7 +26,8 @@ def root_parser() -> argparse.ArgumentParser:
         description="Run coding agents in parallel git worktrees; keep only what real runs prove.",
         epilog="Exit codes: 0 all tasks done, 1 a task failed or was blocked or the run was "
         "stopped by a budget, 2 bad plan or usage (or the run is locked by another orchardist), "
-        "130 interrupted. State lives under $(git rev-parse --git-common-dir)/orchardist.",
+        "3 the run awaits review (orchardist review), 130 interrupted. "
+        "State lives under $(git rev-parse --git-common-dir)/orchardist.",
     )
     parser.add_argument("--version", action="version", version=f"orchardist {__version__}")
     parser.add_argument(
@@ -205,9 +207,9 @@ def check_selection(plan: Any, only: Sequence[str], skip: Sequence[str]) -> None
 
 def has_runs(path: Path) -> bool:
     """Whether the repository at ``path`` has a store (reading never creates one)."""
-    from ..git.repo import Repo, find_toplevel
+    from ..git.where import locate
 
-    root = find_toplevel(Path(path))
-    if root is None:
+    found = locate(Path(path))
+    if found is None:
         raise UsageError(f"{path} is not inside a git repository")
-    return (Repo(root).common_dir / "orchardist" / "state.db").exists()
+    return (found[1] / "orchardist" / "state.db").exists()

@@ -171,9 +171,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     plan = with_executor(load_plan(args.plan), args)
     if plan.run.executor == "ray":
         return _doctor_cluster(plan, args)
+    from ..executors.confinement import for_plan
     from .drive import checkout_note
 
-    reports = check_plan(plan, probe=args.probe)
+    reports = check_plan(plan, probe=args.probe, sight=for_plan(plan))
     if args.json:
         print(json.dumps(to_json(str(args.plan), reports), indent=2))
     else:

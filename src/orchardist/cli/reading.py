@@ -208,17 +208,18 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from ..runs.start import Workspace
 
     ws = Workspace.open(args.repo, create=False) if has_runs(args.repo) else None
-    rows = []
-    for run in ws.store.runs() if ws is not None else []:
-        tasks = ws.store.tasks(run.id)  # type: ignore[union-attr]
-        done = sum(t.state.value == "done" for t in tasks)
+    runs = ws.store.runs() if ws is not None else []
+    counts = ws.store.run_counts() if ws is not None else {}  # one query, not one a run
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        tasks = counts[run.id].tasks if run.id in counts else {}
         rows.append(
             {
                 "run": run.id,
                 "state": shown_state(ws, run),
                 "branch": run.branch,
-                "tasks": len(tasks),
-                "done": done,
+                "tasks": sum(tasks.values()),
+                "done": tasks.get("done", 0),
                 "plan": run.plan_path,
                 "created_at": run.created_at,
                 "finished_at": run.finished_at,
@@ -231,14 +232,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print("no runs yet")
         return EXIT_OK
     wide = max(len("BRANCH"), *(len(row["branch"]) for row in rows))  # BRANCH over its column
+    state = max(11, *(len(row["state"]) for row in rows))  # awaiting_review is 15 wide
     print(
-        f"{'RUN':<20}  {'STATE':<11} {'DONE':>7}  {'STARTED':<16}  {'TOOK':>8}  "
+        f"{'RUN':<20}  {'STATE':<{state}} {'DONE':>7}  {'STARTED':<16}  {'TOOK':>8}  "
         f"{'BRANCH':<{wide}}  PLAN"
     )
     for row in rows:
         took = "" if row["finished_at"] is None else elapsed(row["finished_at"] - row["created_at"])
         print(
-            f"{row['run']:<20}  {row['state']:<11} {row['done']:>3}/{row['tasks']:<3}  "
+            f"{row['run']:<20}  {row['state']:<{state}} {row['done']:>3}/{row['tasks']:<3}  "
             f"{when(row['created_at'])}  {took:>8}  {row['branch']:<{wide}}  {row['plan']}"
         )
     return EXIT_OK

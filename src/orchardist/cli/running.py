@@ -4,6 +4,7 @@ terminal)."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -249,12 +250,14 @@ def add_cancel(sub: Commands) -> None:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """``orchardist cancel RUN``."""
-    from ..runs.control import Orchestrator
+    from ..runs.control import REVIEW_SIGNAL, Orchestrator
     from ..runs.start import cancel_abandoned, run_lock
 
     ws, run = unfinished_run(args, "cancel")
     orchestrator = Orchestrator.find(ws.state_dir, run.id)
     if orchestrator is None:
+        # holding the lock, this process is who a review decision wakes: not a reason to die
+        signal.signal(REVIEW_SIGNAL, signal.SIG_IGN)
         with run_lock(ws, run.id):
             cancel_abandoned(ws, run)
         print(f"run {run.id}: cancelled (no orchardist was driving it; cleaned up)")

@@ -80,6 +80,9 @@ def print_next(doc: dict[str, Any]) -> None:
         lines.append(f"orchardist retry {run}")
     elif doc["state"] in ("interrupted", "stopped", "running"):
         lines.append(f"orchardist resume {run}")
+    elif doc["state"] == "awaiting_review":
+        lines.append(f"orchardist review {run}")
+        lines.append(f"orchardist resume {run}    (once decided)")
     if any(s == "done" for s in states.values()):
         lines.append(f"git log --oneline {doc['base'][:12]}..{doc['branch']}")
     lines.append(f"orchardist status {run}")

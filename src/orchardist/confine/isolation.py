@@ -73,6 +73,7 @@ class Spec:
     mode: Mode = Mode.NAMESPACES
     view: RepoView | None = None  # the attempt's tree shown at the repository's own path
     hidden: tuple[Path, ...] = ()  # shown empty (a tmpfs over each): the agent's own folders
+    symlinks: tuple[tuple[str, Path], ...] = ()  # (text, where): host links made again inside
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,11 @@ def wrap(argv: Sequence[str], spec: Spec, cwd: Path | None = None) -> list[str]:
     return [*wrapped, "--", *argv]
 
 
+def writable_of(spec: Spec) -> tuple[Path, ...]:
+    """Everything a spec lets its processes write (for agents that tell their CLI so)."""
+    return (*spec.writable, *(p for p in (spec.home, spec.tmp) if p is not None))
+
+
 def hidden_by_tmp(paths: Iterable[Path | str]) -> tuple[Path, ...]:
     """Those of ``paths`` that live under the host's ``/tmp``, resolved: the private ``/tmp``
     hides them, so whatever a confined process must still read there (the interpreter, tools
@@ -245,6 +251,9 @@ def _binds(spec: Spec) -> list[str]:
     if spec.view is not None:
         mounts += _view_mounts(spec.view, writable=spec.view.tree in spec.writable)
     mounts += [_mount(path, "--tmpfs", None) for path in spec.hidden]
+    # a host symlink the private /tmp hides, made again with its own text (a relative one
+    # must stay relative: its target is shown in turn)
+    mounts += [(len(w.parts), ["--symlink", text, str(w)]) for text, w in spec.symlinks]
     argv: list[str] = []
     for _, mount in sorted(mounts, key=lambda m: m[0]):  # stable: a folder before its contents
         argv += mount

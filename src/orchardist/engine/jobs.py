@@ -63,6 +63,7 @@ class Briefs:
             network=spec.network,
             allow_empty=spec.allow_empty,
             max_cost_usd=budget,
+            followup=self.followup(spec),
         )
 
     def prompt(self, spec: TaskSpec) -> str:
@@ -75,13 +76,31 @@ class Briefs:
             parts += [
                 quoted(summary, f"Written by the agent of task {dep}") for dep, summary in done
             ]
-        if spec.id in self.feedback:
-            detail, output = self.feedback[spec.id]
-            parts.append(f"## An earlier attempt failed\n\nWhy: {inline(detail)}")
-            if output:
-                label = "The end of its output (its commands', and what its code printed)"
-                parts.append(quoted(output, label))
+        parts += self.failure(spec)
         return "\n\n".join(parts) + "\n"
+
+    def followup(self, spec: TaskSpec) -> str:
+        """What an agent continuing its own earlier session is told: only the last failure
+        (it has the brief already); "" when there was none, and nothing to continue."""
+        failure = self.failure(spec)
+        if not failure:
+            return ""
+        ask = (
+            "Your changes did not pass, and the working tree is back where the task started:"
+            " your earlier edits are not in it. Read the files again, do the task, then stop."
+        )
+        return "\n\n".join([*failure, ask]) + "\n"
+
+    def failure(self, spec: TaskSpec) -> list[str]:
+        """The prompt's section on the task's last failure, if it failed."""
+        if spec.id not in self.feedback:
+            return []
+        detail, output = self.feedback[spec.id]
+        parts = [f"## An earlier attempt failed\n\nWhy: {inline(detail)}"]
+        if output:
+            label = "The end of its output (its commands', and what its code printed)"
+            parts.append(quoted(output, label))
+        return parts
 
     def message(self, spec: TaskSpec, n: int, agent: str) -> str:
         """The commit message of the attempt's patch, with orchardist's trailers."""

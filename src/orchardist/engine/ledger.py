@@ -170,6 +170,9 @@ class Writes:
                 RunState.STOPPED,
                 soft_stop or f"cost budget spent for: {', '.join(sorted(held))}",
             )
+        awaiting = [t for t in open_tasks if tasks[t].state is TaskState.AWAITING_REVIEW]
+        if awaiting:  # only reviews (and what waits for them) are left: resumed once decided
+            return RunState.AWAITING_REVIEW, f"awaiting review: {', '.join(awaiting)}"
         for task_id in open_tasks:  # unreachable unless the graph logic is wrong
             self.state(task_id, TaskState.BLOCKED, reason="never became ready")
         if all(r.state in _OK for r in tasks.values()):
@@ -214,4 +217,5 @@ class Writes:
             verdict=outcome.verdict or None,
             flag=outcome.flag or None,
             cost_usd=outcome.usage.cost_usd,
+            session=outcome.session or None,
         )

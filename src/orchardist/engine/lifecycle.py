@@ -11,14 +11,23 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 
+from ..executors import AttemptJob, Outcome
 from ..pipelines.expand import Pipelines
 from ..plan.graph import Graph
 from ..specs import TaskSpec
-from ..state.events import Kind, MergeEvent, RoundEvent
-from ..state.records import AttemptRecord, AttemptState, Failure, TaskState
+from ..state.events import Kind, MergeEvent, ReviewEvent, RoundEvent
+from ..state.records import (
+    AttemptRecord,
+    AttemptState,
+    Failure,
+    StoredDecision,
+    TaskState,
+    Verdict,
+)
 from .jobs import Briefs
 from .ledger import Ledger, Writes
 from .merge import (
+    Bisected,
     BranchMoved,
     Conflict,
     Merged,
@@ -30,9 +39,16 @@ from .merge import (
 )
 from .policy import COUNTED, Backoff
 from .regression import Rewind
+from .review import Gate
 from .rounds import Decision, Rounds
 
-_IN_FLIGHT = {TaskState.READY, TaskState.RUNNING, TaskState.VERIFYING, TaskState.MERGING}
+_IN_FLIGHT = {
+    TaskState.READY,
+    TaskState.RUNNING,
+    TaskState.VERIFYING,
+    TaskState.AWAITING_REVIEW,
+    TaskState.MERGING,
+}
 MAX_RERUNS = 3  # re-runs per task not counted against ``retries`` (see ``rerun``)
 
 
@@ -49,6 +65,7 @@ class Lifecycle:
         train: MergeTrain,
         briefs: Briefs,
         pipelines: Pipelines,
+        gate: Gate,
         backoff: Backoff,
         rng: random.Random,
         retry_in: Callable[[float, str], None],
@@ -56,6 +73,7 @@ class Lifecycle:
     ) -> None:
         self.specs, self.graph, self.tasks = specs, graph, ledger.tasks
         self.rounds, self.train, self.briefs, self.pipelines = rounds, train, briefs, pipelines
+        self.gate = gate  # which winners wait for a person, and what change requests ask
         self.backoff, self.rng = backoff, rng
         self.retry_in = retry_in  # wakes the loop after a delay to start the task's next round
         self.cancel = cancel  # stops a task's running attempts, saying why
@@ -66,7 +84,7 @@ class Lifecycle:
         if self.train.unpark(task_id):
             tx.state(task_id, TaskState.MERGING, reason="re-verifying its patch")
             return
-        self.rounds.start(task_id)
+        self.rounds.start(task_id, 1 if task_id in self.gate.requests else None)
         if self.tasks[task_id].state is not TaskState.READY:
             tx.state(task_id, TaskState.READY)
 
@@ -89,9 +107,52 @@ class Lifecycle:
             return
         won = {"candidate": winner.job.candidate, "reason": decision.why}
         tx.event(Kind.ROUND, task_id, winner.job.attempt, state=RoundEvent.WON, **won)
-        tx.state(task_id, TaskState.MERGING)
         self.briefs.summaries[task_id] = winner.summary
+        if self.gate.wants(task_id) and winner.patch_commit:  # (no patch: nothing to read)
+            self._await_review(tx, winner)
+            return
+        tx.state(task_id, TaskState.MERGING)
         self.train.enqueue(winner)
+
+    def _await_review(self, tx: Writes, winner: Outcome) -> None:
+        """A reviewed task's winner waits for a person's decision instead of the merge train."""
+        job = winner.job
+        self.gate.awaiting[job.task_id] = winner
+        tx.state(job.task_id, TaskState.AWAITING_REVIEW)
+        agent = job.profile.name if isinstance(job, AttemptJob) and job.profile else ""
+        title = job.title if isinstance(job, AttemptJob) else job.task_id
+        commands = list(winner.verify_commands or getattr(job, "verify", ()))
+        asked = {"agent": agent, "title": title, "verdict": winner.verdict, "commands": commands}
+        tx.event(Kind.REVIEW, job.task_id, job.attempt, state=ReviewEvent.REQUESTED, **asked)
+
+    def reviewed(self, tx: Writes, stored: StoredDecision, now: float) -> None:
+        """Act on a person's decision, once: it is marked applied in this transaction."""
+        task_id, n, decision = stored.task_id, stored.attempt, stored.decision
+        if not tx.tx.apply_decision(tx.run_id, task_id, n, now):
+            return  # acted on already
+        who, verdict = decision.who, decision.verdict
+        tx.event(Kind.REVIEW, task_id, n, state=ReviewEvent.APPLIED, verdict=verdict, who=who)
+        winner = self.gate.awaiting[task_id]
+        if verdict is Verdict.APPROVE:
+            self.gate.requests.pop(task_id, None)
+            del self.gate.awaiting[task_id]
+            note = f": {decision.text}" if decision.text else ""
+            tx.state(task_id, TaskState.MERGING, reason=f"approved by {who}{note}")
+            self.train.enqueue(winner)
+            return
+        if verdict is Verdict.CHANGES:
+            (reviewed,) = [a for a in tx.ledger.store.attempts(tx.run_id, task_id) if a.n == n]
+            self.gate.requested(stored, winner.patch_commit, reviewed.agent)
+            tx.attempt(task_id, n, won=False, selection=f"changes requested by {who}")
+            tx.state(task_id, TaskState.READY, reason=f"changes requested by {who}")
+            self.new_round(tx, task_id)
+            return
+        self.gate.requests.pop(task_id, None)
+        del self.gate.awaiting[task_id]
+        why = f"rejected by {who}" + (f": {decision.text}" if decision.text else "")
+        tx.attempt(task_id, n, won=False, selection=f"rejected by {who}")
+        tx.state(task_id, TaskState.FAILED, reason=why)
+        self.block_dependents(tx, task_id)
 
     def landed(self, tx: Writes, merged: Merged) -> None:
         """A winner is on the run branch (or needed no commit): the task is done."""
@@ -120,7 +181,19 @@ class Lifecycle:
             tx.attempt(task_id, n, state=failed, failure=conflict, detail=where)
             self.rerun(tx, task_id, where)
         elif isinstance(step, NeedsVerify):
-            tx.event(Kind.MERGE, task_id, n, state=MergeEvent.VERIFYING, tip=step.tip[:12])
+            batch = step.batch or (step.outcome,)
+            for outcome in batch:  # the job's log holds the verification of them all
+                verifying = {"tip": step.tip[:12], "batch": len(batch), "job": step.job.id}
+                tx.event(
+                    Kind.MERGE,
+                    outcome.job.task_id,
+                    outcome.job.attempt,
+                    state=MergeEvent.VERIFYING,
+                    **verifying,
+                )
+        elif isinstance(step, Bisected):
+            bisecting = {"detail": step.result.detail, "sizes": list(step.sizes)}
+            tx.event(Kind.MERGE, task_id, n, state=MergeEvent.BISECTING, **bisecting)
         elif isinstance(step, VerifyFailed):
             result = step.result
             tx.event(Kind.MERGE, task_id, n, state=result.state.value, detail=result.detail)
@@ -215,6 +288,8 @@ class Lifecycle:
                     tx.state(task_id, TaskState.PENDING)
             elif record.state is TaskState.MERGING and task_id in winners:
                 self.train.enqueue(self.briefs.rebuilt(winners[task_id]))
+            elif record.state is TaskState.AWAITING_REVIEW and task_id in winners:
+                self.gate.awaiting[task_id] = self.briefs.rebuilt(winners[task_id])
             else:
                 self.new_round(tx, task_id)
 
@@ -235,6 +310,7 @@ class Lifecycle:
                 self.rounds.drop(task_id)
                 self.cancel(task_id, "a dependency was taken off the run branch")
                 self.train.drop(task_id)
+                self.gate.awaiting.pop(task_id, None)  # its patch was made on what went
                 tx.state(task_id, TaskState.PENDING, reason="waits for a re-run dependency")
         self.count_waiting(lambda d: self.tasks[d].state is TaskState.DONE)
 

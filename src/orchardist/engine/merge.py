@@ -1,158 +1,24 @@
-"""Putting a verified patch onto the run branch, without any checkout.
-
-``prepare`` turns a patch commit (made on top of the attempt's base) into a commit whose parent
-is the branch's current tip. When the tip has not moved, that commit's tree *is* the verified
-tree. When it moved, the patch is merged three ways and the result must be verified again before
-``advance`` moves the branch, with a compare-and-swap, onto it.
+"""The merge train: verified winners onto the run branch, in the order they won, without any
+checkout (the branch moves through an :class:`~orchardist.seams.Integrator`, see
+``integrators.py``). How batches are formed, stacked and bisected: docs/architecture.md, "The
+merge queue".
 """
 
 from __future__ import annotations
 
 import itertools
-import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..confine.procs import new_marker
 from ..errors import GitError
 from ..executors import AttemptJob, Job, Outcome, VerifyJob
-from ..git.repo import Repo
 from ..seams import Integrator, Prepared
+from ..specs import Reverify
 from ..state.records import AttemptState
 
-__all__ = ["GitIntegrator", "MemoryIntegrator", "MergeStep", "MergeTrain", "Prepared"]
-
-
-class GitIntegrator:
-    """Moves one git branch forward, one commit per task (the Integrator seam, see seams.py)."""
-
-    def __init__(self, repo: Repo, branch: str) -> None:
-        self.repo = repo
-        self.ref = f"refs/heads/{branch}"
-
-    def tip(self) -> str:
-        """The branch's current commit."""
-        return self.repo.rev_parse(self.ref)
-
-    def current(self) -> str | None:
-        """The branch's current commit, or None when it was deleted."""
-        return self.repo.try_rev_parse(self.ref)
-
-    def recreate(self, tip: str) -> bool:
-        """Make the deleted branch again at ``tip``; False if it exists by now."""
-        return self.repo.update_ref(self.ref, tip, None)
-
-    def prepare(self, base: str, patch: str, message: str, tip: str | None = None) -> Prepared:
-        """A commit of ``patch``'s changes on the tip (``tip`` if the caller knows it).
-
-        A stale ``tip`` is harmless: ``advance`` compares and swaps, and fails if it moved.
-        """
-        tip = tip or self.tip()
-        if tip == base:
-            return Prepared(tip, self.repo.commit_tree(self.repo.tree_of(patch), [tip], message))
-        merged = self.repo.merge_trees(base, tip, patch)
-        if merged.tree is None:
-            return Prepared(tip, None, conflicts=merged.conflicts or ("(unknown)",))
-        return Prepared(tip, self.repo.commit_tree(merged.tree, [tip], message), needs_verify=True)
-
-    def first_parent_commits(self, since: str, until: str) -> list[str]:
-        """Commits in ``since..until`` along first parents, oldest first."""
-        return self.repo.first_parents(since, until)
-
-    def parent(self, commit: str) -> str:
-        """The first parent of a commit."""
-        return self.repo.rev_parse(f"{commit}^")
-
-    def reset(self, new_tip: str, old_tip: str) -> bool:
-        """Move the branch back to ``new_tip`` if it is still at ``old_tip``."""
-        return self.repo.update_ref(self.ref, new_tip, old_tip)
-
-    def advance(self, prepared: Prepared) -> bool:
-        """Move the branch onto the prepared commit if it is still at the prepared tip."""
-        assert prepared.commit is not None
-        return self.repo.update_ref(self.ref, prepared.commit, prepared.tip)
-
-
-class MemoryIntegrator:
-    """The Integrator seam without git: the branch is a variable and commits are counters.
-
-    Patches carry no content, so nothing conflicts; everything else behaves as
-    :class:`GitIntegrator` does (a moved tip needs verifying again, ``advance`` and ``reset``
-    compare and swap, first parents are remembered).
-    """
-
-    def __init__(self, tip: str) -> None:
-        self._tip: str | None = tip  # None: the branch was deleted
-        self._lock = threading.Lock()
-        self._made = itertools.count(1)
-        self._parents: dict[str, str] = {}
-        self.messages: dict[str, str] = {}  # commit -> its message
-
-    def tip(self) -> str:
-        """The branch's current commit."""
-        tip = self.current()
-        if tip is None:
-            raise GitError("the branch was deleted")
-        return tip
-
-    def current(self) -> str | None:
-        """The branch's current commit, or None when it was deleted."""
-        with self._lock:
-            return self._tip
-
-    def recreate(self, tip: str) -> bool:
-        """Make the deleted branch again at ``tip``; False if it exists by now."""
-        with self._lock:
-            if self._tip is not None:
-                return False
-            self._tip = tip
-            return True
-
-    def delete(self) -> None:
-        """Delete the branch, as someone might under a run."""
-        with self._lock:
-            self._tip = None
-
-    def prepare(self, base: str, patch: str, message: str, tip: str | None = None) -> Prepared:
-        """A new commit on the tip; it needs verifying when the tip is not the patch's base."""
-        tip = tip or self.tip()
-        with self._lock:
-            commit = f"{next(self._made):040x}"
-            self._parents[commit] = tip
-            self.messages[commit] = message
-        return Prepared(tip, commit, needs_verify=tip != base)
-
-    def advance(self, prepared: Prepared) -> bool:
-        """Move the branch onto the prepared commit if it is still at the prepared tip."""
-        assert prepared.commit is not None
-        return self.reset(prepared.commit, prepared.tip)
-
-    def reset(self, new_tip: str, old_tip: str) -> bool:
-        """Move the branch to ``new_tip`` if it is still at ``old_tip``."""
-        with self._lock:
-            if self._tip != old_tip:
-                return False
-            self._tip = new_tip
-            return True
-
-    def parent(self, commit: str) -> str:
-        """The first parent of a commit this integrator made."""
-        with self._lock:
-            try:
-                return self._parents[commit]
-            except KeyError:
-                raise GitError(f"no commit {commit} made by this integrator") from None
-
-    def first_parent_commits(self, since: str, until: str) -> list[str]:
-        """Commits in ``since..until`` along first parents, oldest first."""
-        found: list[str] = []
-        with self._lock:
-            commit = until
-            while commit != since and commit in self._parents:
-                found.append(commit)
-                commit = self._parents[commit]
-        return found[::-1]
+__all__ = ["MergeStep", "MergeTrain"]
 
 
 # -- the merge train -----------------------------------------------------------------------------
@@ -176,11 +42,12 @@ class Conflict:
 
 @dataclass(frozen=True)
 class NeedsVerify:
-    """The tip moved since the attempt's base: the merged tree runs ``job`` before it lands."""
+    """The tip moved since the attempts' bases: the merged tree runs ``job`` before it lands."""
 
-    outcome: Outcome
+    outcome: Outcome  # the batch's last entry: the job verifies its tree
     job: VerifyJob
-    tip: str  # the tip it was merged onto
+    tip: str  # the commit it was stacked on
+    batch: tuple[Outcome, ...] = ()  # every entry the job verifies, in order
 
 
 @dataclass(frozen=True)
@@ -214,24 +81,65 @@ class Requeued:
     outcome: Outcome
 
 
-MergeStep = Merged | Conflict | NeedsVerify | VerifyFailed | BranchMoved | MoveFailed | Requeued
+@dataclass(frozen=True)
+class Bisected:
+    """A batch's merged tree failed: its entries are verified again in smaller batches (none is
+    to blame yet). ``outcome`` is the batch's last entry; ``sizes`` the new batches' sizes."""
+
+    outcome: Outcome
+    result: Outcome
+    sizes: tuple[int, ...]
+
+
+MergeStep = (
+    Merged | Conflict | NeedsVerify | VerifyFailed | BranchMoved | MoveFailed | Requeued | Bisected
+)
 
 
 @dataclass(frozen=True)
-class _InFlight:
-    """A merged tree being verified before it may become the branch tip."""
+class _Entry:
+    """A winner prepared on the entry ahead of it in the queue (or on the tip)."""
 
-    outcome: Outcome  # the attempt whose patch it carries
+    outcome: Outcome
     prepared: Prepared
-    job: VerifyJob
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """Entries verified together: ``job`` runs on the last one's tree, which holds all of
+    theirs and everything ahead; None when nothing needs verifying (the tree was verified as it
+    is, or the user let disjoint patches skip it)."""
+
+    entries: tuple[_Entry, ...]
+    job: VerifyJob | None
+    result: Outcome | None = None  # the job's outcome, once it ended
+
+    @property
+    def top(self) -> str:
+        """The commit the next batch is stacked on."""
+        commit = self.entries[-1].prepared.commit
+        assert commit is not None  # only prepared commits are stacked
+        return commit
+
+    @property
+    def waiting(self) -> bool:
+        """Whether its verification is still out."""
+        return self.job is not None and self.result is None
 
 
 class MergeTrain:
-    """Winners wait in a queue and land one at a time, in the order they won, on the tip.
+    """Winners wait in a queue, in the order they won, and land on the tip in that order.
 
-    The train owns the queue, the patches parked for a later replay, the merge being verified
-    and the tip orchardist last put the branch at; it tells the loop what happened to each
-    patch as a :data:`MergeStep`.
+    A merge queue after Zuul and bors (see docs/architecture.md, "The merge queue"): waiting
+    winners are taken in batches, each verified once on the tree of the tip plus every batch
+    ahead of it, so batches are verified side by side in the slots the loop gives (``room``).
+    A batch lands when it is at the head and passed; one that fails is split into ``ways``
+    smaller ones until the failing entry stands alone, and everything stacked behind it is
+    verified again without it. The branch moves one entry at a time, with compare-and-swap.
+
+    The train owns the queue, the stack of batches, the patches parked for a later replay and
+    the tip orchardist last put the branch at; it tells the loop what happened to each patch as
+    a :data:`MergeStep`.
     """
 
     def __init__(
@@ -240,19 +148,41 @@ class MergeTrain:
         branch: str,
         intend: Callable[[str, Job], None],
         deleted: Callable[[bool, str], None],
+        *,
+        cancel: Callable[[str], None] = lambda job_id: None,
+        reverify: Reverify = Reverify.ALWAYS,
+        ways: int = 2,
     ) -> None:
         self.integrator, self.branch = integrator, branch
         self._intend = intend  # records a commit as orchardist's before the branch moves to it
         self._deleted = deleted  # hears that the branch was deleted (made again?, at which tip)
-        self.queue: deque[Outcome] = deque()
+        self._cancel = cancel  # stops a verification whose tree will not land
+        self.reverify, self.ways = reverify, max(2, ways)
+        self.queue: deque[Outcome] = deque()  # winners not in a batch yet
+        self.stack: list[_Batch] = []  # batches being verified or waiting to land, in order
         self.parked: dict[str, Outcome] = {}  # landed or verified patches a rewind may replay
-        self.merging: _InFlight | None = None
         self.tip = ""
+        self._sizes: deque[int] = deque()  # the next batches' sizes while bisecting
+        self._cancelled: set[str] = set()  # verifications cancelled, holding a slot until they end
+        self._jobs = itertools.count(1)
 
     @property
     def busy(self) -> bool:
         """Whether a patch waits or is being verified."""
-        return bool(self.queue) or self.merging is not None
+        return bool(self.queue) or bool(self.stack)
+
+    @property
+    def verifying(self) -> int:
+        """How many of the train's verifications run (each holds a slot)."""
+        return sum(b.waiting for b in self.stack) + len(self._cancelled)
+
+    def jobs(self) -> list[VerifyJob]:
+        """The verifications out."""
+        return [b.job for b in self.stack if b.job is not None and b.waiting]
+
+    def owns(self, job_id: str) -> bool:
+        """Whether ``job_id`` is one of the train's verifications still out (cancelled or not)."""
+        return job_id in self._cancelled or any(j.id == job_id for j in self.jobs())
 
     def enqueue(self, outcome: Outcome) -> None:
         """A winner waits for its turn."""
@@ -270,35 +200,134 @@ class MergeTrain:
         for outcome in [o for o in self.queue if o.job.task_id == task_id]:
             self.queue.remove(outcome)
 
-    def next(self, lands: Callable[[str], bool]) -> MergeStep | None:
-        """Take the next winner towards the branch; None while a merge is verified or none
-        waits."""
-        if not self.queue or self.merging is not None:
-            return None
-        outcome = self.queue.popleft()
-        job = outcome.job
-        assert isinstance(job, AttemptJob)  # winners are attempts, never verify-only jobs
-        if outcome.patch_commit is None or not lands(job.task_id):
-            # A task that changes nothing (a scanner), or a stage that hands over instead.
-            return self.landed(outcome, None)
-        prepared = self.integrator.prepare(
-            job.base_commit, outcome.patch_commit, job.message, self.tip
-        )
-        if prepared.commit is None:
-            return Conflict(outcome, prepared.conflicts)
-        if prepared.needs_verify and (outcome.verify_commands or job.verify):
-            verify = merge_verify_job(outcome, prepared)
-            self.merging = _InFlight(outcome, prepared, verify)
-            return NeedsVerify(outcome, verify, prepared.tip)
-        return self.advance(outcome, prepared)
+    def halt(self) -> list[VerifyJob]:
+        """Stop merging (the run stops): forget the queue and the stack; the verifications
+        out, to cancel. The tasks stay merging in the store: a resume queues them again."""
+        out = self.jobs()
+        self._cancelled.update(j.id for j in out)
+        self.queue.clear()
+        self.stack.clear()
+        self._sizes.clear()
+        return out
 
-    def verified(self, result: Outcome) -> MergeStep:
-        """The merge being verified ended."""
-        merge, self.merging = self.merging, None
-        assert merge is not None
-        if result.state is AttemptState.PASSED:
-            return self.advance(merge.outcome, merge.prepared)
-        return VerifyFailed(merge.outcome, result)
+    def next(self, lands: Callable[[str], bool], room: int = 1) -> MergeStep | None:
+        """The next thing that happens on the way to the branch: the head batch lands or fails,
+        or waiting winners form a batch (its verification may take one of ``room`` slots).
+        None while nothing can move."""
+        if self.stack and not self.stack[0].waiting:
+            return self._settle_head()
+        if not self.queue:
+            return None
+        return self._take(lands, room)
+
+    def verified(self, result: Outcome) -> None:
+        """A batch's verification ended (the next call to :meth:`next` acts on it)."""
+        self._cancelled.discard(result.job.id)
+        for i, batch in enumerate(self.stack):
+            if batch.job is not None and batch.job.id == result.job.id:
+                self.stack[i] = replace(batch, result=result)
+
+    # -- forming batches -----------------------------------------------------------------
+
+    def _take(self, lands: Callable[[str], bool], room: int) -> MergeStep | None:
+        """Stack the first waiting winner (and, in a batch, those behind it); winners that need
+        no verification are stacked as they are, one after another."""
+        while self.queue:
+            outcome = self.queue[0]
+            job = outcome.job
+            assert isinstance(job, AttemptJob)  # winners are attempts, never verify-only jobs
+            if outcome.patch_commit is None or not lands(job.task_id):
+                # A task that changes nothing (a scanner), or a stage that hands over instead.
+                self.queue.popleft()
+                return self.landed(outcome, None)
+            on = self.stack[-1].top if self.stack else self.tip
+            checked = bool(outcome.verify_commands or job.verify)
+            moved = on != job.base_commit
+            if checked and moved and room < 1 and self.reverify is Reverify.ALWAYS:
+                return None  # it needs a slot to verify in: wait for one
+            patch, message = outcome.patch_commit, job.message
+            prepared = self.integrator.prepare(job.base_commit, patch, message, on)
+            if prepared.commit is None:
+                if self.stack:  # it may conflict only with a batch ahead that will not land
+                    return None
+                self.queue.popleft()
+                return Conflict(outcome, prepared.conflicts)
+            if checked and self._needs_verify(job.base_commit, patch, prepared):
+                if room < 1:
+                    return None
+                self.queue.popleft()
+                return self._batch(_Entry(outcome, prepared), lands, on)
+            self.queue.popleft()
+            if not self.stack:
+                return self.advance(outcome, prepared)
+            self.stack.append(_Batch((_Entry(outcome, prepared),), None))
+        return None
+
+    def _needs_verify(self, base: str, patch: str, prepared: Prepared) -> bool:
+        """Whether the merged tree must be verified: it is not the patch's verified tree, and
+        (with ``reverify = "overlap"``) the patch and what landed since its base share a file."""
+        if not prepared.needs_verify:
+            return False
+        if self.reverify is Reverify.ALWAYS:
+            return True
+        moved = self.integrator.changed(base, prepared.tip)
+        return not moved.isdisjoint(self.integrator.changed(base, patch))
+
+    def _batch(self, first: _Entry, lands: Callable[[str], bool], on: str) -> NeedsVerify:
+        """A batch from ``first`` and the winners behind it, verified once on the last one's
+        tree. Its size: the next bisection's, or every winner waiting that stacks cleanly."""
+        size = self._sizes.popleft() if self._sizes else len(self.queue) + 1
+        entries = [first]
+        while self.queue and len(entries) < size:
+            outcome = self.queue[0]
+            job = outcome.job
+            if outcome.patch_commit is None or not lands(job.task_id):
+                break
+            top = entries[-1].prepared.commit
+            assert top is not None and isinstance(job, AttemptJob)
+            prepared = self.integrator.prepare(
+                job.base_commit, outcome.patch_commit, job.message, top
+            )
+            if prepared.commit is None:
+                break  # it waits: the conflict may be with an entry that will not land
+            entries.append(_Entry(self.queue.popleft(), prepared))
+        last = entries[-1]
+        verify = merge_verify_job(last.outcome, last.prepared, next(self._jobs), baseline=on)
+        self.stack.append(_Batch(tuple(entries), verify))
+        return NeedsVerify(last.outcome, verify, on, tuple(e.outcome for e in entries))
+
+    # -- landing -------------------------------------------------------------------------
+
+    def _settle_head(self) -> MergeStep:
+        """The head batch ended its verification (or needed none): land its first entry, or
+        split it, or blame its only entry."""
+        head = self.stack[0]
+        if head.result is None or head.result.state is AttemptState.PASSED:
+            entry, rest = head.entries[0], head.entries[1:]
+            if rest:
+                self.stack[0] = replace(head, entries=rest)
+            else:
+                self.stack.pop(0)
+            return self.advance(entry.outcome, entry.prepared)
+        self.stack.pop(0)
+        self._restack()  # everything behind was verified with the failing tree under it
+        outcomes = [e.outcome for e in head.entries]
+        if len(outcomes) == 1:
+            return VerifyFailed(outcomes[0], head.result)
+        sizes = _split(len(outcomes), self.ways)
+        self._sizes.extendleft(reversed(sizes))
+        self.queue.extendleft(reversed(outcomes))
+        return Bisected(outcomes[-1], head.result, sizes)
+
+    def _restack(self) -> None:
+        """Take every batch off the stack and queue its entries again, in order; their
+        verifications out are cancelled (the trees they test will not land)."""
+        for job in self.jobs():
+            self._cancelled.add(job.id)
+            self._cancel(job.id)
+        outcomes = [e.outcome for b in self.stack for e in b.entries]
+        self.stack.clear()
+        self.queue.extendleft(reversed(outcomes))
 
     def advance(self, outcome: Outcome, prepared: Prepared) -> MergeStep:
         """Move the branch onto the prepared commit, with compare-and-swap."""
@@ -306,6 +335,7 @@ class MergeTrain:
         self._intend(prepared.commit, outcome.job)  # resume trusts only recorded commits
         if self.integrator.advance(prepared):
             return self.landed(outcome, prepared.commit)
+        self._restack()  # whatever happened, the stack was built on a tip that did not move
         if self.integrator.current() is None:  # deleted under the run: made again, retried
             self.branch_tip()
             self.queue.appendleft(outcome)
@@ -349,20 +379,29 @@ class MergeTrain:
         return self.integrator.prepare(base, patch, message, tip).commit
 
     def rewind(self, to: str) -> bool:
-        """Move the branch back to ``to`` if it is still where orchardist put it."""
+        """Move the branch back to ``to`` if it is still where orchardist put it (the stack,
+        built on the old tip, is queued again)."""
         if not self.integrator.reset(to, self.tip):
             return False
+        self._restack()
         self.tip = to
         return True
 
 
-def merge_verify_job(outcome: Outcome, prepared: Prepared) -> VerifyJob:
-    """The job that verifies a patch merged onto a tip that moved since its attempt's base."""
+def _split(n: int, ways: int) -> tuple[int, ...]:
+    """``n`` entries in ``ways`` batches (at most ``n``) as even as can be, larger first."""
+    parts = min(n, ways)
+    return tuple(n // parts + (i < n % parts) for i in range(parts))
+
+
+def merge_verify_job(outcome: Outcome, prepared: Prepared, n: int, baseline: str) -> VerifyJob:
+    """The job that verifies a merged tree (the patch of ``outcome`` on top of what is ahead of
+    it); failures are judged against ``baseline``, the tree it was stacked on."""
     assert prepared.commit is not None
     job = outcome.job
     return VerifyJob(
         purpose="merge",
-        id=f"{job.id}.merge",
+        id=f"{job.id}.merge{n}",  # unique: a cancelled one's late outcome is not taken for it
         run_id=job.run_id,
         task_id=job.task_id,
         attempt=job.attempt,
@@ -372,6 +411,6 @@ def merge_verify_job(outcome: Outcome, prepared: Prepared) -> VerifyJob:
         workdir=job.workdir,
         timeout_s=job.timeout_s,
         marker=new_marker(),
-        baseline=prepared.tip,
+        baseline=baseline,
         network=job.network,
     )

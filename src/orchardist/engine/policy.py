@@ -27,6 +27,24 @@ COUNTED = {
 INFRA_RETRIES = 2  # infra errors (git, disk, executor) a task may have before it fails
 
 
+class FreeRetries:
+    """Which failed attempts run again without counting against their task's ``retries``: a
+    rate-limited one always (its pool waits for the limit to reset), one that failed on an
+    infrastructure error (git, disk, executor) at most :data:`INFRA_RETRIES` times a task."""
+
+    def __init__(self) -> None:
+        self.infra: Counter[str] = Counter()  # infra errors taken so far, per task
+
+    def take(self, task_id: str, failure: Failure) -> bool:
+        """Whether this failure is requeued for free (and, for an infra error, count it)."""
+        if failure is Failure.RATE_LIMITED:
+            return True
+        if failure is Failure.INFRA_ERROR and self.infra[task_id] < INFRA_RETRIES:
+            self.infra[task_id] += 1
+            return True
+        return False
+
+
 @dataclass(frozen=True)
 class Backoff:
     """Exponential back-off with full jitter in [delay/2, delay], capped."""

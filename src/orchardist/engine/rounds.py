@@ -69,12 +69,12 @@ class Rounds:
         """Every candidate of a task."""
         return [Unit(task_id, k) for k in range(self.specs[task_id].candidates)]
 
-    def start(self, task_id: str) -> None:
-        """A fresh round: every candidate becomes ready."""
-        spec = self.specs[task_id]
-        pending = set(range(spec.candidates))
-        self.rounds[task_id] = Round(spec.candidates, pending, after=self.attempts[task_id])
-        self.ready.extend(self.units(task_id))
+    def start(self, task_id: str, size: int | None = None) -> None:
+        """A fresh round: every candidate becomes ready (the first ``size`` only, if given: a
+        change request's round is its reviewed agent's alone)."""
+        size = self.specs[task_id].candidates if size is None else size
+        self.rounds[task_id] = Round(size, set(range(size)), after=self.attempts[task_id])
+        self.ready.extend(self.units(task_id)[:size])
 
     def next_attempt(self, task_id: str) -> int:
         """Number the task's next attempt."""

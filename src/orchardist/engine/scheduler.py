@@ -6,9 +6,11 @@ next alarm it set itself (a retry's back-off, a breaker's cool-down, the deadlin
 polling. Every state change is one store transaction, and hooks hear of it after it committed.
 
 The loop only sequences; each concern has an owner with its own state: candidate rounds and the
-ready set (``rounds.Rounds``), pools and budgets (``policy.Pools``, ``policy.Budgets``), the merge
-train (``merge.MergeTrain``), the regression guard (``regression.RegressionGuard``), task state
-transitions (``lifecycle.Lifecycle``), the records (``ledger.Ledger``) and what an attempt is told
+ready set (``rounds.Rounds``), pools, budgets and free requeues (``policy.Pools``,
+``policy.Budgets``, ``policy.FreeRetries``), the merge queue (``merge.MergeTrain``), the
+regression guard (``regression.RegressionGuard``), review gates (``review.Gate``: a decision
+recorded from another process arrives as a ``ReviewWake``), task state transitions
+(``lifecycle.Lifecycle``), the records (``ledger.Ledger``) and what an attempt is told
 (``jobs.Briefs``). They answer with typed results; the loop acts on them.
 """
 
@@ -17,7 +19,6 @@ from __future__ import annotations
 import queue
 import random
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,8 +35,9 @@ from .jobs import Briefs, log_path, started
 from .ledger import Ledger, Writes
 from .lifecycle import Lifecycle
 from .merge import BranchMoved, Merged, MergeStep, MergeTrain, NeedsVerify
-from .policy import INFRA_RETRIES, Backoff, Budgets, Pools
+from .policy import Backoff, Budgets, FreeRetries, Pools
 from .regression import Culprit, RegressionGuard, plan_rewind
+from .review import Gate, ReviewWake
 from .rounds import Rounds
 
 
@@ -45,6 +47,9 @@ class Stop:
 
     reason: str
     state: RunState = RunState.INTERRUPTED
+
+
+Message = Phase | Outcome | Stop | ReviewWake  # what the loop's queue carries
 
 
 class Scheduler:
@@ -78,15 +83,15 @@ class Scheduler:
         )
         self.rounds = Rounds(self.specs, self.graph.ranks)
         self.ready = self.rounds.ready
-        self.inbox: queue.SimpleQueue[Phase | Outcome | Stop] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self.ledger = Ledger(store, self.hooks, run.id, clock, fail_fast)
         self.tasks = self.ledger.tasks  # the same dict: the ledger keeps it in step
         self.active: dict[str, AttemptJob] = {}
-        self.train = MergeTrain(integrator, run.branch, self.ledger.intend, self.ledger.deleted)
+        self.train = self._merge_train(plan, run.branch)
         timeout_s = max((t.timeout_s for t in plan.tasks), default=3600.0)
         self.guard = RegressionGuard(plan.run, run.id, run.base_commit, timeout_s, integrator)
         self.briefs = Briefs(plan, run.id)
-        self.infra_failures: Counter[str] = Counter()
+        self.free_retries = FreeRetries()  # rate limits and the first infra errors
         self.pools = Pools(plan.agents, clock, self.rng)
         self.budgets = Budgets(plan.run.max_cost_usd, {t.id: t.max_cost_usd for t in plan.tasks})
         self.alarms = Alarms(monotonic)  # retries after their back-off, the deadline
@@ -94,6 +99,7 @@ class Scheduler:
         self.soft_stop: str | None = None  # budget: launch nothing new, finish what runs
         self.before_finish: Callable[[], None] = lambda: None  # runs.execute: tidy first
         self.pipelines = Pipelines(self.specs, store, run.id, self.train.start_on)
+        self.gate = Gate(self.specs, self.pipelines.lands, self.train.start_on)
         self.life = Lifecycle(
             specs=self.specs,
             graph=self.graph,
@@ -102,10 +108,23 @@ class Scheduler:
             train=self.train,
             briefs=self.briefs,
             pipelines=self.pipelines,
+            gate=self.gate,
             backoff=Backoff(base_s=plan.run.retry_backoff_s),
             rng=self.rng,
             retry_in=lambda delay_s, task_id: self.alarms.set(delay_s, "retry", task_id),
             cancel=self._cancel,
+        )
+
+    def _merge_train(self, plan: Plan, branch: str) -> MergeTrain:
+        """The run's merge queue: it cancels the verifications of trees that will not land."""
+        return MergeTrain(
+            self.integrator,
+            branch,
+            self.ledger.intend,
+            self.ledger.deleted,
+            cancel=lambda job_id: self.executor.cancel(job_id, "a merge ahead of it failed"),
+            reverify=plan.run.reverify,
+            ways=self.max_parallel,
         )
 
     # -- the loop ------------------------------------------------------------------------
@@ -118,7 +137,7 @@ class Scheduler:
             self._pump_merges()
             if self._all_done():  # the last merges are checked too, even < regression_every
                 self._maybe_check_regression(final=True)
-            if self._settled():
+            if self._settled() and not self._apply_reviews():  # (one decided as it ended)
                 break
             message = self._next_message()
             self._fire_timers()
@@ -129,8 +148,8 @@ class Scheduler:
 
     def abandon(self) -> None:
         """Cancel every job still out (the loop itself failed): nothing may run on unseen."""
-        jobs = [*self.active]
-        jobs += [p.job.id for p in (self.train.merging, self.guard.in_flight) if p is not None]
+        jobs = [*self.active, *(j.id for j in self.train.jobs())]
+        jobs += [self.guard.in_flight.job.id] if self.guard.in_flight is not None else []
         for job_id in jobs:
             self.executor.cancel(job_id, "the orchestrator failed")
 
@@ -138,7 +157,11 @@ class Scheduler:
         """Request a stop; safe from signal handlers and other threads."""
         self.inbox.put(Stop(reason, state))
 
-    def _next_message(self) -> Phase | Outcome | Stop | None:
+    def review_decided(self) -> None:
+        """A review decision was recorded from another process; safe from signal handlers."""
+        self.inbox.put(ReviewWake())
+
+    def _next_message(self) -> Message | None:
         """Block until a message arrives or the next timer is due."""
         due = [w for w in (self.alarms.next_at(), self._wake_at()) if w is not None]
         timeout = None if not due else max(0.0, min(due) - self.monotonic())
@@ -148,7 +171,7 @@ class Scheduler:
             return None
 
     def _settled(self) -> bool:
-        if self.active or self.train.merging is not None or self.guard.in_flight is not None:
+        if self.active or self.train.verifying or self.guard.in_flight is not None:
             return False
         if self.stopping is not None:
             return True
@@ -162,19 +185,21 @@ class Scheduler:
         """Nothing runs, waits, or is left to merge, and no stop was asked for."""
         busy = self.active or self.train.busy or self.guard.in_flight
         stopped = self.stopping is not None or self.soft_stop is not None
-        return not busy and not stopped and self._idle()
+        return not busy and not stopped and self._idle() and not self.gate.awaiting
 
     def _idle(self) -> bool:
         """Nothing is ready and no retry is waiting for its back-off."""
         return not self.ready and not self.alarms.pending("retry")
 
-    def _handle(self, message: Phase | Outcome | Stop) -> None:
+    def _handle(self, message: Message) -> None:
         if isinstance(message, Stop):
             self._stop(message)
+        elif isinstance(message, ReviewWake):
+            self._apply_reviews()
         elif isinstance(message, Phase):
             self._phase(message)
-        elif self.train.merging is not None and message.job.id == self.train.merging.job.id:
-            self._merge_step(self.train.verified(message))
+        elif self.train.owns(message.job.id):
+            self.train.verified(message)
             self._pump_merges()
         elif self.guard.in_flight is not None and message.job.id == self.guard.in_flight.job.id:
             self._regression_ended(message)
@@ -195,7 +220,7 @@ class Scheduler:
         """When a pool that ready work waits for opens again (breaker cool-down, rate limit)."""
         if not self.ready or self.stopping is not None or self.soft_stop is not None:
             return None
-        if len(self.active) >= self.max_parallel:
+        if self._free_slots() < 1:
             return None  # every slot is taken: an attempt that ends wakes the loop
         wait_s = self.pools.wake_in(self.ready.pools())
         return None if wait_s is None else self.monotonic() + wait_s
@@ -205,7 +230,7 @@ class Scheduler:
     def _launch(self) -> None:
         if self.ledger.failed_fast is not None and self.stopping is None:
             self._stop(Stop(f"fail-fast: task {self.ledger.failed_fast} failed", RunState.FAILED))
-        while self.stopping is None and len(self.active) < self.max_parallel:
+        while self.stopping is None and self._free_slots() > 0:
             if self._run_budget_spent():
                 return
             unit = self.ready.pop(self.pools.has_room)
@@ -216,6 +241,10 @@ class Scheduler:
                 self._hold(task_id, f"cost budget spent (${self.budgets.cost[task_id]:.2f})")
                 continue
             self._start_attempt(self.specs[task_id], unit.candidate)
+
+    def _free_slots(self) -> int:
+        """Slots neither an attempt nor a merge verification holds."""
+        return self.max_parallel - len(self.active) - self.train.verifying
 
     def _run_budget_spent(self) -> bool:
         if self.soft_stop is None and (spent := self.budgets.run_spent()) is not None:
@@ -235,12 +264,13 @@ class Scheduler:
 
     def _start_attempt(self, spec: TaskSpec, candidate: int) -> None:
         n = self.rounds.next_attempt(spec.id)
-        agent = self.pools.profile_for(spec.id, spec.agent_for(candidate))
+        agent = self.pools.profile_for(spec.id, self.gate.agent(spec.id, spec.agent_for(candidate)))
         now = self.clock()
         self.pools.started(agent)
         tip, budget = self.train.tip, self.budgets.task_left(spec.id)
         job = self.briefs.attempt(spec, n, candidate, agent, tip, budget)
         job = self.pipelines.shape(job, spec)  # a pipeline's stage: handoffs, where it starts
+        job = self.gate.shape(job)  # after a change request: its text, the reviewed patch
         with self.ledger.tx() as tx:
             tx.add_attempt(started(job, agent, now, log_path(self.executor, job)))
             running = {"agent": agent, "candidate": candidate, "base": tip[:12]}
@@ -302,9 +332,7 @@ class Scheduler:
     def _retry_unit(self, tx: Writes, outcome: Outcome) -> bool:
         """Re-queue one candidate without a counted failure (rate limit, infra, within budget)."""
         job, failure = outcome.job, outcome.failure
-        if failure is Failure.INFRA_ERROR and self.infra_failures[job.task_id] < INFRA_RETRIES:
-            self.infra_failures[job.task_id] += 1
-        elif failure is not Failure.RATE_LIMITED:
+        if failure is None or not self.free_retries.take(job.task_id, failure):
             return False
         self.rounds.requeue(job)
         # a rate limit's reset time, as the agent reported it (None: the profile backs off)
@@ -316,13 +344,22 @@ class Scheduler:
     # -- merging -------------------------------------------------------------------------
 
     def _pump_merges(self) -> None:
-        """Land queued winners one at a time, in the order they won."""
+        """Land what passed, in the order it won; verify merged trees in the slots attempts
+        leave free (or first, when a task waits for one of them to land)."""
+        if not self._merge_awaited():
+            self._launch()  # what waits in the queue is verified later, in larger batches
         while self.guard.in_flight is None and self.stopping is None:
-            step = self.train.next(self.pipelines.lands)
+            step = self.train.next(self.pipelines.lands, self._free_slots())
             if step is None:
                 break
             self._merge_step(step)
         self._launch()
+
+    def _merge_awaited(self) -> bool:
+        """Whether a task waits for a winner in the merge queue to land (its dependent)."""
+        children = self.graph.children
+        queued = (o.job.task_id for o in self.train.queue)
+        return any(not self.tasks[c].state.terminal for t in queued for c in children[t])
 
     def _merge_step(self, step: MergeStep) -> None:
         """Record what happened to a winner on its way to the branch, and act on it."""
@@ -383,6 +420,21 @@ class Scheduler:
         self.guard.rewound()  # check the new tip too
         self._pump_merges()
 
+    # -- review gates --------------------------------------------------------------------
+
+    def _apply_reviews(self) -> bool:
+        """Act on the decisions recorded for winners that await review; whether there were."""
+        if self.stopping is not None or not self.gate.awaiting:
+            return False
+        states = {t: r.state for t, r in self.tasks.items()}
+        found = self.gate.applicable(self.store.decisions(self.run_id), states)
+        for stored in found:
+            with self.ledger.tx() as tx:
+                self.life.reviewed(tx, stored, self.clock())
+        if found:
+            self._pump_merges()
+        return bool(found)
+
     def _cancel(self, task_id: str, reason: str) -> None:
         """Cancel the task's running attempts."""
         for job in list(self.active.values()):
@@ -399,12 +451,11 @@ class Scheduler:
             tx.event(Kind.RUN, None, None, state=RunEvent.STOPPING, reason=stop.reason)
             # Verified patches waiting to merge stay ``merging``: a resume merges them from the
             # saved patch instead of running their agents again.
-            self.train.queue.clear()
-        for job_id in list(self.active):
+            halted = self.train.halt()
+        for job_id in [*self.active, *(j.id for j in halted)]:
             self.executor.cancel(job_id, stop.reason)
-        for pending in (self.train.merging, self.guard.in_flight):
-            if pending is not None:
-                self.executor.cancel(pending.job.id, stop.reason)
+        if self.guard.in_flight is not None:
+            self.executor.cancel(self.guard.in_flight.job.id, stop.reason)
 
     def _finish(self) -> RunState:
         moved = self.train.branch_tip()
@@ -436,6 +487,7 @@ class Scheduler:
         done = {t for t, r in self.tasks.items() if r.state is TaskState.DONE}
         done |= self.pipelines.passed_on(self.tasks)  # escalated shots release their stages
         self.life.count_waiting(done.__contains__)
+        self.gate.restore(self.store.decisions(self.run_id), attempts)
         with self.ledger.tx() as tx:
             tx.run(state=RunState.RUNNING, finished_at=None, reason="")
             self.life.restore(tx, passed)
@@ -444,4 +496,5 @@ class Scheduler:
             if self.plan.run.deadline_s is not None:
                 left = self.run_record.created_at + self.plan.run.deadline_s - self.clock()
                 self.alarms.set(max(0.0, left), "deadline")
+        self._apply_reviews()  # decided while no orchestrator ran
         self._pump_merges()

@@ -52,7 +52,7 @@ class AttemptJob:
     candidate: int
     base_commit: str  # the patch is taken against this commit
     title: str
-    prompt: str
+    prompt: str  # the whole brief, for an agent that starts a fresh session
     profile: AgentProfile | None  # None only when rebuilt from the store to merge again, for
     # an agent the plan no longer names; an attempt submitted to an executor always has one
     verify: tuple[str, ...]
@@ -72,6 +72,8 @@ class AttemptJob:
     max_cost_usd: float | None = None  # what the agent may spend: the task's budget left
     start_commit: str | None = None  # the worktree starts here (None: at base_commit), while
     # the patch is still taken against base_commit (a fix starts from base + the reproduction)
+    followup: str = ""  # the message for an agent that continues the task's earlier session
+    # (a retry's failure, a reviewer's change request): see agents/sessions.py; "" starts afresh
 
     @property
     def start(self) -> str:
@@ -128,6 +130,7 @@ class Outcome:
     flag: str = ""  # something the user should look at, e.g. "check_does_not_reproduce"
     verify_commands: tuple[str, ...] = ()  # the commands verification actually ran
     handoff: str = ""  # a pipeline stage's validated handoff, JSON text
+    session: str = ""  # continued <id> / fresh (why): how the agent's session started
 
     def bounded(self) -> tuple[Outcome, tuple[str, ...]]:
         """This outcome as it may be kept: usage figures out of range dropped (noted in the

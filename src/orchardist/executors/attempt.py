@@ -10,12 +10,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..agents import AgentContext, AgentResult
-from ..confine.isolation import Spec
+from ..confine.isolation import Spec, writable_of
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken
+from ..git.repo import Repo
 from ..state.records import Failure, Usage
+from ..verify.discovery import auto_commands, discover_tests
 from . import AttemptJob, Job, Outcome
-from .confinement import writable_of
 
 MAX_ENV_PROMPT_BYTES = 64 * 1024  # larger prompts are only in the prompt file (exec limits)
 
@@ -59,6 +60,7 @@ class Work:
     changed: int = 0
     usage: Usage = field(default_factory=Usage)
     summary: str = ""
+    session: str = ""  # continued <id> / fresh (why): see agents/sessions.py
 
 
 def agent_context(
@@ -70,29 +72,30 @@ def agent_context(
     deadline: float,
     token: CancelToken,
     confine: Spec | None,
+    resume: str | None = None,
+    prompt: str | None = None,
 ) -> AgentContext:
     """What the job's agent is given: its prompt (in the environment and a file), where to
-    leave its output, earlier stages' handoffs, its time left and its confinement."""
+    leave its output, earlier stages' handoffs, its time left and its confinement; ``prompt``
+    and ``resume`` when it continues its earlier session (continuing.py)."""
     assert job.profile is not None
+    told = job.prompt if prompt is None else prompt
     # Kept beside the log for the record; the agent reads its own copy in the io folder: the
     # logs are in the user's git directory, out of sight where the tree is shown at the
     # repository's path (see isolation.RepoView).
-    log.with_suffix(".prompt.md").write_text(job.prompt, encoding="utf-8")
+    log.with_suffix(".prompt.md").write_text(told, encoding="utf-8")
     prompt_file = paths.io / "prompt.md"
     output_file = paths.output_file
-    prompt_file.write_text(job.prompt, encoding="utf-8")
+    prompt_file.write_text(told, encoding="utf-8")
     output_file.unlink(missing_ok=True)
     agent_env = {
         **env,
-        "ORCHARDIST_PROMPT": clip(job.prompt, MAX_ENV_PROMPT_BYTES),
+        "ORCHARDIST_PROMPT": clip(told, MAX_ENV_PROMPT_BYTES),
         "ORCHARDIST_PROMPT_FILE": str(prompt_file),
         "ORCHARDIST_OUTPUT": str(output_file),
     }
     if job.stage:
-        log.with_suffix(".inputs.json").write_text(job.inputs or "{}", encoding="utf-8")
-        inputs_file = paths.io / "inputs.json"
-        inputs_file.write_text(job.inputs or "{}", encoding="utf-8")
-        agent_env.update(ORCHARDIST_STAGE=job.stage, ORCHARDIST_INPUTS=str(inputs_file))
+        agent_env.update(stage_env(job, paths, log))
     left = max(0.01, deadline - time.monotonic())
     timeout = min(left, job.profile.timeout_s) if job.profile.timeout_s else left
     return AgentContext(
@@ -101,7 +104,7 @@ def agent_context(
         attempt=job.attempt,
         candidate=job.candidate,
         title=job.title,
-        prompt=job.prompt,
+        prompt=told,
         worktree=paths.tree,
         cwd=cwd,
         prompt_file=prompt_file,
@@ -115,7 +118,16 @@ def agent_context(
         confine=confine,
         paths=paths,
         max_cost_usd=job.max_cost_usd,
+        resume=resume,
     )
+
+
+def stage_env(job: AttemptJob, paths: AttemptPaths, log: Path) -> dict[str, str]:
+    """A pipeline stage's variables: its name, and the earlier stages' handoffs in a file."""
+    log.with_suffix(".inputs.json").write_text(job.inputs or "{}", encoding="utf-8")
+    inputs_file = paths.io / "inputs.json"
+    inputs_file.write_text(job.inputs or "{}", encoding="utf-8")
+    return {"ORCHARDIST_STAGE": job.stage, "ORCHARDIST_INPUTS": str(inputs_file)}
 
 
 def note_ending(job: AttemptJob, result: AgentResult, log: Path, reason: str | None) -> AgentResult:
@@ -143,3 +155,15 @@ def clip(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` bytes of UTF-8."""
     data = text.encode("utf-8")
     return text if len(data) <= limit else data[:limit].decode("utf-8", errors="ignore")
+
+
+def verify_commands(
+    repo: Repo, job: Job, worktree: Path, patch: str
+) -> tuple[tuple[str, ...], str]:
+    """The verify commands; with ``auto_verify``, tests found for the changed files."""
+    if not isinstance(job, AttemptJob) or not job.auto_verify:
+        return job.verify, ""
+    prefix = "" if job.workdir in ("", ".") else job.workdir.rstrip("/") + "/"
+    changed = repo.changed_files(job.base_commit, patch)
+    tests = [t[len(prefix) :] for t in discover_tests(changed, worktree) if t.startswith(prefix)]
+    return auto_commands(tests, job.verify)

@@ -4,10 +4,14 @@ command, network) in a tree of its own and kept in the store for every later can
 
 from __future__ import annotations
 
+import os
 import secrets
+import select
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -20,7 +24,57 @@ from ..safeio import flocked
 from ..state.store import Store
 from ..verify.oracle import CommandOutcome, baseline_key
 from ..verify.verifier import CommandRequest, run_one
+from . import Job, VerifyJob
 from .views import make_view
+
+
+def keeper(baselines: LocalBaselines | None, job: Job) -> Callable[[CommandOutcome], None] | None:
+    """Where a merge verification's outcomes go: the baselines of the tree it verified (the
+    next merge stacked on it judges its failures against them instead of running them again)."""
+    if baselines is None or not isinstance(job, VerifyJob) or job.purpose != "merge":
+        return None
+    return partial(baselines.keep, job.base_commit, job.workdir, job.network)
+
+
+def verifying(baselines: LocalBaselines | None, job: Job) -> AbstractContextManager[None]:
+    """While a merge verification runs, a baseline asked of its tree waits for its outcomes
+    (a merge stacked on it fails first) instead of running the same commands beside it."""
+    if baselines is None or keeper(baselines, job) is None:
+        return nullcontext()
+    return baselines.verifying(job.base_commit)
+
+
+class _Pending:
+    """A merge verification under way: its pipe reads end-of-file once it ended (so a waiter
+    selects on it and on its own cancel token at once; the last one out closes it)."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        self._lock = threading.Lock()
+        self._users = 1  # the verification itself, and each waiter
+
+    def wait(self, cancel: CancelToken | None, timeout_s: float) -> None:
+        """Until the verification ended, ``cancel`` fires or ``timeout_s`` passed."""
+        with self._lock:
+            if self._users == 0:
+                return
+            self._users += 1
+        try:
+            fds = [self._read] + ([cancel.fileno()] if cancel is not None else [])
+            select.select(fds, [], [], timeout_s)
+        finally:
+            self._release()
+
+    def end(self) -> None:
+        """The verification ended: wake every waiter."""
+        os.close(self._write)
+        self._release()
+
+    def _release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                os.close(self._read)
 
 
 class Host(Protocol):
@@ -46,6 +100,7 @@ class LocalBaselines:
         self.store = store
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
+        self._verifying: dict[str, list[_Pending]] = {}  # commit -> its merge verifications
 
     def outcome(
         self,
@@ -64,6 +119,10 @@ class LocalBaselines:
         """
         key = self.key(commit, command, workdir, network)
         with self._lock:
+            pending = list(self._verifying.get(commit, ()))
+        for verification in pending:  # its outcomes come soon: not worth a run of their own
+            verification.wait(cancel, timeout_s)
+        with self._lock:
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         # Across processes too: two orchestrators on one repository run a baseline once.
         with key_lock, flocked(self.executor.log_root.parent / "locks" / f"baseline-{key}.lock"):
@@ -77,6 +136,29 @@ class LocalBaselines:
                 with self.store.transaction() as tx:
                     tx.put_baseline(key, commit, outcome, self.executor.clock())
             return outcome
+
+    def keep(self, commit: str, workdir: str, network: bool, outcome: CommandOutcome) -> None:
+        """A command's outcome on ``commit``, run by a verification of that very tree (a merged
+        tree): the baseline of the next merge stacked on it, which is then not run again."""
+        key = self.key(commit, outcome.command, workdir, network)
+        with self.store.transaction() as tx:
+            if self.store.baseline(key) is None:
+                tx.put_baseline(key, commit, outcome, self.executor.clock())
+
+    @contextmanager
+    def verifying(self, commit: str) -> Iterator[None]:
+        """``commit``'s tree is being verified: its outcomes are kept, wait for them."""
+        pending = _Pending()
+        with self._lock:
+            self._verifying.setdefault(commit, []).append(pending)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._verifying[commit].remove(pending)
+                if not self._verifying[commit]:
+                    del self._verifying[commit]
+            pending.end()
 
     @staticmethod
     def key(commit: str, command: str, workdir: str, network: bool) -> str:

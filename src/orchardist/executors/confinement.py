@@ -13,12 +13,14 @@ from pathlib import Path
 
 from ..confine import landlock as sandbox
 from ..confine import userlink
+from ..confine.exes import Reach, Scope, path_reach, private_files, reach
 from ..confine.homes import tool_homes
-from ..confine.isolation import Mode, RepoView, Spec, hidden_by_tmp
+from ..confine.isolation import Mode, RepoView, Spec, choose, hidden_by_tmp
 from ..confine.layout import Layout
-from ..confine.paths import AttemptPaths
+from ..confine.paths import AttemptPaths, workdir_root
 from ..errors import IsolationError
 from ..git.repo import Repo
+from ..specs import Plan
 
 # Folders (separated like PATH) shown to every confined process although the private /tmp would
 # hide them, read-only or writable: for test harnesses, and caches the user means to share.
@@ -42,6 +44,8 @@ class Confinement:
         self.environment = tuple(self.root / name for name in environment)
         self._theirs: list[Path] | None = None
         self._hidden: tuple[Path, ...] | None = None
+        self._reached: dict[tuple[str, ...], Reach] = {}
+        self._identity: dict[str, str] | None = None
         if mode is Mode.NAMESPACES and layout.folder.absolute().is_relative_to(self.root):
             raise IsolationError(
                 f"the attempt folders ({layout.folder}) are inside the repository {self.root}: "
@@ -57,8 +61,28 @@ class Confinement:
         """The user's own home (attempts get homes of their own)."""
         return Path(self.source_env().get("HOME") or Path.home())
 
+    def private_env(self, paths: AttemptPaths) -> dict[str, str]:
+        """HOME and TMPDIR of the attempt's own: what its tools write stays in the attempt
+        (and /tmp may be off limits, when the repository lives there). Toolchains installed in
+        the real home are named by their variables, so they are still found; commits inside
+        are the user's."""
+        if self._identity is None:  # the user's ~/.gitconfig is out of sight in the private HOME
+            name, email = self.layout.identity()
+            self._identity = {
+                f"GIT_{role}_{key}": value
+                for role in ("AUTHOR", "COMMITTER")
+                for key, value in (("NAME", name), ("EMAIL", email))
+            }
+        tools = tool_homes(self.source_env(), self.real_home())
+        return {**tools, **self._identity, "HOME": str(paths.home), "TMPDIR": str(paths.tmp)}
+
     def spec(
-        self, paths: AttemptPaths, network: bool, hidden: tuple[Path, ...] = ()
+        self,
+        paths: AttemptPaths,
+        network: bool,
+        hidden: tuple[Path, ...] = (),
+        words: tuple[str, ...] = (),
+        user_git: bool = True,
     ) -> Spec | None:
         """How a process of the attempt at ``paths`` is confined, in the executor's mode.
 
@@ -68,28 +92,70 @@ class Confinement:
         :class:`RepoView`): the user's git directory is read at the layout's link to it (the
         private git directory reads its objects through alternates naming that link), and the
         ``[run] environment`` folders of the checkout read-only in their places. ``network``
-        False leaves loopback only; ``hidden`` folders are shown empty.
+        False leaves loopback only; ``hidden`` folders are shown empty. What the command line
+        ``words`` and the tools on PATH need beneath the host's /tmp is shown read-only (see
+        exes.py; what cannot be, :meth:`refusals` names). ``user_git`` False: a tree with a
+        git directory of its own (doctor's probe) needs no link to the user's.
         """
         if self.mode is Mode.NONE:
             return None
         if self.mode is Mode.LANDLOCK:
             return Spec(self._landlock_writable(paths), mode=Mode.LANDLOCK)
         shared = self._outside(self._shared(SHARE_WRITABLE_VAR))
-        view = RepoView(
-            self.root,
-            paths.tree,
-            self.environment,
-            links=((self._user_git(), self.repo.common_dir.resolve()),),
-        )
+        links = ((self._user_git(), self.repo.common_dir.resolve()),) if user_git else ()
+        view = RepoView(self.root, paths.tree, self.environment, links=links)
+        tools = self.reach(words)
         return Spec(
             writable=(paths.tree, paths.git, paths.io, *shared),
-            readonly=self._hidden_needs(),
+            readonly=tuple(dict.fromkeys((*self._hidden_needs(), *tools.binds))),
             home=paths.home,
             tmp=paths.tmp,
             network=network,
             view=view,
             hidden=hidden,
+            symlinks=tools.symlinks,
         )
+
+    def scope(self) -> Scope:
+        """What attempts see at the repository's path, and the folders they must not see."""
+        return Scope(self.root, self.environment, (self.layout.folder.absolute(),), self._tracked)
+
+    def _tracked(self, path: Path) -> bool:
+        """Whether git tracks ``path`` in the checkout (so each attempt's tree has it)."""
+        rel = os.path.relpath(path, self.root)
+        return self.repo.run_git("ls-files", "--error-unmatch", "--", rel).returncode == 0
+
+    def reach(self, words: tuple[str, ...] = ()) -> Reach:
+        """What the command line ``words`` and the tools on PATH need to see (looked up once
+        per command line)."""
+        if words not in self._reached:
+            path_env = self.source_env().get("PATH", os.defpath)
+            if words:
+                found = self.reach() + reach(words, path_env, self.scope())
+            else:
+                found = path_reach(path_env, self.scope())
+            self._reached[words] = found
+        return self._reached[words]
+
+    def unseen(self, words: tuple[str, ...]) -> list[Path]:
+        """The files beneath the host's /tmp that the command line ``words`` names and that
+        confined processes other than the agent (verify commands, checks) do not see."""
+        if self.mode is not Mode.NAMESPACES:
+            return []
+        shown = (*self._hidden_needs(), *self.reach().binds)
+        return [
+            path
+            for path in private_files(words)
+            if not any(p.is_relative_to(s) for s in shown for p in (path, path.resolve()))
+        ]
+
+    def refusals(self, words: tuple[str, ...]) -> list[str]:
+        """Why the command line ``words`` cannot run confined (empty when it can): only with
+        namespaces, where attempts see a view of the host."""
+        if self.mode is not Mode.NAMESPACES or not words:
+            return []
+        shown = " ".join(words[:1])
+        return [r.message(f"`{shown}`") for r in self.reach(words).refused]
 
     def _user_git(self) -> Path:
         """The layout's link to the user's git directory, made again if another orchestrator's
@@ -177,12 +243,26 @@ _HOME_PROTECTED = (
 )
 
 
+def for_plan(
+    plan: Plan,
+    environ: Mapping[str, str] | None = None,
+    mode: Mode | None = None,
+    repo: Repo | None = None,
+) -> Confinement | None:
+    """The confinement a local run of ``plan`` gives its attempts, for the checks made before
+    one (validation, doctor), in ``mode`` (None: the one the run gets); None where none can
+    be made (the run itself says why). ``repo``: the plan's, when the caller has it open."""
+    repo = Repo(plan.repo) if repo is None else repo
+    root = workdir_root(plan.run.workspace, environ)
+    try:
+        mode = choose(plan.run.isolation) if mode is None else mode
+        layout = Layout(repo, root, repo.common_dir / "orchardist")
+        return Confinement(repo, layout, mode, environ, plan.run.environment)
+    except IsolationError:
+        return None
+
+
 def without(spec: Spec, path: Path) -> Spec:
     """``spec`` with ``path`` read-only (a stage that must not change its tree)."""
     kept = tuple(p for p in spec.writable if p != path)
     return replace(spec, writable=kept, readonly=(*spec.readonly, path))
-
-
-def writable_of(spec: Spec) -> tuple[Path, ...]:
-    """Everything a spec lets its processes write (for agents that tell their CLI so)."""
-    return (*spec.writable, *(p for p in (spec.home, spec.tmp) if p is not None))

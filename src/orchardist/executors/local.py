@@ -7,6 +7,7 @@ base's outcomes of verify commands :mod:`.baselines`'."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -14,10 +15,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..agents import Agent, AgentResult, agent_class, make_agent, scrubbed_env
-from ..confine import mounts
-from ..confine.homes import empty_home, fill_home, tool_homes
-from ..confine.isolation import Mode, Policy, Spec, choose
+from ..agents import Agent, AgentResult, agent_class, command_words, make_agent, scrubbed_env
+from ..agents.sessions import Sessions
+from ..confine import caches, mounts
+from ..confine.homes import empty_home, fill_home
+from ..confine.isolation import Mode, Policy, Spec, choose, writable_of
 from ..confine.layout import Layout
 from ..confine.paths import AttemptPaths, workdir_root
 from ..confine.procs import CancelToken
@@ -28,12 +30,14 @@ from ..safeio import read_capped, read_tail
 from ..specs import RunConfig
 from ..state.records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
 from ..state.store import Store
-from ..verify.discovery import auto_commands, discover_tests
+from ..verify import reports
 from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier, VerifyRequest
 from . import AttemptJob, Job, Notify, Outcome, Phase
-from .attempt import Attempt, Work, agent_context, note_ending
+from .attempt import Attempt, Work, agent_context, note_ending, verify_commands
 from .baselines import LocalBaselines as LocalBaselines
-from .confinement import Confinement, without, writable_of
+from .baselines import keeper, verifying
+from .confinement import Confinement, without
+from .continuing import run_continuing
 from .guard import CheckoutGuard
 from .views import make_view, needs_view, view_paths
 
@@ -66,22 +70,16 @@ class LocalExecutor:
     ) -> None:
         self.repo = repo
         self.layout = Layout(repo, workdir_root(workspace), Path(state_dir))
-        # The user's git identity (their ~/.gitconfig is out of sight in the private HOME).
-        name, email = self.layout.identity()
-        self._identity = {
-            f"GIT_{role}_{key}": value
-            for role in ("AUTHOR", "COMMITTER")
-            for key, value in (("NAME", name), ("EMAIL", email))
-        }
         self.log_root = Path(state_dir) / "logs"
+        self.sessions = Sessions(Path(state_dir) / "sessions")  # the agents' own, per task
         self.clock = clock
         self.environ = environ
         self._lock = threading.Lock()
         self._cancels: dict[str, CancelToken] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._agents: dict[str, Agent] = {}
-        baselines = None if store is None else LocalBaselines(self, store)
-        self.verifier = CommandVerifier(baselines)
+        self.baselines = None if store is None else LocalBaselines(self, store)
+        self.verifier = CommandVerifier(self.baselines)
         self.store = store
         # ``sandbox = False`` is the older spelling of isolation "off".
         self.policy = isolation or (Policy.AUTO if sandbox else Policy.OFF)
@@ -215,6 +213,7 @@ class LocalExecutor:
                 if isinstance(ran, Outcome):
                     return ran
                 work = ran
+                attempt = replace(attempt, end=functools.partial(end, session=work.session))
             empty_home(paths)  # verify runs the agent's code: no credentials copied for it
             notify(Phase(job, "verifying"))
             if isinstance(job, AttemptJob) and needs_view(job):
@@ -251,7 +250,7 @@ class LocalExecutor:
         job, paths = a.agent_job, a.paths
         assert job.profile is not None
         # Decided before the agent runs: it could rewrite its .git file to point anywhere.
-        agent_spec = self.confine(paths, network=True)
+        agent_spec = self.confine(paths, network=True, words=command_words(job.profile))
         if job.stage in READ_ONLY_STAGES and agent_spec is not None:
             agent_spec = without(agent_spec, paths.tree)
         gitfile = (read_capped(paths.tree / ".git", GIT_FILE_MAX_BYTES) or b"").decode(
@@ -260,9 +259,16 @@ class LocalExecutor:
         env = self._env(job, paths, job.profile)
         kind = agent_class(job.profile.kind)
         fill_home(paths, self.confinement.real_home(), kind.home_files, kind.home_state)
-        ctx = agent_context(job, paths, a.cwd, env, a.log, a.deadline, a.token, agent_spec)
+        cache = caches.prepare(self.layout.state_dir, job.profile, paths.home, kind.home_cache)
+        given = (job, paths, a.cwd, env, a.log, a.deadline, a.token, agent_spec)
         self.guard.started(job.id)  # until its own look at the checkout
-        result = self._agent(job.profile).run(ctx)
+        context = functools.partial(agent_context, *given)
+        result, session = run_continuing(
+            self._agent(job.profile), job, self.sessions, paths.home, context
+        )
+        a = replace(a, end=functools.partial(a.end, session=session))
+        if cache is not None and result.failure is None and not result.cancelled:
+            caches.keep(paths.home, cache, kind.home_cache)  # the first to end well fills it
         usage = result.usage
         result = note_ending(job, result, a.log, a.token.reason)
         if result.cancelled or a.token.cancelled:
@@ -282,7 +288,8 @@ class LocalExecutor:
                 feedback=read_tail(a.log, 0, FEEDBACK_BYTES, last=True).text(),
                 retry_after_s=result.retry_after_s,
             )
-        return self._work(a, gitfile, result, usage)
+        work = self._work(a, gitfile, result, usage)
+        return replace(work, session=session) if isinstance(work, Work) else work
 
     def _work(self, a: Attempt, gitfile: str, result: AgentResult, usage: Usage) -> Outcome | Work:
         """The agent's work as a patch, unless it must not be kept or changed nothing."""
@@ -356,29 +363,31 @@ class LocalExecutor:
     def _verify(self, a: Attempt, work: Work) -> Outcome:
         """Run the verify commands (and the check) on the patch."""
         job, paths = a.job, a.checked
-        commands, note = self._commands(job, paths.tree, work.patch)
+        commands, note = verify_commands(self.repo, job, paths.tree, work.patch)
         if note:
             with a.log.open("a", encoding="utf-8") as fh:
                 fh.write(f"orchardist: {note}\n")
-        verdict = self.verifier.verify(
-            VerifyRequest(
-                commands=commands,
-                check=job.check if isinstance(job, AttemptJob) else None,
-                baseline=job.baseline,
-                check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
-                workdir=job.workdir,
-                cwd=a.cwd,
-                env={**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"},
-                log=a.log,
-                scratch=paths.junit_dir,
-                deadline=a.deadline,
-                timeout_s=job.timeout_s,
-                cancel=a.token,
-                marker=job.marker,
-                confine=self.confine(paths, network=job.network, hidden=a.hidden),
-                network=job.network,
+        with verifying(self.baselines, job):
+            verdict = self.verifier.verify(
+                VerifyRequest(
+                    commands=commands,
+                    check=job.check if isinstance(job, AttemptJob) else None,
+                    baseline=job.baseline,
+                    check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
+                    workdir=job.workdir,
+                    cwd=a.cwd,
+                    env={**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"},
+                    log=a.log,
+                    scratch=paths.junit_dir,
+                    deadline=a.deadline,
+                    timeout_s=job.timeout_s,
+                    cancel=a.token,
+                    marker=job.marker,
+                    confine=self.confine(paths, network=job.network, hidden=a.hidden),
+                    network=job.network,
+                    keep=keeper(self.baselines, job),
+                )
             )
-        )
         common: dict[str, Any] = {
             "patch_commit": work.patch,
             "changed_lines": work.changed,
@@ -386,6 +395,8 @@ class LocalExecutor:
             "summary": work.summary,
             "verify_commands": commands,
         }
+        check = job.check if isinstance(job, AttemptJob) else None
+        reports.save_reports(paths.junit_dir, commands, check, a.log)  # kept: the folder goes
         if verdict.verdict == "cancelled" or a.token.cancelled:
             return a.end(AttemptState.CANCELLED, detail=a.token.reason or "cancelled", **common)
         if not verdict.passed:
@@ -446,17 +457,6 @@ class LocalExecutor:
             watch = [f"refs/heads/{r.branch}" for r in runs if r.state in UNFINISHED]
         return self.repo.checkout_fingerprint(ignore, watch)
 
-    def _commands(self, job: Job, worktree: Path, patch: str) -> tuple[tuple[str, ...], str]:
-        """The verify commands; with ``auto_verify``, tests found for the changed files."""
-        if not isinstance(job, AttemptJob) or not job.auto_verify:
-            return job.verify, ""
-        prefix = "" if job.workdir in ("", ".") else job.workdir.rstrip("/") + "/"
-        changed = self.repo.changed_files(job.base_commit, patch)
-        tests = [
-            t[len(prefix) :] for t in discover_tests(changed, worktree) if t.startswith(prefix)
-        ]
-        return auto_commands(tests, job.verify)
-
     def _verify_env(self, job: Job, paths: AttemptPaths) -> dict[str, str]:
         """Verify commands run the agent's code: they get no agent credentials at all."""
         return self._env(job, paths, None)
@@ -482,17 +482,20 @@ class LocalExecutor:
         return {**env, **self.private_env(paths)}
 
     def private_env(self, paths: AttemptPaths) -> dict[str, str]:
-        """HOME and TMPDIR of the attempt's own: what its tools write stays in the attempt
-        (and /tmp may be off limits, when the repository lives there). Toolchains installed in
-        the real home are named by their variables, so they are still found."""
-        tools = tool_homes(self.confinement.source_env(), self.confinement.real_home())
-        return {**tools, **self._identity, "HOME": str(paths.home), "TMPDIR": str(paths.tmp)}
+        """The variables that point the attempt's tools at its own folders (see
+        :meth:`.Confinement.private_env`)."""
+        return self.confinement.private_env(paths)
 
     def confine(
-        self, paths: AttemptPaths, network: bool, hidden: tuple[Path, ...] = ()
+        self,
+        paths: AttemptPaths,
+        network: bool,
+        hidden: tuple[Path, ...] = (),
+        words: tuple[str, ...] = (),
     ) -> Spec | None:
-        """How a process of the attempt at ``paths`` is confined (see :mod:`.confinement`)."""
-        return self.confinement.spec(paths, network, hidden)
+        """How a process of the attempt at ``paths`` is confined (see :mod:`.confinement`);
+        ``words``: the agent's command line, whose files are shown wherever they are."""
+        return self.confinement.spec(paths, network, hidden, words)
 
 
 class _Contained(Exception):

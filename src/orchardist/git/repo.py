@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import re
@@ -65,7 +66,6 @@ class Repo:
         ).partition("\n")
         self.common_dir = Path(common)
         self.object_format = fmt.strip() or "sha1"
-        self._native = self._native_identities()
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -167,8 +167,10 @@ class Repo:
         git environment, which :func:`gitenv.identity_env` filled from that very command."""
         return self._env[f"GIT_{role}_NAME"], self._env[f"GIT_{role}_EMAIL"]
 
-    def _native_identities(self) -> tuple[str, str] | None:
-        """``(author, committer)`` as ``Name <email>`` when commits may be written in-process."""
+    @functools.cached_property
+    def _native(self) -> tuple[str, str] | None:
+        """``(author, committer)`` as ``Name <email>`` when commits may be written in-process;
+        asked on first use (a git process): commands that only read never write one."""
         if self.object_format != "sha1":
             return None
         if self.run_git("config", "--bool", "commit.gpgSign").stdout.strip() == "true":

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import Problem, unknown_key
 from ..placeholders import VERIFY_PLACEHOLDERS, fill, placeholder_problems
-from ..specs import MAX_RETRIES, parse_duration
+from ..specs import MAX_RETRIES, Review, parse_duration
 
 SELECT_RULES = ("smallest", "first")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+NOTIFY_SCHEMES = ("http", "https")
 D = TypeVar("D")
 
 
@@ -91,6 +95,14 @@ class Fields:
             return None
         return str(value)
 
+    def _review(self, value: object, fld: str, task: str | None = None) -> Review | None:
+        """Who lets a verified patch merge: "auto" or "human"."""
+        if value not in tuple(Review):
+            names = " or ".join(f'"{r.value}"' for r in Review)
+            self.problem(f"expected {names}, got {value!r}", task, fld)
+            return None
+        return Review(str(value))
+
     def _count(self, value: object, fld: str, task: str | None = None) -> int:
         count: int = self._checked(value, fld, task, _expect_count) or 0
         return count
@@ -119,12 +131,38 @@ class Fields:
             self.problem("commands must not be empty", task, fld)
         return tuple(commands)
 
+    def _notify(self, value: object, fld: str) -> str | None:
+        """``[run] notify``: a shell command, or an http(s) URL with a host."""
+        text = self._str(value, fld)
+        if text is None:
+            return None
+        if not text.strip():
+            self.problem("must not be empty: give a command or an http(s) URL", fld=fld)
+            return None
+        if not is_url(text):
+            return text
+        parts = urllib.parse.urlsplit(text.strip())
+        if parts.scheme.lower() not in NOTIFY_SCHEMES:
+            self.problem(
+                f"{parts.scheme}:// is not supported: give an http(s) URL or a command", fld=fld
+            )
+            return None
+        if not parts.hostname:
+            self.problem("the URL names no host", fld=fld)
+            return None
+        return text.strip()
+
     def _flag(self, value: object, default: D, fld: str, task: str | None = None) -> bool | D:
         """A true/false field (``default`` when it is neither)."""
         if isinstance(value, bool):
             return value
         self.problem("expected true or false", task, fld)
         return default
+
+
+def is_url(target: str) -> bool:
+    """Whether a notify target is a URL (``scheme://``) rather than a command."""
+    return _SCHEME.match(target.strip()) is not None
 
 
 def _expect_str(value: object) -> str:

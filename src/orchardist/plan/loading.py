@@ -2,8 +2,9 @@
 
 Validation collects every problem before raising, so a user fixes a plan in one pass. Each
 problem names the file and, where it applies, the task and the field. The validator is built in
-layers: :mod:`.planfile` reads the file, :mod:`.planfields` checks single fields, :mod:`.plantasks`
-the ``[[task]]`` tables, and this module ``[run]``, ``[agents.NAME]`` and the whole plan.
+layers: :mod:`.files` reads the file, :mod:`.fields` checks single fields, :mod:`.tasks` the
+``[[task]]`` tables, :mod:`.runtable` the ``[run]`` table, and this module ``[agents.NAME]``, the
+config files and the whole plan.
 """
 
 from __future__ import annotations
@@ -26,10 +27,7 @@ from ..config import (
     widening_keys,
 )
 from ..confine.isolation import Policy
-from ..confine.runenv import FIELD, environment_problems
 from ..errors import PlanError, Problem, unknown_key
-from ..executors import EXECUTORS
-from ..placeholders import fill, placeholder_problems
 from ..scan.profiles import validate_scanners
 from ..specs import Plan as Plan
 from ..specs import RunConfig as RunConfig
@@ -37,32 +35,9 @@ from ..specs import parse_duration as parse_duration
 from ..state.records import BREAKER_COOLDOWN_S, BREAKER_THRESHOLD, NUM_CPUS
 from ..state.records import AgentProfile as AgentProfile
 from .files import nul_fields, parse
+from .runtable import RunChecks
 from .tasks import TaskChecks
 
-RUN_KEYS = {
-    "base",
-    "branch",
-    "max_parallel",
-    "verify",
-    "repo",
-    "workdir",
-    "deadline",
-    "max_cost_usd",
-    "retry_backoff",
-    "candidates",
-    "select",
-    "regression",
-    "regression_every",
-    "max_patch_mb",
-    "guard_checkout",
-    "sandbox",
-    "isolation",
-    "network",
-    "workspace",
-    "executor",
-    "ray_address",
-    "environment",
-}
 PROFILE_KEYS = {
     "kind",
     "timeout",
@@ -180,7 +155,7 @@ def _read_user_file(
     return trusted, profiles, problems + wrong
 
 
-class _Validator(TaskChecks):
+class _Validator(TaskChecks, RunChecks):
     """Walks the raw mapping once, collecting problems instead of stopping at the first."""
 
     def __init__(
@@ -189,6 +164,7 @@ class _Validator(TaskChecks):
         super().__init__(shown, path, data, require_tasks)
         self.digest = digest
         self.ignored: tuple[Ignored, ...] = ()  # what the repository's config could not set
+        self.origins: Mapping[str, Path] = {}  # the config file of each profile read from one
 
     def plan(self) -> Plan:
         """The whole plan, or PlanError with every problem found."""
@@ -204,6 +180,10 @@ class _Validator(TaskChecks):
         self.own_agents = self._agents()
         agents = self._with_config(self.own_agents, repo)
         tasks = self._tasks(run, agents)
+        if run.isolation is not Policy.OFF:
+            used = {name for t in tasks for name in (t.agent, *t.agents)}
+            confined = {n: p for n, p in agents.items() if n in used or n in self.own_agents}
+            self._confined(confined, repo)
         if not self.problems:
             from ..pipelines.expand import expand
 
@@ -243,7 +223,7 @@ class _Validator(TaskChecks):
             self.problems += problems
             self.ignored = config.ignored
             agents = {**config.profiles, **own}
-            origins = config.origins
+            origins = self.origins = config.origins
         for name, profile in agents.items():
             if profile.fallback == name:  # its breaker open, it would fall back on itself
                 where = str(origins[name]) if name not in own else self.shown
@@ -265,6 +245,20 @@ class _Validator(TaskChecks):
                 )
         return agents
 
+    def _confined(self, agents: Mapping[str, AgentProfile], repo: Path | None) -> None:
+        """Profiles that cannot work inside orchardist's isolation, located in their file."""
+        from ..agents import agent_class
+        from ..agents.cli import CliAgent
+
+        for name, profile in agents.items():
+            cls = agent_class(profile.kind)
+            if not issubclass(cls, CliAgent):
+                continue
+            where = self.shown if name in self.own_agents else str(self.origins.get(name))
+            for message, key in cls.check_confined(profile.options, repo or self.path.parent):
+                fld = f"agents.{name}.{key}" if key else f"agents.{name}"
+                self.problems.append(Problem(where, message, field=fld))
+
     def _repo(self, run_raw: dict[str, Any]) -> Path | None:
         """The repository the plan runs in (``[run] repo``, else the plan's folder's)."""
         from ..git.repo import find_toplevel
@@ -279,135 +273,6 @@ class _Validator(TaskChecks):
         if top is None:
             self.problem(f"{start} is not inside a git repository", fld="run.repo")
         return top
-
-    def _run(self, raw: dict[str, Any], repo: Path | None) -> RunConfig:
-        """``[run]``: each key given checked, the defaults for the others."""
-        self._unknown_keys(raw, RUN_KEYS, "run")
-        default_workdir = "."
-        if repo is not None and self.path.parent.is_relative_to(repo):
-            default_workdir = self.path.parent.relative_to(repo).as_posix() or "."
-        cfg = RunConfig(workdir=default_workdir)
-        values = {
-            **self._run_limits(raw),
-            **self._run_regression(raw),
-            **self._run_where(raw, repo),
-        }
-        values = {k: v for k, v in values.items() if v is not None}
-        return RunConfig(**{**cfg.__dict__, **values})
-
-    def _run_limits(self, raw: dict[str, Any]) -> dict[str, Any]:
-        """``[run]``'s branch, parallelism, verify commands, budgets and candidates."""
-        values: dict[str, Any] = {}
-        if "base" in raw:
-            values["base"] = self._str(raw["base"], "run.base")
-        if "branch" in raw:
-            branch = self._str(raw["branch"], "run.branch")
-            if branch is not None and not branch.strip():
-                self.problem("must not be empty", fld="run.branch")
-            values["branch"] = branch
-        if "max_parallel" in raw:
-            values["max_parallel"] = self._positive_int(raw["max_parallel"], "run.max_parallel")
-        if raw.get("verify") == "auto":
-            self.problem('"auto" is a per-task setting', fld="run.verify")
-        elif "verify" in raw:
-            values["verify"] = self._commands(raw["verify"], "run.verify")
-        if "workdir" in raw:
-            values["workdir"] = self._workdir(raw["workdir"], "run.workdir")
-        if "deadline" in raw:
-            values["deadline_s"] = self._duration(raw["deadline"], "run.deadline")
-        if "max_cost_usd" in raw:
-            values["max_cost_usd"] = self._money(raw["max_cost_usd"], "run.max_cost_usd")
-        if "retry_backoff" in raw:
-            values["retry_backoff_s"] = self._duration(raw["retry_backoff"], "run.retry_backoff")
-        if "candidates" in raw:
-            values["candidates"] = self._positive_int(raw["candidates"], "run.candidates")
-        if "select" in raw:
-            values["select"] = self._select(raw["select"], "run.select")
-        return values
-
-    def _run_regression(self, raw: dict[str, Any]) -> dict[str, Any]:
-        """``[run] regression`` commands (no placeholders: they run for no one task)."""
-        values: dict[str, Any] = {}
-        if "regression" in raw:
-            regression = self._commands(raw["regression"], "run.regression") or ()
-            filled = []
-            for command in regression:  # they run on the run branch, for no one task
-                problems = placeholder_problems(command, (), "regression")
-                for message in problems:
-                    self.problem(message, fld="run.regression")
-                filled.append(command if problems else fill(command, {}))
-            values["regression"] = tuple(filled)
-        if "regression_every" in raw:
-            every = self._positive_int(raw["regression_every"], "run.regression_every")
-            values["regression_every"] = every
-        return values
-
-    def _run_where(self, raw: dict[str, Any], repo: Path | None) -> dict[str, Any]:
-        """Where and how ``[run]``'s attempts run: workspace, executor, isolation, flags."""
-        values: dict[str, Any] = {}
-        if "max_patch_mb" in raw:
-            values["max_patch_mb"] = self._money(raw["max_patch_mb"], "run.max_patch_mb")
-        if "workspace" in raw:
-            values["workspace"] = self._workspace(raw["workspace"], repo)
-        if "environment" in raw:
-            names = self._str_list(raw["environment"], FIELD)
-            values["environment"], problems = environment_problems(names, repo)
-            for message in problems:
-                self.problem(message, fld=FIELD)
-        if "executor" in raw:
-            values["executor"] = self._executor(raw["executor"])
-        if "ray_address" in raw:
-            values["ray_address"] = self._ray_address(raw["ray_address"])
-        if "isolation" in raw:
-            values["isolation"] = self._isolation(raw["isolation"])
-        elif raw.get("sandbox") is False:
-            values["isolation"] = Policy.OFF
-        for flag in ("guard_checkout", "sandbox", "network"):
-            if flag in raw:
-                values[flag] = self._flag(raw[flag], None, f"run.{flag}")
-        return values
-
-    def _ray_address(self, raw: object) -> str | None:
-        """``[run] ray_address``: host:port or auto."""
-        address = self._str(raw, "run.ray_address")
-        if address is not None and not address.strip():
-            self.problem(
-                "must not be empty (auto finds a cluster started here)", fld="run.ray_address"
-            )
-        return address.strip() if address else None
-
-    def _executor(self, raw: object) -> str | None:
-        """``[run] executor``: a name in the executor table."""
-        if isinstance(raw, str) and raw in EXECUTORS:
-            return raw
-        names = ", ".join(f'"{name}"' for name in sorted(EXECUTORS))
-        self.problem(f"unknown executor {raw!r}; known executors: {names}", fld="run.executor")
-        return None
-
-    def _isolation(self, raw: object) -> Policy | None:
-        """``[run] isolation``; an explicit value wins over the older ``sandbox = false``."""
-        if isinstance(raw, str) and raw in {p.value for p in Policy}:
-            return Policy(raw)
-        names = ", ".join(f'"{p.value}"' for p in Policy)
-        self.problem(f"expected one of {names}", fld="run.isolation")
-        return None
-
-    def _workspace(self, raw: Any, repo: Path | None) -> Path | None:
-        """``[run] workspace``: relative to the plan's folder; never inside the repository,
-        where the user's git (and the checkout guard) would see every attempt's files."""
-        text = self._str(raw, "run.workspace")
-        if text is None:
-            return None
-        if not text.strip():
-            self.problem("must not be empty", fld="run.workspace")
-            return None
-        path = (self.path.parent / Path(text).expanduser()).resolve()
-        if repo is not None and path.is_relative_to(repo):
-            self.problem(
-                f"{path} is inside the repository; choose a folder outside it", fld="run.workspace"
-            )
-            return None
-        return path
 
     def _agents(self) -> dict[str, AgentProfile]:
         """``[agents.NAME]``: every profile that could be read."""

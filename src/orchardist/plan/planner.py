@@ -80,9 +80,10 @@ def _prompt(spec: str, profiles_toml: str, last: str, problems: tuple[str, ...])
         "",
         profiles_toml.strip() or "(none configured: define [agents.NAME] tables yourself)",
         "",
-        "- leave out [run] isolation, sandbox, network, guard_checkout, workspace, executor",
-        "  and ray_address, and a profile's env, command, args, permission, allowed_tools and",
-        "  api_key_env unless copied as configured: they widen what agents get; the user sets them",
+        "- leave out [run] isolation, sandbox, network, guard_checkout, workspace, executor,",
+        "  ray_address and notify, and a profile's env, command, args, permission,",
+        "  allowed_tools and api_key_env unless copied as configured: they widen what agents get;",
+        "  the user sets them",
         "",
         "Specification:",
         spec.strip(),
@@ -285,6 +286,7 @@ def _wider_run(run: RunConfig) -> list[str]:
         "workspace": run.workspace is not None,
         "executor": run.executor != plain.executor,
         "ray_address": run.ray_address != plain.ray_address,
+        "notify": run.notify is not None,  # a command run outside any isolation
     }
     return [key for key, wide in wider.items() if wide]
 

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import Problem
+from ..confine.isolation import Mode, choose
+from ..errors import IsolationError, Problem
 from ..git.repo import Repo
 from ..specs import Plan
 
@@ -35,17 +36,19 @@ def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> Preflight
     repo = Repo(plan.repo)
     problems: list[Problem] = []
     warnings: list[str] = []
-    if repo.try_rev_parse("HEAD") is None and plan.run.base == "HEAD":
+    base = repo.try_rev_parse(plan.run.base)  # asked once: each is a git process
+    if base is None and plan.run.base == "HEAD":
         problems.append(Problem(shown, f"{repo.root} has no commits yet", None, BASE))
-    elif repo.try_rev_parse(plan.run.base) is None:
+    elif base is None:
         problems.append(
             Problem(
                 shown, f"{plan.run.base!r} does not name a commit in {repo.root}", None, "run.base"
             )
         )
     problems += _branch_problems(repo, plan, shown)
-    problems += _missing_workdirs(repo, plan, shown, warnings)
+    problems += _missing_workdirs(repo, plan, base, shown, warnings)
     problems += _missing_clis(plan, shown, environ)
+    problems += _unseen_commands(plan, repo, shown, environ, warnings)
     unverified = [
         t.id for t in plan.tasks if not t.verify and t.check is None and not t.auto_verify
     ]
@@ -74,10 +77,12 @@ def _branch_problems(repo: Repo, plan: Plan, shown: str) -> list[Problem]:
     return []
 
 
-def _missing_workdirs(repo: Repo, plan: Plan, shown: str, warnings: list[str]) -> list[Problem]:
-    """Workdirs that are no folder at the base: each attempt would fail in ``cd``. A problem
-    for a task that depends on nothing; a warning for one whose dependencies may create it."""
-    base = repo.try_rev_parse(plan.run.base)
+def _missing_workdirs(
+    repo: Repo, plan: Plan, base: str | None, shown: str, warnings: list[str]
+) -> list[Problem]:
+    """Workdirs that are no folder at the ``base`` commit: each attempt would fail in ``cd``. A
+    problem for a task that depends on nothing; a warning for one whose dependencies may
+    create it."""
     wanted = sorted({t.workdir for t in plan.tasks if os.path.normpath(t.workdir) != "."})
     if base is None or not wanted:
         return []
@@ -126,6 +131,52 @@ def _missing_clis(plan: Plan, shown: str, environ: Mapping[str, str] | None) -> 
                 )
             )
     return problems
+
+
+def _unseen_commands(
+    plan: Plan, repo: Repo, shown: str, environ: Mapping[str, str] | None, warnings: list[str]
+) -> list[Problem]:
+    """Profiles whose command (or a file it names) attempts could not see in their isolation:
+    each attempt would fail at once (see confine/exes.py); a warning for each file beneath
+    /tmp a verify command names, which it would not find. Looked at as namespaces would show
+    them; whether the run gets namespaces (a bwrap start) is asked only when something is
+    found."""
+    from ..agents import command_words
+    from ..confine.exes import shell_words
+    from ..executors.confinement import for_plan
+
+    if plan.run.executor != "local":
+        return []
+    used = plan.used_agents()
+    words = {name: command_words(p) for name, p in plan.agents.items() if name in used}
+    verify = {(t.id, c): tuple(shell_words(c)) for t in plan.tasks for c in t.verify}
+    confinement = for_plan(plan, environ, Mode.NAMESPACES, repo)
+    if confinement is None:
+        return []
+    problems = [
+        Problem(shown, message, None, f"agents.{name}.command")
+        for name in sorted(words)
+        for message in confinement.refusals(words[name])
+    ]
+    unseen = [
+        (task, path) for (task, _), said in verify.items() for path in confinement.unseen(said)
+    ]
+    if not (problems or unseen) or not _namespaces(plan):
+        return []
+    warnings += [
+        f"task {task!r}: verify: {path} is beneath /tmp, which verify commands do not see "
+        "(their /tmp is their own): move it, or list its folder in ORCHARDIST_SHARE_READONLY"
+        for task, path in unseen
+    ]
+    return problems
+
+
+def _namespaces(plan: Plan) -> bool:
+    """Whether a run of ``plan`` gets namespaces (False too where it would refuse to run)."""
+    try:
+        return choose(plan.run.isolation) is Mode.NAMESPACES
+    except IsolationError:
+        return False
 
 
 def _dirty(repo: Repo) -> int:

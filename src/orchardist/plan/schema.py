@@ -1,6 +1,6 @@
 """The plan file's JSON Schema (draft 2020-12), for editors: ``orchardist schema``.
 
-Built from the validator's own tables (``plan.RUN_KEYS``, ``PROFILE_KEYS``, ``TASK_KEYS``,
+Built from the validator's own tables (``runtable.RUN_KEYS``, ``PROFILE_KEYS``, ``TASK_KEYS``,
 ``STAGE_KEYS``, each agent kind's ``profile_keys``, ``scan.profiles.SCANNER_KEYS``): every key
 the validator accepts must have a shape here and every shape a key there, or building the schema
 fails (and ``tests/test_schema.py`` with it). The schema only helps an editor; ``orchardist
@@ -21,10 +21,13 @@ from ..agents.scripted import STEP_KEYS
 from ..confine.isolation import Policy
 from ..executors import EXECUTORS
 from ..scan.profiles import FINDING_FIELDS, SCANNER_KEYS, Format, Scope
-from ..specs import MAX_TASK_ID
+from ..specs import MAX_TASK_ID, Reverify, Review
 from .fields import SELECT_RULES
-from .loading import PROFILE_KEYS, RUN_KEYS
+from .loading import PROFILE_KEYS
+from .runtable import RUN_KEYS
 from .tasks import PIPELINES, STAGE_KEYS, STAGE_NAMES, TASK_KEYS
+
+REVIEW_MODES = tuple(r.value for r in Review)
 
 Schema = dict[str, Any]
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -83,8 +86,12 @@ RUN_FIELDS: dict[str, Schema] = {
     "retry_backoff": _doc(DURATION, "first retry's delay; doubles per failure"),
     "candidates": _doc(POSITIVE_INT, "attempts per task round"),
     "select": _choice(SELECT_RULES, "which passing candidate wins"),
+    "review": _choice(REVIEW_MODES, "human: verified patches wait for a person (default auto)"),
     "regression": _doc(COMMANDS, "commands run on the run branch after merges"),
     "regression_every": _doc(POSITIVE_INT, "merges between regression checks"),
+    "reverify": _choice(
+        [r.value for r in Reverify], "verify a merged patch again: always, or on shared files"
+    ),
     "max_patch_mb": _doc(POSITIVE, "a patch with a larger file fails"),
     "guard_checkout": _doc(BOOL, "fail an attempt during which the user's checkout changed"),
     "sandbox": _doc(BOOL, 'false: the same as isolation = "off"'),
@@ -94,6 +101,8 @@ RUN_FIELDS: dict[str, Schema] = {
     "environment": _doc(STR_LIST, "untracked folders of the checkout shown read-only in attempts"),
     "executor": _choice(sorted(EXECUTORS), "where attempts run"),
     "ray_address": _doc(NONEMPTY, "the Ray cluster of executor ray: host:port, or auto"),
+    "notify": _doc(NONEMPTY, "a command or an http(s) URL told when the run ends (JSON)"),
+    "notify_timeout": _doc(DURATION, "then the notify command is killed (default 30s)"),
 }
 
 PROFILE_FIELDS: dict[str, Schema] = {
@@ -224,6 +233,7 @@ TASK_FIELDS: dict[str, Schema] = {
     "workdir": _doc(WORKDIR, "where commands run, relative to the repository"),
     "candidates": _doc(POSITIVE_INT, "attempts per round"),
     "select": _choice(SELECT_RULES, "which passing candidate wins"),
+    "review": _choice(REVIEW_MODES, "human: its verified patch waits for a person"),
     "check": _doc(STRING, "a reproduction: must fail on the base and pass on the candidate"),
     "max_cost_usd": _doc(POSITIVE, "this task's budget"),
     "network": _doc(BOOL, "its verify commands and check may use the network"),

@@ -43,6 +43,7 @@ TASK_KEYS = {
     "network",
     "pipeline",
     "stages",
+    "review",
 }
 PIPELINES = ("debug", "fix")  # pipeline = "debug" | "fix": a task run as stages (pipeline.py)
 STAGE_NAMES = ("reproduce", "audit", "localize", "fix")  # stages.NAME tables, in run order
@@ -116,6 +117,7 @@ class TaskChecks(Fields):
         placement = self._placement(raw, label, run)
         pipeline = self._pipeline(raw, label)
         stages, audit = self._stages(raw, label, agents)
+        review = self._review(raw["review"], "review", label) if "review" in raw else None
         if "stages" in raw and "pipeline" not in raw:
             self.problem('stages need pipeline = "debug" or "fix"', label, "stages")
         if task_id is None or not agent_list:
@@ -138,6 +140,7 @@ class TaskChecks(Fields):
             pipeline=pipeline,
             stages=stages,
             audit=audit,
+            review=review or run.review,
             **limits,
             **placement,
         )

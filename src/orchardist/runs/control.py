@@ -16,6 +16,7 @@ import signal
 from pathlib import Path
 
 CANCEL_SIGNAL = signal.SIGUSR1  # the orchestrator's handler cancels the run (see cli.drive)
+REVIEW_SIGNAL = signal.SIGUSR2  # a review decision is in the store: its handler wakes the loop
 
 
 def lock_path(state_dir: Path, run_id: str) -> Path:

@@ -26,6 +26,7 @@ _STYLE = {
     "ready": "cyan",
     "running": "yellow",
     "verifying": "magenta",
+    "awaiting_review": "bold cyan",
     "merging": "blue",
     "done": "green",
     "failed": "bold red",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..confine.layout import LISTING, PRISTINE, VIEWS
 from ..safeio import remove_tree
 
 
@@ -24,6 +23,8 @@ def recorded_run_folder(state_dir: Path, run_id: str) -> Path | None:
 
 def remove_run_folder(state_dir: Path, run_id: str) -> int:
     """Remove a run's attempt folders; returns how many attempts had one."""
+    from ..confine.layout import LISTING, PRISTINE, VIEWS  # the sandbox's layout: not for status
+
     folder = recorded_run_folder(state_dir, run_id)
     if folder is None or not folder.is_dir():
         return 0

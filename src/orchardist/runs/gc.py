@@ -16,6 +16,11 @@ from .start import Workspace
 FINISHED = (RunState.DONE, RunState.FAILED, RunState.CANCELLED)
 
 
+# A run's folders in the state folder: its logs, attempt folders, and the session files its
+# agents kept for their tasks' next attempts (agents/sessions.py)
+RUN_FOLDERS = ("logs", "worktrees", "sessions")
+
+
 def disk_bytes(path: Path) -> int:
     """Bytes used by the files under ``path`` (0 if it does not exist)."""
     total = 0
@@ -29,8 +34,8 @@ def disk_bytes(path: Path) -> int:
 
 
 def run_disk_bytes(ws: Workspace, run_id: str) -> int:
-    """Disk used by a run's logs and attempt folders."""
-    folders = [ws.state_dir / kind / run_id for kind in ("logs", "worktrees")]
+    """Disk used by a run's logs, attempt folders and its agents' kept sessions."""
+    folders = [ws.state_dir / kind / run_id for kind in RUN_FOLDERS]
     folders += [f for f in [recorded_run_folder(ws.state_dir, run_id)] if f is not None]
     return sum(disk_bytes(folder) for folder in folders)
 
@@ -65,7 +70,7 @@ def collect(
         report["branches"] += int(branches and has_branch)
         if dry_run:
             continue
-        for kind in ("logs", "worktrees"):
+        for kind in RUN_FOLDERS:
             shutil.rmtree(ws.state_dir / kind / run.id, ignore_errors=True)
         forget_run(ws.state_dir, run.id)
         for name in names:

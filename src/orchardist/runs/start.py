@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
-import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -13,10 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..confine.procs import kill_by_env
 from ..errors import PlanError, Problem, RunLockedError, UsageError
-from ..git.repo import Repo, find_toplevel
-from ..plan.graph import Graph
+from ..git.where import locate
 from ..state.events import Kind, RunEvent
 from ..state.records import (
     RUN_START,
@@ -31,12 +29,13 @@ from ..state.records import (
 )
 from ..state.store import Store, Transaction
 from .control import lock_path
-from .folders import remove_run_folder
 
 if TYPE_CHECKING:  # the loop's parts load when a run is driven, not for commands that read
     from ..engine.hooks import Hooks
     from ..engine.scheduler import Scheduler
     from ..executors import Executor
+    from ..git.repo import Repo
+    from ..plan.graph import Graph
     from ..specs import Plan
 
 
@@ -44,9 +43,17 @@ if TYPE_CHECKING:  # the loop's parts load when a run is driven, not for command
 class Workspace:
     """A repository with orchardist's state directory under its git common directory."""
 
-    repo: Repo
+    root: Path
     store: Store
     state_dir: Path
+
+    @functools.cached_property
+    def repo(self) -> Repo:
+        """The repository's git, set up on first use: commands that only read the store
+        (status, runs) never start the six git processes that setting it up takes."""
+        from ..git.repo import Repo
+
+        return Repo(self.root)
 
     @classmethod
     def open(cls, path: Path, create: bool = True) -> Workspace:
@@ -55,14 +62,14 @@ class Workspace:
         With ``create=False`` (commands that only read) nothing is written: a repository
         without a store has no runs yet, a UsageError.
         """
-        root = find_toplevel(Path(path))
-        if root is None:
+        found = locate(Path(path))
+        if found is None:
             raise UsageError(f"{path} is not inside a git repository")
-        repo = Repo(root)
-        state_dir = repo.common_dir / "orchardist"
+        root, common_dir = found
+        state_dir = common_dir / "orchardist"
         if not create and not (state_dir / "state.db").exists():
             raise UsageError("no runs yet in this repository")
-        return cls(repo, Store.for_repo(repo.common_dir), state_dir)
+        return cls(root, Store.for_repo(common_dir), state_dir)
 
     def resolve_run(self, run_id: str | None) -> Run:
         """A run by id (or unique prefix), or the newest run when None."""
@@ -145,6 +152,8 @@ def reconcile(ws: Workspace, run: Run, clock: Callable[[], float] = time.time) -
     a task whose commit is on the branch is done (never merged twice); a task the store calls
     done whose commit is not on the branch is run again.
     """
+    from ..confine.procs import kill_by_env  # the sandbox's parts: not for commands that read
+
     killed = kill_by_env("ORCHARDIST_RUN", run.id, grace_s=1.0)
     removed = _remove_worktrees(ws, run.id)
     merged = _merged_on_branch(ws, run)
@@ -214,6 +223,8 @@ def _reconcile_task(
 
 
 def _remove_worktrees(ws: Workspace, run_id: str) -> int:
+    from .folders import remove_run_folder
+
     removed = remove_run_folder(ws.state_dir, run_id)
     # Runs begun by an orchardist that kept its worktrees under the git directory.
     root = ws.state_dir / "worktrees" / run_id
@@ -230,6 +241,8 @@ def _remove_worktrees(ws: Workspace, run_id: str) -> int:
 
 def new_run_id(clock: Callable[[], float] = time.time) -> str:
     """A sortable, unique-enough id such as ``20261129-193012-4f2a``."""
+    import secrets  # (and hashlib, random): not for the commands that only read
+
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(clock()))
     return f"{stamp}-{secrets.token_hex(2)}"
 
@@ -304,7 +317,7 @@ def execute(
 ) -> RunState:
     """Drive ``run`` to its end with the plan's executor (``[run] executor``, by default the
     local one) unless another is given."""
-    from ..engine.merge import GitIntegrator
+    from ..engine.integrators import GitIntegrator
     from ..engine.scheduler import Scheduler
     from ..executors import executor_class
 
@@ -443,6 +456,8 @@ def cancel_abandoned(ws: Workspace, run: Run, clock: Callable[[], float] = time.
 
 
 def _graph_of(plan: Plan) -> Graph:
+    from ..plan.graph import Graph
+
     return Graph([t.id for t in plan.tasks], {t.id: t.depends_on for t in plan.tasks})
 
 

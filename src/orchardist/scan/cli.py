@@ -122,12 +122,13 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     if not args.fix and args.agent is not None:
         raise UsageError("--agent is for --fix")
     base = args.base or plan.run.base
-    if Repo(plan.repo).try_rev_parse(base) is None:  # before the store exists: exit 2 makes nothing
+    repo = Repo(plan.repo)  # set up once: six git processes each time
+    if repo.try_rev_parse(base) is None:  # before the store exists: exit 2 makes nothing
         raise UsageError(f"--base {base!r} names no commit")
-    _warn_dirty(Repo(plan.repo), base)
+    _warn_dirty(repo, base)
     ws = Workspace.open(plan.repo)
     scanner = Scanner(
-        ws.repo,
+        repo,
         ws.store,
         plan.agents,
         max_parallel=args.max_parallel or plan.run.max_parallel,
@@ -141,7 +142,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
 
         return fix_findings(args, plan, ws, scanner, profiles, result, drive)
     fmt = args.format or ("sarif" if args.output else "table")
-    document = render(result, fmt, ws.repo.root)
+    document = render(result, fmt, repo.root)
     if args.output is not None:
         write_whole(args.output, document)
     elif not args.json:
@@ -149,7 +150,9 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     failing = [m for m in result.merged if level_rank(m.finding.level) >= level_rank(args.fail_on)]
     code = 1 if failing or result.failed else 0
     if args.json:
-        print(json.dumps(summary(result, code, args.output), indent=2))
+        # compact, as the findings are: with every result in it, indenting took longer than
+        # a cached scan's lookups
+        print(json.dumps(summary(result, code, args.output), separators=(",", ":")))
     else:
         out = sys.stdout if args.output is not None or fmt == "table" else sys.stderr
         _print_summary(result, args.stats, out)

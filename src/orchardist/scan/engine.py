@@ -36,7 +36,8 @@ from .globs import compile_globs, select_files
 from .profiles import ScannerProfile, Scope
 from .runner import run_scanner, scanner_env
 from .sarif import MergedFinding, ScannerReport, merge
-from .trees import changed_files, export, ls_tree, remove, with_source
+from .toolstamp import tool_stamp
+from .trees import changed_files, export, ls_tree, remove, with_sources
 
 CACHE_SCHEMA = 1  # bump when what a cache entry holds changes
 MAX_CACHE_ENTRIES = 200_000
@@ -220,8 +221,16 @@ class Scanner:
         return _digest(json.dumps(identity, sort_keys=True, default=str))
 
     def _version(self, profile: ScannerProfile, work: Path) -> str:
-        """The output of the profile's version command (part of its cache key)."""
+        """The output of the profile's version command (part of its cache key); remembered
+        with the stamp of the tool's files, and asked again only when that changed."""
         assert profile.version is not None
+        stamp = tool_stamp(profile.version, self.environ.get("PATH"))
+        env = {name: self.environ.get(name) for name in ("PATH", *profile.env)}
+        key = _digest("version", profile.version, json.dumps(env, sort_keys=True), stamp or "")
+        if stamp is not None and self.use_cache:
+            known = self.store.scan_cache_get([key], self.clock())
+            if key in known:
+                return known[key]
         folder = work / f"{profile.name}.version"
         folder.mkdir()
         log = folder / "out"
@@ -235,7 +244,12 @@ class Scanner:
                 cancel=self.cancel,
             )
         )
-        return f"{proc.exit_code}:{log.read_text(errors='replace')}"
+        version = f"{proc.exit_code}:{log.read_text(errors='replace')}"
+        if stamp is not None and self.use_cache and proc.exit_code == 0:
+            self.store.scan_cache_put(
+                [(key, profile.name, version)], self.clock(), MAX_CACHE_ENTRIES
+            )
+        return version
 
     # -- running -------------------------------------------------------------------------
 
@@ -324,7 +338,7 @@ class Scanner:
             return
         if tool is not None:
             tally.tools.append(tool)
-        found = [with_source(f, tree) for f in found]
+        found = with_sources(found, tree)
         if job.profile.scope is Scope.FILE:
             wanted = set(job.files)
             found = [f for f in found if f.path in wanted]  # outside its files: out of scope
@@ -383,7 +397,9 @@ class Scanner:
             tool = replace(tally.tools[0], rules=rules)
         return ScannerReport(
             name=profile.name,
-            findings=tuple(replace(f, path=prefix + f.path) for f in tally.findings),
+            findings=tuple(replace(f, path=prefix + f.path) for f in tally.findings)
+            if prefix
+            else tuple(tally.findings),
             tool=tool,
             error="; ".join(tally.errors) or None,
             hits=tally.hits,

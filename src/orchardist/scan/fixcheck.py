@@ -43,7 +43,7 @@ from .globs import select_files
 from .profiles import Format, ScannerProfile, Scope
 from .runner import run_scanner, scanner_env
 from .sarif import MergedFinding, ScannerReport, merge
-from .trees import with_source
+from .trees import with_sources
 
 FAILED, CANNOT_CHECK = 1, 2  # exit codes: the fix is not good; the check could not run
 PREFIX = "fixcheck: "  # every line the check prints for a reader starts so
@@ -124,7 +124,7 @@ def rescan(
             folder = Path(tmp) / str(n)
             env = scanner_env(profile, folder, os.environ)
             results, _ = run_scanner(profile, files, cwd, folder, env, CancelToken(), None)
-            found = [with_source(f, cwd) for f in results if f.path in local]
+            found = with_sources((f for f in results if f.path in local), cwd)
             found = [replace(f, path=prefix + f.path) for f in found]
             reports.append(ScannerReport(profile.name, tuple(found)))
     return merge(reports)

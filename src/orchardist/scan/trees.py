@@ -12,12 +12,12 @@ import contextlib
 import os
 import shutil
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from ..git.repo import Repo
-from .findings import Finding, normalize_source
+from .findings import Finding, source_of
 
 
 def ls_tree(repo: Repo, commit: str) -> dict[str, str]:
@@ -89,12 +89,22 @@ def remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def with_source(finding: Finding, tree: Path) -> Finding:
-    """The finding with the normalized source of its lines, read from the tree."""
-    if finding.start_line < 1:
-        return finding
-    try:
-        text = (tree / finding.path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return finding
-    return replace(finding, source=normalize_source(text, finding.start_line, finding.end_line))
+def with_sources(findings: Iterable[Finding], tree: Path) -> list[Finding]:
+    """The findings with the normalized source of their lines, read from the tree; each file
+    read and split once (ruff reports eight findings a file on the benchmark's modules)."""
+    lines_of: dict[str, list[str] | None] = {}
+    done = []
+    for finding in findings:
+        if finding.start_line >= 1 and finding.path not in lines_of:
+            try:
+                text = (tree / finding.path).read_text(encoding="utf-8", errors="replace")
+                lines_of[finding.path] = text.splitlines()
+            except OSError:
+                lines_of[finding.path] = None
+        lines = lines_of.get(finding.path) if finding.start_line >= 1 else None
+        if lines is None:
+            done.append(finding)
+        else:
+            source = source_of(lines, finding.start_line, finding.end_line)
+            done.append(replace(finding, source=source))
+    return done

@@ -28,6 +28,8 @@ class Kind(enum.StrEnum):
     REGRESSION = "regression"  # the run branch's regression check, bisect and rewind
     ESCALATION = "escalation"  # a fix pipeline's shot handed the bug to the debug stages
     USAGE_IGNORED = "usage_ignored"  # an agent reported usage figures that make no sense
+    NOTIFY = "notify"  # ``[run] notify`` was told that the run ended or needs review
+    REVIEW = "review"  # a patch awaits a person's review; their decision, and its effect
 
 
 class RunEvent(enum.StrEnum):
@@ -52,7 +54,8 @@ class RoundEvent(enum.StrEnum):
 
 
 class MergeEvent(enum.StrEnum):
-    VERIFYING = "verifying"  # the merged tree is verified again (the tip moved)
+    VERIFYING = "verifying"  # tip, batch: the merged tree is verified again (the tip moved)
+    BISECTING = "bisecting"  # detail, sizes: its batch failed; verified again in smaller ones
     CONFLICT = "conflict"  # paths
     FAILED = "failed"  # the merged tree failed verification
     CANCELLED = "cancelled"  # its verification was cancelled
@@ -75,6 +78,17 @@ class RegressionEvent(enum.StrEnum):
     UNRESOLVED = "unresolved"  # commit
 
 
+class NotifyEvent(enum.StrEnum):
+    SENT = "sent"  # notice, target, detail, duration_s
+    FAILED = "failed"  # notice, target, detail (exit code, timeout, HTTP status): the run goes on
+
+
+class ReviewEvent(enum.StrEnum):
+    REQUESTED = "review_requested"  # agent, diffstat: the winner waits for a person
+    DECIDED = "decided"  # verdict, who, text: a decision was recorded (by any process)
+    APPLIED = "applied"  # verdict, who: the orchestrator acted on it (merge, new round, fail)
+
+
 class EscalationEvent(enum.StrEnum):
     ESCALATED = "escalated"  # to, shot, detail, output
 
@@ -94,6 +108,8 @@ STATES: Mapping[Kind, frozenset[str]] = {
     Kind.REGRESSION: frozenset(RegressionEvent),
     Kind.ESCALATION: frozenset(EscalationEvent),
     Kind.USAGE_IGNORED: frozenset(),
+    Kind.NOTIFY: frozenset(NotifyEvent),
+    Kind.REVIEW: frozenset(ReviewEvent),
 }
 
 

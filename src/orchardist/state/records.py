@@ -18,13 +18,15 @@ class RunState(enum.StrEnum):
     INTERRUPTED = "interrupted"  # stopped by a signal; resumable
     STOPPED = "stopped"  # stopped by a budget or deadline; resumable
     CANCELLED = "cancelled"  # ended by ``orchardist cancel``; its failed tasks may be retried
+    AWAITING_REVIEW = "awaiting_review"  # only reviews were left; resumed to act on decisions
 
 
-UNFINISHED = (RunState.RUNNING, RunState.INTERRUPTED, RunState.STOPPED)  # may be resumed
+# may be resumed
+UNFINISHED = (RunState.RUNNING, RunState.INTERRUPTED, RunState.STOPPED, RunState.AWAITING_REVIEW)
 
 RUN_START = RunState.RUNNING  # a run is created running
 RUN_MOVES: Mapping[RunState, frozenset[RunState]] = {
-    # the loop ends it one of five ways
+    # the loop ends it one of six ways
     RunState.RUNNING: frozenset(
         {
             RunState.DONE,
@@ -32,6 +34,7 @@ RUN_MOVES: Mapping[RunState, frozenset[RunState]] = {
             RunState.INTERRUPTED,
             RunState.STOPPED,
             RunState.CANCELLED,
+            RunState.AWAITING_REVIEW,
         }
     ),
     RunState.DONE: frozenset(),
@@ -39,6 +42,8 @@ RUN_MOVES: Mapping[RunState, frozenset[RunState]] = {
     RunState.INTERRUPTED: frozenset({RunState.RUNNING, RunState.CANCELLED}),  # resumed, cancelled
     RunState.STOPPED: frozenset({RunState.RUNNING, RunState.CANCELLED}),  # resumed, cancelled
     RunState.CANCELLED: frozenset({RunState.RUNNING}),  # retried
+    # resumed (to act on the decisions), cancelled
+    RunState.AWAITING_REVIEW: frozenset({RunState.RUNNING, RunState.CANCELLED}),
 }
 
 
@@ -47,6 +52,7 @@ class TaskState(enum.StrEnum):
     READY = "ready"  # dependencies done; waiting for a slot
     RUNNING = "running"  # an agent is working on it
     VERIFYING = "verifying"  # its verify commands are running
+    AWAITING_REVIEW = "awaiting_review"  # verified; waits for a person's decision to merge
     MERGING = "merging"  # verified; being put onto the run branch
     DONE = "done"  # committed on the run branch
     FAILED = "failed"  # out of attempts
@@ -79,9 +85,13 @@ _SHOT_LANDED = frozenset({_T.SKIPPED})
 TASK_MOVES: Mapping[TaskState, frozenset[TaskState]] = {
     _T.PENDING: _SETTLE | {_T.READY, _T.MERGING},  # released (a parked patch merges at once)
     # the round's attempts start; a rewind makes it wait again; a hold or decision ends a round
-    _T.READY: _SETTLE | {_T.PENDING, _T.RUNNING, _T.MERGING, _T.FAILED},
-    _T.RUNNING: _SETTLE | {_T.PENDING, _T.READY, _T.VERIFYING, _T.MERGING, _T.FAILED},
-    _T.VERIFYING: _SETTLE | {_T.PENDING, _T.READY, _T.RUNNING, _T.MERGING, _T.FAILED},
+    _T.READY: _SETTLE | {_T.PENDING, _T.RUNNING, _T.MERGING, _T.AWAITING_REVIEW, _T.FAILED},
+    _T.RUNNING: _SETTLE
+    | {_T.PENDING, _T.READY, _T.VERIFYING, _T.MERGING, _T.AWAITING_REVIEW, _T.FAILED},
+    _T.VERIFYING: _SETTLE
+    | {_T.PENDING, _T.READY, _T.RUNNING, _T.MERGING, _T.AWAITING_REVIEW, _T.FAILED},
+    # a person's decision: approved (merged), changes asked for (a new round), rejected
+    _T.AWAITING_REVIEW: _SETTLE | {_T.PENDING, _T.READY, _T.MERGING, _T.FAILED},
     # landed; re-run (conflict, moved branch, merged tree failed) or failed for good
     _T.MERGING: _SETTLE | {_T.PENDING, _T.READY, _T.FAILED},
     # a regression rewind takes it off the branch: re-run (or failed), waits, or merges again;
@@ -303,6 +313,50 @@ class Event:
     attempt: int | None = None
     data: Mapping[str, Any] = field(default_factory=dict)
     seq: int = 0  # assigned by the store
+
+
+class Verdict(enum.StrEnum):
+    """What a person decided about a patch that awaits review (docs/review.md)."""
+
+    APPROVE = "approve"  # merge it through the merge train
+    CHANGES = "changes"  # a new attempt of the same agent, told what to change
+    REJECT = "reject"  # the task fails
+
+
+@dataclass(frozen=True)
+class LineComment:
+    """A reviewer's comment on one line of a file of the pending patch; ``quote`` holds the
+    lines around it as the patch has them (filled when the decision is recorded)."""
+
+    path: str
+    line: int  # 1-based, in the file as the patch leaves it
+    text: str
+    quote: str = ""
+
+
+@dataclass(frozen=True)
+class ReviewDecision:
+    """A person's decision on a task's pending patch; ``who`` is filled from the OS user when
+    empty."""
+
+    verdict: Verdict
+    text: str = ""  # the change request, the approval's note or the rejection's reason
+    lines: tuple[LineComment, ...] = ()  # line comments (change requests)
+    who: str = ""
+
+
+@dataclass(frozen=True)
+class StoredDecision:
+    """A decision as the store keeps it: on which attempt, when, and whether it was acted on
+    (``applied_at``: set in the transaction of the move it caused, so it is acted on once)."""
+
+    run_id: str
+    task_id: str
+    attempt: int  # the attempt whose patch was reviewed
+    decision: ReviewDecision
+    decided_at: float
+    diff: str = ""  # the pending diff as it was reviewed (a change request quotes it)
+    applied_at: float | None = None
 
 
 # The columns a store write may change, by record, with their types: mypy checks every caller of

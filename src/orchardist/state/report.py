@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from ..terminal import plain
-from .events import AttemptEvent, Kind
+from .events import AttemptEvent, Kind, ReviewEvent
 from .records import AttemptRecord, AttemptState, Event, Run
 from .store import Store
 
@@ -109,6 +109,7 @@ def _attempt(a: AttemptRecord) -> dict[str, Any]:
         "input_tokens": a.usage.input_tokens,
         "output_tokens": a.usage.output_tokens,
         "turns": a.usage.turns,
+        "session_id": a.usage.session_id,  # the tool's own, which its task's retry continues
         "log": a.log_path,
         **({"handoff": _json(a.handoff)} if a.handoff else {}),
     }
@@ -150,6 +151,12 @@ def describe(event: Event) -> str:
         text = f"  {event.task_id} merge: {state}"
         if "commit" in data:
             text += f" {str(data['commit'])[:12]}"
+    elif event.kind == Kind.REVIEW:
+        text = f"  review {event.task_id}: {state}"
+        if "verdict" in data and "who" in data:  # a decision, recorded or acted on
+            text += f" {data['verdict']} by {data['who']}"
+        if state == ReviewEvent.REQUESTED:
+            text += f" (orchardist review {event.run_id} {event.task_id})"
     elif event.kind == Kind.TASK:
         text = f"{event.task_id}: {state}"
         if "retry" in data:

@@ -18,10 +18,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import StoreError
-from ..verify.oracle import CommandOutcome, TestReport
 from .records import (
     AttemptChanges,
     AttemptRecord,
@@ -30,13 +29,27 @@ from .records import (
     Run,
     RunChanges,
     RunState,
+    StoredDecision,
     TaskChanges,
     TaskRecord,
     TaskState,
     Usage,
     moved,
 )
-from .tables import SCHEMA, USAGE_FIELDS, attempt_of, attempt_row, migrate, run_of, task_of
+from .tables import (
+    SCHEMA,
+    USAGE_FIELDS,
+    attempt_of,
+    attempt_row,
+    decision_of,
+    decision_row,
+    migrate,
+    run_of,
+    task_of,
+)
+
+if TYPE_CHECKING:  # verification's records: imported by the code that verifies, not by readers
+    from ..verify.oracle import CommandOutcome
 
 MEMORY = ":memory:"  # the path of an in-memory store
 _STATES = {"runs": RunState, "tasks": TaskState, "attempts": AttemptState}  # a table's state
@@ -139,6 +152,22 @@ class Transaction:
             (run_id, commit, task_id, attempt),
         )
 
+    def add_decision(self, decision: StoredDecision) -> bool:
+        """Record a review decision; False when the attempt has one already (decided twice)."""
+        cur = self._conn.execute(
+            "insert or ignore into reviews values (?,?,?,?,?,?,?,?,?,?)", decision_row(decision)
+        )
+        return cur.rowcount == 1
+
+    def apply_decision(self, run_id: str, task_id: str, attempt: int, now: float) -> bool:
+        """Mark a decision acted on; False when it already was (or never existed)."""
+        cur = self._conn.execute(
+            "update reviews set applied_at = ? where run_id = ? and task_id = ? and attempt = ?"
+            " and applied_at is null",
+            (now, run_id, task_id, attempt),
+        )
+        return cur.rowcount == 1
+
     def execute(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
         """One statement inside the transaction."""
         return self._conn.execute(sql, tuple(args))
@@ -192,6 +221,9 @@ class RunCounts:
 
     tasks: Mapping[str, int]
     cost_usd: float | None
+
+
+LOOKUP_CHUNK = 500  # keys in one `in (...)` query: under SQLite's 999 bound variables
 
 
 class Store:
@@ -284,8 +316,9 @@ class Store:
         ]
 
     def tasks(self, run_id: str) -> list[TaskRecord]:
-        """A run's tasks in plan order."""
-        rows = self._rows("select * from tasks where run_id = ? order by idx", (run_id,))
+        """A run's tasks in plan order (a pipeline's stages share their task's ``idx``: they
+        come in the order they were added, the pipeline's, not by name)."""
+        rows = self._rows("select * from tasks where run_id = ? order by idx, rowid", (run_id,))
         return [task_of(r) for r in rows]
 
     def attempts(self, run_id: str, task_id: str | None = None) -> list[AttemptRecord]:
@@ -326,8 +359,17 @@ class Store:
         rows = self._rows("select * from branch_commits where run_id = ?", (run_id,))
         return {r["commit_sha"]: (r["task_id"], r["attempt"]) for r in rows}
 
+    def decisions(self, run_id: str, task_id: str | None = None) -> list[StoredDecision]:
+        """A run's review decisions (of one task, if given), oldest first."""
+        sql, args = "select * from reviews where run_id = ?", [run_id]
+        if task_id is not None:
+            sql, args = sql + " and task_id = ?", [run_id, task_id]
+        return [decision_of(r) for r in self._rows(sql + " order by decided_at, attempt", args)]
+
     def baseline(self, key: str) -> CommandOutcome | None:
         """A cached baseline outcome, or None."""
+        from ..verify.oracle import CommandOutcome, TestReport
+
         rows = self._rows("select * from baselines where key = ?", (key,))
         if not rows:
             return None
@@ -358,12 +400,14 @@ class Store:
 
     def scan_cache_get(self, keys: Sequence[str], now: float) -> dict[str, str]:
         """Cached scan results by key (those present), marked as used at ``now``."""
-        found: dict[str, str] = {}
+        rows: dict[str, str] = {}
         with self.transaction() as tx:
-            for key in keys:
-                row = tx.execute("select value from scan_cache where key = ?", (key,)).fetchone()
-                if row is not None:
-                    found[key] = row[0]
+            for start in range(0, len(keys), LOOKUP_CHUNK):  # one query a chunk, not a key
+                chunk = keys[start : start + LOOKUP_CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                sql = f"select key, value from scan_cache where key in ({marks})"
+                rows.update((key, value) for key, value in tx.execute(sql, chunk))
+            found = {key: rows[key] for key in keys if key in rows}  # in the order asked
             tx.execute_many(
                 "update scan_cache set used_at = ? where key = ?", [(now, k) for k in found]
             )
@@ -401,12 +445,14 @@ class Store:
         )
         return self._events(rows)
 
-    def last_events(self, run_id: str, kind: str) -> list[Event]:
-        """Each task's latest event of ``kind`` in a run, in order (one query, not the log)."""
+    def last_events(self, run_id: str, kind: str, state: str | None = None) -> list[Event]:
+        """Each task's latest event of ``kind`` (and ``state``, if given) in a run, in order
+        (one query, not the log)."""
+        where = "" if state is None else " and json_extract(data, '$.state') = ?"
         rows = self._rows(
             "select * from events where seq in (select max(seq) from events where run_id = ?"
-            " and kind = ? and task_id is not null group by task_id) order by seq",
-            (run_id, kind),
+            f" and kind = ?{where} and task_id is not null group by task_id) order by seq",
+            (run_id, kind) if state is None else (run_id, kind, state),
         )
         return self._events(rows)
 

@@ -3,6 +3,7 @@ conversion between rows and the records of :mod:`orchardist.state.records`."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import fields
 from typing import Any
@@ -11,11 +12,15 @@ from .records import (
     AttemptRecord,
     AttemptState,
     Failure,
+    LineComment,
+    ReviewDecision,
     Run,
     RunState,
+    StoredDecision,
     TaskRecord,
     TaskState,
     Usage,
+    Verdict,
 )
 
 SCHEMA = """
@@ -107,6 +112,21 @@ create table if not exists branch_commits (
     attempt integer not null,
     primary key (run_id, commit_sha)
 );
+-- A person's decision on a patch that awaits review: one per reviewed attempt, applied once
+-- (applied_at is set in the transaction of the move it causes).
+create table if not exists reviews (
+    run_id text not null,
+    task_id text not null,
+    attempt integer not null,
+    verdict text not null,
+    text text not null default '',
+    lines text not null default '[]',
+    who text not null default '',
+    decided_at real not null,
+    diff text not null default '',
+    applied_at real,
+    primary key (run_id, task_id, attempt)
+);
 """
 
 USAGE_FIELDS = [f.name for f in fields(Usage)]
@@ -192,4 +212,37 @@ def attempt_of(r: sqlite3.Row) -> AttemptRecord:
         selection=r["selection"],
         won=bool(r["won"]),
         handoff=r["handoff"],
+    )
+
+
+def decision_row(d: StoredDecision) -> tuple[Any, ...]:
+    lines = [
+        {"path": c.path, "line": c.line, "text": c.text, "quote": c.quote} for c in d.decision.lines
+    ]
+    decision = d.decision
+    return (
+        d.run_id,
+        d.task_id,
+        d.attempt,
+        decision.verdict.value,
+        decision.text,
+        json.dumps(lines),
+        decision.who,
+        d.decided_at,
+        d.diff,
+        d.applied_at,
+    )
+
+
+def decision_of(r: sqlite3.Row) -> StoredDecision:
+    lines = tuple(LineComment(**c) for c in json.loads(r["lines"]))
+    decision = ReviewDecision(Verdict(r["verdict"]), r["text"], lines, r["who"])
+    return StoredDecision(
+        run_id=r["run_id"],
+        task_id=r["task_id"],
+        attempt=r["attempt"],
+        decision=decision,
+        decided_at=r["decided_at"],
+        diff=r["diff"],
+        applied_at=r["applied_at"],
     )

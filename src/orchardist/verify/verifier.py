@@ -217,6 +217,7 @@ class VerifyRequest:
     confine: Spec | None = None
     check_baseline: str | None = None  # where the check must fail (default: ``baseline``)
     network: bool = False  # the base's runs get the network the tree's did
+    keep: Callable[[CommandOutcome], None] | None = None  # hears each outcome on this tree
 
     @property
     def run_id(self) -> str:
@@ -259,8 +260,10 @@ class CommandVerifier:
     def verify(self, request: VerifyRequest) -> Verdict:
         """Every command must pass, or fail only where the base already failed; the check must
         fail on ``check_baseline`` (default: ``baseline``) and pass here. ``confine`` isolates
-        each command (see isolation.py); the base is run with the same ``network``."""
+        each command (see isolation.py); the base is run with the same ``network``. ``keep``
+        hears each command's outcome on this tree, ended neither cancelled nor timed out."""
         commands, check, scratch = request.commands, request.check, request.scratch
+        keep = request.keep
         if not commands and check is None:
             return Verdict(True, "unverified", "no verify commands: merged unchecked")
         scratch.parent.mkdir(parents=True, exist_ok=True)
@@ -270,9 +273,11 @@ class CommandVerifier:
             result, report, tail = self.runner(request.command(command, scratch / f"{i}.xml"))
             if result.cancelled:
                 return Verdict(False, "cancelled", "verify cancelled")
+            outcome = CommandOutcome(command, result.exit_code, result.timed_out, report)
+            if keep is not None and not result.timed_out:
+                keep(outcome)
             if result.passed:
                 continue
-            outcome = CommandOutcome(command, result.exit_code, result.timed_out, report)
             judged = _judged(outcome, self._base(outcome, request), tail)
             if isinstance(judged, Verdict):
                 return judged

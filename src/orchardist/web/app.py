@@ -33,10 +33,12 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
+from ..errors import OrchardistError
 from ..runs.tail import event_json
 from ..safeio import read_tail
 from ..state.records import RunState
 from ..state.store import Store
+from .decisions import decision_of, pending_rows, record
 from .metrics import prometheus_text
 from .reads import LOG_TAIL_BYTES, Reads, Settings
 from .watch import StoreWatcher
@@ -44,6 +46,7 @@ from .watch import StoreWatcher
 COOKIE = "orchardist_token"
 ACTION_HEADER = "x-orchardist-action"  # required on POSTs: see _same_site
 KEEPALIVE_S = 15.0
+RESUMABLE = (RunState.AWAITING_REVIEW, RunState.INTERRUPTED, RunState.STOPPED)
 KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: keeps idle connections (and proxies) open
 
 
@@ -115,10 +118,26 @@ class _Endpoints:
 
     async def asset(self, request: Request) -> Response:
         name = request.path_params["name"]
-        kinds = {"app.js": "text/javascript", "style.css": "text/css"}
+        kinds = {
+            "app.js": "text/javascript",
+            "review.js": "text/javascript",
+            "style.css": "text/css",
+            "favicon.svg": "image/svg+xml",
+        }
         if name not in kinds:
             return PlainTextResponse("not found", status_code=404)
         return Response(_static(name), media_type=f"{kinds[name]}; charset=utf-8")
+
+    async def favicon(self, request: Request) -> Response:
+        return Response(_static("favicon.svg"), media_type="image/svg+xml")
+
+    async def api_changes(self, request: Request) -> Response:
+        """An event each time the store changes (any run's): the Review page follows it."""
+        return StreamingResponse(
+            _change_stream(self.watcher, request.is_disconnected),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     async def api_runs(self, request: Request) -> Response:
         return JSONResponse(await asyncio.to_thread(self.data.runs))
@@ -206,6 +225,38 @@ class _Endpoints:
         )
         return JSONResponse({"started": pid}, status_code=202)
 
+    async def resume(self, request: Request) -> Response:
+        """``orchardist resume RUN`` in its own session: what acts on review decisions when
+        no orchestrator runs (a run that ended awaiting review, or was interrupted)."""
+        run = await asyncio.to_thread(self.data.run, request.path_params["run"])
+        if run is None:
+            return JSONResponse({"error": "no such run"}, status_code=404)
+        if run.state not in RESUMABLE:
+            return JSONResponse({"error": f"run {run.id} is {run.state.value}"}, status_code=409)
+        logs = self.data.log_folder()
+        pid = await asyncio.to_thread(
+            _orchardist_detached, self.settings.repo_root, logs, "resume", run.id
+        )
+        return JSONResponse({"started": pid}, status_code=202)
+
+    async def api_review(self, request: Request) -> Response:
+        if not await asyncio.to_thread(self.data.has_store):
+            return JSONResponse([])
+        return JSONResponse(await asyncio.to_thread(pending_rows, self.data.store))
+
+    async def review(self, request: Request) -> Response:
+        """A person's decision on a task's pending patch (see decisions.py)."""
+        try:
+            decision = decision_of(await request.json())
+        except ValueError as exc:  # not JSON, or BadDecision
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        run, task = request.path_params["run"], request.path_params["task"]
+        try:
+            woke = await asyncio.to_thread(record, self.settings.store_path, run, task, decision)
+        except OrchardistError as exc:  # a ReviewError: not awaiting review, a bad line...
+            return JSONResponse({"error": str(exc)}, status_code=409)
+        return JSONResponse({"recorded": decision.verdict.value, "woke": woke}, 202)
+
     async def metrics(self, request: Request) -> Response:
         text = await asyncio.to_thread(
             prometheus_text, self.data.store if self.data.has_store() else None
@@ -252,7 +303,10 @@ def create_app(settings: Settings) -> Starlette:
         Route("/", ends.page),
         Route("/runs/{run}", ends.page),
         Route("/runs/{run}/tasks/{task}", ends.page),
+        Route("/review", ends.page),
+        Route("/favicon.ico", ends.favicon),
         Route("/static/{name}", ends.asset),
+        Route("/api/changes", ends.api_changes),
         Route("/api/runs", ends.api_runs),
         Route("/api/runs/{run}", ends.api_run),
         Route("/api/runs/{run}/tasks/{task}", ends.api_task),
@@ -260,6 +314,9 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/runs/{run}/tasks/{task}/attempts/{n:int}/log", ends.api_log),
         Route("/api/runs/{run}/cancel", ends.cancel, methods=["POST"]),
         Route("/api/runs/{run}/retry", ends.retry, methods=["POST"]),
+        Route("/api/runs/{run}/resume", ends.resume, methods=["POST"]),
+        Route("/api/review", ends.api_review),
+        Route("/api/runs/{run}/tasks/{task}/review", ends.review, methods=["POST"]),
         Route("/metrics", ends.metrics),
     ]
     return Starlette(
@@ -297,6 +354,18 @@ async def _event_stream(
         newer = await watcher.wait_newer(seen, KEEPALIVE_S)
         if newer == seen:
             yield KEEPALIVE
+        seen = newer
+
+
+async def _change_stream(
+    watcher: StoreWatcher, disconnected: Callable[[], Awaitable[bool]]
+) -> AsyncIterator[str]:
+    """Server-sent ``change`` events, one per burst of writes to the store's folder."""
+    yield "retry: 1000\n\n"
+    seen = watcher.generation
+    while not await disconnected():
+        newer = await watcher.wait_newer(seen, KEEPALIVE_S)
+        yield KEEPALIVE if newer == seen else f"event: change\ndata: {newer}\n\n"
         seen = newer
 
 

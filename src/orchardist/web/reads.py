@@ -20,6 +20,7 @@ from ..safeio import read_tail
 from ..state.records import Run
 from ..state.report import status_document
 from ..state.store import RunCounts, Store
+from .taskdoc import attempt_extras, finding, review_history, winner_first
 
 LOG_TAIL_BYTES = 256 * 1024
 DIFF_MAX_BYTES = 512 * 1024
@@ -82,6 +83,7 @@ class Reads:
                     "state": run.state.value,
                     "branch": run.branch,
                     "plan": run.plan_path,
+                    "plan_name": Path(run.plan_path).name,
                     "created_at": run.created_at,
                     "finished_at": run.finished_at,
                     "duration_s": (run.finished_at or time.time()) - run.created_at,
@@ -119,6 +121,8 @@ class Reads:
                 attempt["started_at"] = record.started_at
                 attempt["ended_at"] = record.ended_at
                 attempt.pop("log", None)
+            task["attempts"] = winner_first(task["attempts"])
+            task["finding"] = finding(task["reason"])
         doc["graph"] = self._graph(run, [t["id"] for t in doc["tasks"]])
         doc["last_seq"] = self.store.last_seq(run.id)
         return doc
@@ -154,6 +158,10 @@ class Reads:
             attempt["ended_at"] = record.ended_at
             attempt["log_tail"] = _tail(attempt.pop("log", "") or "")
             attempt["diff"] = self._diff(record.base_commit, record.patch_commit)
+            attempt.update(attempt_extras(record.log_path), finding=finding(record.detail))
+        task["attempts"] = winner_first(task["attempts"])
+        task["finding"] = finding(task["reason"])
+        task["reviews"] = review_history(self.store, run.id, task_id)
         task["run"] = run.id
         task["run_state"] = run.state.value
         return task

@@ -54,6 +54,10 @@ function fmtDur(s) {
 }
 function fmtCost(c) { return c === null || c === undefined ? "-" : `$${Number(c).toFixed(4)}`; }
 function stateSpan(state) { return el("span", { class: `state s-${state}` }, state); }
+// Run states `orchardist resume` takes on (no orchestrator drives them).
+const RESUMABLE = ["awaiting_review", "interrupted", "stopped"];
+// " · " between the parts that have a value: no "cost -", no trailing "·" for what is unknown.
+function joined(parts) { return parts.filter((p) => p !== null && p !== undefined && p !== "").join(" · "); }
 
 // Refresh on every event of the run (coalesced), without reloading the page.
 function follow(runId, onChange, filter) {
@@ -68,30 +72,50 @@ function follow(runId, onChange, filter) {
     if (pending) return;
     pending = setTimeout(() => { pending = null; onChange(); }, 150);
   };
-  for (const kind of ["run", "task", "attempt", "round", "merge", "regression", "breaker", "usage", "message"]) {
+  for (const kind of ["run", "task", "attempt", "round", "merge", "regression", "breaker", "usage", "message", "review"]) {
     source.addEventListener(kind, handler);
   }
+  return source;
+}
+
+// Refresh on any change of the store (every run's), coalesced: the Review page.
+function followAll(onChange) {
+  const source = new EventSource("/api/changes");
+  let pending = null;
+  source.onopen = () => live.classList.add("on");
+  source.onerror = () => live.classList.remove("on");
+  source.addEventListener("change", () => {
+    if (pending) return;
+    pending = setTimeout(() => { pending = null; onChange(); }, 150);
+  });
   return source;
 }
 
 // -- runs --------------------------------------------------------------------------------------
 
 async function showRuns() {
+  await drawRuns();
+  followAll(drawRuns);  // live: a new run, a state, a task awaiting review
+}
+
+async function drawRuns() {
   crumbs.textContent = "";
   const runs = await getJSON("/api/runs");
   const rows = runs.map((r) => el("tr", { "data-run": r.run },
     el("td", {}, el("a", { href: `/runs/${encodeURIComponent(r.run)}` }, r.run)),
     el("td", {}, stateSpan(r.state)),
+    el("td", { class: "plan", title: r.plan }, r.plan_name),
     el("td", {}, r.branch),
     el("td", {}, fmtTime(r.created_at)),
     el("td", {}, fmtDur(r.duration_s)),
     el("td", {}, fmtCost(r.cost_usd)),
-    el("td", {}, `${r.summary.done || 0} done, ${r.summary.failed || 0} failed, ${r.tasks} tasks`),
+    el("td", {}, `${r.summary.done || 0} done, ${r.summary.failed || 0} failed, ${r.tasks} tasks`,
+      ...(r.summary.awaiting_review ? [" · ", el("a", { href: "/review", class: "s-awaiting_review" }, `${r.summary.awaiting_review} awaiting review`)] : [])),
   ));
   main.replaceChildren(
     el("h2", {}, "Runs"),
     runs.length ? el("table", { id: "runs" },
-      el("tr", {}, ...["run", "state", "branch", "started", "duration", "cost", "tasks"].map((h) => el("th", {}, h))),
+      el("tr", {}, ...["run", "state", "plan", "branch", "started", "duration", "cost", "tasks"].map((h) => el("th", {}, h))),
       ...rows) : el("p", { class: "muted" }, "no runs yet"),
   );
 }
@@ -123,7 +147,11 @@ function drawGraph(doc) {
     if (!columns.has(d)) columns.set(d, []);
     columns.get(d).push(t);
   }
-  const W = 150, H = 26, GX = 50, GY = 14;
+  // Nodes as wide as the longest name (up to LABEL_MAX characters; past that, cut, the full
+  // name on hover).
+  const LABEL_MAX = 48, CHAR_W = 7.2;
+  const longest = Math.min(LABEL_MAX, Math.max(8, ...doc.tasks.map((t) => t.id.length)));
+  const W = Math.ceil(longest * CHAR_W) + 16, H = 26, GX = 50, GY = 14;
   const pos = new Map();
   let rows = 0;
   for (const [d, col] of columns) {
@@ -148,7 +176,7 @@ function drawGraph(doc) {
     const g = svgEl("g", { class: `node${critical.has(t.id) ? " critical" : ""}`, "data-task": t.id, "data-state": t.state });
     g.append(svgEl("rect", { x: p.x, y: p.y, width: W, height: H, class: `f-${t.state}` }));
     const label = svgEl("text", { x: p.x + 8, y: p.y + 17 });
-    label.textContent = t.id.length > 20 ? `${t.id.slice(0, 19)}…` : t.id;
+    label.textContent = t.id.length > LABEL_MAX ? `${t.id.slice(0, LABEL_MAX - 1)}…` : t.id;
     const title = svgEl("title");
     title.textContent = `${t.id}: ${t.state}`;
     g.append(label, title);
@@ -192,10 +220,23 @@ function drawGantt(doc) {
     g.append(label, title);
     svg.append(g);
   }
-  const axis = svgEl("text", { x: left, y: 12, "font-size": 11, fill: "#6b7075" });
-  axis.textContent = `0 — ${fmtDur(t1 - t0)}`;
-  svg.append(axis);
+  for (const tick of ticks(t1 - t0)) {
+    const x = scale(t0 + tick);
+    svg.append(svgEl("line", { class: "tick", x1: x, x2: x, y1: 14, y2: height, "data-s": tick }));
+    const label = svgEl("text", { class: "tick-label", x: x + 2, y: 11, "font-size": 10, fill: "#6b7075" });
+    label.textContent = fmtDur(tick);
+    svg.append(label);
+  }
   return svg;
+}
+
+// Round times for the timeline's ticks: about six over the run's span.
+function ticks(span) {
+  const steps = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 43200, 86400];
+  const step = steps.find((s) => span / s <= 6) || 86400 * Math.ceil(span / 86400 / 6);
+  const out = [];
+  for (let t = 0; t <= span + 1e-9; t += step) out.push(t);
+  return out;
 }
 
 function tasksTable(doc) {
@@ -208,7 +249,7 @@ function tasksTable(doc) {
     el("td", {}, t.attempts.map((a) => a.verdict || a.failure || "").filter(Boolean).join(", ") || "-"),
     el("td", {}, fmtCost(t.cost_usd)),
     el("td", {}, `${t.input_tokens ?? "-"}/${t.output_tokens ?? "-"}`),
-    el("td", {}, t.reason || ""),
+    el("td", { class: "reason", title: t.reason || "" }, t.finding || ""),
   ));
   return el("table", { id: "tasks" }, head, ...rows);
 }
@@ -220,10 +261,12 @@ async function showRun(runId) {
     const totals = doc.totals || {};
     main.replaceChildren(
       el("h2", {}, "Run ", el("span", { id: "run-id" }, doc.run), " ", el("span", { id: "run-state" }, stateSpan(doc.state))),
-      el("p", { class: "kv" }, `branch ${doc.branch} · started ${fmtTime(doc.created_at)} · cost ${fmtCost(totals.cost_usd)} · ${doc.reason || ""}`),
+      el("p", { class: "kv", id: "run-meta" }, joined([`plan ${doc.plan.split("/").pop()}`, `branch ${doc.branch}`, `started ${fmtTime(doc.created_at)}`,
+        totals.cost_usd == null ? null : `cost ${fmtCost(totals.cost_usd)}`, doc.reason])),
       el("p", {},
         ...(doc.state === "running" ? [actionButton("cancel run", "cancel", `/api/runs/${encodeURIComponent(doc.run)}/cancel`)] : []),
         ...(["failed", "cancelled"].includes(doc.state) ? [actionButton("retry failed tasks", "retry", `/api/runs/${encodeURIComponent(doc.run)}/retry`)] : []),
+        ...(RESUMABLE.includes(doc.state) ? [actionButton("resume run", "resume", `/api/runs/${encodeURIComponent(doc.run)}/resume`)] : []),
         " ", el("span", { id: "action-note", class: "muted" })),
       el("h2", {}, "Graph", el("span", { class: "muted" }, doc.graph.from_plan ? "  (thick border: critical path)" : "  (the plan file is gone: no edges)")),
       drawGraph(doc),
@@ -239,46 +282,85 @@ async function showRun(runId) {
 
 // -- a task --------------------------------------------------------------------------------------
 
-function diffView(text) {
-  const pre = el("pre", { class: "diff" });
-  for (const line of text.split("\n")) {
-    let cls = "";
-    if (line.startsWith("+++") || line.startsWith("---") || line.startsWith("diff ")) cls = "file";
-    else if (line.startsWith("+")) cls = "add";
-    else if (line.startsWith("-")) cls = "del";
-    else if (line.startsWith("@@")) cls = "hunk";
-    pre.append(cls ? el("span", { class: cls }, line) : document.createTextNode(line), "\n");
-  }
-  return pre;
+// Live redraws wait while the reviewer types or presses: a redraw would take the caret, or
+// swap a button between its mousedown and mouseup (and then no click happens).
+let pressing = false;
+document.addEventListener("pointerdown", () => { pressing = true; }, true);
+document.addEventListener("pointerup", () => { setTimeout(() => { pressing = false; }, 0); }, true);
+function busy() {
+  const active = document.activeElement;
+  return pressing || (main.contains(active) && active.tagName === "TEXTAREA");
+}
+
+// The attempt line: only what is known (a running attempt has no exit code or cost yet).
+function attemptLine(a) {
+  return joined([a.verdict, a.selection, a.duration_s == null ? null : fmtDur(a.duration_s),
+    a.exit_code == null ? null : `exit ${a.exit_code}`, a.cost_usd == null ? null : `cost ${fmtCost(a.cost_usd)}`]);
+}
+
+function attemptSection(a, review) {
+  // A log with no tool events (a shell agent, a scripted one) is its own transcript: shown open.
+  const events = (a.transcript || []).some((e) => e.kind !== "output");
+  return el("section", { class: "attempt", "data-attempt": a.n, "data-state": a.state },
+    el("h2", {}, `attempt ${a.n}`, a.candidate ? ` (candidate ${a.candidate})` : "", ` · ${a.agent} · `, stateSpan(a.state),
+      a.state === "merged" ? el("span", { class: "winner" }, " winner") : ""),
+    el("p", { class: "kv" }, attemptLine(a)),
+    el("p", { class: "detail", title: a.detail || "" }, a.finding || ""),
+    ...(a.diff ? [el("h3", {}, "diff"), diffBlock(a.diff, review)] : []),
+    ...testsBlock(a.tests || []),
+    ...(events ? transcriptBlock(a.transcript) : []),
+    el("details", { class: "raw-log", ...(events ? {} : { open: "" }) }, el("summary", {}, "log", a.log_tail.cut ? " (end)" : ""), el("pre", { class: "log" }, a.log_tail.text)),
+  );
+}
+
+// The attempt under review: the winner not merged yet (as runs/review.py picks it).
+function reviewedAttempt(task) {
+  if (task.state !== "awaiting_review") return null;
+  const passed = task.attempts.filter((a) => a.state === "passed" && a.won && a.diff);
+  return passed.length ? passed.reduce((x, y) => (y.n > x.n ? y : x)) : null;
 }
 
 async function showTask(runId, taskId) {
   let tails = [];
+  let waiting = false;
+  const review = reviewDraft(runId, taskId);
   const render = async () => {
+    if (busy()) {  // redrawn once the reviewer has let go
+      if (!waiting) {
+        waiting = true;
+        const again = () => {
+          document.removeEventListener("focusout", again, true);
+          document.removeEventListener("pointerup", again, true);
+          waiting = false;
+          setTimeout(render, 0);
+        };
+        document.addEventListener("focusout", again, true);
+        document.addEventListener("pointerup", again, true);
+      }
+      return;
+    }
     for (const source of tails) source.close();
     tails = [];
     const task = await getJSON(`/api/runs/${encodeURIComponent(runId)}/tasks/${encodeURIComponent(taskId)}`);
     crumbs.replaceChildren(" / ", el("a", { href: `/runs/${encodeURIComponent(runId)}` }, runId), " / ", taskId);
-    const sections = task.attempts.map((a) => el("section", { class: "attempt", "data-attempt": a.n },
-      el("h2", {}, `attempt ${a.n}`, a.candidate ? ` (candidate ${a.candidate})` : "", ` · ${a.agent} · `, stateSpan(a.state)),
-      el("p", { class: "kv" }, `${a.verdict || ""} ${a.selection || ""} · ${fmtDur(a.duration_s)} · exit ${a.exit_code ?? "-"} · cost ${fmtCost(a.cost_usd)}`),
-      el("p", { class: "detail" }, a.detail || ""),
-      el("h2", {}, "log", a.log_tail.cut ? " (end)" : ""),
-      el("pre", { class: "log" }, a.log_tail.text),
-      ...(a.diff ? [el("h2", {}, "diff"), diffView(a.diff)] : []),
-    ));
+    const underReview = reviewedAttempt(task);
+    const sections = task.attempts.map((a) => attemptSection(a, a === underReview ? review : null));
     main.replaceChildren(
       el("h2", {}, "Task ", el("span", { id: "task-id" }, task.id), " ", el("span", { id: "task-state" }, stateSpan(task.state))),
-      el("p", { class: "kv" }, task.reason || ""),
+      el("p", { class: "kv", title: task.reason || "" }, task.finding || ""),
       el("p", {},
         ...(["failed", "blocked", "cancelled"].includes(task.state) && ["failed", "cancelled"].includes(task.run_state)
           ? [actionButton("retry this task", "retry", `/api/runs/${encodeURIComponent(runId)}/retry`, { tasks: [taskId] })] : []),
         " ", el("span", { id: "action-note", class: "muted" })),
+      ...(underReview && !(task.reviews || []).some((r) => r.attempt === underReview.n) ? [reviewForm(runId, taskId, review)] : []),
+      ...reviewHistory(task, RESUMABLE.includes(task.run_state)),
       ...sections,
     );
     // Running attempts: their log grows between events; stream what is appended.
     for (const a of task.attempts.filter((x) => x.ended_at === null)) {
-      const pre = main.querySelector(`section[data-attempt="${a.n}"] pre.log`);
+      const section = main.querySelector(`section[data-attempt="${a.n}"]`);
+      section.querySelector("details.raw-log").open = true;
+      const pre = section.querySelector("pre.log");
       const url = `/api/runs/${encodeURIComponent(runId)}/tasks/${encodeURIComponent(taskId)}/attempts/${a.n}/log`;
       const source = new EventSource(url);
       let first = true;
@@ -299,6 +381,7 @@ async function route() {
   try {
     if (parts[0] === "runs" && parts.length === 2) await showRun(parts[1]);
     else if (parts[0] === "runs" && parts[2] === "tasks" && parts.length === 4) await showTask(parts[1], parts[3]);
+    else if (parts[0] === "review" && parts.length === 1) await showReview();
     else await showRuns();
   } catch (error) {
     main.replaceChildren(el("p", { class: "error" }, String(error)));

@@ -1,0 +1,214 @@
+"""What the commands that only read cost to start: the modules they import, bounded so that an
+import creeping onto their path fails here, and a parser built for the chosen command alone that
+parses, prints and refuses exactly as the whole one does."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from orchardist.cli import main
+from orchardist.cli.parsing import COMMANDS, build, parse
+from test_cli_inputs import orchardist
+
+# Layers a command that reads a run's record or a plan has no use for: the loop, where attempts
+# run, the agents, pipelines, the sandbox, verification, scanners, the dashboard.
+DRIVING = ("engine", "executors", "agents", "pipelines", "confine", "verify", "scan", "web")
+PLANS = ("plan", "specs", "config")
+
+IMPORTED = """
+import io, json, sys, contextlib
+from orchardist.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as exc:
+        code = exc.code
+print(json.dumps([code, sorted(m for m in sys.modules if m.startswith("orchardist"))]))
+"""
+
+
+def imported(repo: Path, *argv: str) -> tuple[int, set[str]]:
+    """The exit code of ``orchardist ARGV`` in a fresh interpreter, and the orchardist modules
+    it imported."""
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTED, *argv], cwd=repo, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    code, modules = json.loads(done.stdout)
+    return code, set(modules)
+
+
+def under(modules: set[str], layers: Sequence[str]) -> set[str]:
+    return {m for m in modules if m.split(".")[1:2] and m.split(".")[1] in layers}
+
+
+@pytest.fixture
+def ran(repo: Path) -> Path:
+    """A repository with one finished run of a one-task plan."""
+    (repo / "plan.toml").write_text(
+        '[agents.sh]\nkind = "shell"\ncommand = "echo x > {task}.txt"\n'
+        '[[task]]\nid = "a"\nverify = "none"\n'
+    )
+    assert orchardist(repo, "run", "plan.toml", "-q").returncode == 0
+    return repo
+
+
+def test_status_and_runs_import_nothing_that_drives_a_run_or_reads_a_plan(ran: Path) -> None:
+    # Given a repository with a finished run
+    for command in ("runs", "status", "status --json"):
+        # When a command that reads its record runs
+        code, modules = imported(ran, *command.split())
+
+        # Then it worked, and no module of the loop, the sandbox or the plan was imported
+        assert code == 0, command
+        assert under(modules, DRIVING + PLANS) == set(), command
+        assert "orchardist.runs.start" in modules  # (it did read the run)
+        # and no other command's module either
+        assert "orchardist.cli.running" not in modules
+        assert "orchardist.cli.plans" not in modules
+
+
+def test_help_imports_no_command_and_still_lists_every_one(repo: Path) -> None:
+    # When orchardist --help runs
+    code, modules = imported(repo, "--help")
+
+    # Then only the parser's own modules were imported
+    assert code == 0
+    assert modules <= {
+        "orchardist",
+        "orchardist.cli",
+        "orchardist.cli.options",
+        "orchardist.cli.parsing",
+        "orchardist.errors",
+        "orchardist.terminal",
+    }
+    # and every command is listed with its help line, as the whole parser lists them
+    assert orchardist(repo, "--help").stdout == _printed(build(main), ["--help"])[1]
+
+
+def test_validate_imports_the_plan_but_nothing_that_drives_a_run(ran: Path) -> None:
+    code, modules = imported(ran, "validate", "plan.toml")
+
+    assert code == 0
+    assert "orchardist.plan.loading" in modules
+    assert under(modules, ("engine", "web", "verify")) == set()  # (a plan may list scanners)
+    assert {"orchardist.state.store", "orchardist.runs.start"} & modules == set()
+
+
+def git_commands(repo: Path, tmp: Path, *argv: str) -> list[str]:
+    """The git commands ``orchardist ARGV`` ran, each told by a git on ``PATH`` that notes its
+    arguments in a file before it runs the real one (the proof that it ran)."""
+    shim, log = tmp / "shim", tmp / "git.log"
+    shim.mkdir(exist_ok=True)
+    log.unlink(missing_ok=True)
+    (shim / "git").write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {shutil.which("git")} "$@"\n')
+    (shim / "git").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "orchardist", *argv], cwd=repo, env=env, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_reading_a_run_takes_one_git_command_or_two(ran: Path, tmp_path: Path) -> None:
+    # status and runs find the store with one rev-parse (runs asks first whether there is one);
+    # setting up orchardist's git for the repository took five more, each time
+    assert len(git_commands(ran, tmp_path, "status")) == 1
+    assert len(git_commands(ran, tmp_path, "runs")) == 2
+    assert git_commands(ran, tmp_path, "--help") == []
+    # validate sets it up for its checks (five), and asks each thing of git once
+    ran_by_validate = git_commands(ran, tmp_path, "validate", "plan.toml")
+    assert len(ran_by_validate) == len(set(ran_by_validate)) <= 8, ran_by_validate
+
+
+LINES = [
+    [],
+    ["--help"],
+    ["--version"],
+    ["runs"],
+    ["runs", "--json", "-C", "x"],
+    ["-q", "status", "r1", "--json"],
+    ["-C", "somewhere", "status", "-w"],
+    ["-qC", "somewhere", "runs"],
+    ["-Csomewhere", "runs"],
+    ["-v", "-v", "logs", "r", "t", "--attempt", "2"],
+    ["status", "--help"],
+    ["status", "--bogus"],
+    ["runs", "extra"],
+    ["validate"],
+    ["validate", "plan.toml", "--json"],
+    ["runz"],
+    ["--", "runs"],
+    ["-C"],
+    ["fix", "report", "--agent", "a", "--agent", "b", "--dry-run"],
+    ["debug", "--help"],
+    ["scan", "--scanner", "ruff"],
+    ["completion", "fish"],
+    ["run", "plan.toml", "--max-parallel", "0"],
+    ["--no-color", "gc", "--older-than", "3d"],
+]
+
+
+@pytest.mark.parametrize("argv", LINES, ids=lambda argv: " ".join(argv) or "(nothing)")
+def test_the_parser_of_one_command_parses_prints_and_refuses_as_the_whole_one(
+    argv: list[str],
+) -> None:
+    # Given a command line, parsed by the parser of every command
+    whole = _printed(build(main), argv)
+
+    # When it is parsed as orchardist does, building only what the line needs
+    def lazily(line: list[str]) -> argparse.Namespace:
+        return parse(main, line)[1]
+
+    # Then the outcome, the namespace and what is printed are the same
+    assert _outcome(lazily, argv) == _outcome(build(main).parse_args, argv)
+    assert _printed(lazily, argv) == whole
+
+
+def test_every_command_is_in_the_table_with_the_help_line_its_parser_has() -> None:
+    (sub,) = [a for a in build(main)._actions if isinstance(a, argparse._SubParsersAction)]
+    listed = {action.dest: action.help for action in sub._choices_actions}
+    assert listed == {name: summary for name, (_, summary) in COMMANDS.items()}
+    assert list(sub.choices) == list(COMMANDS)
+
+
+def _printed(parse_args: object, argv: list[str]) -> tuple[object, str, str]:
+    """The exit code (None: parsed) and what parsing printed on stdout and stderr."""
+    if isinstance(parse_args, argparse.ArgumentParser):
+        parse_args = parse_args.parse_args
+    out, err = io.StringIO(), io.StringIO()
+    code: object = None
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            parse_args(argv)  # type: ignore[operator]
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def _outcome(parse_args: object, argv: list[str]) -> object:
+    """The namespace parsed (its function by name), or how parsing exited."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            args = parse_args(argv)  # type: ignore[operator]
+        except SystemExit as exc:
+            return ("exit", exc.code)
+    shown = dict(vars(args))
+    func = shown.pop("func", None)
+    name = getattr(func, "func", func)
+    shown["func"] = getattr(name, "__qualname__", None)
+    if "pipeline" in shown:
+        shown["func_main"] = "partial"
+    return shown
