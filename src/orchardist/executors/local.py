@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..agents import Agent, AgentResult, agent_class, command_words, make_agent, scrubbed_env
+from ..agents import Agent, AgentResult, agent_class, command_words, make_agent
 from ..agents.sessions import Sessions
 from ..confine import caches, mounts
 from ..confine.homes import empty_home, fill_home
@@ -33,7 +33,7 @@ from ..state.store import Store
 from ..verify import reports
 from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier, VerifyRequest
 from . import AttemptJob, Job, Notify, Outcome, Phase
-from .attempt import Attempt, Work, agent_context, note_ending, verify_commands
+from .attempt import Attempt, Work, agent_context, attempt_env, note_ending, verify_commands
 from .baselines import LocalBaselines as LocalBaselines
 from .baselines import keeper, verifying
 from .confinement import Confinement, without
@@ -468,18 +468,7 @@ class LocalExecutor:
             return self._agents[profile.name]
 
     def _env(self, job: Job, paths: AttemptPaths, profile: AgentProfile | None) -> dict[str, str]:
-        allow: tuple[str, ...] = ()
-        if profile is not None:  # the agent's own keys; verify commands get none
-            allow = (*profile.env, *agent_class(profile.kind).env_keys)
-        env = scrubbed_env(allow, self.environ)
-        env.update(
-            ORCHARDIST_RUN=job.run_id,
-            ORCHARDIST_TASK=job.task_id,
-            ORCHARDIST_ATTEMPT=str(job.attempt),
-            ORCHARDIST_CANDIDATE=str(job.candidate),
-            ORCHARDIST_WORKTREE=str(paths.tree),
-        )
-        return {**env, **self.private_env(paths)}
+        return attempt_env(job, paths, profile, self.environ, self.private_env(paths))
 
     def private_env(self, paths: AttemptPaths) -> dict[str, str]:
         """The variables that point the attempt's tools at its own folders (see
