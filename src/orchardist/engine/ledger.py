@@ -8,10 +8,10 @@ hear of its events only after it committed.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Unpack, cast
+from typing import Unpack
 
 from ..executors import Job, Outcome
 from ..seams import Store, Transaction
@@ -90,21 +90,28 @@ class Ledger:
         task_id: str,
         state: TaskState,
         reason: str | None = None,
-        **extra: object,
+        *,
+        failures: int | None = None,
+        reruns: int | None = None,
+        commit: str | None = None,
+        said: Mapping[str, object] | None = None,
     ) -> None:
-        """Move a task to ``state``; ``failures``, ``reruns`` and ``commit`` in ``extra`` are
-        stored with it, the rest only goes into its event."""
-        changes: dict[str, object] = {"state": state}
+        """Move a task to ``state``; ``failures``, ``reruns`` and ``commit`` (None: unchanged)
+        are stored with it, ``said`` only goes into its event."""
+        changes = TaskChanges(state=state)
         if reason is not None:
             changes["reason"] = reason
-        for key in ("failures", "reruns", "commit"):
-            if key in extra:
-                changes[key] = extra.pop(key)
-        tx.set_task(self.run_id, task_id, **cast(TaskChanges, changes))  # columns only, above
-        self.tasks[task_id] = replace(self.tasks[task_id], **changes)  # type: ignore[arg-type]
+        if failures is not None:
+            changes["failures"] = failures
+        if reruns is not None:
+            changes["reruns"] = reruns
+        if commit is not None:
+            changes["commit"] = commit
+        tx.set_task(self.run_id, task_id, **changes)
+        self.tasks[task_id] = replace(self.tasks[task_id], **changes)
         if state is TaskState.FAILED and self.fail_fast and self.failed_fast is None:
             self.failed_fast = task_id  # the loop stops before it launches anything else
-        data = {"state": state.value, **extra}
+        data: dict[str, object] = {"state": state.value, **(said or {})}
         if reason:
             data["reason"] = reason
         if "commit" in changes:
@@ -126,10 +133,27 @@ class Writes:
         self.ledger, self.tx, self.run_id = ledger, tx, ledger.run_id
 
     def state(
-        self, task_id: str, state: TaskState, reason: str | None = None, **extra: object
+        self,
+        task_id: str,
+        state: TaskState,
+        reason: str | None = None,
+        *,
+        failures: int | None = None,
+        reruns: int | None = None,
+        commit: str | None = None,
+        said: Mapping[str, object] | None = None,
     ) -> None:
         """Move a task to ``state`` (see :meth:`Ledger.set_state`)."""
-        self.ledger.set_state(self.tx, task_id, state, reason, **extra)
+        self.ledger.set_state(
+            self.tx,
+            task_id,
+            state,
+            reason,
+            failures=failures,
+            reruns=reruns,
+            commit=commit,
+            said=said,
+        )
 
     def event(
         self, kind: Kind, task_id: str | None = None, attempt: int | None = None, **data: object

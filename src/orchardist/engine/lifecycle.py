@@ -224,8 +224,8 @@ class Lifecycle:
         self.briefs.failed(task_id, detail, feedback)
         if failures <= self.specs[task_id].retries and not final:
             delay = self.backoff.delay(failures, self.rng)
-            retry = {"failures": failures, "retry": failures, "retry_in_s": round(delay, 2)}
-            tx.state(task_id, TaskState.READY, reason=detail, **retry)
+            said = {"retry": failures, "retry_in_s": round(delay, 2)}
+            tx.state(task_id, TaskState.READY, reason=detail, failures=failures, said=said)
             self.retry_in(delay, task_id)
             return
         reason = f"{failure.value if failure else 'failed'}: {detail}"
@@ -259,7 +259,7 @@ class Lifecycle:
             tx.state(task_id, TaskState.FAILED, reruns=reruns, reason=why)
             self.block_dependents(tx, task_id)
             return
-        tx.state(task_id, TaskState.READY, reason=reason, reruns=reruns, rerun=reruns)
+        tx.state(task_id, TaskState.READY, reason=reason, reruns=reruns, said={"rerun": reruns})
         self.new_round(tx, task_id)
 
     def release(self, tx: Writes, task_id: str) -> None:

@@ -259,7 +259,7 @@ class Scheduler:
         running = [j.candidate for j in self.active.values() if j.task_id == task_id]
         decision = self.rounds.hold(task_id, running)
         with self.ledger.tx() as tx:
-            tx.state(task_id, TaskState.READY, reason=reason, held=True)
+            tx.state(task_id, TaskState.READY, reason=reason, said={"held": True})
             if decision is not None:
                 self.life.decided(tx, decision)  # the loop merges the winner
 
