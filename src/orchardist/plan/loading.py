@@ -246,6 +246,8 @@ class _Validator(TaskChecks, RunChecks):
 
     def _confined(self, agents: Mapping[str, AgentProfile], repo: Path | None) -> None:
         """Profiles that cannot work inside orchardist's isolation, located in their file."""
+        if not agents:  # a scan's config: the agents' modules are not even imported
+            return
         from ..agents import agent_class
         from ..agents.cli import CliAgent
 

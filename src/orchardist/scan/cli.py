@@ -10,6 +10,7 @@ import argparse
 import functools
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +104,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     from ..config import tell_ignored
     from ..git.repo import Repo
     from ..plan.loading import load_plan
-    from ..runs.start import Workspace
+    from ..state.store import Store
     from .engine import Scanner
 
     plan = load_plan(_plan_path(args.plan), require_tasks=False)
@@ -122,24 +123,34 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     if not args.fix and args.agent is not None:
         raise UsageError("--agent is for --fix")
     base = args.base or plan.run.base
-    repo = Repo(plan.repo)  # set up once: six git processes each time
-    if repo.try_rev_parse(base) is None:  # before the store exists: exit 2 makes nothing
+    # set up once; a scan commits nothing (--fix commits through its run's own Repo)
+    repo = Repo(plan.repo, commits=False)
+    commit = repo.try_rev_parse(base)
+    if commit is None:  # before the store exists: exit 2 makes nothing
         raise UsageError(f"--base {base!r} names no commit")
-    _warn_dirty(repo, base)
-    ws = Workspace.open(plan.repo)
+    # asked beside the scan, not before it: git status is a process, said when it answers
+    dirty = threading.Thread(target=_warn_dirty, args=(repo, base), daemon=True)
+    dirty.start()
+    # the workspace's store, without the run machinery that a plain scan never uses
+    store = Store.for_repo(repo.common_dir)
     scanner = Scanner(
         repo,
-        ws.store,
+        store,
         plan.agents,
         max_parallel=args.max_parallel or plan.run.max_parallel,
         use_cache=not args.no_cache,
         sandbox=plan.run.sandbox,
         workspace=plan.run.workspace,
     )
-    result = scanner.scan(profiles, base, plan.run.workdir)
+    try:
+        result = scanner.scan(profiles, base, plan.run.workdir, commit=commit)
+    finally:
+        dirty.join()
     if args.fix:
+        from ..runs.start import Workspace
         from .fix_run import fix_findings
 
+        ws = Workspace.open(plan.repo)
         return fix_findings(args, plan, ws, scanner, profiles, result, drive)
     fmt = args.format or ("sarif" if args.output else "table")
     document = render(result, fmt, repo.root)

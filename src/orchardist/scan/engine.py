@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -43,6 +42,10 @@ CACHE_SCHEMA = 1  # bump when what a cache entry holds changes
 MAX_CACHE_ENTRIES = 200_000
 MAX_ENTRY_BYTES = 1 << 20  # a larger per-file result is not cached
 MAX_BATCH_FILES = 256
+# missed files are split into at most one batch per MIN_BATCH_FILES: a batch costs a
+# sandboxed process start (an interpreter applying Landlock, then the tool's own start), more
+# than a linter's whole run over a hundred small files; splitting pays where files are many
+MIN_BATCH_FILES = 128
 VERSION_TIMEOUT_S = 60.0
 DEV_NULL = Path("/dev/null")
 
@@ -115,13 +118,21 @@ class Scanner:
         self.workdir = "."
         self._entries: Mapping[str, str] = {}
 
-    def scan(self, profiles: Sequence[ScannerProfile], base: str, workdir: str = ".") -> ScanResult:
+    def scan(
+        self,
+        profiles: Sequence[ScannerProfile],
+        base: str,
+        workdir: str = ".",
+        *,
+        commit: str | None = None,
+    ) -> ScanResult:
         """Scan ``base`` with ``profiles``; findings deduplicated across scanners.
 
         Scanners run in ``workdir`` (relative to the repository): their globs and the paths
         they are given are relative to it; reported paths are relative to the repository.
+        ``commit``: the commit ``base`` names, when the caller has resolved it already.
         """
-        commit = self.repo.try_rev_parse(base)
+        commit = commit or self.repo.try_rev_parse(base)
         if commit is None:
             raise UsageError(f"--base {base!r} names no commit")
         prefix = "" if workdir.strip("/") in ("", ".") else workdir.strip("/") + "/"
@@ -133,9 +144,10 @@ class Scanner:
         }
         self._entries = entries
         tree = self.repo.tree_of(commit)
-        scan_id = f"scan-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        scan_id = f"scan-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
+        # made by the first that needs it (a version probe, an export): a scan answered
+        # from the cache writes no folder at all
         work = scan_root(self.repo, self.workspace) / scan_id
-        work.mkdir(parents=True)
         names = [p.name for p in profiles]
         self._emit(scan_id, "scan", state="started", base=commit, scanners=names)
         try:
@@ -197,7 +209,8 @@ class Scanner:
         missed = [(path, key) for path, key in zip(files, keys, strict=True) if key not in cached]
         if not missed:
             return []
-        size = min(MAX_BATCH_FILES, -(-len(missed) // self.max_parallel))
+        batches = max(1, min(self.max_parallel, len(missed) // MIN_BATCH_FILES))
+        size = min(MAX_BATCH_FILES, -(-len(missed) // batches))
         return [
             _Job(profile, tuple(p for p, _ in chunk), tuple(k for _, k in chunk))
             for chunk in (missed[i : i + size] for i in range(0, len(missed), size))
@@ -213,7 +226,7 @@ class Scanner:
             "config": {path: entries[path] for path in configs},
             "env": {name: self.environ.get(name) for name in profile.env},
         }
-        if profile.version:
+        if profile.version and self.use_cache:  # without the cache no key is ever used
             identity["version"] = self._version(profile, work)
         if profile.agent is not None:
             agent = self.agents[profile.agent]
@@ -232,7 +245,7 @@ class Scanner:
             if key in known:
                 return known[key]
         folder = work / f"{profile.name}.version"
-        folder.mkdir()
+        folder.mkdir(parents=True)
         log = folder / "out"
         proc = run_process(
             ["/bin/sh", "-c", profile.version],
