@@ -183,7 +183,7 @@ class _Validator(TaskChecks, RunChecks):
             used = {name for t in tasks for name in (t.agent, *t.agents)}
             confined = {n: p for n, p in agents.items() if n in used or n in self.own_agents}
             self._confined(confined, repo)
-        if not self.problems:
+        if tasks and not self.problems:  # (a scan's config has none)
             from ..pipelines.expand import expand
 
             tasks, clashes = expand(tasks, agents)

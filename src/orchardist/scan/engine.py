@@ -17,12 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..confine.paths import repo_key, workdir_root
 from ..confine.procs import CancelToken, run_process
@@ -37,6 +37,9 @@ from .runner import run_scanner, scanner_env
 from .sarif import MergedFinding, ScannerReport, merge
 from .toolstamp import tool_stamp
 from .trees import changed_files, export, ls_tree, remove, with_sources
+
+if TYPE_CHECKING:  # the pool is imported by a scan that runs a scanner (it imports logging)
+    from concurrent.futures import Future
 
 CACHE_SCHEMA = 1  # bump when what a cache entry holds changes
 MAX_CACHE_ENTRIES = 200_000
@@ -156,24 +159,34 @@ class Scanner:
             for profile in profiles:
                 jobs += self._plan_jobs(profile, entries, tree, work, tallies[profile.name])
             self._run_jobs(jobs, commit, tree, work, tallies)
+        finally:  # the scratch copy goes while the findings are merged and logged
+            removed = _removing(work)
+        try:
+            reports = tuple(self._report(p, tallies[p.name], prefix) for p in profiles)
+            merged = tuple(merge(reports))
+            self._finished(scan_id, reports, merged)
         finally:
-            remove(work)
-        reports = tuple(self._report(p, tallies[p.name], prefix) for p in profiles)
-        for r in reports:
-            self._emit(
-                scan_id,
-                "scanner",
-                r.name,
-                state="failed" if r.error else "done",
-                hits=r.hits,
-                misses=r.misses,
-                invocations=r.invocations,
-                reported=len(r.findings),
-                error=r.error,
-            )
-        merged = tuple(merge(reports))
-        self._emit(scan_id, "scan", state="finished", findings=len(merged))
+            removed()
         return ScanResult(commit, reports, merged, scan_id)
+
+    def _finished(
+        self, scan_id: str, reports: Sequence[ScannerReport], merged: Sequence[MergedFinding]
+    ) -> None:
+        """Each scanner's outcome and the scan's end, in one transaction."""
+        now = self.clock()
+        with self.store.transaction() as tx:
+            for r in reports:
+                data = {
+                    "state": "failed" if r.error else "done",
+                    "hits": r.hits,
+                    "misses": r.misses,
+                    "invocations": r.invocations,
+                    "reported": len(r.findings),
+                    "error": r.error,
+                }
+                tx.emit(Event(scan_id, "scanner", now, task_id=r.name, data=data))
+            end = {"state": "finished", "findings": len(merged)}
+            tx.emit(Event(scan_id, "scan", now, data=end))
 
     def _emit(self, scan_id: str, kind: str, scanner: str | None = None, **data: Any) -> None:
         """One line of the event log, under the scan's id (``scan-…``) instead of a run's."""
@@ -274,6 +287,8 @@ class Scanner:
     ) -> None:
         if not jobs:
             return
+        from concurrent.futures import ThreadPoolExecutor
+
         exports = {j.profile.name: work / j.profile.name for j in jobs}
         exported = self._export_sets(jobs)
         for name, folder in exports.items():
@@ -360,6 +375,8 @@ class Scanner:
         else:
             entries = [(job.keys[0], found)]
         tally.findings += found
+        if not self.use_cache:  # nothing will be stored: no entry is encoded
+            return
         for key, findings in entries:
             rules = {f.rule for f in findings}
             value = json.dumps(
@@ -417,6 +434,15 @@ class Scanner:
             misses=tally.misses,
             invocations=tally.invocations,
         )
+
+
+def _removing(work: Path) -> Callable[[], None]:
+    """Start removing the scan folder ``work`` in a thread, if it was made; what waits for it."""
+    if not os.path.lexists(work):  # a cache hit made none
+        return lambda: None
+    thread = threading.Thread(target=remove, args=(work,), name="scan-cleanup")
+    thread.start()
+    return thread.join
 
 
 def _digest(*parts: str) -> str:
