@@ -58,24 +58,23 @@ def test_without_the_cache_the_version_is_never_asked(tmp_path: Path) -> None:
     assert asked(marker) == 0
 
 
-def batched_repo(tmp_path: Path, files: int) -> tuple[Path, Path]:
-    repo = make_repo(tmp_path / "repo", {f"src/m{i}.py": f"# TODO: {i}\n" for i in range(files)})
-    return todo_plan(repo, tmp_path)
+def batched_repo(folder: Path, files: int) -> tuple[Path, Path]:
+    """A repository of ``files`` files with a TODO each, and a logging scanner's plan."""
+    folder.mkdir()
+    repo = make_repo(folder / "repo", {f"src/m{i}.py": f"# TODO: {i}\n" for i in range(files)})
+    return todo_plan(repo, folder)
 
 
-def test_fewer_missed_files_than_two_batches_hold_go_to_one_process(tmp_path: Path) -> None:
+def test_missed_files_share_processes_only_by_whole_batches(tmp_path: Path) -> None:
     # Given one file short of two batches' worth, and two processes allowed
-    plan, log = batched_repo(tmp_path, 2 * MIN_BATCH_FILES - 1)
+    plan, log = batched_repo(tmp_path / "short", 2 * MIN_BATCH_FILES - 1)
 
-    # When they are scanned
+    # When they are scanned, then one process scanned them all
     result = scan(plan)
-
-    # Then one process scanned them all
     assert [len(files) for files in invocations(log)] == [2 * MIN_BATCH_FILES - 1]
     assert result.reports[0].invocations == 1 and len(result.merged) == 2 * MIN_BATCH_FILES - 1
 
-
-def test_two_batches_worth_of_missed_files_are_shared_by_two_processes(tmp_path: Path) -> None:
-    plan, log = batched_repo(tmp_path, 2 * MIN_BATCH_FILES)
+    # and two batches' worth are shared by the two processes
+    plan, log = batched_repo(tmp_path / "two", 2 * MIN_BATCH_FILES)
     scan(plan)
     assert sorted(len(files) for files in invocations(log)) == [MIN_BATCH_FILES] * 2
