@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
+from ..errors import OrchardistError, UsageError
 from .findings import LEVELS, level_rank
 from .sarif import render, write_whole
 
@@ -109,19 +109,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
 
     plan = load_plan(_plan_path(args.plan), require_tasks=False)
     tell_ignored(plan.ignored)
-    profiles = list(plan.scanners.values())
-    if not profiles:
-        raise UsageError(f"{args.plan or plan.path.name} has no [scanners.NAME] tables")
-    if args.scanner:
-        unknown = [n for n in args.scanner if n not in plan.scanners]
-        if unknown:
-            raise UsageError(f"unknown scanner {unknown[0]!r} (known: {', '.join(plan.scanners)})")
-        profiles = [p for p in profiles if p.name in args.scanner]
-    if args.fix and args.agent not in plan.agents:
-        known = ", ".join(sorted(plan.agents)) or "none defined"
-        raise UsageError(f"--fix needs --agent PROFILE (known: {known})")
-    if not args.fix and args.agent is not None:
-        raise UsageError("--agent is for --fix")
+    profiles = _chosen(args, plan)
     base = args.base or plan.run.base
     # set up once; a scan commits nothing (--fix commits through its run's own Repo)
     repo = Repo(plan.repo, commits=False)
@@ -170,10 +158,32 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     return code
 
 
+def _chosen(args: argparse.Namespace, plan: Any) -> list[Any]:
+    """The scanner profiles ``args`` asks for; a UsageError for a name or option that is
+    not right for this plan."""
+    profiles = list(plan.scanners.values())
+    if not profiles:
+        raise UsageError(f"{args.plan or plan.path.name} has no [scanners.NAME] tables")
+    if args.scanner:
+        unknown = [n for n in args.scanner if n not in plan.scanners]
+        if unknown:
+            raise UsageError(f"unknown scanner {unknown[0]!r} (known: {', '.join(plan.scanners)})")
+        profiles = [p for p in profiles if p.name in args.scanner]
+    if args.fix and args.agent not in plan.agents:
+        known = ", ".join(sorted(plan.agents)) or "none defined"
+        raise UsageError(f"--fix needs --agent PROFILE (known: {known})")
+    if not args.fix and args.agent is not None:
+        raise UsageError("--agent is for --fix")
+    return profiles
+
+
 def _warn_dirty(repo: Any, base: str) -> None:
     """Say that uncommitted changes are not scanned: a scan reads a commit, as a run starts
     from one (untracked files, often the plan itself, do not count)."""
-    out = repo.run_git("status", "--porcelain", "--untracked-files=no")
+    try:  # in a thread of its own: a git that cannot start is the scan's error, not this
+        out = repo.run_git("status", "--porcelain", "--untracked-files=no")
+    except OrchardistError:
+        return
     dirty = len(out.stdout.splitlines()) if out.returncode == 0 else 0
     if dirty:
         print(

@@ -159,8 +159,10 @@ class Scanner:
             for profile in profiles:
                 jobs += self._plan_jobs(profile, entries, tree, work, tallies[profile.name])
             self._run_jobs(jobs, commit, tree, work, tallies)
-        finally:  # the scratch copy goes while the findings are merged and logged
-            removed = _removing(work)
+        except BaseException:
+            remove(work)
+            raise
+        removed = _removing(work)  # the scratch copy goes while the findings are merged, logged
         try:
             reports = tuple(self._report(p, tallies[p.name], prefix) for p in profiles)
             merged = tuple(merge(reports))
