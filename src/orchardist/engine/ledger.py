@@ -11,11 +11,22 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import Unpack, cast
 
 from ..executors import Job, Outcome
 from ..seams import Store, Transaction
 from ..state.events import Kind, MergeEvent, RegressionEvent
-from ..state.records import AttemptRecord, AttemptState, Event, RunState, TaskRecord, TaskState
+from ..state.records import (
+    AttemptChanges,
+    AttemptRecord,
+    AttemptState,
+    Event,
+    RunChanges,
+    RunState,
+    TaskChanges,
+    TaskRecord,
+    TaskState,
+)
 from .hooks import Hooks
 from .regression import GuardStep
 
@@ -89,7 +100,7 @@ class Ledger:
         for key in ("failures", "reruns", "commit"):
             if key in extra:
                 changes[key] = extra.pop(key)
-        tx.set_task(self.run_id, task_id, **changes)
+        tx.set_task(self.run_id, task_id, **cast(TaskChanges, changes))  # columns only, above
         self.tasks[task_id] = replace(self.tasks[task_id], **changes)  # type: ignore[arg-type]
         if state is TaskState.FAILED and self.fail_fast and self.failed_fast is None:
             self.failed_fast = task_id  # the loop stops before it launches anything else
@@ -126,7 +137,7 @@ class Writes:
         """Append an event to the run's log."""
         self.ledger.event(self.tx, kind, task_id, attempt, **data)
 
-    def attempt(self, task_id: str, n: int, **changes: object) -> None:
+    def attempt(self, task_id: str, n: int, **changes: Unpack[AttemptChanges]) -> None:
         """Change an attempt's columns."""
         self.tx.set_attempt(self.run_id, task_id, n, **changes)
 
@@ -134,7 +145,7 @@ class Writes:
         """Record an attempt as it starts."""
         self.tx.add_attempt(record)
 
-    def run(self, **changes: object) -> None:
+    def run(self, **changes: Unpack[RunChanges]) -> None:
         """Change the run's columns."""
         self.tx.set_run(self.run_id, **changes)
 

@@ -32,6 +32,7 @@ from ..scan.profiles import validate_scanners
 from ..specs import Plan as Plan
 from ..specs import RunConfig as RunConfig
 from ..specs import parse_duration as parse_duration
+from ..state.records import BREAKER_COOLDOWN_S, BREAKER_THRESHOLD, NUM_CPUS
 from ..state.records import AgentProfile as AgentProfile
 from .files import nul_fields, parse
 from .runtable import RunChecks
@@ -311,15 +312,15 @@ class _Validator(TaskChecks, RunChecks):
             interval = self._duration(raw["launch_interval"], f"{where}.launch_interval") or 0.0
         fallback = self._str(raw["fallback"], f"{where}.fallback") if "fallback" in raw else None
         # A shell command's failures are the task's, not a flaky backend's: no breaker.
-        threshold = 0 if kind in ("shell", "scripted") else 3
+        threshold = 0 if kind in ("shell", "scripted") else BREAKER_THRESHOLD
         if "circuit_breaker" in raw:
             threshold = self._count(raw["circuit_breaker"], f"{where}.circuit_breaker")
-        cooldown = 60.0
+        cooldown = BREAKER_COOLDOWN_S
         if "cooldown" in raw:
-            cooldown = self._duration(raw["cooldown"], f"{where}.cooldown") or 60.0
-        num_cpus = 1.0
+            cooldown = self._duration(raw["cooldown"], f"{where}.cooldown") or BREAKER_COOLDOWN_S
+        num_cpus = NUM_CPUS
         if "num_cpus" in raw:
-            num_cpus = self._money(raw["num_cpus"], f"{where}.num_cpus") or 1.0
+            num_cpus = self._money(raw["num_cpus"], f"{where}.num_cpus") or NUM_CPUS
         memory_mb = (
             self._money(raw["memory_mb"], f"{where}.memory_mb") if "memory_mb" in raw else None
         )

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..confine.paths import repo_key, workdir_root
-from ..confine.procs import CancelToken, run_process
+from ..confine.procs import CancelToken, ProcessRequest, run_process
 from ..errors import UsageError
 from ..git.repo import Repo
 from ..state.records import AgentProfile, Event
@@ -263,12 +263,14 @@ class Scanner:
         folder.mkdir(parents=True)
         log = folder / "out"
         proc = run_process(
-            ["/bin/sh", "-c", profile.version],
-            cwd=folder,
-            env=self._env(profile, folder),
-            log=log,
-            timeout_s=VERSION_TIMEOUT_S,
-            cancel=self.cancel,
+            ProcessRequest(
+                argv=["/bin/sh", "-c", profile.version],
+                cwd=folder,
+                env=self._env(profile, folder),
+                log=log,
+                timeout_s=VERSION_TIMEOUT_S,
+                cancel=self.cancel,
+            )
         )
         version = f"{proc.exit_code}:{log.read_text(errors='replace')}"
         if stamp is not None and self.use_cache and proc.exit_code == 0:

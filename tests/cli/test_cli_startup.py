@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from test_cli_inputs import orchardist
 
 from orchardist.cli import main
 from orchardist.cli.parsing import COMMANDS, build, parse
-from test_cli_inputs import orchardist
 
 # Layers a command that reads a run's record or a plan has no use for: the loop, where attempts
 # run, the agents, pipelines, the sandbox, verification, scanners, the dashboard.
