@@ -22,7 +22,6 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,7 +143,7 @@ class _CappedLog:
 
 def new_marker() -> str:
     """A fresh value for the marker variable."""
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()  # as uuid4().hex, without importing uuid (and platform)
 
 
 @dataclass(frozen=True)

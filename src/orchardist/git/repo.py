@@ -58,9 +58,9 @@ class MergeResult:
 class Repo:
     """One repository, driven by git commands with a fixed, quiet environment."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, commits: bool = True) -> None:
         self.root = Path(root)
-        self._env = git_env(self.root)
+        self._env = git_env(self.root, commits=commits)  # commits=False: see git_env
         common, _, fmt = self.git(
             "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-object-format"
         ).partition("\n")

@@ -184,7 +184,7 @@ class _Validator(TaskChecks, RunChecks):
             used = {name for t in tasks for name in (t.agent, *t.agents)}
             confined = {n: p for n, p in agents.items() if n in used or n in self.own_agents}
             self._confined(confined, repo)
-        if not self.problems:
+        if tasks and not self.problems:  # (a scan's config has none)
             from ..pipelines.expand import expand
 
             tasks, clashes = expand(tasks, agents)
@@ -247,6 +247,8 @@ class _Validator(TaskChecks, RunChecks):
 
     def _confined(self, agents: Mapping[str, AgentProfile], repo: Path | None) -> None:
         """Profiles that cannot work inside orchardist's isolation, located in their file."""
+        if not agents:  # a scan's config: the agents' modules are not even imported
+            return
         from ..agents import agent_class
         from ..agents.cli import CliAgent
 
