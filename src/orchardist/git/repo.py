@@ -56,11 +56,15 @@ class MergeResult:
 
 
 class Repo:
-    """One repository, driven by git commands with a fixed, quiet environment."""
+    """One repository, driven by git commands with a fixed, quiet environment.
 
-    def __init__(self, root: Path) -> None:
+    ``identity=False``: for checks that only read (``validate``'s preflight), without the
+    user's identity, which only commits and reflogs carry; asking git for it is two processes.
+    """
+
+    def __init__(self, root: Path, identity: bool = True) -> None:
         self.root = Path(root)
-        self._env = git_env(self.root)
+        self._env = git_env(self.root, identity)
         common, _, fmt = self.git(
             "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-object-format"
         ).partition("\n")
