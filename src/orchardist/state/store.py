@@ -43,6 +43,7 @@ from .tables import (
     migrate,
     run_of,
     task_of,
+    usage_columns,
 )
 
 if TYPE_CHECKING:  # verification's records: imported by the code that verifies, not by readers
@@ -321,7 +322,9 @@ class Store:
         if task_id is not None:
             sql += " and task_id = ?"
             args.append(task_id)
-        return [attempt_of(r) for r in self._rows(sql + " order by started_at, n", args)]
+        rows = self._rows(sql + " order by started_at, n", args)
+        usage = usage_columns(rows[0]) if rows else ()
+        return [attempt_of(r, usage) for r in rows]
 
     def run_counts(self) -> dict[str, RunCounts]:
         """Every run's tasks by state and its attempts' total cost, in one query (the runs

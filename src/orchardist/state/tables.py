@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -188,8 +189,16 @@ def attempt_row(a: AttemptRecord) -> dict[str, Any]:
     return row
 
 
-def attempt_of(r: sqlite3.Row) -> AttemptRecord:
-    keys = r.keys()
+def usage_columns(r: sqlite3.Row) -> tuple[str, ...]:
+    """The usage fields a row of attempts has columns for (found once per query, not per row:
+    a 500-task run's page reads 500 rows)."""
+    keys = set(r.keys())
+    return tuple(k for k in USAGE_FIELDS if k in keys)
+
+
+def attempt_of(r: sqlite3.Row, usage: Sequence[str] | None = None) -> AttemptRecord:
+    """The attempt a row holds; ``usage``: :func:`usage_columns` of its query, if known."""
+    usage = usage_columns(r) if usage is None else usage
     return AttemptRecord(
         run_id=r["run_id"],
         task_id=r["task_id"],
@@ -207,7 +216,7 @@ def attempt_of(r: sqlite3.Row) -> AttemptRecord:
         changed_lines=r["changed_lines"],
         log_path=r["log_path"],
         marker=r["marker"],
-        usage=Usage(**{k: r[k] for k in USAGE_FIELDS if k in keys}),
+        usage=Usage(**{k: r[k] for k in usage}),
         verdict=r["verdict"],
         selection=r["selection"],
         won=bool(r["won"]),
