@@ -36,14 +36,13 @@ from .records import (
 from .tables import (
     SCHEMA,
     USAGE_FIELDS,
-    attempt_of,
     attempt_row,
+    attempts_of,
     decision_of,
     decision_row,
     migrate,
     run_of,
     task_of,
-    usage_columns,
 )
 
 if TYPE_CHECKING:  # verification's records: imported by the code that verifies, not by readers
@@ -322,9 +321,7 @@ class Store:
         if task_id is not None:
             sql += " and task_id = ?"
             args.append(task_id)
-        rows = self._rows(sql + " order by started_at, n", args)
-        usage = usage_columns(rows[0]) if rows else ()
-        return [attempt_of(r, usage) for r in rows]
+        return attempts_of(self._rows(sql + " order by started_at, n", args))
 
     def run_counts(self) -> dict[str, RunCounts]:
         """Every run's tasks by state and its attempts' total cost, in one query (the runs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -189,16 +189,20 @@ def attempt_row(a: AttemptRecord) -> dict[str, Any]:
     return row
 
 
-def usage_columns(r: sqlite3.Row) -> tuple[str, ...]:
-    """The usage fields a row of attempts has columns for (found once per query, not per row:
-    a 500-task run's page reads 500 rows)."""
-    keys = set(r.keys())
-    return tuple(k for k in USAGE_FIELDS if k in keys)
+def attempts_of(rows: Sequence[sqlite3.Row]) -> list[AttemptRecord]:
+    """The attempts rows of one query hold, their columns looked up once (a 500-task run's
+    page reads 500 rows: by name in a Row, each of 25 fields is a search of its columns)."""
+    if not rows:
+        return []
+    keys = rows[0].keys()
+    usage = tuple(k for k in USAGE_FIELDS if k in set(keys))
+    return [attempt_of(dict(zip(keys, r, strict=True)), usage) for r in rows]
 
 
-def attempt_of(r: sqlite3.Row, usage: Sequence[str] | None = None) -> AttemptRecord:
-    """The attempt a row holds; ``usage``: :func:`usage_columns` of its query, if known."""
-    usage = usage_columns(r) if usage is None else usage
+def attempt_of(
+    r: sqlite3.Row | Mapping[str, Any], usage: Sequence[str] = USAGE_FIELDS
+) -> AttemptRecord:
+    """The attempt a row holds; ``usage``: the usage fields it has columns for."""
     return AttemptRecord(
         run_id=r["run_id"],
         task_id=r["task_id"],
