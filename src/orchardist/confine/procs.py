@@ -142,8 +142,9 @@ class _CappedLog:
 
 
 def new_marker() -> str:
-    """A fresh value for the marker variable."""
-    return os.urandom(16).hex()  # as uuid4().hex, without importing uuid (and platform)
+    """A fresh value for the marker variable: 32 random hex digits (as ``uuid4().hex``, without
+    importing uuid, which loads ``platform`` on every start of the command line)."""
+    return os.urandom(16).hex()
 
 
 @dataclass(frozen=True)

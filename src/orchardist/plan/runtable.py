@@ -161,7 +161,8 @@ class RunChecks(Fields):
         return address.strip() if address else None
 
     def _executor(self, raw: object) -> str | None:
-        """``[run] executor``: a name in the executor table (imported only to check one)."""
+        """``[run] executor``: a name in the executor table, imported only for a plan that names
+        one (a plan that does not, the most, is validated without the executors' seam)."""
         from ..executors import EXECUTORS
 
         if isinstance(raw, str) and raw in EXECUTORS:

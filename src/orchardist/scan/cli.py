@@ -112,7 +112,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     profiles = _chosen(args, plan)
     base = args.base or plan.run.base
     # set up once; a scan commits nothing (--fix commits through its run's own Repo)
-    repo = Repo(plan.repo, commits=False)
+    repo = Repo(plan.repo, identity=False)
     commit = repo.try_rev_parse(base)
     if commit is None:  # before the store exists: exit 2 makes nothing
         raise UsageError(f"--base {base!r} names no commit")

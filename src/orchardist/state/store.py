@@ -39,8 +39,8 @@ from .records import (
 from .tables import (
     SCHEMA,
     USAGE_FIELDS,
-    attempt_of,
     attempt_row,
+    attempts_of,
     decision_of,
     decision_row,
     migrate,
@@ -328,7 +328,7 @@ class Store:
         if task_id is not None:
             sql += " and task_id = ?"
             args.append(task_id)
-        return [attempt_of(r) for r in self._rows(sql + " order by started_at, n", args)]
+        return attempts_of(self._rows(sql + " order by started_at, n", args))
 
     def run_counts(self) -> dict[str, RunCounts]:
         """Every run's tasks by state and its attempts' total cost, in one query (the runs
