@@ -23,7 +23,7 @@ reference tree. Then each trial:
 Printed: ``trials run``, ``invariant violations`` (target 0), how many kills landed and how many
 of them while a task was merging, and each violation. Exit code 1 if any violation.
 
-The test suite imports this module (``tests/test_resume.py``) and runs three seeded trials;
+The test suite imports this module (``tests/runs/test_resume.py``) and runs three seeded trials;
 this script is the longer soak.
 """
 

@@ -26,19 +26,24 @@ Agent and Executor are defined next to their implementations (``agents/__init__.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, Unpack
 
 from .agents import Agent
-from .confine.isolation import Spec
-from .confine.procs import CancelToken
 from .executors import Executor
-from .state.records import AttemptRecord, Event, Run, StoredDecision, TaskRecord
+from .state.records import (
+    AttemptChanges,
+    AttemptRecord,
+    Event,
+    Run,
+    RunChanges,
+    StoredDecision,
+    TaskChanges,
+    TaskRecord,
+)
 from .verify.oracle import CommandOutcome
-from .verify.verifier import Verdict
+from .verify.verifier import Verdict, VerifyRequest
 
 __all__ = [
     "Agent",
@@ -70,7 +75,7 @@ class Transaction(Protocol):
         """Record a new run."""
         ...
 
-    def set_run(self, run_id: str, **changes: Any) -> None:
+    def set_run(self, run_id: str, **changes: Unpack[RunChanges]) -> None:
         """Change a run's columns (``state``, ``finished_at``, ``reason``)."""
         ...
 
@@ -78,7 +83,7 @@ class Transaction(Protocol):
         """Record a task of a run."""
         ...
 
-    def set_task(self, run_id: str, task_id: str, **changes: Any) -> None:
+    def set_task(self, run_id: str, task_id: str, **changes: Unpack[TaskChanges]) -> None:
         """Change a task's columns; a StoreError when there is no such task."""
         ...
 
@@ -86,7 +91,9 @@ class Transaction(Protocol):
         """Record an attempt as it starts."""
         ...
 
-    def set_attempt(self, run_id: str, task_id: str, n: int, **changes: Any) -> None:
+    def set_attempt(
+        self, run_id: str, task_id: str, n: int, **changes: Unpack[AttemptChanges]
+    ) -> None:
         """Change an attempt's columns; a StoreError when there is no such attempt."""
         ...
 
@@ -154,27 +161,7 @@ class Store(Protocol):
 class Verifier(Protocol):
     """Runs a tree's verify commands and ``check``; failures the base shares do not count."""
 
-    def verify(
-        self,
-        commands: Sequence[str],
-        *,
-        check: str | None,
-        baseline: str | None,
-        workdir: str,
-        cwd: Path,
-        env: Mapping[str, str],
-        log: Path,
-        scratch: Path,
-        deadline: float,
-        timeout_s: float,
-        cancel: CancelToken | None = None,
-        marker: str | None = None,
-        writable: Sequence[Path] | None = None,
-        check_baseline: str | None = None,
-        confine: Spec | None = None,
-        network: bool = False,
-        keep: Callable[[CommandOutcome], None] | None = None,
-    ) -> Verdict:
+    def verify(self, request: VerifyRequest) -> Verdict:
         """Every command must pass, or fail only where ``baseline`` already failed; the check
         must fail on ``check_baseline`` (default: ``baseline``) and pass here. ``keep`` hears
         each command's outcome on this tree (to serve as a later baseline)."""

@@ -21,6 +21,7 @@ from .engine.integrators import GitIntegrator, MemoryIntegrator
 from .executors import Executor
 from .executors.inline import InlineExecutor
 from .executors.local import LocalExecutor
+from .executors.ray import RayExecutor
 from .seams import Integrator, Store, Verifier
 from .state.store import Store as SqliteStore
 from .verify.verifier import CommandVerifier
@@ -37,7 +38,7 @@ def _implementations(
         ScriptedAgent,
         ShellAgent,
     ],
-    executors: tuple[LocalExecutor, InlineExecutor],
+    executors: tuple[LocalExecutor, InlineExecutor, RayExecutor],
     stores: tuple[SqliteStore],
     verifiers: tuple[CommandVerifier],
     integrators: tuple[GitIntegrator, MemoryIntegrator],

@@ -25,6 +25,8 @@ from realtools import require_tool
 from run_support import ORCHARDIST
 from support import toml_str, write_plan
 
+pytestmark = pytest.mark.slow  # drives the real opencode
+
 PLUGIN = "@opencode-ai/plugin"
 FIX = Call("bash", {"command": "sed -i 's/a - b/a + b/' calc.py", "description": "Fix add"})
 

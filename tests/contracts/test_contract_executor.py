@@ -1,4 +1,5 @@
-"""The Executor seam's contract, run against every executor: the local one and the inline fake.
+"""The Executor seam's contract, run against every executor: the local one and the inline fake
+here, the Ray executor on a real local cluster in test_contract_executor_ray.py (slow).
 
 Each implementation comes with a harness that knows how to let time pass for it: the local
 executor's jobs are real processes (the test waits for their outcome, never on a deadline under
@@ -165,6 +166,8 @@ class InlineHarness:
 
 @pytest.fixture(params=["local", "inline"])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    """The local and the inline executor; the Ray executor's harness is in
+    test_contract_executor_ray.py (it needs a cluster, and is slow)."""
     made = LocalHarness(tmp_path) if request.param == "local" else InlineHarness(tmp_path)
     try:
         yield made
@@ -172,75 +175,78 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]
         made.close()
 
 
-def test_a_job_reports_verifying_then_one_passed_outcome(harness: Harness) -> None:
-    # Given: a job whose agent writes the file its verify command looks for
-    heard = Heard()
-    job = harness.job("a", "first")
-    heard.expect(job.id)
-    # When: it is submitted and time passes
-    harness.executor.submit(job, heard)
-    harness.finish(heard, job.id)
-    # Then: it entered verification, then ended once, passed, with a patch and times in order
-    messages = heard.messages[job.id]
-    assert [type(m).__name__ for m in messages] == ["Phase", "Outcome"]
-    phase, outcome = messages
-    assert isinstance(phase, Phase) and phase.phase == "verifying"
-    assert isinstance(outcome, Outcome) and outcome.job == job
-    assert outcome.state is AttemptState.PASSED, outcome.detail
-    assert outcome.failure is None and outcome.patch_commit is not None
-    assert outcome.started_at <= outcome.ended_at
+class ExecutorContract:
+    """What every executor does; a subclass named ``Test...`` runs it, given a ``harness``."""
 
-
-def test_jobs_run_side_by_side_and_each_reports_its_own_outcome(harness: Harness) -> None:
-    # Given: three jobs submitted together
-    heard = Heard()
-    jobs = [harness.job(task, task) for task in ("a", "b", "c")]
-    for job in jobs:
+    def test_a_job_reports_verifying_then_one_passed_outcome(self, harness: Harness) -> None:
+        # Given: a job whose agent writes the file its verify command looks for
+        heard = Heard()
+        job = harness.job("a", "first")
         heard.expect(job.id)
+        # When: it is submitted and time passes
         harness.executor.submit(job, heard)
-    # When: time passes
-    for job in jobs:
         harness.finish(heard, job.id)
-    # Then: every job reported exactly one outcome, its own
-    for job in jobs:
-        outcomes = heard.outcomes(job.id)
-        assert len(outcomes) == 1 and outcomes[0].job is job
-        assert outcomes[0].state is AttemptState.PASSED, outcomes[0].detail
+        # Then: it entered verification, then ended once, passed, with a patch and times in order
+        messages = heard.messages[job.id]
+        assert [type(m).__name__ for m in messages] == ["Phase", "Outcome"]
+        phase, outcome = messages
+        assert isinstance(phase, Phase) and phase.phase == "verifying"
+        assert isinstance(outcome, Outcome) and outcome.job == job
+        assert outcome.state is AttemptState.PASSED, outcome.detail
+        assert outcome.failure is None and outcome.patch_commit is not None
+        assert outcome.started_at <= outcome.ended_at
 
+    def test_jobs_run_side_by_side_and_each_reports_its_own_outcome(self, harness: Harness) -> None:
+        # Given: three jobs submitted together
+        heard = Heard()
+        jobs = [harness.job(task, task) for task in ("a", "b", "c")]
+        for job in jobs:
+            heard.expect(job.id)
+            harness.executor.submit(job, heard)
+        # When: time passes
+        for job in jobs:
+            harness.finish(heard, job.id)
+        # Then: every job reported exactly one outcome, its own
+        for job in jobs:
+            outcomes = heard.outcomes(job.id)
+            assert len(outcomes) == 1 and outcomes[0].job is job
+            assert outcomes[0].state is AttemptState.PASSED, outcomes[0].detail
 
-def test_a_cancelled_job_reports_cancelled_once_and_no_pass(harness: Harness) -> None:
-    # Given: a job that would run for a long time, under way
-    heard = Heard()
-    job = harness.job("slow", "never", quick=False)
-    heard.expect(job.id)
-    harness.executor.submit(job, heard)
-    harness.started(job)
-    # When: it is cancelled
-    harness.executor.cancel(job.id, "no longer needed")
-    harness.finish(heard, job.id)
-    harness.executor.close()
-    # Then: it reported one outcome, cancelled, and nothing after it
-    outcomes = heard.outcomes(job.id)
-    assert [o.state for o in outcomes] == [AttemptState.CANCELLED]
-    assert isinstance(heard.messages[job.id][-1], Outcome)
-
-
-def test_cancelling_an_unknown_job_is_ignored(harness: Harness) -> None:
-    # Given: nothing submitted; When: a job id nobody knows is cancelled; Then: no error
-    harness.executor.cancel("nobody.1", "why not")
-
-
-def test_close_waits_until_every_submitted_job_has_reported(harness: Harness) -> None:
-    # Given: two jobs submitted
-    heard = Heard()
-    jobs = [harness.job(task, task) for task in ("a", "b")]
-    for job in jobs:
+    def test_a_cancelled_job_reports_cancelled_once_and_no_pass(self, harness: Harness) -> None:
+        # Given: a job that would run for a long time, under way
+        heard = Heard()
+        job = harness.job("slow", "never", quick=False)
         heard.expect(job.id)
         harness.executor.submit(job, heard)
-    # When: the executor is closed
-    harness.executor.close()
-    # Then: both had reported by the time close returned
-    assert all(len(heard.outcomes(job.id)) == 1 for job in jobs)
+        harness.started(job)
+        # When: it is cancelled
+        harness.executor.cancel(job.id, "no longer needed")
+        harness.finish(heard, job.id)
+        harness.executor.close()
+        # Then: it reported one outcome, cancelled, and nothing after it
+        outcomes = heard.outcomes(job.id)
+        assert [o.state for o in outcomes] == [AttemptState.CANCELLED]
+        assert isinstance(heard.messages[job.id][-1], Outcome)
+
+    def test_cancelling_an_unknown_job_is_ignored(self, harness: Harness) -> None:
+        # Given: nothing submitted; When: a job id nobody knows is cancelled; Then: no error
+        harness.executor.cancel("nobody.1", "why not")
+
+    def test_close_waits_until_every_submitted_job_has_reported(self, harness: Harness) -> None:
+        # Given: two jobs submitted
+        heard = Heard()
+        jobs = [harness.job(task, task) for task in ("a", "b")]
+        for job in jobs:
+            heard.expect(job.id)
+            harness.executor.submit(job, heard)
+        # When: the executor is closed
+        harness.executor.close()
+        # Then: both had reported by the time close returned
+        assert all(len(heard.outcomes(job.id)) == 1 for job in jobs)
+
+
+class TestLocalAndInline(ExecutorContract):
+    """The contract on the local executor and the inline fake (the ``harness`` fixture above)."""
 
 
 # -- the executor table ----------------------------------------------------------------------

@@ -14,7 +14,13 @@ import pytest
 from orchardist.confine.procs import CancelToken
 from orchardist.seams import Verifier
 from orchardist.verify.oracle import CHECK_DOES_NOT_REPRODUCE, CommandOutcome
-from orchardist.verify.verifier import CommandVerifier, MemoryBaselines, PythonCommands, Verdict
+from orchardist.verify.verifier import (
+    CommandVerifier,
+    MemoryBaselines,
+    PythonCommands,
+    Verdict,
+    VerifyRequest,
+)
 
 BASE = "b" * 40
 PASS = "true"
@@ -50,8 +56,8 @@ def verify(
     check_baseline: str | None = None,
 ) -> Verdict:
     tree.mkdir(exist_ok=True)
-    return verifier.verify(
-        commands,
+    request = VerifyRequest(
+        commands=commands,
         check=check,
         baseline=BASE,
         workdir=".",
@@ -64,6 +70,7 @@ def verify(
         cancel=cancel,
         check_baseline=check_baseline,
     )
+    return verifier.verify(request)
 
 
 def test_no_commands_and_no_check_pass_unverified(kind: str, tmp_path: Path) -> None:

@@ -90,15 +90,6 @@ def test_an_upgraded_tool_is_asked_again_and_its_results_are_not_reused(
     assert len(invocations(log)) > runs
 
 
-def test_no_cache_asks_the_version_every_time(
-    versioned: tuple[Path, Path, Path, Path],
-) -> None:
-    plan, _, _, marker = versioned
-    scan(plan, use_cache=False)
-    scan(plan, use_cache=False)
-    assert asked(marker) == 2
-
-
 def test_the_stamp_follows_the_files_a_version_command_names(tmp_path: Path) -> None:
     # Given a virtual environment's interpreter and tool, and a command naming the interpreter
     venv = tmp_path / "venv"

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..confine.procs import CancelToken, ProcessResult, run_process
+from ..confine.procs import CancelToken, ProcessRequest, ProcessResult, run_process
 from ..state.records import AgentProfile, Failure, Usage
 from ..terminal import plain
 from . import BASE_ENV, AgentContext, AgentResult
@@ -270,18 +270,20 @@ class CliAgent(abc.ABC):
 
         try:
             proc = run_process(
-                self.argv(ctx, None if on_stdin else ctx.prompt),
-                cwd=ctx.cwd,
-                env=env,
-                log=ctx.log,
-                timeout_s=ctx.timeout_s,
-                cancel=ctx.cancel,
-                stop=stop,
-                stdin_file=ctx.prompt_file if on_stdin else None,
-                on_line=on_line,
-                marker=ctx.marker,
-                writable=ctx.writable,
-                confine=ctx.confine,
+                ProcessRequest(
+                    argv=self.argv(ctx, None if on_stdin else ctx.prompt),
+                    cwd=ctx.cwd,
+                    env=env,
+                    log=ctx.log,
+                    timeout_s=ctx.timeout_s,
+                    cancel=ctx.cancel,
+                    stop=stop,
+                    stdin_file=ctx.prompt_file if on_stdin else None,
+                    on_line=on_line,
+                    marker=ctx.marker,
+                    writable=ctx.writable,
+                    confine=ctx.confine,
+                )
             )
         finally:
             stop.close()

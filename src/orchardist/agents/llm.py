@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ..confine.procs import run_process
+from ..confine.procs import ProcessRequest, run_process
 from ..safeio import read_capped, write_whole
 from ..specs import parse_duration
 from ..state.records import AgentProfile, Failure, Usage
@@ -288,16 +288,18 @@ class _Loop:
         if self.deadline is not None:
             timeout = max(0.01, min(timeout, self.deadline - time.monotonic()))
         proc = run_process(
-            [self.agent.shell, "-c", command],
-            cwd=self.ctx.cwd,
-            env=self.env(),
-            log=self.ctx.log,
-            timeout_s=timeout,
-            cancel=self.ctx.cancel,
-            on_line=output.add,
-            marker=self.ctx.marker,
-            writable=self.ctx.writable,
-            confine=self.ctx.confine,
+            ProcessRequest(
+                argv=[self.agent.shell, "-c", command],
+                cwd=self.ctx.cwd,
+                env=self.env(),
+                log=self.ctx.log,
+                timeout_s=timeout,
+                cancel=self.ctx.cancel,
+                on_line=output.add,
+                marker=self.ctx.marker,
+                writable=self.ctx.writable,
+                confine=self.ctx.confine,
+            )
         )
         note = f" (killed: timed out after {timeout:g}s)" if proc.timed_out else ""
         return f"exit code: {proc.exit_code}{note}\n<output>\n{output.text()}</output>"

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..confine.procs import ProcessResult, run_process
+from ..confine.procs import ProcessRequest, ProcessResult, run_process
 from ..safeio import read_capped
 from ..state.records import SESSION_ID_CHARS, SUMMARY_CHARS, Failure, Usage, capped
 from . import AgentContext, AgentResult
@@ -71,15 +71,17 @@ def _text(value: Any, max_chars: int) -> str:
 def run_agent_process(argv: Sequence[str], ctx: AgentContext) -> AgentResult:
     """Run ``argv`` as the attempt's agent (log, timeout, cancel, marker, sandbox) and map it."""
     proc = run_process(
-        argv,
-        cwd=ctx.cwd,
-        env=ctx.env,
-        log=ctx.log,
-        timeout_s=ctx.timeout_s,
-        cancel=ctx.cancel,
-        marker=ctx.marker,
-        writable=ctx.writable,
-        confine=ctx.confine,
+        ProcessRequest(
+            argv=argv,
+            cwd=ctx.cwd,
+            env=ctx.env,
+            log=ctx.log,
+            timeout_s=ctx.timeout_s,
+            cancel=ctx.cancel,
+            marker=ctx.marker,
+            writable=ctx.writable,
+            confine=ctx.confine,
+        )
     )
     return process_result(proc, ctx)
 

@@ -22,7 +22,6 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,29 +142,14 @@ class _CappedLog:
 
 
 def new_marker() -> str:
-    """A fresh value for the marker variable."""
-    return uuid.uuid4().hex
+    """A fresh value for the marker variable: 32 random hex digits (as ``uuid4().hex``, without
+    importing uuid, which loads ``platform`` on every start of the command line)."""
+    return os.urandom(16).hex()
 
 
-def run_process(
-    argv: Sequence[str],
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    log: Path,
-    timeout_s: float | None,
-    cancel: CancelToken | None = None,
-    stop: CancelToken | None = None,
-    stdin_file: Path | None = None,
-    on_line: Callable[[bytes], None] | None = None,
-    grace_s: float = DEFAULT_GRACE_S,
-    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
-    marker: str | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    writable: Sequence[Path] | None = None,
-    confine: Spec | None = None,
-) -> ProcessResult:
-    """Run ``argv`` to its end, its timeout, or cancellation; always kill what it leaves.
+@dataclass(frozen=True)
+class ProcessRequest:
+    """One child to run: what, where, with what, for how long, and what may end it early.
 
     ``marker`` tags the child and its descendants (a fresh one if None); share one marker
     across the processes of an attempt so that a later cleanup can find them all.
@@ -174,21 +158,45 @@ def run_process(
     ``confine`` says how the child is isolated (None: not at all); ``writable`` is the older
     spelling of a Landlock-only confinement.
     """
-    marker = marker or new_marker()
-    argv, spare = _confined(argv, cwd, writable, confine)
+
+    argv: Sequence[str]
+    cwd: Path
+    env: Mapping[str, str]
+    log: Path
+    timeout_s: float | None
+    cancel: CancelToken | None = None
+    stop: CancelToken | None = None
+    stdin_file: Path | None = None
+    on_line: Callable[[bytes], None] | None = None
+    grace_s: float = DEFAULT_GRACE_S
+    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
+    marker: str | None = None
+    clock: Callable[[], float] = time.monotonic
+    writable: Sequence[Path] | None = None
+    confine: Spec | None = None
+
+
+def run_process(request: ProcessRequest) -> ProcessResult:
+    """Run the request's child to its end, its timeout, or cancellation; always kill what it
+    leaves."""
+    cwd, clock = request.cwd, request.clock
+    marker = request.marker or new_marker()
+    argv, spare = _confined(request.argv, cwd, request.writable, request.confine)
     start = clock()
-    sink = _CappedLog(log, max_log_bytes, on_line)
-    proc = _start(argv, cwd, {**env, MARKER_VAR: marker}, stdin_file, sink)
+    sink = _CappedLog(request.log, request.max_log_bytes, request.on_line)
+    proc = _start(argv, cwd, {**request.env, MARKER_VAR: marker}, request.stdin_file, sink)
     if proc is None:
         return ProcessResult(exit_code=127, duration_s=clock() - start)
     assert proc.stdout is not None
-    deadline = None if timeout_s is None else start + timeout_s
+    deadline = None if request.timeout_s is None else start + request.timeout_s
     pidfd = os.pidfd_open(proc.pid)
     pipe = proc.stdout.fileno()
     os.set_blocking(pipe, False)
     try:
-        exited, timed_out, cancelled = _wait(pidfd, pipe, (cancel, stop), sink, deadline, clock)
-        _end(proc, marker, exited, spare, grace_s)
+        exited, timed_out, cancelled = _wait(
+            pidfd, pipe, (request.cancel, request.stop), sink, deadline, clock
+        )
+        _end(proc, marker, exited, spare, request.grace_s)
         _drain(pipe, sink, seconds=2.0)
     finally:
         if proc.returncode is None:  # the loop raised (say, on_line did): still leave nothing

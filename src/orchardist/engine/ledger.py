@@ -8,14 +8,25 @@ hear of its events only after it committed.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import Unpack
 
 from ..executors import Job, Outcome
 from ..seams import Store, Transaction
 from ..state.events import Kind, MergeEvent, RegressionEvent
-from ..state.records import AttemptRecord, AttemptState, Event, RunState, TaskRecord, TaskState
+from ..state.records import (
+    AttemptChanges,
+    AttemptRecord,
+    AttemptState,
+    Event,
+    RunChanges,
+    RunState,
+    TaskChanges,
+    TaskRecord,
+    TaskState,
+)
 from .hooks import Hooks
 from .regression import GuardStep
 
@@ -79,21 +90,28 @@ class Ledger:
         task_id: str,
         state: TaskState,
         reason: str | None = None,
-        **extra: object,
+        *,
+        failures: int | None = None,
+        reruns: int | None = None,
+        commit: str | None = None,
+        said: Mapping[str, object] | None = None,
     ) -> None:
-        """Move a task to ``state``; ``failures``, ``reruns`` and ``commit`` in ``extra`` are
-        stored with it, the rest only goes into its event."""
-        changes: dict[str, object] = {"state": state}
+        """Move a task to ``state``; ``failures``, ``reruns`` and ``commit`` (None: unchanged)
+        are stored with it, ``said`` only goes into its event."""
+        changes = TaskChanges(state=state)
         if reason is not None:
             changes["reason"] = reason
-        for key in ("failures", "reruns", "commit"):
-            if key in extra:
-                changes[key] = extra.pop(key)
+        if failures is not None:
+            changes["failures"] = failures
+        if reruns is not None:
+            changes["reruns"] = reruns
+        if commit is not None:
+            changes["commit"] = commit
         tx.set_task(self.run_id, task_id, **changes)
-        self.tasks[task_id] = replace(self.tasks[task_id], **changes)  # type: ignore[arg-type]
+        self.tasks[task_id] = replace(self.tasks[task_id], **changes)
         if state is TaskState.FAILED and self.fail_fast and self.failed_fast is None:
             self.failed_fast = task_id  # the loop stops before it launches anything else
-        data = {"state": state.value, **extra}
+        data: dict[str, object] = {"state": state.value, **(said or {})}
         if reason:
             data["reason"] = reason
         if "commit" in changes:
@@ -115,10 +133,27 @@ class Writes:
         self.ledger, self.tx, self.run_id = ledger, tx, ledger.run_id
 
     def state(
-        self, task_id: str, state: TaskState, reason: str | None = None, **extra: object
+        self,
+        task_id: str,
+        state: TaskState,
+        reason: str | None = None,
+        *,
+        failures: int | None = None,
+        reruns: int | None = None,
+        commit: str | None = None,
+        said: Mapping[str, object] | None = None,
     ) -> None:
         """Move a task to ``state`` (see :meth:`Ledger.set_state`)."""
-        self.ledger.set_state(self.tx, task_id, state, reason, **extra)
+        self.ledger.set_state(
+            self.tx,
+            task_id,
+            state,
+            reason,
+            failures=failures,
+            reruns=reruns,
+            commit=commit,
+            said=said,
+        )
 
     def event(
         self, kind: Kind, task_id: str | None = None, attempt: int | None = None, **data: object
@@ -126,7 +161,7 @@ class Writes:
         """Append an event to the run's log."""
         self.ledger.event(self.tx, kind, task_id, attempt, **data)
 
-    def attempt(self, task_id: str, n: int, **changes: object) -> None:
+    def attempt(self, task_id: str, n: int, **changes: Unpack[AttemptChanges]) -> None:
         """Change an attempt's columns."""
         self.tx.set_attempt(self.run_id, task_id, n, **changes)
 
@@ -134,7 +169,7 @@ class Writes:
         """Record an attempt as it starts."""
         self.tx.add_attempt(record)
 
-    def run(self, **changes: object) -> None:
+    def run(self, **changes: Unpack[RunChanges]) -> None:
         """Change the run's columns."""
         self.tx.set_run(self.run_id, **changes)
 

@@ -117,7 +117,7 @@ class Lifecycle:
     def _await_review(self, tx: Writes, winner: Outcome) -> None:
         """A reviewed task's winner waits for a person's decision instead of the merge train."""
         job = winner.job
-        self.gate.awaiting[job.task_id] = winner
+        self.gate.hold(job.task_id, winner)
         tx.state(job.task_id, TaskState.AWAITING_REVIEW)
         agent = job.profile.name if isinstance(job, AttemptJob) and job.profile else ""
         title = job.title if isinstance(job, AttemptJob) else job.task_id
@@ -134,8 +134,7 @@ class Lifecycle:
         tx.event(Kind.REVIEW, task_id, n, state=ReviewEvent.APPLIED, verdict=verdict, who=who)
         winner = self.gate.awaiting[task_id]
         if verdict is Verdict.APPROVE:
-            self.gate.requests.pop(task_id, None)
-            del self.gate.awaiting[task_id]
+            self.gate.settle(task_id)
             note = f": {decision.text}" if decision.text else ""
             tx.state(task_id, TaskState.MERGING, reason=f"approved by {who}{note}")
             self.train.enqueue(winner)
@@ -147,8 +146,7 @@ class Lifecycle:
             tx.state(task_id, TaskState.READY, reason=f"changes requested by {who}")
             self.new_round(tx, task_id)
             return
-        self.gate.requests.pop(task_id, None)
-        del self.gate.awaiting[task_id]
+        self.gate.settle(task_id)
         why = f"rejected by {who}" + (f": {decision.text}" if decision.text else "")
         tx.attempt(task_id, n, won=False, selection=f"rejected by {who}")
         tx.state(task_id, TaskState.FAILED, reason=why)
@@ -177,8 +175,8 @@ class Lifecycle:
         if isinstance(step, Conflict):
             tx.event(Kind.MERGE, task_id, n, state=MergeEvent.CONFLICT, paths=list(step.paths))
             where = "conflict in " + ", ".join(step.paths)
-            failed = {"state": AttemptState.FAILED, "failure": Failure.CONFLICT}
-            tx.attempt(task_id, n, **failed, detail=where)
+            failed, conflict = AttemptState.FAILED, Failure.CONFLICT
+            tx.attempt(task_id, n, state=failed, failure=conflict, detail=where)
             self.rerun(tx, task_id, where)
         elif isinstance(step, NeedsVerify):
             batch = step.batch or (step.outcome,)
@@ -226,8 +224,8 @@ class Lifecycle:
         self.briefs.failed(task_id, detail, feedback)
         if failures <= self.specs[task_id].retries and not final:
             delay = self.backoff.delay(failures, self.rng)
-            retry = {"failures": failures, "retry": failures, "retry_in_s": round(delay, 2)}
-            tx.state(task_id, TaskState.READY, reason=detail, **retry)
+            said = {"retry": failures, "retry_in_s": round(delay, 2)}
+            tx.state(task_id, TaskState.READY, reason=detail, failures=failures, said=said)
             self.retry_in(delay, task_id)
             return
         reason = f"{failure.value if failure else 'failed'}: {detail}"
@@ -261,7 +259,7 @@ class Lifecycle:
             tx.state(task_id, TaskState.FAILED, reruns=reruns, reason=why)
             self.block_dependents(tx, task_id)
             return
-        tx.state(task_id, TaskState.READY, reason=reason, reruns=reruns, rerun=reruns)
+        tx.state(task_id, TaskState.READY, reason=reason, reruns=reruns, said={"rerun": reruns})
         self.new_round(tx, task_id)
 
     def release(self, tx: Writes, task_id: str) -> None:
@@ -289,7 +287,7 @@ class Lifecycle:
             elif record.state is TaskState.MERGING and task_id in winners:
                 self.train.enqueue(self.briefs.rebuilt(winners[task_id]))
             elif record.state is TaskState.AWAITING_REVIEW and task_id in winners:
-                self.gate.awaiting[task_id] = self.briefs.rebuilt(winners[task_id])
+                self.gate.hold(task_id, self.briefs.rebuilt(winners[task_id]))
             else:
                 self.new_round(tx, task_id)
 
@@ -320,6 +318,12 @@ class Lifecycle:
         undone = self.train.parked.pop(task_id, None)
         if undone is not None:
             selection = "taken off the run branch: regression culprit"
-            failed = {"state": AttemptState.FAILED, "failure": Failure.VERIFY_FAILED}
-            tx.attempt(task_id, undone.job.attempt, **failed, selection=selection, won=False)
+            tx.attempt(
+                task_id,
+                undone.job.attempt,
+                state=AttemptState.FAILED,
+                failure=Failure.VERIFY_FAILED,
+                selection=selection,
+                won=False,
+            )
         self.rerun(tx, task_id, f"regression culprit (commit {commit[:12]})")

@@ -358,6 +358,17 @@ class MergeTrain:
             self.parked[outcome.job.task_id] = outcome  # a regression may rewind past it
         return Merged(outcome, commit)
 
+    def park(self, task_id: str, outcome: Outcome) -> None:
+        """Keep a patch merged before a resume, for a rewind to replay."""
+        self.parked[task_id] = outcome
+
+    def follow(self, last_known: str | None = None) -> None:
+        """Take the branch's tip as the train's (``last_known``: where the store says the
+        branch is, to make it again there if it was deleted)."""
+        if last_known is not None:
+            self.tip = last_known
+        self.tip = self.branch_tip()
+
     def branch_tip(self) -> str:
         """The run branch's tip. A branch deleted under the run is made again where orchardist
         last put it (a commit the store recorded): only orchardist moves it."""

@@ -69,7 +69,7 @@ class BreakerState(enum.StrEnum):
 class CircuitBreaker:
     """Opens after ``threshold`` consecutive failures; one probe after ``cooldown_s`` decides."""
 
-    def __init__(self, threshold: int = 3, cooldown_s: float = 60.0) -> None:
+    def __init__(self, *, threshold: int, cooldown_s: float) -> None:
         self.threshold = threshold
         self.cooldown_s = cooldown_s
         self.failures = 0
@@ -195,7 +195,7 @@ class Pools:
         self.agents = agents
         self.clock, self.rng = clock, rng
         self.breakers = {
-            name: CircuitBreaker(p.breaker_threshold, p.breaker_cooldown_s)
+            name: CircuitBreaker(threshold=p.breaker_threshold, cooldown_s=p.breaker_cooldown_s)
             for name, p in agents.items()
         }
         self.gates = {name: RateGate(p.launch_interval_s) for name, p in agents.items()}

@@ -172,6 +172,15 @@ class RegressionGuard:
         found = Culprit(culprit, len(check.bisect.probes), check.output)
         return GuardStep(checked=checked, culprit=found)
 
+    def merged(self) -> None:
+        """One more merge landed since the last check."""
+        self.unchecked += 1
+
+    def resumed(self, merged: int) -> None:
+        """A resumed run: the ``merged`` commits already on the branch were never checked
+        since the restart; the final check covers them."""
+        self.unchecked = merged
+
     def unresolved(self, tip: str) -> None:
         """The culprit could not be taken off: start counting again from ``tip``."""
         self.last_green, self.unchecked = tip, 0

@@ -96,6 +96,15 @@ class Gate:
         self.awaiting: dict[str, Outcome] = {}  # task -> its winner, waiting for a decision
         self.requests: dict[str, ChangeRequest] = {}  # task -> what its next attempts are told
 
+    def hold(self, task_id: str, winner: Outcome) -> None:
+        """The task's winner waits for a person's decision."""
+        self.awaiting[task_id] = winner
+
+    def settle(self, task_id: str) -> None:
+        """An approval or a rejection ended the task's review: nothing of it is kept."""
+        self.awaiting.pop(task_id, None)
+        self.requests.pop(task_id, None)
+
     def wants(self, task_id: str) -> bool:
         """Whether the task's winner waits for a person (a pipeline's earlier stages do not:
         they land nothing)."""

@@ -68,6 +68,7 @@ class Scheduler:
         monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         fail_fast: bool = False,
+        before_finish: Callable[[], None] | None = None,  # the last thing before the run ends
     ) -> None:
         self.plan, self.run_record, self.store, self.executor = plan, run, store, executor
         self.run_id, self.integrator, self.hooks = run.id, integrator, hooks or Hooks()
@@ -97,7 +98,7 @@ class Scheduler:
         self.alarms = Alarms(monotonic)  # retries after their back-off, the deadline
         self.stopping: Stop | None = None  # hard stop: cancel what runs
         self.soft_stop: str | None = None  # budget: launch nothing new, finish what runs
-        self.before_finish: Callable[[], None] = lambda: None  # runs.execute: tidy first
+        self.before_finish = before_finish or (lambda: None)
         self.pipelines = Pipelines(self.specs, store, run.id, self.train.start_on)
         self.gate = Gate(self.specs, self.pipelines.lands, self.train.start_on)
         self.life = Lifecycle(
@@ -258,7 +259,7 @@ class Scheduler:
         running = [j.candidate for j in self.active.values() if j.task_id == task_id]
         decision = self.rounds.hold(task_id, running)
         with self.ledger.tx() as tx:
-            tx.state(task_id, TaskState.READY, reason=reason, held=True)
+            tx.state(task_id, TaskState.READY, reason=reason, said={"held": True})
             if decision is not None:
                 self.life.decided(tx, decision)  # the loop merges the winner
 
@@ -364,7 +365,7 @@ class Scheduler:
     def _merge_step(self, step: MergeStep) -> None:
         """Record what happened to a winner on its way to the branch, and act on it."""
         if isinstance(step, Merged) and step.commit is not None:
-            self.guard.unchecked += 1
+            self.guard.merged()
         with self.ledger.tx() as tx:
             self.life.merge_step(tx, step, stopping=self.stopping is not None)
         if isinstance(step, Merged):
@@ -372,7 +373,7 @@ class Scheduler:
         elif isinstance(step, NeedsVerify):
             self.executor.submit(step.job, self.inbox.put)
         elif isinstance(step, BranchMoved) and not step.restored:
-            self.train.tip = self.train.branch_tip()
+            self.train.follow()
 
     # -- keeping the run branch green ----------------------------------------------------
 
@@ -404,7 +405,7 @@ class Scheduler:
         for _, task_id in plan.replay:
             if task_id not in self.train.parked:  # merged before a resume: rebuild from the store
                 attempts = self.store.attempts(self.run_id, task_id)
-                self.train.parked[task_id] = self.briefs.merged(attempts)
+                self.train.park(task_id, self.briefs.merged(attempts))
         parent = self.integrator.parent(culprit.commit)
         if plan.task_id is None or not self.train.rewind(parent):
             with self.ledger.tx() as tx:
@@ -475,8 +476,7 @@ class Scheduler:
 
     def _restore(self) -> None:
         """Build the in-memory view from the store: a fresh run, or one being resumed."""
-        self.train.tip = self.run_record.base_commit  # (resume put the branch where the store says)
-        self.train.tip = self.train.branch_tip()
+        self.train.follow(self.run_record.base_commit)  # (resume put it where the store says)
         self.ledger.load()
         attempts = self.store.attempts(self.run_id)
         for a in attempts:
@@ -491,8 +491,7 @@ class Scheduler:
         with self.ledger.tx() as tx:
             tx.run(state=RunState.RUNNING, finished_at=None, reason="")
             self.life.restore(tx, passed)
-            # Merged before a restart and never checked since: the final check covers them.
-            self.guard.unchecked = sum(bool(r.commit) for r in self.tasks.values())
+            self.guard.resumed(sum(bool(r.commit) for r in self.tasks.values()))
             if self.plan.run.deadline_s is not None:
                 left = self.run_record.created_at + self.plan.run.deadline_s - self.clock()
                 self.alarms.set(max(0.0, left), "deadline")

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..agents import AgentContext, AgentResult
+from ..agents import AgentContext, AgentResult, agent_class, scrubbed_env
 from ..confine.isolation import Spec, writable_of
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken
 from ..git.repo import Repo
-from ..state.records import Failure, Usage
+from ..state.records import AgentProfile, Failure, Usage
 from ..verify.discovery import auto_commands, discover_tests
 from . import AttemptJob, Job, Outcome
 
@@ -167,3 +167,28 @@ def verify_commands(
     changed = repo.changed_files(job.base_commit, patch)
     tests = [t[len(prefix) :] for t in discover_tests(changed, worktree) if t.startswith(prefix)]
     return auto_commands(tests, job.verify)
+
+
+def attempt_env(
+    job: Job,
+    paths: AttemptPaths,
+    profile: AgentProfile | None,
+    environ: Mapping[str, str] | None,
+    private: Mapping[str, str],
+) -> dict[str, str]:
+    """The variables of an attempt's processes: the caller's, scrubbed (the agent keeps its
+    profile's and its kind's keys; verify commands, ``profile=None``, get none; ``environ``
+    None: this process's), where the attempt is, and ``private``: those pointing its tools at
+    its own folders."""
+    allow: tuple[str, ...] = ()
+    if profile is not None:
+        allow = (*profile.env, *agent_class(profile.kind).env_keys)
+    env = scrubbed_env(allow, environ)
+    env.update(
+        ORCHARDIST_RUN=job.run_id,
+        ORCHARDIST_TASK=job.task_id,
+        ORCHARDIST_ATTEMPT=str(job.attempt),
+        ORCHARDIST_CANDIDATE=str(job.candidate),
+        ORCHARDIST_WORKTREE=str(paths.tree),
+    )
+    return {**env, **private}

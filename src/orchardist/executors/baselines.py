@@ -23,7 +23,7 @@ from ..confine.procs import CancelToken
 from ..safeio import flocked
 from ..state.store import Store
 from ..verify.oracle import CommandOutcome, baseline_key
-from ..verify.verifier import run_one
+from ..verify.verifier import CommandRequest, run_one
 from . import Job, VerifyJob
 from .views import make_view
 
@@ -195,14 +195,16 @@ class LocalBaselines:
             )
             env.update(ex.private_env(paths))
             result, report, _ = run_one(
-                command,
-                cwd=paths.tree / workdir,
-                env=env,
-                log=log,
-                deadline=time.monotonic() + timeout_s,
-                junit=paths.io / "junit.xml",
-                confine=ex.confine(paths, network=network),
-                cancel=cancel,
+                CommandRequest(
+                    command=command,
+                    cwd=paths.tree / workdir,
+                    env=env,
+                    log=log,
+                    deadline=time.monotonic() + timeout_s,
+                    junit=paths.io / "junit.xml",
+                    confine=ex.confine(paths, network=network),
+                    cancel=cancel,
+                )
             )
         finally:
             ex.layout.remove(paths)

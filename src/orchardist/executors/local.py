@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..agents import Agent, AgentResult, agent_class, command_words, make_agent, scrubbed_env
+from ..agents import Agent, AgentResult, agent_class, command_words, make_agent
 from ..agents.sessions import Sessions
 from ..confine import caches, mounts
 from ..confine.homes import empty_home, fill_home
@@ -31,9 +31,9 @@ from ..specs import RunConfig
 from ..state.records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
 from ..state.store import Store
 from ..verify import reports
-from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier
+from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier, VerifyRequest
 from . import AttemptJob, Job, Notify, Outcome, Phase
-from .attempt import Attempt, Work, agent_context, note_ending, verify_commands
+from .attempt import Attempt, Work, agent_context, attempt_env, note_ending, verify_commands
 from .baselines import LocalBaselines as LocalBaselines
 from .baselines import keeper, verifying
 from .confinement import Confinement, without
@@ -369,22 +369,24 @@ class LocalExecutor:
                 fh.write(f"orchardist: {note}\n")
         with verifying(self.baselines, job):
             verdict = self.verifier.verify(
-                commands,
-                check=job.check if isinstance(job, AttemptJob) else None,
-                baseline=job.baseline,
-                check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
-                workdir=job.workdir,
-                cwd=a.cwd,
-                env={**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"},
-                log=a.log,
-                scratch=paths.junit_dir,
-                deadline=a.deadline,
-                timeout_s=job.timeout_s,
-                cancel=a.token,
-                marker=job.marker,
-                confine=self.confine(paths, network=job.network, hidden=a.hidden),
-                network=job.network,
-                keep=keeper(self.baselines, job),
+                VerifyRequest(
+                    commands=commands,
+                    check=job.check if isinstance(job, AttemptJob) else None,
+                    baseline=job.baseline,
+                    check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
+                    workdir=job.workdir,
+                    cwd=a.cwd,
+                    env={**self._verify_env(job, paths), "ORCHARDIST_PHASE": "verify"},
+                    log=a.log,
+                    scratch=paths.junit_dir,
+                    deadline=a.deadline,
+                    timeout_s=job.timeout_s,
+                    cancel=a.token,
+                    marker=job.marker,
+                    confine=self.confine(paths, network=job.network, hidden=a.hidden),
+                    network=job.network,
+                    keep=keeper(self.baselines, job),
+                )
             )
         common: dict[str, Any] = {
             "patch_commit": work.patch,
@@ -466,18 +468,7 @@ class LocalExecutor:
             return self._agents[profile.name]
 
     def _env(self, job: Job, paths: AttemptPaths, profile: AgentProfile | None) -> dict[str, str]:
-        allow: tuple[str, ...] = ()
-        if profile is not None:  # the agent's own keys; verify commands get none
-            allow = (*profile.env, *agent_class(profile.kind).env_keys)
-        env = scrubbed_env(allow, self.environ)
-        env.update(
-            ORCHARDIST_RUN=job.run_id,
-            ORCHARDIST_TASK=job.task_id,
-            ORCHARDIST_ATTEMPT=str(job.attempt),
-            ORCHARDIST_CANDIDATE=str(job.candidate),
-            ORCHARDIST_WORKTREE=str(paths.tree),
-        )
-        return {**env, **self.private_env(paths)}
+        return attempt_env(job, paths, profile, self.environ, self.private_env(paths))
 
     def private_env(self, paths: AttemptPaths) -> dict[str, str]:
         """The variables that point the attempt's tools at its own folders (see

@@ -39,7 +39,7 @@ from ..confine.paths import repo_key, workdir_root
 from ..errors import GitError
 from ..git.repo import Repo
 from ..specs import RunConfig
-from ..state.records import AgentProfile, AttemptState, Failure
+from ..state.records import NUM_CPUS, AgentProfile, AttemptState, Failure
 from ..state.store import MEMORY, Store
 from . import AttemptJob, Job, Notify, Outcome, Phase
 from .rayconnect import connect, first_line, import_ray
@@ -56,7 +56,6 @@ from .raynode import (
     run_on_node,
 )
 
-NUM_CPUS = 1.0  # Ray CPUs an attempt holds on its node
 DOCTOR_TIMEOUT_S = 120.0  # for every node to answer doctor --executor ray
 
 

@@ -66,7 +66,7 @@ class Plumbing(Protocol):
     def read_objects(self, oids: Sequence[str]) -> dict[str, tuple[str, bytes]]: ...
 
 
-def git_env(root: Path) -> dict[str, str]:
+def git_env(root: Path, identity: bool = True) -> dict[str, str]:
     """orchardist's own git: a fixed configuration in which nothing configured runs.
 
     No system or global configuration (an agent that could write ``~/.gitconfig.local``,
@@ -75,14 +75,23 @@ def git_env(root: Path) -> dict[str, str]:
     attributes, no hooks, no fsmonitor. What orchardist needs from the user's own
     configuration is data, read once here: the identity and a few settings (FIXED_CONFIG,
     CARRIED_CONFIG). The repository's own config is still read: only the user writes it.
+    ``identity=False`` leaves the identity out (two git processes fewer) for a caller that
+    only reads: no commit, no ref moved.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+    env = user_env()
     carried = carried_config(root, env)
-    identity = identity_env(root, env)
+    who = identity_env(root, env) if identity else {}
     env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null", GIT_ATTR_NOSYSTEM="1")
     env.update(config_env([*FIXED_CONFIG, *carried]))
-    env.update(identity)
+    env.update(who)
+    return env
+
+
+def user_env() -> dict[str, str]:
+    """The user's environment without its ``GIT_*`` variables, quiet: what orchardist asks the
+    user's own git configuration in (the identity, CARRIED_CONFIG)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
     return env
 
 

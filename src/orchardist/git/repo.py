@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..errors import GitError
 from . import fingerprint, snapshots
-from .env import GIT, git_env
+from .env import GIT, git_env, identity_env, user_env
 from .fingerprint import REFLOG_MESSAGE
 from .snapshots import Checkout as Checkout
 from .treehash import ObjectWriter, escaping_symlinks
@@ -56,11 +56,15 @@ class MergeResult:
 
 
 class Repo:
-    """One repository, driven by git commands with a fixed, quiet environment."""
+    """One repository, driven by git commands with a fixed, quiet environment.
 
-    def __init__(self, root: Path) -> None:
+    ``identity=False``: for checks that only read (``validate``'s preflight), without the
+    user's identity, which only commits and reflogs carry; asking git for it is two processes.
+    """
+
+    def __init__(self, root: Path, identity: bool = True) -> None:
         self.root = Path(root)
-        self._env = git_env(self.root)
+        self._env = git_env(self.root, identity)
         common, _, fmt = self.git(
             "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-object-format"
         ).partition("\n")
@@ -150,6 +154,7 @@ class Repo:
         signing, ids given in full): merging is on the scheduler's path, and a git process
         costs milliseconds. Otherwise, and for tree expressions, ``git commit-tree``.
         """
+        self.identity()  # in the environment before any commit, however the repo was set up
         if self._native is not None and _is_oid(tree) and all(_is_oid(p) for p in parents):
             author, committer = self._native
             stamp = f"{int(time.time())} {time.strftime('%z')}"
@@ -164,7 +169,10 @@ class Repo:
     def identity(self, role: str = "AUTHOR") -> tuple[str, str]:
         """``(name, email)`` of the user's git identity for ``role`` (AUTHOR or COMMITTER), or
         orchardist's fallback: what ``git var GIT_<role>_IDENT`` prints in this repository's
-        git environment, which :func:`gitenv.identity_env` filled from that very command."""
+        git environment, which :func:`gitenv.identity_env` filled from that very command (on
+        first use, for a repository set up with ``identity=False``: then its commands carry it)."""
+        if f"GIT_{role}_NAME" not in self._env:
+            self._env.update(identity_env(self.root, user_env()))
         return self._env[f"GIT_{role}_NAME"], self._env[f"GIT_{role}_EMAIL"]
 
     @functools.cached_property

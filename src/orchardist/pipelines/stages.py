@@ -249,10 +249,10 @@ def judge_stage(job: AttemptJob, run: StageRun, unchanged: bool) -> Judgement:
 def _judge_reproduction(command: str, handoff: dict[str, Any], run: StageRun) -> Judgement:
     """The reproduction must fail on the base plus its own files (this worktree)."""
     from ..verify.oracle import looks_like_pytest
-    from ..verify.verifier import run_one
+    from ..verify.verifier import CommandRequest, run_one
 
-    result, _, output = run_one(
-        command,
+    request = CommandRequest(
+        command=command,
         cwd=run.cwd,
         env=run.env,
         log=run.log,
@@ -261,6 +261,7 @@ def _judge_reproduction(command: str, handoff: dict[str, Any], run: StageRun) ->
         writable=run.writable,
         confine=run.confine,
     )
+    result, _, output = run_one(request)
     tail = output[-OUTPUT_CHARS:]
     code = result.exit_code
     why = ""

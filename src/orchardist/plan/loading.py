@@ -32,6 +32,7 @@ from ..scan.profiles import validate_scanners
 from ..specs import Plan as Plan
 from ..specs import RunConfig as RunConfig
 from ..specs import parse_duration as parse_duration
+from ..state.records import BREAKER_COOLDOWN_S, BREAKER_THRESHOLD, NUM_CPUS
 from ..state.records import AgentProfile as AgentProfile
 from .files import nul_fields, parse
 from .runtable import RunChecks
@@ -183,8 +184,8 @@ class _Validator(TaskChecks, RunChecks):
             used = {name for t in tasks for name in (t.agent, *t.agents)}
             confined = {n: p for n, p in agents.items() if n in used or n in self.own_agents}
             self._confined(confined, repo)
-        if not self.problems:
-            from ..pipelines.expand import expand
+        if not self.problems and any(t.pipeline is not None and not t.stage for t in tasks):
+            from ..pipelines.expand import expand  # (pipelines are rare: not imported for none)
 
             tasks, clashes = expand(tasks, agents)
             for task_id, fld, message in clashes:
@@ -246,15 +247,18 @@ class _Validator(TaskChecks, RunChecks):
 
     def _confined(self, agents: Mapping[str, AgentProfile], repo: Path | None) -> None:
         """Profiles that cannot work inside orchardist's isolation, located in their file."""
+        if not agents:  # a scan's config: the agents' modules are not even imported
+            return
         from ..agents import agent_class
-        from ..agents.cli import CliAgent
 
         for name, profile in agents.items():
-            cls = agent_class(profile.kind)
-            if not issubclass(cls, CliAgent):
+            # the kinds that run a CLI say what confinement does to them; asked by name, so
+            # that a plan of shell agents does not import the CLI agents' module
+            check: Any = getattr(agent_class(profile.kind), "check_confined", None)
+            if check is None:
                 continue
             where = self.shown if name in self.own_agents else str(self.origins.get(name))
-            for message, key in cls.check_confined(profile.options, repo or self.path.parent):
+            for message, key in check(profile.options, repo or self.path.parent):
                 fld = f"agents.{name}.{key}" if key else f"agents.{name}"
                 self.problems.append(Problem(where, message, field=fld))
 
@@ -309,15 +313,15 @@ class _Validator(TaskChecks, RunChecks):
             interval = self._duration(raw["launch_interval"], f"{where}.launch_interval") or 0.0
         fallback = self._str(raw["fallback"], f"{where}.fallback") if "fallback" in raw else None
         # A shell command's failures are the task's, not a flaky backend's: no breaker.
-        threshold = 0 if kind in ("shell", "scripted") else 3
+        threshold = 0 if kind in ("shell", "scripted") else BREAKER_THRESHOLD
         if "circuit_breaker" in raw:
             threshold = self._count(raw["circuit_breaker"], f"{where}.circuit_breaker")
-        cooldown = 60.0
+        cooldown = BREAKER_COOLDOWN_S
         if "cooldown" in raw:
-            cooldown = self._duration(raw["cooldown"], f"{where}.cooldown") or 60.0
-        num_cpus = 1.0
+            cooldown = self._duration(raw["cooldown"], f"{where}.cooldown") or BREAKER_COOLDOWN_S
+        num_cpus = NUM_CPUS
         if "num_cpus" in raw:
-            num_cpus = self._money(raw["num_cpus"], f"{where}.num_cpus") or 1.0
+            num_cpus = self._money(raw["num_cpus"], f"{where}.num_cpus") or NUM_CPUS
         memory_mb = (
             self._money(raw["memory_mb"], f"{where}.memory_mb") if "memory_mb" in raw else None
         )

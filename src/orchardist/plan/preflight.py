@@ -33,7 +33,7 @@ class Preflight:
 def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> Preflight:
     """Check the plan's repository, base, branch and agent CLIs; note what the user may miss."""
     shown = str(plan.path)
-    repo = Repo(plan.repo)
+    repo = Repo(plan.repo, identity=False)  # it only reads
     problems: list[Problem] = []
     warnings: list[str] = []
     base = repo.try_rev_parse(plan.run.base)  # asked once: each is a git process

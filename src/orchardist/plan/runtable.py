@@ -11,7 +11,6 @@ from typing import Any
 
 from ..confine.isolation import Policy
 from ..confine.runenv import FIELD, environment_problems
-from ..executors import EXECUTORS
 from ..placeholders import fill, placeholder_problems
 from ..specs import Reverify, RunConfig
 from .fields import Fields
@@ -162,7 +161,10 @@ class RunChecks(Fields):
         return address.strip() if address else None
 
     def _executor(self, raw: object) -> str | None:
-        """``[run] executor``: a name in the executor table."""
+        """``[run] executor``: a name in the executor table, imported only for a plan that names
+        one (a plan that does not, the most, is validated without the executors' seam)."""
+        from ..executors import EXECUTORS
+
         if isinstance(raw, str) and raw in EXECUTORS:
             return raw
         names = ", ".join(f'"{name}"' for name in sorted(EXECUTORS))

@@ -3,7 +3,7 @@
 Built from the validator's own tables (``runtable.RUN_KEYS``, ``PROFILE_KEYS``, ``TASK_KEYS``,
 ``STAGE_KEYS``, each agent kind's ``profile_keys``, ``scan.profiles.SCANNER_KEYS``): every key
 the validator accepts must have a shape here and every shape a key there, or building the schema
-fails (and ``tests/test_schema.py`` with it). The schema only helps an editor; ``orchardist
+fails (and ``tests/plan/test_schema.py`` with it). The schema only helps an editor; ``orchardist
 validate`` stays the judge, with located problems and "did you mean".
 """
 

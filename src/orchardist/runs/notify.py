@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..confine.procs import run_process
+from ..confine.procs import ProcessRequest, run_process
 from ..plan.fields import is_url
 from ..state.events import Kind, NotifyEvent
 from ..state.records import Event, Run, RunState, TaskState
@@ -158,12 +158,14 @@ def run_command(
     started = time.monotonic()
     try:
         proc = run_process(
-            ["/bin/sh", "-c", command],
-            cwd=cwd,
-            env=env,
-            log=log_dir / "notify.log",
-            timeout_s=timeout_s,
-            stdin_file=notice_file,
+            ProcessRequest(
+                argv=["/bin/sh", "-c", command],
+                cwd=cwd,
+                env=env,
+                log=log_dir / "notify.log",
+                timeout_s=timeout_s,
+                stdin_file=notice_file,
+            )
         )
     except OSError as exc:
         return Delivery(False, f"could not start: {exc}", time.monotonic() - started)

@@ -336,11 +336,10 @@ def execute(
         max_parallel,
         monotonic=monotonic,
         fail_fast=fail_fast,
-    )
-    if own_executor:
         # Everything the attempts left on disk is gone before the run is recorded as ended:
         # an orchestrator killed in between resumes a run that is still running, and tidies.
-        scheduler.before_finish = executor.close
+        before_finish=executor.close if own_executor else None,
+    )
     if on_scheduler is not None:
         on_scheduler(scheduler)
     try:

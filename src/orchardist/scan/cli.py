@@ -10,10 +10,11 @@ import argparse
 import functools
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
+from ..errors import OrchardistError, UsageError
 from .findings import LEVELS, level_rank
 from .sarif import render, write_whole
 
@@ -103,43 +104,41 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     from ..config import tell_ignored
     from ..git.repo import Repo
     from ..plan.loading import load_plan
-    from ..runs.start import Workspace
+    from ..state.store import Store
     from .engine import Scanner
 
     plan = load_plan(_plan_path(args.plan), require_tasks=False)
     tell_ignored(plan.ignored)
-    profiles = list(plan.scanners.values())
-    if not profiles:
-        raise UsageError(f"{args.plan or plan.path.name} has no [scanners.NAME] tables")
-    if args.scanner:
-        unknown = [n for n in args.scanner if n not in plan.scanners]
-        if unknown:
-            raise UsageError(f"unknown scanner {unknown[0]!r} (known: {', '.join(plan.scanners)})")
-        profiles = [p for p in profiles if p.name in args.scanner]
-    if args.fix and args.agent not in plan.agents:
-        known = ", ".join(sorted(plan.agents)) or "none defined"
-        raise UsageError(f"--fix needs --agent PROFILE (known: {known})")
-    if not args.fix and args.agent is not None:
-        raise UsageError("--agent is for --fix")
+    profiles = _chosen(args, plan)
     base = args.base or plan.run.base
-    repo = Repo(plan.repo)  # set up once: six git processes each time
-    if repo.try_rev_parse(base) is None:  # before the store exists: exit 2 makes nothing
+    # set up once; a scan commits nothing (--fix commits through its run's own Repo)
+    repo = Repo(plan.repo, identity=False)
+    commit = repo.try_rev_parse(base)
+    if commit is None:  # before the store exists: exit 2 makes nothing
         raise UsageError(f"--base {base!r} names no commit")
-    _warn_dirty(repo, base)
-    ws = Workspace.open(plan.repo)
+    # asked beside the scan, not before it: git status is a process, said when it answers
+    dirty = threading.Thread(target=_warn_dirty, args=(repo, base), daemon=True)
+    dirty.start()
+    # the workspace's store, without the run machinery that a plain scan never uses
+    store = Store.for_repo(repo.common_dir)
     scanner = Scanner(
         repo,
-        ws.store,
+        store,
         plan.agents,
         max_parallel=args.max_parallel or plan.run.max_parallel,
         use_cache=not args.no_cache,
         sandbox=plan.run.sandbox,
         workspace=plan.run.workspace,
     )
-    result = scanner.scan(profiles, base, plan.run.workdir)
+    try:
+        result = scanner.scan(profiles, base, plan.run.workdir, commit=commit)
+    finally:
+        dirty.join()
     if args.fix:
+        from ..runs.start import Workspace
         from .fix_run import fix_findings
 
+        ws = Workspace.open(plan.repo)
         return fix_findings(args, plan, ws, scanner, profiles, result, drive)
     fmt = args.format or ("sarif" if args.output else "table")
     document = render(result, fmt, repo.root)
@@ -159,10 +158,32 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     return code
 
 
+def _chosen(args: argparse.Namespace, plan: Any) -> list[Any]:
+    """The scanner profiles ``args`` asks for; a UsageError for a name or option that is
+    not right for this plan."""
+    profiles = list(plan.scanners.values())
+    if not profiles:
+        raise UsageError(f"{args.plan or plan.path.name} has no [scanners.NAME] tables")
+    if args.scanner:
+        unknown = [n for n in args.scanner if n not in plan.scanners]
+        if unknown:
+            raise UsageError(f"unknown scanner {unknown[0]!r} (known: {', '.join(plan.scanners)})")
+        profiles = [p for p in profiles if p.name in args.scanner]
+    if args.fix and args.agent not in plan.agents:
+        known = ", ".join(sorted(plan.agents)) or "none defined"
+        raise UsageError(f"--fix needs --agent PROFILE (known: {known})")
+    if not args.fix and args.agent is not None:
+        raise UsageError("--agent is for --fix")
+    return profiles
+
+
 def _warn_dirty(repo: Any, base: str) -> None:
     """Say that uncommitted changes are not scanned: a scan reads a commit, as a run starts
     from one (untracked files, often the plan itself, do not count)."""
-    out = repo.run_git("status", "--porcelain", "--untracked-files=no")
+    try:  # in a thread of its own: a git that cannot start is the scan's error, not this
+        out = repo.run_git("status", "--porcelain", "--untracked-files=no")
+    except OrchardistError:
+        return
     dirty = len(out.stdout.splitlines()) if out.returncode == 0 else 0
     if dirty:
         print(

@@ -17,16 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..confine.paths import repo_key, workdir_root
-from ..confine.procs import CancelToken, run_process
+from ..confine.procs import CancelToken, ProcessRequest, run_process
 from ..errors import UsageError
 from ..git.repo import Repo
 from ..state.records import AgentProfile, Event
@@ -39,10 +38,17 @@ from .sarif import MergedFinding, ScannerReport, merge
 from .toolstamp import tool_stamp
 from .trees import changed_files, export, ls_tree, remove, with_sources
 
+if TYPE_CHECKING:  # the pool is imported by a scan that runs a scanner (it imports logging)
+    from concurrent.futures import Future
+
 CACHE_SCHEMA = 1  # bump when what a cache entry holds changes
 MAX_CACHE_ENTRIES = 200_000
 MAX_ENTRY_BYTES = 1 << 20  # a larger per-file result is not cached
 MAX_BATCH_FILES = 256
+# missed files are split into at most one batch per MIN_BATCH_FILES: a batch costs a
+# sandboxed process start (an interpreter applying Landlock, then the tool's own start), more
+# than a linter's whole run over a hundred small files; splitting pays where files are many
+MIN_BATCH_FILES = 128
 VERSION_TIMEOUT_S = 60.0
 DEV_NULL = Path("/dev/null")
 
@@ -115,13 +121,21 @@ class Scanner:
         self.workdir = "."
         self._entries: Mapping[str, str] = {}
 
-    def scan(self, profiles: Sequence[ScannerProfile], base: str, workdir: str = ".") -> ScanResult:
+    def scan(
+        self,
+        profiles: Sequence[ScannerProfile],
+        base: str,
+        workdir: str = ".",
+        *,
+        commit: str | None = None,
+    ) -> ScanResult:
         """Scan ``base`` with ``profiles``; findings deduplicated across scanners.
 
         Scanners run in ``workdir`` (relative to the repository): their globs and the paths
         they are given are relative to it; reported paths are relative to the repository.
+        ``commit``: the commit ``base`` names, when the caller has resolved it already.
         """
-        commit = self.repo.try_rev_parse(base)
+        commit = commit or self.repo.try_rev_parse(base)
         if commit is None:
             raise UsageError(f"--base {base!r} names no commit")
         prefix = "" if workdir.strip("/") in ("", ".") else workdir.strip("/") + "/"
@@ -133,9 +147,10 @@ class Scanner:
         }
         self._entries = entries
         tree = self.repo.tree_of(commit)
-        scan_id = f"scan-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        scan_id = f"scan-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
+        # made by the first that needs it (a version probe, an export): a scan answered
+        # from the cache writes no folder at all
         work = scan_root(self.repo, self.workspace) / scan_id
-        work.mkdir(parents=True)
         names = [p.name for p in profiles]
         self._emit(scan_id, "scan", state="started", base=commit, scanners=names)
         try:
@@ -144,24 +159,36 @@ class Scanner:
             for profile in profiles:
                 jobs += self._plan_jobs(profile, entries, tree, work, tallies[profile.name])
             self._run_jobs(jobs, commit, tree, work, tallies)
-        finally:
+        except BaseException:
             remove(work)
-        reports = tuple(self._report(p, tallies[p.name], prefix) for p in profiles)
-        for r in reports:
-            self._emit(
-                scan_id,
-                "scanner",
-                r.name,
-                state="failed" if r.error else "done",
-                hits=r.hits,
-                misses=r.misses,
-                invocations=r.invocations,
-                reported=len(r.findings),
-                error=r.error,
-            )
-        merged = tuple(merge(reports))
-        self._emit(scan_id, "scan", state="finished", findings=len(merged))
+            raise
+        removed = _removing(work)  # the scratch copy goes while the findings are merged, logged
+        try:
+            reports = tuple(self._report(p, tallies[p.name], prefix) for p in profiles)
+            merged = tuple(merge(reports))
+            self._finished(scan_id, reports, merged)
+        finally:
+            removed()
         return ScanResult(commit, reports, merged, scan_id)
+
+    def _finished(
+        self, scan_id: str, reports: Sequence[ScannerReport], merged: Sequence[MergedFinding]
+    ) -> None:
+        """Each scanner's outcome and the scan's end, in one transaction."""
+        now = self.clock()
+        with self.store.transaction() as tx:
+            for r in reports:
+                data = {
+                    "state": "failed" if r.error else "done",
+                    "hits": r.hits,
+                    "misses": r.misses,
+                    "invocations": r.invocations,
+                    "reported": len(r.findings),
+                    "error": r.error,
+                }
+                tx.emit(Event(scan_id, "scanner", now, task_id=r.name, data=data))
+            end = {"state": "finished", "findings": len(merged)}
+            tx.emit(Event(scan_id, "scan", now, data=end))
 
     def _emit(self, scan_id: str, kind: str, scanner: str | None = None, **data: Any) -> None:
         """One line of the event log, under the scan's id (``scan-…``) instead of a run's."""
@@ -197,7 +224,8 @@ class Scanner:
         missed = [(path, key) for path, key in zip(files, keys, strict=True) if key not in cached]
         if not missed:
             return []
-        size = min(MAX_BATCH_FILES, -(-len(missed) // self.max_parallel))
+        batches = max(1, min(self.max_parallel, len(missed) // MIN_BATCH_FILES))
+        size = min(MAX_BATCH_FILES, -(-len(missed) // batches))
         return [
             _Job(profile, tuple(p for p, _ in chunk), tuple(k for _, k in chunk))
             for chunk in (missed[i : i + size] for i in range(0, len(missed), size))
@@ -213,7 +241,7 @@ class Scanner:
             "config": {path: entries[path] for path in configs},
             "env": {name: self.environ.get(name) for name in profile.env},
         }
-        if profile.version:
+        if profile.version and self.use_cache:  # without the cache no key is ever used
             identity["version"] = self._version(profile, work)
         if profile.agent is not None:
             agent = self.agents[profile.agent]
@@ -232,15 +260,17 @@ class Scanner:
             if key in known:
                 return known[key]
         folder = work / f"{profile.name}.version"
-        folder.mkdir()
+        folder.mkdir(parents=True)
         log = folder / "out"
         proc = run_process(
-            ["/bin/sh", "-c", profile.version],
-            cwd=folder,
-            env=self._env(profile, folder),
-            log=log,
-            timeout_s=VERSION_TIMEOUT_S,
-            cancel=self.cancel,
+            ProcessRequest(
+                argv=["/bin/sh", "-c", profile.version],
+                cwd=folder,
+                env=self._env(profile, folder),
+                log=log,
+                timeout_s=VERSION_TIMEOUT_S,
+                cancel=self.cancel,
+            )
         )
         version = f"{proc.exit_code}:{log.read_text(errors='replace')}"
         if stamp is not None and self.use_cache and proc.exit_code == 0:
@@ -261,6 +291,8 @@ class Scanner:
     ) -> None:
         if not jobs:
             return
+        from concurrent.futures import ThreadPoolExecutor
+
         exports = {j.profile.name: work / j.profile.name for j in jobs}
         exported = self._export_sets(jobs)
         for name, folder in exports.items():
@@ -347,6 +379,8 @@ class Scanner:
         else:
             entries = [(job.keys[0], found)]
         tally.findings += found
+        if not self.use_cache:  # nothing will be stored: no entry is encoded
+            return
         for key, findings in entries:
             rules = {f.rule for f in findings}
             value = json.dumps(
@@ -404,6 +438,15 @@ class Scanner:
             misses=tally.misses,
             invocations=tally.invocations,
         )
+
+
+def _removing(work: Path) -> Callable[[], None]:
+    """Start removing the scan folder ``work`` in a thread, if it was made; what waits for it."""
+    if not os.path.lexists(work):  # a cache hit made none
+        return lambda: None
+    thread = threading.Thread(target=remove, args=(work,), name="scan-cleanup")
+    thread.start()
+    return thread.join
 
 
 def _digest(*parts: str) -> str:

@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..confine.procs import CancelToken, run_process
+from ..confine.procs import CancelToken, ProcessRequest, run_process
 from ..safeio import read_tail
 from ..state.records import AgentProfile
 from .findings import (
@@ -48,14 +48,16 @@ def run_scanner(
     stdout, stderr = folder / "stdout", folder / "stderr"
     argv = ["/bin/sh", "-c", f"exec 2>>{shlex.quote(str(stderr))}\n{command}"]
     proc = run_process(
-        argv,
-        cwd=cwd,
-        env=env,
-        log=stdout,
-        timeout_s=profile.timeout_s,
-        cancel=cancel,
-        max_log_bytes=MAX_OUTPUT_BYTES,
-        writable=writable,
+        ProcessRequest(
+            argv=argv,
+            cwd=cwd,
+            env=env,
+            log=stdout,
+            timeout_s=profile.timeout_s,
+            cancel=cancel,
+            max_log_bytes=MAX_OUTPUT_BYTES,
+            writable=writable,
+        )
     )
     if proc.cancelled:
         raise ScanJobError(f"{profile.name}: cancelled")

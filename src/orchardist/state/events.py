@@ -5,7 +5,7 @@ An event is one row of the store's append-only log (:class:`~orchardist.state.re
 names live here, once, as string enums, so they compare equal to what the store holds and to
 what older runs wrote; the writers (the scheduler, ``runs``), the readers (the progress
 display, ``report``, ``stats``, the dashboard) and the event table of docs/state.md all use these,
-and ``tests/test_events.py`` checks that each one does.
+and ``tests/state/test_events.py`` checks that each one does.
 """
 
 from __future__ import annotations

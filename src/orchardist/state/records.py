@@ -6,7 +6,7 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from ..errors import TransitionError
 
@@ -220,6 +220,12 @@ def capped(text: str, max_chars: int) -> str:
     return f"{text[:max_chars]}… [{len(text) - max_chars} characters cut]"
 
 
+# An agent profile's defaults, each written here once (the plan loader and the policy read them).
+BREAKER_THRESHOLD = 3  # consecutive failures that open a profile's circuit breaker
+BREAKER_COOLDOWN_S = 60.0  # how long an open breaker keeps attempts away
+NUM_CPUS = 1.0  # Ray CPUs an attempt holds on its node
+
+
 @dataclass(frozen=True)
 class AgentProfile:
     """A named agent profile: which kind of agent, and how to run it."""
@@ -232,9 +238,9 @@ class AgentProfile:
     launch_interval_s: float = 0.0
     fallback: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific keys
-    breaker_threshold: int = 3  # consecutive failures that open the circuit breaker; 0: off
-    breaker_cooldown_s: float = 60.0
-    num_cpus: float = 1.0  # CPUs an attempt holds on its node (executor ray)
+    breaker_threshold: int = BREAKER_THRESHOLD  # 0: no breaker
+    breaker_cooldown_s: float = BREAKER_COOLDOWN_S
+    num_cpus: float = NUM_CPUS  # CPUs an attempt holds on its node (executor ray)
     memory_mb: float | None = None  # memory an attempt reserves on its node (executor ray)
 
 
@@ -351,3 +357,37 @@ class StoredDecision:
     decided_at: float
     diff: str = ""  # the pending diff as it was reviewed (a change request quotes it)
     applied_at: float | None = None
+
+
+# The columns a store write may change, by record, with their types: mypy checks every caller of
+# Transaction.set_run, set_task and set_attempt against them (``**changes`` of these types).
+class RunChanges(TypedDict, total=False):
+    state: RunState
+    finished_at: float | None
+    reason: str
+
+
+class TaskChanges(TypedDict, total=False):
+    state: TaskState
+    commit: str | None  # stored in the ``commit_sha`` column
+    reason: str
+    failures: int
+    reruns: int
+    stage: str
+    pipeline_task: str
+
+
+class AttemptChanges(TypedDict, total=False):
+    state: AttemptState
+    ended_at: float | None
+    exit_code: int | None
+    failure: Failure | None
+    detail: str
+    patch_commit: str | None
+    changed_lines: int | None
+    log_path: str
+    usage: Usage  # spread over its columns
+    verdict: str
+    selection: str
+    handoff: str
+    won: bool

@@ -121,15 +121,18 @@ def _json(text: str) -> Any:
 
 
 def _totals(attempts: list[AttemptRecord]) -> dict[str, Any]:
-    def total(name: str) -> float | int | None:
-        values = [getattr(a.usage, name) for a in attempts if getattr(a.usage, name) is not None]
-        return sum(values) if values else None
-
-    return {
-        "cost_usd": total("cost_usd"),
-        "input_tokens": total("input_tokens"),
-        "output_tokens": total("output_tokens"),
-    }
+    """Each of the costs summed over ``attempts`` (None where none reported it), in one pass:
+    a 500-task run's page sums them for every task."""
+    totals: dict[str, Any] = {"cost_usd": None, "input_tokens": None, "output_tokens": None}
+    for a in attempts:
+        for name, value in (
+            ("cost_usd", a.usage.cost_usd),
+            ("input_tokens", a.usage.input_tokens),
+            ("output_tokens", a.usage.output_tokens),
+        ):
+            if value is not None:
+                totals[name] = (totals[name] or 0) + value  # as sum() adds, from 0
+    return totals
 
 
 def describe(event: Event) -> str:

@@ -18,16 +18,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import StoreError
 from .records import (
+    AttemptChanges,
     AttemptRecord,
     AttemptState,
     Event,
     Run,
+    RunChanges,
     RunState,
     StoredDecision,
+    TaskChanges,
     TaskRecord,
     TaskState,
     Usage,
@@ -36,8 +39,8 @@ from .records import (
 from .tables import (
     SCHEMA,
     USAGE_FIELDS,
-    attempt_of,
     attempt_row,
+    attempts_of,
     decision_of,
     decision_row,
     migrate,
@@ -77,7 +80,7 @@ class Transaction:
             ),
         )
 
-    def set_run(self, run_id: str, **changes: Any) -> None:
+    def set_run(self, run_id: str, **changes: Unpack[RunChanges]) -> None:
         """Update columns of a run (``state`` may be a RunState)."""
         self._update("runs", {"id": run_id}, changes)
 
@@ -100,11 +103,12 @@ class Transaction:
             ),
         )
 
-    def set_task(self, run_id: str, task_id: str, **changes: Any) -> None:
+    def set_task(self, run_id: str, task_id: str, **changes: Unpack[TaskChanges]) -> None:
         """Update columns of a task; ``commit`` maps to the ``commit_sha`` column."""
-        if "commit" in changes:
-            changes["commit_sha"] = changes.pop("commit")
-        self._update("tasks", {"run_id": run_id, "task_id": task_id}, changes)
+        columns: dict[str, Any] = dict(changes)
+        if "commit" in columns:
+            columns["commit_sha"] = columns.pop("commit")
+        self._update("tasks", {"run_id": run_id, "task_id": task_id}, columns)
 
     def add_attempt(self, attempt: AttemptRecord) -> None:
         """Insert an attempt."""
@@ -114,12 +118,15 @@ class Transaction:
             f"insert into attempts ({','.join(row)}) values ({marks})", tuple(row.values())
         )
 
-    def set_attempt(self, run_id: str, task_id: str, n: int, **changes: Any) -> None:
+    def set_attempt(
+        self, run_id: str, task_id: str, n: int, **changes: Unpack[AttemptChanges]
+    ) -> None:
         """Update columns of an attempt; a ``usage`` value is spread over its columns."""
-        usage = changes.pop("usage", None)
+        columns: dict[str, Any] = dict(changes)
+        usage = columns.pop("usage", None)
         if isinstance(usage, Usage):
-            changes.update({k: getattr(usage, k) for k in USAGE_FIELDS})
-        self._update("attempts", {"run_id": run_id, "task_id": task_id, "n": n}, changes)
+            columns.update({k: getattr(usage, k) for k in USAGE_FIELDS})
+        self._update("attempts", {"run_id": run_id, "task_id": task_id, "n": n}, columns)
 
     def put_baseline(self, key: str, commit: str, outcome: CommandOutcome, now: float) -> None:
         """Cache a command's outcome on a base commit."""
@@ -321,7 +328,7 @@ class Store:
         if task_id is not None:
             sql += " and task_id = ?"
             args.append(task_id)
-        return [attempt_of(r) for r in self._rows(sql + " order by started_at, n", args)]
+        return attempts_of(self._rows(sql + " order by started_at, n", args))
 
     def run_counts(self) -> dict[str, RunCounts]:
         """Every run's tasks by state and its attempts' total cost, in one query (the runs

@@ -118,10 +118,10 @@ def looks_like_pytest(command: str) -> bool:
         tokens = list(lexer)
     except ValueError:  # unbalanced quotes: fall back to plain words
         tokens = command.split()
-    for i, token in enumerate(tokens):
+    for token in tokens:
         if PurePosixPath(token).name in _PYTEST_PROGRAMS:
             return True
-        if token == "-mpytest" or (token == "-m" and tokens[i + 1 : i + 2] == ["pytest"]):
+        if token == "-mpytest":  # "-m pytest" is two tokens, the second a program name
             return True
     return False
 

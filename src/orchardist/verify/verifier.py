@@ -7,12 +7,11 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Protocol
 
 from ..confine.isolation import Spec
-from ..confine.procs import CancelToken, run_process
+from ..confine.procs import CancelToken, ProcessRequest, run_process
 from ..safeio import fresh_folder, open_folder, read_tail
 from .oracle import (
     CommandOutcome,
@@ -82,19 +81,23 @@ class VerifyResult:
         return f"verify command failed ({bad.exit_code}): {bad.command}"
 
 
-def run_one(
-    command: str,
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    log: Path,
-    deadline: float | None,
-    cancel: CancelToken | None = None,
-    marker: str | None = None,
-    junit: Path | None = None,
-    writable: Sequence[Path] | None = None,
-    confine: Spec | None = None,
-) -> tuple[CommandResult, TestReport | None, str]:
+@dataclass(frozen=True)
+class CommandRequest:
+    """One command to run on a tree (what a :class:`Runner` is given)."""
+
+    command: str
+    cwd: Path
+    env: Mapping[str, str]
+    log: Path  # appended to: ``$ command``, then what it printed
+    deadline: float | None  # a time.monotonic() instant; None: no limit
+    cancel: CancelToken | None = None
+    marker: str | None = None  # the attempt's process marker (a fresh one if None)
+    junit: Path | None = None  # where a pytest run writes its per-test report
+    writable: Sequence[Path] | None = None
+    confine: Spec | None = None  # how it is isolated (None: not at all)
+
+
+def run_one(request: CommandRequest) -> tuple[CommandResult, TestReport | None, str]:
     """Run one command with ``/bin/sh -c``; with ``junit``, pytest runs report per test.
 
     Returns the result, the per-test report (None when not pytest or unreadable) and the
@@ -102,6 +105,7 @@ def run_one(
     folder: it is used only through a descriptor opened without following links (see safeio),
     so a symlink put there makes orchardist neither remove nor read a file elsewhere.
     """
+    command, log, env, junit = request.command, request.log, request.env, request.junit
     with log.open("ab") as fh:
         fh.write(f"$ {command}\n".encode())
     offset = log.stat().st_size
@@ -115,17 +119,20 @@ def run_one(
             # command made there) is no regular file either, so it is never read as a report
             with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=folder)
+        deadline = request.deadline
         left = None if deadline is None else max(0.01, deadline - time.monotonic())
         proc = run_process(
-            ["/bin/sh", "-c", command],
-            cwd=cwd,
-            env=env,
-            log=log,
-            timeout_s=left,
-            cancel=cancel,
-            marker=marker,
-            writable=writable,
-            confine=confine,
+            ProcessRequest(
+                argv=["/bin/sh", "-c", command],
+                cwd=request.cwd,
+                env=env,
+                log=log,
+                timeout_s=left,
+                cancel=request.cancel,
+                marker=request.marker,
+                writable=request.writable,
+                confine=request.confine,
+            )
         )
         report = None if folder is None else parse_junit(name, folder)
     finally:
@@ -151,9 +158,8 @@ def run_commands(
     """
     results: list[CommandResult] = []
     for command in commands:
-        result, _, tail = run_one(
-            command, cwd=cwd, env=env, log=log, deadline=deadline, cancel=cancel, marker=marker
-        )
+        request = CommandRequest(command, cwd, env, log, deadline, cancel=cancel, marker=marker)
+        result, _, tail = run_one(request)
         results.append(result)
         if not result.passed:
             return VerifyResult(tuple(results), tail)
@@ -190,23 +196,56 @@ class Verdict:
     flag: str = ""
 
 
+@dataclass(frozen=True)
+class VerifyRequest:
+    """A tree to verify: its commands and check, the base to judge them against, and where
+    and how the commands run (what :meth:`Verifier.verify` is given)."""
+
+    commands: Sequence[str]
+    check: str | None
+    baseline: str | None  # the base commit whose results failures are compared with
+    workdir: str  # the commands' folder, relative to the tree
+    cwd: Path
+    env: Mapping[str, str]
+    log: Path
+    scratch: Path  # a folder of orchardist's for the per-test reports
+    deadline: float  # a time.monotonic() instant shared by every command
+    timeout_s: float  # for the base's run of a command
+    cancel: CancelToken | None = None
+    marker: str | None = None
+    writable: Sequence[Path] | None = None
+    confine: Spec | None = None
+    check_baseline: str | None = None  # where the check must fail (default: ``baseline``)
+    network: bool = False  # the base's runs get the network the tree's did
+    keep: Callable[[CommandOutcome], None] | None = None  # hears each outcome on this tree
+
+    @property
+    def run_id(self) -> str:
+        """The run, from the environment: it tags baseline processes for crash cleanup."""
+        return self.env.get("ORCHARDIST_RUN", "")
+
+    def command(self, command: str, junit: Path) -> CommandRequest:
+        """How one of the commands (or the check) runs on the tree."""
+        return CommandRequest(
+            command,
+            self.cwd,
+            self.env,
+            self.log,
+            self.deadline,
+            cancel=self.cancel,
+            marker=self.marker,
+            junit=junit,
+            writable=self.writable,
+            confine=self.confine,
+        )
+
+
 class Runner(Protocol):
     """Runs one command on a tree, as :func:`run_one` does (the shape a fake runner keeps)."""
 
-    def __call__(
-        self,
-        command: str,
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        log: Path,
-        deadline: float | None,
-        cancel: CancelToken | None = None,
-        marker: str | None = None,
-        junit: Path | None = None,
-        writable: Sequence[Path] | None = None,
-        confine: Spec | None = None,
-    ) -> tuple[CommandResult, TestReport | None, str]: ...
+    def __call__(self, request: CommandRequest) -> tuple[CommandResult, TestReport | None, str]:
+        """Run the request's command: its result, its per-test report, its output's tail."""
+        ...
 
 
 @dataclass
@@ -218,41 +257,20 @@ class CommandVerifier:
     baselines: Baselines | None = None
     runner: Runner = run_one
 
-    def verify(
-        self,
-        commands: Sequence[str],
-        *,
-        check: str | None,
-        baseline: str | None,
-        workdir: str,
-        cwd: Path,
-        env: Mapping[str, str],
-        log: Path,
-        scratch: Path,
-        deadline: float,
-        timeout_s: float,
-        cancel: CancelToken | None = None,
-        marker: str | None = None,
-        writable: Sequence[Path] | None = None,
-        confine: Spec | None = None,
-        check_baseline: str | None = None,
-        network: bool = False,
-        keep: Callable[[CommandOutcome], None] | None = None,
-    ) -> Verdict:
+    def verify(self, request: VerifyRequest) -> Verdict:
         """Every command must pass, or fail only where the base already failed; the check must
         fail on ``check_baseline`` (default: ``baseline``) and pass here. ``confine`` isolates
         each command (see isolation.py); the base is run with the same ``network``. ``keep``
         hears each command's outcome on this tree, ended neither cancelled nor timed out."""
+        commands, check, scratch = request.commands, request.check, request.scratch
+        keep = request.keep
         if not commands and check is None:
             return Verdict(True, "unverified", "no verify commands: merged unchecked")
         scratch.parent.mkdir(parents=True, exist_ok=True)
         fresh_folder(scratch)  # the agent may have left a symlink there (see run_one)
-        run = partial(self.runner, cwd=cwd, env=env, log=log, deadline=deadline, cancel=cancel)
-        run = partial(run, marker=marker, writable=writable, confine=confine)
         notes: list[str] = []
-        run_id = env.get("ORCHARDIST_RUN", "")  # tags baseline processes for crash cleanup
         for i, command in enumerate(commands):
-            result, report, tail = run(command, junit=scratch / f"{i}.xml")
+            result, report, tail = self.runner(request.command(command, scratch / f"{i}.xml"))
             if result.cancelled:
                 return Verdict(False, "cancelled", "verify cancelled")
             outcome = CommandOutcome(command, result.exit_code, result.timed_out, report)
@@ -260,52 +278,41 @@ class CommandVerifier:
                 keep(outcome)
             if result.passed:
                 continue
-            base = self._base(outcome, baseline, workdir, timeout_s, run_id, cancel, network)
-            judged = _judged(outcome, base, tail)
+            judged = _judged(outcome, self._base(outcome, request), tail)
             if isinstance(judged, Verdict):
                 return judged
             notes.append(judged)
         if check is not None:
-            run = partial(run, junit=scratch / "check.xml")
-            on = check_baseline or baseline
-            verdict = self._check(check, on, workdir, timeout_s, run_id, run, cancel, network)
+            verdict = self._check(check, request)
             if verdict is not None:
                 return verdict
         detail = f"{len(commands)} verify command(s) passed" + (" and the check" if check else "")
         return Verdict(True, "verified", "; ".join([detail, *notes]), exit_code=0)
 
-    def _base(
-        self,
-        outcome: CommandOutcome,
-        baseline: str | None,
-        workdir: str,
-        timeout_s: float,
-        run_id: str,
-        cancel: CancelToken | None,
-        network: bool,
-    ) -> CommandOutcome | None:
+    def _base(self, outcome: CommandOutcome, request: VerifyRequest) -> CommandOutcome | None:
         """The base's outcome of a command that failed here (None: unknown, or it timed out)."""
-        if self.baselines is None or baseline is None or outcome.timed_out:
+        if self.baselines is None or request.baseline is None or outcome.timed_out:
             return None
+        return self._on_base(request.baseline, outcome.command, request)
+
+    def _on_base(self, commit: str, command: str, request: VerifyRequest) -> CommandOutcome:
+        assert self.baselines is not None
         return self.baselines.outcome(
-            baseline, outcome.command, workdir, timeout_s, run_id, cancel, network=network
+            commit,
+            command,
+            request.workdir,
+            request.timeout_s,
+            request.run_id,
+            request.cancel,
+            network=request.network,
         )
 
-    def _check(
-        self,
-        check: str,
-        baseline: str | None,
-        workdir: str,
-        timeout_s: float,
-        run_id: str,
-        run: Callable[..., tuple[CommandResult, TestReport | None, str]],
-        cancel: CancelToken | None,
-        network: bool = False,
-    ) -> Verdict | None:
-        result, report, tail = run(check)
+    def _check(self, check: str, request: VerifyRequest) -> Verdict | None:
+        result, report, tail = self.runner(request.command(check, request.scratch / "check.xml"))
         if result.cancelled:
             return Verdict(False, "cancelled", "verify cancelled")
         here = CommandOutcome(check, result.exit_code, result.timed_out, report)
+        baseline = request.check_baseline or request.baseline
         if self.baselines is None or baseline is None:
             if result.passed:
                 return None
@@ -317,9 +324,7 @@ class CommandVerifier:
                 result.exit_code,
                 result.timed_out,
             )
-        on_base = self.baselines.outcome(
-            baseline, check, workdir, timeout_s, run_id, cancel, network=network
-        )
+        on_base = self._on_base(baseline, check, request)
         judgement = judge_check(on_base, here)
         if judgement.passed:
             return None
@@ -348,29 +353,19 @@ class PythonCommands:
 
     table: Mapping[str, CommandFunction]
 
-    def __call__(
-        self,
-        command: str,
-        *,
-        cwd: Path,
-        env: Mapping[str, str],
-        log: Path,
-        deadline: float | None,
-        cancel: CancelToken | None = None,
-        marker: str | None = None,
-        junit: Path | None = None,
-        writable: Sequence[Path] | None = None,
-        confine: Spec | None = None,
-    ) -> tuple[CommandResult, TestReport | None, str]:
-        """Run ``command``'s function in ``cwd``; no per-test report."""
+    def __call__(self, request: CommandRequest) -> tuple[CommandResult, TestReport | None, str]:
+        """Run the command's function in ``cwd``; no per-test report."""
+        command, cancel, deadline = request.command, request.cancel, request.deadline
         if cancel is not None and cancel.cancelled:
             return CommandResult(command, -1, 0.0, cancelled=True), None, ""
         if deadline is not None and time.monotonic() >= deadline:
             return CommandResult(command, -1, 0.0, timed_out=True), None, ""
         started = time.monotonic()
         function = self.table.get(command)
-        code, output = (127, f"{command}: not found\n") if function is None else function(cwd)
-        with log.open("a", encoding="utf-8") as fh:
+        code, output = (
+            (127, f"{command}: not found\n") if function is None else function(request.cwd)
+        )
+        with request.log.open("a", encoding="utf-8") as fh:
             fh.write(f"$ {command}\n{output}")
         result = CommandResult(command, code, time.monotonic() - started)
         return result, None, output[-FEEDBACK_BYTES:]

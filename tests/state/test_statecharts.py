@@ -9,7 +9,7 @@ import pytest
 from orchardist.state.records import TASK_MOVES, TASK_START, TaskState
 from orchardist.state.statecharts import CHARTS, diagram, stale
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 
 
 def test_the_architecture_page_draws_each_state_diagram_as_its_table_makes_it() -> None:

@@ -35,7 +35,7 @@ from run_support import (
 )
 from support import Finished, Stubborn, git, toml_str, write_plan
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 RunPlan = Callable[..., Finished]
 Launch = Callable[..., subprocess.Popen[bytes]]
 # Trials of the kill -9 soak here (seeded: the same kill delays each time); more with

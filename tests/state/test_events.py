@@ -9,7 +9,7 @@ from pathlib import Path
 from orchardist.state.events import STATES, Kind, known
 from orchardist.state.records import TaskState
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ROOT / "src" / "orchardist"
 
 

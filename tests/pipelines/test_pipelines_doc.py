@@ -16,7 +16,7 @@ from orchardist import load_plan
 from orchardist.config import user_config
 from orchardist.plan.loading import load_config
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "pipelines.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "pipelines.md"
 
 
 def blocks(language: str) -> list[str]:

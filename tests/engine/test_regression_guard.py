@@ -34,7 +34,7 @@ def test_the_check_is_due_every_n_merges_or_at_the_end() -> None:
     integrator = MemoryIntegrator(BASE)
     guard = guard_on(integrator, every=2)
     assert guard.check(BASE, final=True) is None  # nothing merged yet
-    guard.unchecked += 1
+    guard.merged()
     assert guard.check(BASE) is None
     job = guard.check(BASE, final=True)
     assert isinstance(job, VerifyJob) and job.purpose == "regression" and job.baseline == BASE
@@ -45,7 +45,7 @@ def test_a_passing_check_makes_its_commit_the_last_green_one() -> None:
     integrator = MemoryIntegrator(BASE)
     (tip,) = merges(integrator, 1)
     guard = guard_on(integrator)
-    guard.unchecked = 1
+    guard.resumed(1)
     job = guard.check(tip)
     assert job is not None
     step = guard.ended(report(job, True), stopping=False)
@@ -79,7 +79,7 @@ def test_a_check_that_fails_on_the_base_switches_the_guard_off() -> None:
     integrator = MemoryIntegrator(BASE)
     (tip,) = merges(integrator, 1)
     guard = guard_on(integrator)
-    guard.unchecked = 1
+    guard.resumed(1)
     job = guard.check(tip)
     assert job is not None
     step = guard.ended(report(job, False), stopping=False)
@@ -93,7 +93,7 @@ def test_a_check_that_cannot_run_twice_switches_the_guard_off() -> None:
     integrator = MemoryIntegrator(BASE)
     guard = guard_on(integrator)
     for expected_off in (None, "the regression check could not run"):
-        guard.unchecked = 1
+        guard.resumed(1)
         job = guard.check(BASE)
         assert job is not None
         step = guard.ended(report(job, False, Failure.INFRA_ERROR), stopping=False)
@@ -103,7 +103,7 @@ def test_a_check_that_cannot_run_twice_switches_the_guard_off() -> None:
 def test_a_check_cancelled_by_a_stop_says_nothing() -> None:
     integrator = MemoryIntegrator(BASE)
     guard = guard_on(integrator)
-    guard.unchecked = 1
+    guard.resumed(1)
     job = guard.check(BASE)
     assert job is not None
     assert guard.ended(report(job, False), stopping=True) is None and guard.in_flight is None

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_cli_inputs import assert_refused_cleanly, in_process, orchardist
 
 from realtools import require
 from support import git
-from test_cli_inputs import assert_refused_cleanly, in_process, orchardist
 
 AGENT = '[agents.bot]\nkind = "shell"\ncommand = "echo {task} > {task}.txt"\n'
 ONE_TASK = AGENT + '[[task]]\nid = "a"\nprompt = "make a"\nverify = "test -f a.txt"\n'

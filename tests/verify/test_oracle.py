@@ -242,6 +242,7 @@ def test_pytest_env_makes_a_relative_path_absolute() -> None:
         ("python -m pytest -q", True),
         ("python3.12 -mpytest", True),
         ("/venv/bin/pytest -x", True),
+        ('"/opt/my tools/pytest" -x', True),
         ("uv run pytest", True),
         ("coverage run -m pytest && coverage report", True),
         ("ruff check . && py.test", True),
@@ -404,6 +405,69 @@ def test_judge(candidate: CommandOutcome, baseline: CommandOutcome | None, expec
     assert verdict.preexisting == tuple(expect.preexisting.split())
     assert verdict.missing == tuple(expect.missing.split())
     assert verdict.flag is None
+
+
+NO_TESTS = (
+    "exit 5: pytest collected no tests: is the path right? (commands run in the task's workdir,"
+    " by default the plan's folder)"
+)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "baseline", "reason"),
+    [
+        pytest.param(
+            outcome(1, passed="a b", failed="known"),
+            BASE,
+            "passed (1 test(s) already failing on the base): pytest -q",
+            id="a tolerated failure is counted",
+        ),
+        pytest.param(outcome(0, passed="a b known"), BASE, "passed: pytest -q", id="a pass"),
+        pytest.param(
+            outcome(1, failed="a"),
+            BASE,
+            "1 test(s) that passed on the base now fail: a; 1 test(s) that passed on the base"
+            " are missing or skipped: b: pytest -q",
+            id="each problem once, in order",
+        ),
+        pytest.param(
+            outcome(2, passed="a b"),
+            BASE,
+            "exit 2 with no failing test to explain it: pytest -q",
+            id="an exit no failing test explains",
+        ),
+        pytest.param(
+            outcome(5, passed="a b"),
+            BASE,
+            f"{NO_TESTS}: pytest -q",
+            id="pytest's own exit says what it means, nothing added",
+        ),
+        pytest.param(
+            outcome(1, passed="a", failed="x y"),
+            None,
+            "exit 1; failing: x, y: pytest -q",
+            id="no baseline: the failing tests are named",
+        ),
+        pytest.param(outcome(1, report=False), None, "exit 1: pytest -q", id="no report"),
+        pytest.param(
+            outcome(5, report=False, command="python -m pytest tests/nothing"),
+            None,
+            f"{NO_TESTS}: python -m pytest tests/nothing",
+            id="pytest's exit 5 without a report",
+        ),
+        pytest.param(
+            outcome(5, report=False, command="make test"),
+            None,
+            "exit 5: make test",
+            id="exit 5 of another program means nothing in particular",
+        ),
+    ],
+)
+def test_a_judgements_reason_reads_exactly(
+    candidate: CommandOutcome, baseline: CommandOutcome | None, reason: str
+) -> None:
+    # The reason is what the attempt's detail and the next attempt's feedback say.
+    assert judge(candidate, baseline).reason == reason
 
 
 def test_judge_refuses_a_baseline_of_another_command() -> None:

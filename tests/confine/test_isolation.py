@@ -16,7 +16,13 @@ import pytest
 from ns_support import live, require_namespaces, wait_gone
 from orchardist.confine import isolation
 from orchardist.confine.isolation import Mode, Policy, Probe, Spec, choose, describe, wrap
-from orchardist.confine.procs import CancelToken, ProcessResult, processes_with_env, run_process
+from orchardist.confine.procs import (
+    CancelToken,
+    ProcessRequest,
+    ProcessResult,
+    processes_with_env,
+    run_process,
+)
 from orchardist.errors import IsolationError, UsageError
 from support import write_plan
 
@@ -235,13 +241,15 @@ def run_with_daemon(
     spec = spec_in(tmp_path)
     try:
         result = run_process(
-            wrap(["/bin/sh", "-c", script], spec),
-            cwd=tmp_path / "w",
-            env=ENV,
-            log=tmp_path / "out.log",
-            timeout_s=60.0,
-            cancel=token,
-            on_line=on_line,
+            ProcessRequest(
+                argv=wrap(["/bin/sh", "-c", script], spec),
+                cwd=tmp_path / "w",
+                env=ENV,
+                log=tmp_path / "out.log",
+                timeout_s=60.0,
+                cancel=token,
+                on_line=on_line,
+            )
         )
     finally:
         token.close()
@@ -292,15 +300,17 @@ def test_a_confined_command_gets_its_grace_period_on_cancel(
     # When it is cancelled
     try:
         result = run_process(
-            ["/bin/sh", "-c", script],
-            cwd=tmp_path,
-            env=ENV,
-            log=tmp_path / "out.log",
-            timeout_s=60.0,
-            cancel=token,
-            on_line=on_line,
-            confine=spec_in(tmp_path),
-            grace_s=30.0,
+            ProcessRequest(
+                argv=["/bin/sh", "-c", script],
+                cwd=tmp_path,
+                env=ENV,
+                log=tmp_path / "out.log",
+                timeout_s=60.0,
+                cancel=token,
+                on_line=on_line,
+                confine=spec_in(tmp_path),
+                grace_s=30.0,
+            )
         )
     finally:
         token.close()

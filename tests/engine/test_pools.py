@@ -128,6 +128,58 @@ def test_a_rate_limit_that_ended_while_the_loop_was_busy_says_start_now_not_neve
     assert p.wake_in(["main"]) == 0.0
 
 
+def test_work_waiting_on_a_closed_pool_wakes_when_its_fallback_reopens_first() -> None:
+    # Given: main's breaker opened for an hour, and its fallback paused 30 s by a rate limit
+    clock = FakeClock(1000.0)
+    p = pools(clock, breaker_threshold=1, breaker_cooldown_s=3600.0)
+    p.started("main")
+    assert p.ended("main", "t", FAILED) is True
+    p.started("spare")
+    p.ended("spare", "u", Ended(AttemptState.FAILED, Failure.RATE_LIMITED, retry_after_s=30.0))
+    # When: the loop asks when main's work may start
+    assert not p.has_room("main")
+    # Then: in 30 s, on the fallback, not in an hour on main
+    assert p.wake_in(["main"]) == 30.0
+    clock.advance(30.0)
+    assert p.has_room("main") and p.profile_for("t", "main") == "spare"
+
+
+def test_a_probe_that_ended_without_a_verdict_lets_the_next_probe_through() -> None:
+    # Given: main's breaker cooled down, and its one probe under way
+    clock = FakeClock(0.0)
+    p = solo(clock, breaker_threshold=1)
+    p.started("main")
+    p.ended("main", "t", FAILED)
+    clock.advance(60.0)
+    p.started("main")
+    assert not p.open("main")  # one probe at a time
+    # When: the probe is cancelled (no verdict on the backend)
+    assert p.ended("main", "t", Ended(AttemptState.CANCELLED)) is False
+    # Then: another probe may go, at once
+    assert p.open("main") and p.wake_in(["main"]) == 0.0
+
+
+def test_a_refused_credential_opens_the_breaker_at_once_and_the_cool_down_lets_one_probe() -> None:
+    # Given: a pool that three agent errors would close
+    clock = FakeClock(0.0)
+    p = solo(clock, breaker_threshold=3)
+    p.started("main")
+    # When: one attempt ends with its credentials refused
+    assert p.ended("main", "t", Ended(AttemptState.FAILED, Failure.AUTH_ERROR)) is True
+    # Then: closed at once until the minute's cool-down ends
+    assert not p.open("main") and p.wake_in(["main"]) == 60.0
+    clock.advance(60.0)
+    assert p.open("main")
+
+
+def test_a_breaker_that_is_off_stays_open_after_a_refused_credential() -> None:
+    clock = FakeClock(0.0)
+    p = solo(clock, breaker_threshold=0)
+    p.started("main")
+    assert p.ended("main", "t", Ended(AttemptState.FAILED, Failure.AUTH_ERROR)) is False
+    assert p.open("main")
+
+
 def test_a_failure_during_verification_is_the_patchs_and_leaves_the_breaker_closed() -> None:
     clock = FakeClock()
     p = pools(clock, breaker_threshold=1)
@@ -157,6 +209,26 @@ def test_budgets_hold_a_task_at_its_limit_and_stop_the_run_at_the_runs() -> None
     budgets.spend("b", Usage())  # an agent that said nothing spent nothing
     assert not budgets.task_spent("b")
     assert budgets.run_spent() == "run cost budget spent ($1.00 of $1.00)"
+
+
+def test_an_attempt_that_reported_no_cost_leaves_its_tasks_budget_untouched() -> None:
+    budgets = Budgets(None, {"a": 0.75})
+    budgets.spend("a", Usage(cost_usd=0.5))
+    budgets.spend("a", Usage())
+    assert budgets.task_left("a") == 0.25 and not budgets.task_spent("a")
+
+
+def test_a_pool_counts_every_attempt_running_on_it() -> None:
+    # Given: a pool that may run two attempts at once
+    clock = FakeClock()
+    p = pools(clock, max_parallel=2)
+    # When: two start; Then: it is full, and one ending makes room again
+    p.started("main")
+    assert p.has_room("main")
+    p.started("main")
+    assert p.open("main") and not p.has_room("main")
+    p.ended("main", "t", PASSED)
+    assert p.has_room("main")
 
 
 class Jitter(random.Random):

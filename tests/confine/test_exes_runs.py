@@ -108,7 +108,7 @@ def test_doctor_reports_a_command_attempts_cannot_see(
 
 # -- doctor --probe runs what an attempt runs -------------------------------------------------
 
-FAKES = Path(__file__).resolve().parent / "agents" / "fakes"
+FAKES = Path(__file__).resolve().parents[1] / "agents" / "fakes"
 # A wrapper installed like npm installs a CLI: it records its command line, the pid namespace
 # it runs in and its variables' names (in the shared folder, under the run's id), then becomes
 # the fake CLI.

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_isolation import sh, spec_in
 
 from ns_support import require_namespaces
 from orchardist.confine.isolation import RepoView, Spec
-from test_isolation import sh, spec_in
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from test_cli_inputs import orchardist
 
 from orchardist.cli import main
 from orchardist.cli.parsing import COMMANDS, build, parse
-from test_cli_inputs import orchardist
 
 # Layers a command that reads a run's record or a plan has no use for: the loop, where attempts
 # run, the agents, pipelines, the sandbox, verification, scanners, the dashboard.
@@ -104,6 +104,14 @@ def test_validate_imports_the_plan_but_nothing_that_drives_a_run(ran: Path) -> N
     assert "orchardist.plan.loading" in modules
     assert under(modules, ("engine", "web", "verify")) == set()  # (a plan may list scanners)
     assert {"orchardist.state.store", "orchardist.runs.start"} & modules == set()
+    # of the agents, only the kind the plan names (shell) and what it runs with; no pipeline
+    # module for a plan without pipelines; of the executors, the confinement its checks use
+    agents = {"orchardist.agents", "orchardist.agents.shell", "orchardist.agents.output"}
+    assert under(modules, ("agents",)) == agents
+    assert under(modules, ("pipelines",)) == set()
+    assert under(modules, ("executors",)) == {"orchardist.executors.confinement"} | {
+        "orchardist.executors"  # (its package, which the confinement's module is in)
+    }
 
 
 def test_a_quiet_run_does_not_import_the_display_it_does_not_show(ran: Path) -> None:
@@ -138,9 +146,11 @@ def test_reading_a_run_takes_one_git_command_or_two(ran: Path, tmp_path: Path) -
     assert len(git_commands(ran, tmp_path, "status")) == 1
     assert len(git_commands(ran, tmp_path, "runs")) == 2
     assert git_commands(ran, tmp_path, "--help") == []
-    # validate sets it up for its checks (five), and asks each thing of git once
+    # validate finds the repository, sets up orchardist's git without the identity it would
+    # commit with (nothing is committed), and asks each thing of git once
     ran_by_validate = git_commands(ran, tmp_path, "validate", "plan.toml")
-    assert len(ran_by_validate) == len(set(ran_by_validate)) <= 8, ran_by_validate
+    assert len(ran_by_validate) == len(set(ran_by_validate)) <= 6, ran_by_validate
+    assert not [c for c in ran_by_validate if c.startswith("var ")], ran_by_validate
 
 
 LINES = [

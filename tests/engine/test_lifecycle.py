@@ -164,6 +164,20 @@ def test_a_failed_round_retries_after_a_back_off_then_fails_for_good_and_blocks_
     assert world.ledger.tasks["b"].reason == "dependency a failed"
 
 
+def test_rounds_lost_to_rate_limits_cost_none_of_the_tasks_retries() -> None:
+    # Given: a, with one retry, started
+    world = World()
+    world.start()
+    # When: two rounds in a row end rate limited (a failure with a budget of its own)
+    for _ in range(2):
+        outcome = world.attempt("a", AttemptState.FAILED)
+        limited = ((outcome, "failed"),)
+        world.decide(Decision("a", None, "", limited, failure=Failure.RATE_LIMITED, detail="429"))
+    # Then: a is still to be retried, its count of failures untouched
+    assert world.state("a") is TaskState.READY
+    assert world.ledger.tasks["a"].failures == 0 and len(world.retries) == 2
+
+
 def test_a_winner_queues_to_merge_and_landing_it_releases_its_dependent() -> None:
     world = World()
     world.start()

@@ -344,6 +344,19 @@ def test_commits_keep_the_user_s_identity_when_git_has_one(project: Path) -> Non
     assert git(project, "log", "-1", "--format=%an <%ae>", commit) == "Test User <test@example.com>"
 
 
+def test_a_repo_set_up_to_read_still_commits_as_the_user(project: Path) -> None:
+    # Given a repository set up for reading only (no identity asked of git)
+    reader = Repo(project, identity=False)
+
+    # When it commits
+    commit = reader.commit_tree(reader.tree_of("HEAD"), [reader.rev_parse("HEAD")], "same")
+
+    # Then the commit carries the user's identity, as one a full repository makes
+    who = git(project, "log", "-1", "--format=%an <%ae>|%cn <%ce>", commit)
+    assert who == "Test User <test@example.com>|Test User <test@example.com>"
+    assert reader.identity() == Repo(project).identity()
+
+
 # -- small helpers -----------------------------------------------------------------------
 
 

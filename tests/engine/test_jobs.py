@@ -10,7 +10,7 @@ from orchardist import load_plan
 from orchardist.engine.jobs import Briefs
 from support import write_plan
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "agents.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "agents.md"
 
 
 def briefs(repo: Path) -> Briefs:

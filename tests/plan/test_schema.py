@@ -23,7 +23,7 @@ from orchardist.plan.schema import kind_fields, plan_schema
 from orchardist.plan.tasks import STAGE_KEYS, TASK_KEYS
 from orchardist.scan.profiles import SCANNER_KEYS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PLAN_KEYS = {"run", "agents", "task", "tasks", "scanners"}
 VALIDATOR = jsonschema.Draft202012Validator(plan_schema())
 

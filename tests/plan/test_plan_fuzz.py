@@ -23,7 +23,7 @@ from orchardist.plan.tasks import STAGE_KEYS, STAGE_NAMES, TASK_KEYS
 from orchardist.scan.profiles import SCANNER_KEYS
 from support import make_repo
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = (ROOT / "examples" / "quickstart" / "plan.toml").read_text()
 FUZZ = settings(
     max_examples=60,

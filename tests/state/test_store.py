@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,17 +12,21 @@ import pytest
 
 from orchardist.errors import StoreError, TransitionError
 from orchardist.state.records import (
+    AttemptChanges,
     AttemptRecord,
     AttemptState,
     Event,
     Failure,
     Run,
+    RunChanges,
     RunState,
+    TaskChanges,
     TaskRecord,
     TaskState,
     Usage,
 )
 from orchardist.state.store import Store
+from orchardist.state.tables import USAGE_FIELDS
 
 
 @pytest.fixture
@@ -429,3 +435,23 @@ def test_the_scan_cache_finds_more_keys_than_one_query_may_bind_in_the_order_ask
     assert found["k1499"] == "v1499"
     # and with one query for each 500 keys, not one a key (a cached scan of 1,000 files)
     assert sum(s.lstrip().lower().startswith("select") for s in statements) == 4
+
+
+@pytest.mark.parametrize(
+    ("table", "changes"),
+    [("runs", RunChanges), ("tasks", TaskChanges), ("attempts", AttemptChanges)],
+)
+def test_every_typed_change_names_a_column_of_its_table(
+    tmp_path: Path, table: str, changes: type
+) -> None:
+    # Given: a store's tables as SQLite made them
+    Store(tmp_path / "state.db").close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "state.db")) as conn:
+        columns = {row[1] for row in conn.execute(f"pragma table_info({table})")}
+    # Then: each key a write may change is a column (a task's commit is commit_sha, an
+    # attempt's usage spreads over the usage columns)
+    renamed = {"commit": "commit_sha"}
+    keys = {renamed.get(k, k) for k in changes.__annotations__} - {"usage"}
+    assert keys <= columns, keys - columns
+    if "usage" in changes.__annotations__:
+        assert set(USAGE_FIELDS) <= columns

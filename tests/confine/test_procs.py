@@ -19,6 +19,7 @@ import pytest
 from orchardist.confine.procs import (
     MARKER_VAR,
     CancelToken,
+    ProcessRequest,
     ProcessResult,
     _members,
     _parents_first,
@@ -46,7 +47,7 @@ def run(tmp_path: Path, argv: list[str], **kwargs: Any) -> tuple[ProcessResult, 
     log = tmp_path / "out.log"
     kwargs.setdefault("timeout_s", 30.0)
     kwargs.setdefault("env", ENV)
-    result = run_process(argv, cwd=tmp_path, log=log, **kwargs)
+    result = run_process(ProcessRequest(argv=argv, cwd=tmp_path, log=log, **kwargs))
     return result, log.read_bytes()
 
 

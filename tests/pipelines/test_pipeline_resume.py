@@ -2,7 +2,7 @@
 fix is merged once.
 
 The orchestrator is a real ``orchardist`` process, SIGKILLed alone (its agents are orphaned, as
-in tests/test_resume.py) while a stage's agent waits for a file that never comes.
+in tests/runs/test_resume.py) while a stage's agent waits for a file that never comes.
 """
 
 from __future__ import annotations

@@ -1,0 +1,80 @@
+"""What a scan costs besides the scanner: a cache hit starts no process and writes no scratch
+folder; without the cache no version is asked (no key is ever used); missed files go to one
+process until there are enough of them to share (MIN_BATCH_FILES each)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from scan_support import invocations
+from test_scan_engine import scan, todo_plan
+from test_scan_version import asked, version_tool
+
+from orchardist.git.repo import Repo
+from orchardist.scan.engine import MIN_BATCH_FILES, scan_root
+from run_support import orchardist
+from support import make_repo
+
+
+def test_a_cache_hit_starts_no_scanner_asks_no_version_and_exports_no_tree(
+    tmp_path: Path,
+) -> None:
+    # Given a scan that ran the scanner and its version command in a scratch folder
+    repo = make_repo(tmp_path / "repo", {f"src/m{i}.py": f"# TODO: {i}\n" for i in range(6)})
+    tool, marker = version_tool(tmp_path, "1.0")
+    plan, log = todo_plan(repo, tmp_path, extra=f"version = {json.dumps(str(tool))}")
+    first = orchardist(repo, "scan", str(plan), "--json")
+    assert json.loads(first.stdout)["scanners"][0]["misses"] == 6, first.stderr
+    scans = scan_root(Repo(repo))
+    assert scans.is_dir() and invocations(log) and asked(marker) == 1
+    shutil.rmtree(scans)
+    runs = len(invocations(log))
+
+    # When the same commit is scanned again
+    again = orchardist(repo, "scan", str(plan), "--json")
+
+    # Then every file came from the cache: no scanner process, no version asked, and no
+    # scratch folder was made (no export, nothing to remove)
+    summary = json.loads(again.stdout)
+    assert summary["scanners"][0]["hits"] == 6 and summary["findings"] == 6, again.stderr
+    assert len(invocations(log)) == runs
+    assert asked(marker) == 1
+    assert not scans.exists()
+
+
+def test_without_the_cache_the_version_is_never_asked(tmp_path: Path) -> None:
+    # Given a scanner with a version command, scanned twice with --no-cache
+    repo = make_repo(tmp_path / "repo", {"src/m.py": "# TODO: one\n"})
+    tool, marker = version_tool(tmp_path, "1.0")
+    plan, log = todo_plan(repo, tmp_path, extra=f"version = {json.dumps(str(tool))}")
+    for _ in range(2):
+        out = orchardist(repo, "scan", str(plan), "--json", "--no-cache")
+        assert json.loads(out.stdout)["findings"] == 1, out.stderr
+
+    # Then the scanner ran each time, and its version (a cache key part) was never asked
+    assert len(invocations(log)) == 2
+    assert asked(marker) == 0
+
+
+def batched_repo(folder: Path, files: int) -> tuple[Path, Path]:
+    """A repository of ``files`` files with a TODO each, and a logging scanner's plan."""
+    folder.mkdir()
+    repo = make_repo(folder / "repo", {f"src/m{i}.py": f"# TODO: {i}\n" for i in range(files)})
+    return todo_plan(repo, folder)
+
+
+def test_missed_files_share_processes_only_by_whole_batches(tmp_path: Path) -> None:
+    # Given one file short of two batches' worth, and two processes allowed
+    plan, log = batched_repo(tmp_path / "short", 2 * MIN_BATCH_FILES - 1)
+
+    # When they are scanned, then one process scanned them all
+    result = scan(plan)
+    assert [len(files) for files in invocations(log)] == [2 * MIN_BATCH_FILES - 1]
+    assert result.reports[0].invocations == 1 and len(result.merged) == 2 * MIN_BATCH_FILES - 1
+
+    # and two batches' worth are shared by the two processes
+    plan, log = batched_repo(tmp_path / "two", 2 * MIN_BATCH_FILES)
+    scan(plan)
+    assert sorted(len(files) for files in invocations(log)) == [MIN_BATCH_FILES] * 2
