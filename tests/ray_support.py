@@ -62,9 +62,18 @@ def ray_available() -> bool:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return _free_ports(1)[0]
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` different free ports: each socket stays bound until all are chosen (a port
+    asked for alone, then released, may be handed out again by the next ask: Ray refuses to
+    start a node whose components were given the same port)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 @dataclass
@@ -160,14 +169,16 @@ class RayCluster:
             PYTHONDONTWRITEBYTECODE="1",
             **{CLUSTER_VAR: self.marker, NODE_VAR: f"{self.marker}-{name}"},
         )
-        ports = [
-            f"--node-manager-port={_free_port()}",
-            f"--object-manager-port={_free_port()}",
-            f"--metrics-export-port={_free_port()}",
-            f"--dashboard-agent-listen-port={_free_port()}",
-            f"--dashboard-agent-grpc-port={_free_port()}",
-            f"--runtime-env-agent-port={_free_port()}",
-        ]
+        components = (
+            "node-manager",
+            "object-manager",
+            "metrics-export",
+            "dashboard-agent-listen",
+            "dashboard-agent-grpc",
+            "runtime-env-agent",
+        )
+        chosen = _free_ports(len(components))
+        ports = [f"--{c}-port={port}" for c, port in zip(components, chosen, strict=True)]
         proc = subprocess.Popen(
             [
                 str(Path(sys.executable).parent / "ray"),

@@ -34,12 +34,15 @@ verify = "test -f a.txt"
 
 [[task]]
 id = "b"
+depends_on = ["a"]  # starts on a's merge: nothing merges beside it, so no merge verification
 check = "test -f fixed.txt"
 """
 
 
 def a_run(run_plan: RunPlan, repo: Path, run_table: str = "", name: str = "plan.toml") -> Finished:
-    """A run of two tasks: ``b``'s check makes a cached baseline; each attempt a ref and logs."""
+    """A run of two tasks, one after the other: ``b``'s check makes the one cached baseline (two
+    tasks side by side may also leave their merged tree's results as one, as the merge queue
+    keeps them); each attempt a ref and logs."""
     return run_plan(write_plan(repo, PLAN.format(run=run_table), name=name))
 
 
