@@ -6,7 +6,7 @@ import os
 import stat
 from pathlib import Path
 
-from orchardist.safeio import read_tail, write_whole
+from orchardist.safeio import copy_regular, read_tail, write_whole
 
 
 def test_a_tail_is_a_slice_from_an_offset_or_the_last_bytes_after_it(tmp_path: Path) -> None:
@@ -77,3 +77,26 @@ def test_a_regular_output_file_is_replaced_whole_leaving_no_temporary(tmp_path: 
     assert out.read_bytes() == b"new\n" and os.stat(out).st_ino != before
     write_whole(tmp_path / "fresh.sarif", b"x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.sarif", "out.sarif"]
+
+
+def test_copy_regular_keeps_content_mode_and_times_and_reads_no_link_or_fifo(
+    tmp_path: Path,
+) -> None:
+    # Given: an executable file, a link to it and a FIFO
+    tool = tmp_path / "tool"
+    tool.write_bytes(b"#!/bin/sh\necho hi\n")
+    tool.chmod(0o751)
+    os.utime(tool, ns=(1_000_000_000, 2_000_000_000))
+    (tmp_path / "link").symlink_to(tool)
+    os.mkfifo(tmp_path / "fifo")
+    # When: each is copied
+    copied = copy_regular(tool, tmp_path / "copy")
+    # Then: the file comes over whole, still executable and of its time; the link and the FIFO
+    # (opened without blocking: no writer needed) are not copied at all
+    assert copied and (tmp_path / "copy").read_bytes() == tool.read_bytes()
+    st = (tmp_path / "copy").stat()
+    assert stat.S_IMODE(st.st_mode) == 0o751 and st.st_mtime_ns == 2_000_000_000
+    assert not copy_regular(tmp_path / "link", tmp_path / "from-link")
+    assert not copy_regular(tmp_path / "fifo", tmp_path / "from-fifo")
+    assert not os.path.lexists(tmp_path / "from-link")
+    assert not os.path.lexists(tmp_path / "from-fifo")

@@ -20,6 +20,7 @@ file (as root, ``/dev/null`` for every program on the machine).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -192,3 +193,29 @@ def write_whole(path: Path, data: bytes) -> None:
     except OSError:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def copy_regular(source: Path, target: Path) -> bool:
+    """Copy one regular file with its permission bits and times, as ``shutil.copy2`` would,
+    but opened without following a link and without blocking: a file swapped for a symlink or
+    a FIFO since it was looked at is not read (False). What stands at ``target`` and is no
+    regular file is removed first."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a symlink
+            return False
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        if os.path.lexists(target) and not os.path.isfile(target):
+            remove_tree(target)
+        with os.fdopen(os.dup(fd), "rb") as src, open(target, "wb") as out:
+            shutil.copyfileobj(src, out)
+            os.fchmod(out.fileno(), stat.S_IMODE(st.st_mode))
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+        return True
+    finally:
+        os.close(fd)

@@ -297,14 +297,10 @@ class CliAgent(abc.ABC):
     def feed(self, seen: Seen, raw: bytes) -> None:
         """One output line: a JSON event, or text."""
         line = raw.decode("utf-8", errors="replace").rstrip("\r")
-        if line.startswith("{"):
-            try:
-                event = json.loads(line)
-            except ValueError:
-                event = None
-            if isinstance(event, dict):
-                self._take(seen, event)
-                return
+        event = json_event(line)
+        if event is not None:
+            self._take(seen, event)
+            return
         self.text(seen, line)
 
     def _take(self, seen: Seen, event: dict[str, Any]) -> None:
@@ -401,3 +397,15 @@ def home_path(template: str, env: Mapping[str, str]) -> Path:
     if text.startswith("~"):
         text = env.get("HOME", "~") + text[1:]
     return Path(text)
+
+
+def json_event(line: str) -> dict[str, Any] | None:
+    """A line of a CLI's JSON stream as its event, or None for a line that is not one (text,
+    a JSON value that is no object, JSON cut short)."""
+    if not line.startswith("{"):
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None

@@ -28,13 +28,12 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..quoting import quoted
-from ..safeio import fresh_folder, read_capped, remove_tree, write_whole
+from ..safeio import copy_regular, fresh_folder, read_capped, remove_tree, write_whole
 
 MAX_SESSION_BYTES = 64 << 20  # a tool's session files kept per task; larger ones are not kept
 SAID_CHARS = 4000  # what the agent said last, quoted to a fresh session that replaces it
@@ -193,7 +192,7 @@ def copy_files(source: Path, target: Path, names: tuple[str, ...], limit: int) -
             if total > limit:
                 return None
             (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            _copy_regular(path, target / rel)
+            copy_regular(path, target / rel)
     return total
 
 
@@ -219,21 +218,6 @@ def _walk(root: Path, rel: Path) -> list[Path]:
     if not found:  # a single file
         return [path] if stat.S_ISREG(os.lstat(path).st_mode) else []
     return found
-
-
-def _copy_regular(source: Path, target: Path) -> None:
-    """Copy one regular file, opened without following a link and without blocking (a file
-    swapped for a FIFO is not read)."""
-    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return
-        if os.path.lexists(target) and not os.path.isfile(target):
-            remove_tree(target)
-        with os.fdopen(os.dup(fd), "rb") as src, open(target, "wb") as out:
-            shutil.copyfileobj(src, out)
-    finally:
-        os.close(fd)
 
 
 def fresh_folder_tree(folder: Path) -> None:

@@ -18,13 +18,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..safeio import remove_tree
+from ..safeio import copy_regular, remove_tree
 
 MAX_CACHE_BYTES = 512 << 20  # a tool cache larger than this is not kept (a full disk is worse)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -159,4 +158,4 @@ def _copy_one(source: Path, target: Path, total: list[int]) -> None:
     total[0] += st.st_size
     if total[0] > MAX_CACHE_BYTES:
         raise TooLarge(str(source))
-    shutil.copy2(source, target, follow_symlinks=False)
+    copy_regular(source, target)  # (a file swapped for a FIFO since is not read)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from ..agents.cli import json_event
+
 ENTRY_CHARS = 4000  # a tool result of a whole file is cut: the diff shows what changed
 MAX_ENTRIES = 2000
 
@@ -60,7 +62,7 @@ def transcript(log_text: str) -> list[dict[str, Any]]:
 
 
 def _items(line: str) -> Iterator[Item]:
-    event = _event(line)
+    event = json_event(line)
     if event is None:
         if line.strip():
             yield Item(Entry.OUTPUT, _cut(line))
@@ -70,16 +72,6 @@ def _items(line: str) -> Iterator[Item]:
         if found:
             yield from found
             return
-
-
-def _event(line: str) -> dict[str, Any] | None:
-    if not line.startswith("{"):
-        return None
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None
 
 
 def _cut(text: str) -> str:
