@@ -10,17 +10,20 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..confine import landlock as sandbox
-from ..confine import userlink
-from ..confine.exes import Reach, Scope, path_reach, private_files, reach
-from ..confine.homes import tool_homes
-from ..confine.isolation import Mode, RepoView, Spec, choose, hidden_by_tmp
-from ..confine.layout import Layout
-from ..confine.paths import AttemptPaths, workdir_root
 from ..errors import IsolationError
 from ..git.repo import Repo
-from ..specs import Plan
+from . import landlock as sandbox
+from . import userlink
+from .exes import Reach, Scope, path_reach, private_files, reach
+from .homes import tool_homes
+from .isolation import Mode, RepoView, Spec, choose, hidden_by_tmp
+from .layout import Layout
+from .paths import AttemptPaths, workdir_root
+
+if TYPE_CHECKING:  # (a plan's fields are read, the module is not needed)
+    from ..specs import Plan
 
 # Folders (separated like PATH) shown to every confined process although the private /tmp would
 # hide them, read-only or writable: for test harnesses, and caches the user means to share.
