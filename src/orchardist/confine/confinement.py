@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -205,6 +204,8 @@ class Confinement:
         folders, and the files that would run code in the user's shell or git (shell profiles,
         ~/.gitconfig, ~/.ssh, ~/.local/bin, ...).
         """
+        import tempfile  # (and random): for Landlock alone, not for validate's checks
+
         writable = [*paths.writable, Path("/dev")]
         home = Path((self.environ or os.environ).get("HOME", "/nonexistent"))
         protected = [self.repo.root, self.repo.common_dir, self.layout.folder]

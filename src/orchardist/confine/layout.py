@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,7 +214,7 @@ class Layout:
         empty). Called with the lock held."""
         idle = next((p for p in self._pristines if p.users == 0), None)
         if idle is None:
-            name = secrets.token_hex(4)  # never a resumed run's leftover
+            name = os.urandom(4).hex()  # never a resumed run's leftover
             idle = _Pristine(self.run_folder(run_id) / PRISTINE / name, commit)
             self._pristines.append(idle)
             return idle, None
