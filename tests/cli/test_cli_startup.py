@@ -153,7 +153,7 @@ def test_validate_makes_the_plans_records_and_not_the_run_machinerys(ran: Path) 
     assert not [m for m in made if m.startswith(("orchardist.executors", "orchardist.git.index"))]
     assert "orchardist.confine.procs" not in modules
     assert {"concurrent.futures", "logging"} & modules == set()
-    assert len(made) <= 33, made
+    assert len(made) <= 32, made
 
 
 def test_a_quiet_run_does_not_import_the_display_it_does_not_show(ran: Path) -> None:
