@@ -46,7 +46,7 @@ print(json.dumps([code, sorted(sys.modules), made]))
 
 def loaded(repo: Path, *argv: str) -> tuple[int, set[str], list[str]]:
     """The exit code of ``orchardist ARGV`` in a fresh interpreter, every module it imported
-    (the standard library's too), and the dataclasses it made: each costs 0.6-1.2 ms of
+    (the standard library's too), and the dataclasses it made: each costs 0.6-2 ms of
     CPU to make (its methods are compiled from source), a fifth of ``validate``'s time."""
     done = subprocess.run(
         [sys.executable, "-c", IMPORTED, *argv], cwd=repo, capture_output=True, text=True
