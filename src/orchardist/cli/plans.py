@@ -171,7 +171,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     plan = with_executor(load_plan(args.plan), args)
     if plan.run.executor == "ray":
         return _doctor_cluster(plan, args)
-    from ..executors.confinement import for_plan
+    from ..confine.confinement import for_plan
     from .drive import checkout_note
 
     reports = check_plan(plan, probe=args.probe, sight=for_plan(plan))
