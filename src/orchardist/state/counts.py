@@ -44,12 +44,14 @@ _STAMP = (  # the row remembers the version it was written at
     "where rowid = new.rowid;"
 )
 _COST = (
-    "insert into run_stats (run_id, cost_usd, costed) values (new.run_id, {add}, {n}) "
+    "insert into run_stats (run_id, cost_usd, costed) values ({run}, {add}, {n}) "
     "on conflict (run_id) do update set cost_usd = case when costed + {n} = 0 then null "
     "else coalesce(cost_usd, 0) + {add} end, costed = costed + {n};"
 )
-_COST_IN = _COST.format(add="new.cost_usd", n="1")
+_COST_IN = _COST.format(run="new.run_id", add="new.cost_usd", n="1")
+_COST_OUT = _COST.format(run="old.run_id", add="-old.cost_usd", n="-1")
 _COST_CHANGED = _COST.format(
+    run="new.run_id",
     add="coalesce(new.cost_usd, 0) - coalesce(old.cost_usd, 0)",
     n="(new.cost_usd is not null) - (old.cost_usd is not null)",
 )
@@ -95,6 +97,10 @@ _TRIGGERS = {
     "attempts_recosted": (
         "after update of cost_usd on attempts when new.cost_usd is not old.cost_usd "
         f"begin {_COST_CHANGED} end"
+    ),
+    "attempts_removed": f"after delete on attempts begin {_bump('old.run_id')} end",
+    "attempts_uncosted": (
+        f"after delete on attempts when old.cost_usd is not null begin {_COST_OUT} end"
     ),
     "events_added": f"after insert on events begin {_bump()} end",
     "reviews_added": f"after insert on reviews begin {_bump()} end",
