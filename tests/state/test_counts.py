@@ -4,9 +4,12 @@ without reading a task or an attempt."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sqlite3
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,6 +30,8 @@ from orchardist.state.records import (
 )
 from orchardist.state.store import RunCounts, Store, Transaction
 from orchardist.state.tables import SCHEMA, migrate
+from run_support import only_run, orchardist, wait_until
+from support import toml_str, write_plan
 
 ROWS = re.compile(r"\b(tasks|attempts)\b")  # a statement that reads task or attempt rows
 
@@ -213,4 +218,46 @@ def test_a_store_older_versions_made_is_counted_when_a_writer_opens_it(tmp_path:
     assert kept_counts(reader)["old1"] == RunCounts({"done": 1, "pending": 1}, 1.0)
     assert_counts_match(store)
     reader.close()
+    store.close()
+
+
+def test_the_kept_counts_equal_a_recount_after_a_kill_9_and_a_resume(
+    repo: Path, sync: Path, launch: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    # Given: a run of four tasks whose verification of task c's tree hangs the first time,
+    # leaving a marker
+    verify = f"if [ -e t/c.txt ] && [ ! -e {sync}/hang ]; then touch {sync}/hang; sleep 60; fi"
+    script = "\n".join(f'{t} = {{ write = {{ "t/{t}.txt" = "{t}\\n" }} }}' for t in "abcd")
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        max_parallel = 2
+        verify = {toml_str(verify)}
+
+        [agents.fake]
+        kind = "scripted"
+
+        [agents.fake.script]
+        {script}
+        """
+        + "".join(f'\n[[task]]\nid = "{t}"\nagent = "fake"\n' for t in "abcd"),
+        commit=True,
+    )
+    proc = launch("run", str(plan))
+    wait_until("c's verification to hang", (sync / "hang").exists, timeout_s=60)
+    run_id = only_run(repo)
+    # When: the orchestrator is killed -9 in the middle of its run
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    # Then: the counts it kept are its rows', the run unfinished
+    store = Store.for_repo(repo / ".git")
+    assert_counts_match(store)
+    assert kept_counts(store)[run_id].tasks.get("done", 0) < 4
+    # When: the run is resumed to its end
+    resumed = orchardist(repo, "resume", run_id, timeout_s=120)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # Then: the counts are still the rows': four tasks done
+    assert_counts_match(store)
+    assert kept_counts(store)[run_id].tasks == {"done": 4}
     store.close()
