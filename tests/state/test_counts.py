@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from orchardist.state.counts import RunCounts
 from orchardist.state.records import (
     TASK_MOVES,
     AttemptRecord,
@@ -28,7 +29,7 @@ from orchardist.state.records import (
     TaskState,
     Usage,
 )
-from orchardist.state.store import RunCounts, Store, Transaction
+from orchardist.state.store import Store, Transaction
 from orchardist.state.tables import SCHEMA, migrate
 from run_support import only_run, orchardist, wait_until
 from support import toml_str, write_plan

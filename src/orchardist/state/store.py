@@ -16,12 +16,12 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import StoreError
-from .counts import add_counts, has_counts
+from .counts import KEPT_RUNS, KEPT_TASKS, RECOUNT, RunCounts, add_counts, counted, has_counts, kept
 from .records import (
     AttemptChanges,
     AttemptRecord,
@@ -216,14 +216,6 @@ class Transaction:
             moved(kind(row[0]), kind(new), what)
 
 
-@dataclass(frozen=True)
-class RunCounts:
-    """A run's tasks counted by state, and what its attempts cost (None: none reported)."""
-
-    tasks: Mapping[str, int]
-    cost_usd: float | None
-
-
 LOOKUP_CHUNK = 500  # keys in one `in (...)` query: under SQLite's 999 bound variables
 
 
@@ -324,7 +316,7 @@ class Store:
         """A run's tasks in plan order (a pipeline's stages share their task's ``idx``: they
         come in the order they were added, the pipeline's, not by name); only those written
         after run version ``written_after``, if given (see :meth:`run_version`)."""
-        sql, args = "select * from tasks where run_id = ?", [run_id]
+        sql, args = "select * from tasks where run_id = ?", list[Any]([run_id])
         if written_after is not None:
             sql, args = sql + " and version > ?", [run_id, written_after]
         return [task_of(r) for r in self._rows(sql + " order by idx, rowid", args)]
@@ -361,31 +353,11 @@ class Store:
 
     def run_counts(self) -> dict[str, RunCounts]:
         """Every run's tasks by state and its attempts' total cost, as the store keeps them
-        counted (counts.py): two queries over one row a run and state, no task or attempt read
-        (recounted from the rows in a store only older versions wrote)."""
+        (counts.py): two queries over a row a run and state, no task or attempt read
+        (counted from the rows in a store only older versions wrote)."""
         if not self._keeps_counts():
-            return self._recount()
-        tasks: dict[str, dict[str, int]] = {}
-        for r in self._rows("select run_id, state, n from task_counts where n > 0"):
-            tasks.setdefault(r["run_id"], {})[r["state"]] = r["n"]
-        return {
-            r["run_id"]: RunCounts(
-                tasks.get(r["run_id"], {}), r["cost_usd"] if r["costed"] else None
-            )
-            for r in self._rows("select run_id, cost_usd, costed from run_stats")
-        }
-
-    def _recount(self) -> dict[str, RunCounts]:
-        rows = self._rows(
-            "select t.run_id, t.state, count(*) as n, c.cost from tasks t left join "
-            "(select run_id, sum(cost_usd) as cost from attempts group by run_id) c "
-            "on c.run_id = t.run_id group by t.run_id, t.state"
-        )
-        counts: dict[str, RunCounts] = {}
-        for r in rows:
-            prev = counts.get(r["run_id"], RunCounts({}, r["cost"]))
-            counts[r["run_id"]] = RunCounts({**prev.tasks, r["state"]: r["n"]}, r["cost"])
-        return counts
+            return counted(self._rows(RECOUNT))
+        return kept(self._rows(KEPT_TASKS), self._rows(KEPT_RUNS))
 
     def _keeps_counts(self) -> bool:
         """Whether the store keeps run counts and versions (a writer of this version opened
