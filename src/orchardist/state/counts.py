@@ -158,10 +158,12 @@ _RECOUNT = (
 )
 
 
+COUNTED = f"select 1 from sqlite_master where type = 'trigger' and name = '{_LAST}'"
+
+
 def has_counts(conn: sqlite3.Connection) -> bool:
     """Whether the store keeps the counts (a store only older versions wrote does not)."""
-    sql = "select 1 from sqlite_master where type = 'trigger' and name = ?"
-    return conn.execute(sql, (_LAST,)).fetchone() is not None
+    return conn.execute(COUNTED).fetchone() is not None
 
 
 def add_counts(conn: sqlite3.Connection) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import StoreError
-from .counts import KEPT_RUNS, KEPT_TASKS, RECOUNT, RunCounts, add_counts, counted, has_counts, kept
+from . import counts
 from .records import (
     AttemptChanges,
     AttemptRecord,
@@ -236,7 +236,7 @@ class Store:
                     check_same_thread=False,
                 )
                 self._conn.execute("select 1 from runs limit 1")
-                self._counted = has_counts(self._conn)
+                self._counted = counts.has_counts(self._conn)
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot read the store at {self.path}: {exc}") from exc
             return
@@ -251,7 +251,7 @@ class Store:
             self._conn.execute("pragma foreign_keys=on")
             self._conn.executescript(SCHEMA)
             migrate(self._conn)
-            add_counts(self._conn)
+            counts.add_counts(self._conn)
             self._counted = True
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
@@ -341,33 +341,25 @@ class Store:
         """Reads inside the block see one state of the store, however others write meanwhile
         (a read transaction; in WAL mode writers do not wait for it)."""
         with self._lock:
-            try:
-                self._conn.execute("begin")
-            except sqlite3.Error as exc:
-                raise StoreError(f"store read failed: {exc}") from exc
+            self._rows("begin")
             try:
                 yield
             finally:
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("commit")
 
-    def run_counts(self) -> dict[str, RunCounts]:
+    def run_counts(self) -> dict[str, counts.RunCounts]:
         """Every run's tasks by state and its attempts' total cost, as the store keeps them
         (counts.py): two queries over a row a run and state, no task or attempt read
         (counted from the rows in a store only older versions wrote)."""
         if not self._keeps_counts():
-            return counted(self._rows(RECOUNT))
-        return kept(self._rows(KEPT_TASKS), self._rows(KEPT_RUNS))
+            return counts.counted(self._rows(counts.RECOUNT))
+        return counts.kept(self._rows(counts.KEPT_TASKS), self._rows(counts.KEPT_RUNS))
 
     def _keeps_counts(self) -> bool:
         """Whether the store keeps run counts and versions (a writer of this version opened
-        it once); once true, always true."""
-        if not self._counted:
-            with self._lock:
-                try:
-                    self._counted = has_counts(self._conn)
-                except sqlite3.Error as exc:
-                    raise StoreError(f"store read failed: {exc}") from exc
+        it once): once it does, it always will."""
+        self._counted = self._counted or bool(self._rows(counts.COUNTED))
         return self._counted
 
     def run_version(self, run_id: str) -> int | None:
