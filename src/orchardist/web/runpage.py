@@ -6,6 +6,7 @@ The store stamps each task and attempt row with the run version it was written a
 rows, builds and encodes that task's entry, and joins it with the other 499 encoded before;
 a page whose run did not change is sent as the bytes it was. A store that keeps no versions
 (only older orchardist versions wrote it) gets the page built whole whenever it changed.
+orchardist never deletes a run's tasks or attempts: a page brought up to date would not see it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class RunPage:
     version: Version
     tasks: dict[str, TaskRecord]  # by id, in plan order
     attempts: dict[str, list[AttemptRecord]]  # by task id, each task's by number
+    entries: dict[str, dict[str, Any]]  # each task's entry, by task id
     fragments: dict[str, bytes]  # each task's entry, encoded
     doc: dict[str, Any]
     body: bytes
@@ -62,23 +64,24 @@ def build(
         tasks, attempts, dirty = _rows(store, run.id, version, old)
         waits = rate_limit_waits(store, run.id, list(tasks.values()))
         last_seq = store.last_seq(run.id)
+    entries: dict[str, dict[str, Any]] = {}
     fragments: dict[str, bytes] = {}
-    entries: list[dict[str, Any]] = []
-    for task in tasks.values():
-        if old is not None and task.task_id not in dirty:
-            entry = old.doc["tasks"][len(entries)]
-            if entry["rate_limited"] == (None if task.state.terminal else waits.get(task.task_id)):
-                entries.append(entry)
-                fragments[task.task_id] = old.fragments[task.task_id]
-                continue
-        entry = _entry(task, attempts.get(task.task_id, []), waits.get(task.task_id))
-        entries.append(entry)
-        fragments[task.task_id] = _encode(entry)
-    same_graph = old is not None and not dirty - old.tasks.keys() and old.version.plan == plan
-    doc = run_entry(run, entries, [a for mine in attempts.values() for a in mine])
-    doc["graph"] = old.doc["graph"] if old is not None and same_graph else graph(run, list(tasks))
+    for task_id, task in tasks.items():
+        wait = None if task.state.terminal else waits.get(task_id)
+        if (
+            old is not None
+            and task_id not in dirty
+            and old.entries[task_id]["rate_limited"] == wait
+        ):
+            entries[task_id], fragments[task_id] = old.entries[task_id], old.fragments[task_id]
+        else:
+            entries[task_id] = _entry(task, attempts.get(task_id, []), wait)
+            fragments[task_id] = _encode(entries[task_id])
+    doc = run_entry(run, list(entries.values()), [a for mine in attempts.values() for a in mine])
+    same = old is not None and old.version.plan == plan and list(old.tasks) == list(tasks)
+    doc["graph"] = old.doc["graph"] if old is not None and same else graph(run, list(tasks))
     doc["last_seq"] = last_seq
-    return RunPage(version, tasks, attempts, fragments, doc, _body(doc, fragments))
+    return RunPage(version, tasks, attempts, entries, fragments, doc, _body(doc, fragments))
 
 
 def _rows(
