@@ -192,8 +192,9 @@ def fill_store(root: Path, runs: int, big_tasks: int) -> str:
 
 
 @contextlib.contextmanager
-def server(repo: Path, pythonpath: str | None) -> Iterator[httpx.Client]:
-    """``orchardist serve`` of ``repo`` (from ``pythonpath``'s code when given), as a client."""
+def server(repo: Path, pythonpath: str | None) -> Iterator[tuple[httpx.Client, int]]:
+    """``orchardist serve`` of ``repo`` (from ``pythonpath``'s code when given): a client of
+    it, and its pid."""
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
@@ -210,10 +211,16 @@ def server(repo: Path, pythonpath: str | None) -> Iterator[httpx.Client]:
     headers = {"Authorization": f"Bearer {token}"}
     try:
         with httpx.Client(base_url=base, headers=headers, timeout=30) as client:
-            yield client
+            yield client, proc.pid
     finally:
         proc.terminate()
         proc.wait()
+
+
+def cpu_s(pid: int) -> float:
+    """The CPU seconds process ``pid`` has used (user and system, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def timed_ms(client: httpx.Client, path: str) -> float:
@@ -244,12 +251,13 @@ def pages(old_ref: str, requests: int) -> None:
         old = old_source(old_ref, Path(tmp) / "old")
         paths = dict(zip(PAGE_TARGETS_MS, ["/api/runs", *[f"/api/runs/{big}"] * 3], strict=True))
         times: dict[tuple[str, str], list[float]] = {}
+        cpu: dict[tuple[str, str], float] = {}  # the server's CPU seconds, all requests
         writes = 0
         writer = Store.for_repo(repo / ".git")
         with server(repo, old) as before, server(repo, None) as after:
             for _ in range(requests + 3):  # the first three of each warm up, not counted
                 for name, path in paths.items():
-                    for label, client in (("before", before), ("after", after)):
+                    for label, (client, pid) in (("before", before), ("after", after)):
                         if name.endswith("store written"):  # as another live run does
                             with writer.transaction() as tx:
                                 tx.emit(Event("run000", "note", 0.0, None, None, {}))
@@ -258,16 +266,22 @@ def pages(old_ref: str, requests: int) -> None:
                             with writer.transaction() as tx:
                                 tx.set_task(big, f"t{writes % 500:05d}", reason=f"{writes}")
                                 tx.emit(Event(big, "note", 0.0, None, None, {}))
+                        if name.endswith("unchanged"):  # (the round before wrote)
+                            client.get(path).raise_for_status()
+                        used = cpu_s(pid)
                         times.setdefault((name, label), []).append(timed_ms(client, path))
+                        cpu[(name, label)] = cpu.get((name, label), 0.0) + cpu_s(pid) - used
         writer.close()
     print(f"dashboard requests over HTTP on 127.0.0.1, median of {requests}, A/B interleaved")
-    print(f"{'':32} {old_ref + ' (before)':>14} {'this tree':>10} {'ratio':>6}  target")
+    print("(server CPU: the server process's, per request, averaged over all of them)")
+    print(f"{'':32} {old_ref + ' (before)':>14} {'this tree':>10} {'ratio':>6}  target  server CPU")
     for name, target in PAGE_TARGETS_MS.items():
         a = statistics.median(times[(name, "before")][3:])
         b = statistics.median(times[(name, "after")][3:])
+        ca, cb = (cpu[(name, label)] * 1000 / (requests + 3) for label in ("before", "after"))
         print(
             f"{name:32} {a:11.1f} ms {b:7.1f} ms {a / b:5.1f}x  "
-            f"{target:2.0f} ms ({b / target:.2f} of it)"
+            f"{target:2.0f} ms ({b / target:.2f} of it)  {ca:.1f} → {cb:.1f} ms"
         )
 
 
