@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import io
 import json
 import sys
 import threading
@@ -16,12 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import OrchardistError, UsageError
 from .findings import LEVELS, level_rank
+from .hit import DEFAULT_PLANS
 from .sarif import render, write_whole
 
 if TYPE_CHECKING:  # the fix run is imported only for --fix
     from .fix_run import DriveRun
-
-DEFAULT_PLANS = ("orchardist.toml", "plan.toml")
 
 
 def add_parser(sub: Any, positive: Any, drive: DriveRun) -> None:
@@ -106,6 +106,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     from ..plan.loading import load_plan
     from ..state.store import Store
     from .engine import Scanner
+    from .memo import remember
 
     plan = load_plan(_plan_path(args.plan), require_tasks=False)
     tell_ignored(plan.ignored)
@@ -134,6 +135,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
         result = scanner.scan(profiles, base, plan.run.workdir, commit=commit)
     finally:
         dirty.join()
+    remember(args, plan, repo, scanner, profiles, result)  # for the next scan of this commit
     if args.fix:
         from ..runs.start import Workspace
         from .fix_run import fix_findings
@@ -154,7 +156,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
         print(json.dumps(summary(result, code, args.output), separators=(",", ":")))
     else:
         out = sys.stdout if args.output is not None or fmt == "table" else sys.stderr
-        _print_summary(result, args.stats, out)
+        out.write(summary_text(result, args.stats))
     return code
 
 
@@ -233,7 +235,9 @@ def summary(result: Any, code: int, output: Path | None) -> dict[str, Any]:
     }
 
 
-def _print_summary(result: Any, stats: bool, out: Any) -> None:
+def summary_text(result: Any, stats: bool) -> str:
+    """What a scan prints after its findings: a line of counts, each failure, ``--stats``."""
+    out = io.StringIO()
     counts = {level: 0 for level in reversed(LEVELS)}
     for m in result.merged:
         counts[m.finding.level] += 1
@@ -259,3 +263,4 @@ def _print_summary(result: Any, stats: bool, out: Any) -> None:
                 f"({report.invocations} process(es)), {len(report.findings)} reported",
                 file=out,
             )
+    return out.getvalue()

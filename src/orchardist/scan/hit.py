@@ -1,0 +1,352 @@
+"""A scan the cache answers whole, answered before the rest of orchardist is imported.
+
+``orchardist scan`` of a commit it has scanned, with the same plan, tool and environment, has
+nothing to run: its findings, already rendered, are in the cache. The full scan (``cli``)
+leaves a memo of such a scan in the cache (:mod:`.memo`): the commit, everything its cache
+keys were made of that a later scan could see changed, and its outputs rendered as a scan of
+that commit answered from the cache renders them. :func:`answer` reads it back and checks it
+with one git process (the repository, its store and the commit) and a few ``stat`` calls,
+then logs the scan's events, marks its entries used and prints or writes the outputs, in the
+same words and bytes as the full scan. Anything it does not recognise, on the command line or
+in the memo, is the full scan's to do (None): never a different answer, only a slower one.
+
+What a memo is keyed by: :func:`where_key` (this code, the plan's path and bytes, the user's
+config file's location, the ``--scanner`` and ``--base`` given); what it is checked against:
+the repository and commit, the environment variables the scanners' keys read, the stamps of
+their tools (:mod:`.toolstamp`), the config files, and every cache entry it stands for (one
+that was evicted or forgotten makes it stale). Only :mod:`os`, :mod:`json`, :mod:`hashlib`,
+:mod:`sqlite3` and :mod:`subprocess` are imported: ``tests/scan/test_scan_hit.py`` bounds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .toolstamp import words_stamp
+
+MEMO_SCHEMA = 1  # bump when what a memo holds changes
+DEFAULT_PLANS = ("orchardist.toml", "plan.toml")  # a scan's plan when none is named
+LOOKUP_CHUNK = 500  # keys in one `in (...)` query, as the store's
+FAIL_LEVELS = ("error", "warning", "note")
+FORMATS = ("sarif", "json", "table")
+# the code whose behaviour a memo records: a change to any of these files makes it stale
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CODE = ("scan", "plan", "config.py", "specs.py", "errors.py", "state/store.py")
+# orchardist's own git (git.env's): nothing configured runs, the output is not translated
+_GIT_ENV = {
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_OPTIONAL_LOCKS": "0",
+    "LC_ALL": "C",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_0": "false",
+}
+
+
+def answer(argv: Sequence[str]) -> int | None:
+    """The exit code of ``orchardist scan ARGV`` when the cache answers it whole (the outputs
+    printed or written); None when the full scan must run, having done nothing."""
+    options = _options(argv)
+    if options is None:
+        return None
+    try:
+        found = _lookup(options)
+    except (OSError, ValueError, KeyError, TypeError, sqlite3.Error):
+        return None
+    if found is None:
+        return None
+    memo, dirty = found
+    try:
+        return _output(options, memo, dirty)
+    except BrokenPipeError:  # `orchardist scan | head`: the reader left; so do we, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+# -- the command line --------------------------------------------------------------------
+
+
+def _options(argv: Sequence[str]) -> dict[str, Any] | None:
+    """The options of a plain ``scan`` (plan, --scanner, -o, --format, --fail-on, --base,
+    --stats, --json); None for anything else (--fix, --no-cache, --help, abbreviations)."""
+    out: dict[str, Any] = {"plan": None, "scanner": None, "output": None, "format": None}
+    out.update({"fail_on": "error", "base": None, "stats": False, "json": False})
+    valued = {"--scanner": "scanner", "-o": "output", "--output": "output"}
+    valued.update({"--format": "format", "--fail-on": "fail_on", "--base": "base"})
+    words = list(argv)
+    while words:
+        word = words.pop(0)
+        name, eq, value = word.partition("=")
+        if word in ("--stats", "--json"):
+            out[word[2:]] = True
+        elif name in valued and name.startswith("--") and (eq or words):
+            _set(out, valued[name], value if eq else words.pop(0))
+        elif word == "-o" and words:
+            out["output"] = words.pop(0)
+        elif word.startswith("-") or out["plan"] is not None:
+            return None
+        else:
+            out["plan"] = word
+    good = out["format"] in (None, *FORMATS) and out["fail_on"] in FAIL_LEVELS
+    if out["output"] is not None:  # a name to put a temporary file beside
+        good = good and os.path.basename(path_text(out["output"])) not in ("", "..")
+    return out if good and out["base"] != "" else None
+
+
+def _set(out: dict[str, Any], key: str, value: str) -> None:
+    if key == "scanner":
+        out["scanner"] = [*(out["scanner"] or []), value]
+    else:
+        out[key] = value
+
+
+def path_text(given: str) -> str:
+    """``str(Path(given))``, without importing pathlib."""
+    lead = "//" if given.startswith("//") and not given.startswith("///") else given[:1]
+    lead = lead if lead.startswith("/") else ""
+    parts = [p for p in given.split("/") if p not in ("", ".")]
+    return lead + "/".join(parts) or "."
+
+
+# -- the memo ----------------------------------------------------------------------------
+
+
+def where_key(plan_path: str, plan_digest: str, scanners: Any, base: str | None) -> str:
+    """The key of the memo of a scan with this plan (its resolved path and the sha256 of its
+    bytes) and these options, by this code, for this user."""
+    home = os.environ.get("HOME"), os.environ.get("XDG_CONFIG_HOME")
+    parts = (MEMO_SCHEMA, code_stamp(), plan_path, plan_digest, home, scanners, base)
+    text = json.dumps(parts)
+    return hashlib.sha256(f"scan-memo\0{text}".encode()).hexdigest()
+
+
+def code_stamp() -> str:
+    """The stamp (size, modification time) of the code that scans and validates plans."""
+    stamps: list[object] = []
+    for name in _CODE:
+        path = os.path.join(_PACKAGE, name)
+        if name.endswith(".py"):
+            stamps.append(file_stamp(path))
+            continue
+        with os.scandir(path) as entries:
+            files = sorted(e.path for e in entries if e.name.endswith(".py"))
+        stamps += [file_stamp(f) for f in files]
+    return hashlib.sha256(json.dumps(stamps).encode()).hexdigest()
+
+
+def file_stamp(path: str) -> list[object] | None:
+    """A file's inode, size and modification time; None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [path, st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _lookup(options: Mapping[str, Any]) -> tuple[dict[str, Any], subprocess.Popen[str]] | None:
+    """The memo that answers this scan, its entries marked used and its events logged, and the
+    running ``git status`` whose answer says whether to warn; None when there is none."""
+    plan = options["plan"] or next((p for p in DEFAULT_PLANS if os.path.isfile(p)), None)
+    if plan is None:
+        return None
+    plan_path = os.path.realpath(plan)
+    with open(plan_path, "rb") as file:
+        digest = hashlib.sha256(file.read()).hexdigest()
+    key = where_key(plan_path, digest, options["scanner"], options["base"])
+    base = options["base"] or "HEAD"
+    where = _rev_parse(os.path.dirname(plan_path), base)
+    if where is None:
+        return None
+    root, common, commit = where
+    store = os.path.join(common, "orchardist", "state.db")
+    if not os.path.isfile(store):
+        return None
+    conn = sqlite3.connect(store, timeout=30.0, isolation_level=None)
+    try:
+        conn.execute("begin immediate")
+        memo = _valid(conn, key, root, base, commit)
+        if memo is None:
+            conn.execute("rollback")
+            return None
+        dirty = _status(root)  # beside the writes: git answers while SQLite commits
+        _log(conn, memo)
+        conn.execute("commit")
+    finally:
+        conn.close()
+    return memo, dirty
+
+
+def _rev_parse(folder: str, base: str) -> tuple[str, str, str] | None:
+    """The work tree, git common folder and ``base``'s commit of the repository of ``folder``."""
+    argv = ["git", "-C", folder, "rev-parse", "--path-format=absolute", "--show-toplevel"]
+    argv += ["--git-common-dir", "--verify", "--quiet", f"{base}^{{commit}}"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=_git_env(), check=False)
+    lines = proc.stdout.splitlines()
+    if proc.returncode != 0 or len(lines) != 3:
+        return None
+    return os.path.realpath(lines[0]), lines[1], lines[2]
+
+
+def _valid(
+    conn: sqlite3.Connection, key: str, root: str, base: str, commit: str
+) -> dict[str, Any] | None:
+    """The memo under ``key``, if it is of this repository and commit and nothing it was made
+    of has changed since, its cache entries marked used now; else None."""
+    row = conn.execute("select value from scan_cache where key = ?", (key,)).fetchone()
+    if row is None:
+        return None
+    memo: dict[str, Any] = json.loads(row[0])
+    same = (memo["schema"], memo["repo"], memo["base"], memo["commit"])
+    if same != (MEMO_SCHEMA, root, base, commit):
+        return None
+    if any(os.environ.get(name) != value for name, value in memo["env"].items()):
+        return None
+    path = os.environ.get("PATH")
+    if any(words_stamp(words, path) != stamp for words, stamp in memo["stamps"]):
+        return None
+    if any(file_stamp(name) != stamp for name, stamp in memo["files"]):
+        return None
+    keys = list(dict.fromkeys([key, *memo["keys"]]))
+    now = time.time()
+    used = 0
+    for start in range(0, len(keys), LOOKUP_CHUNK):
+        chunk = keys[start : start + LOOKUP_CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        sql = f"update scan_cache set used_at = ? where key in ({marks})"
+        used += conn.execute(sql, (now, *chunk)).rowcount
+    return memo if used == len(keys) else None
+
+
+def _log(conn: sqlite3.Connection, memo: dict[str, Any]) -> None:
+    """The scan's events, as the full scan logs them (under a new scan id, in ``memo``)."""
+    scan_id = f"scan-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
+    memo["scan_id"] = scan_id
+    now = time.time()
+    start = {"state": "started", "base": memo["commit"], "scanners": memo["names"]}
+    rows: list[tuple[str, float, str, str | None, str]] = [
+        (scan_id, now, "scan", None, json.dumps(start))
+    ]
+    rows += [(scan_id, now, "scanner", name, json.dumps(data)) for name, data in memo["events"]]
+    end = {"state": "finished", "findings": memo["findings"]}
+    rows.append((scan_id, now, "scan", None, json.dumps(end)))
+    conn.executemany(
+        "insert into events (run_id, ts, kind, task_id, attempt, data) values (?,?,?,?,null,?)",
+        rows,
+    )
+
+
+def _status(root: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=root,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        env=_git_env(),
+    )
+
+
+def _git_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(_GIT_ENV)
+    return env
+
+
+# -- the outputs -------------------------------------------------------------------------
+
+
+def _output(
+    options: Mapping[str, Any], memo: Mapping[str, Any], dirty: subprocess.Popen[str]
+) -> int:
+    """Print and write what the full scan would have: warnings, the document, the summary."""
+    out, _ = dirty.communicate()
+    sys.stderr.write(memo["ignored"])
+    changes = len(out.splitlines()) if dirty.returncode == 0 else 0
+    if changes:
+        print(
+            f"warning: your checkout has {changes} uncommitted change(s); scanning "
+            f"{memo['base']} as committed, without them",
+            file=sys.stderr,
+        )
+    output = options["output"]
+    fmt = options["format"] or ("sarif" if output is not None else "table")
+    document = memo[fmt] if fmt != "json" else _findings_document(memo)
+    if output is not None:
+        try:
+            write_whole(output, (document + "\n").encode("utf-8"))
+        except OSError as exc:
+            print(
+                f"error: cannot write {path_text(output)}: {exc.strerror or exc}", file=sys.stderr
+            )
+            return 2
+    elif not options["json"]:
+        print(document)
+    code = 1 if memo["failing"][options["fail_on"]] else 0
+    if options["json"]:
+        print(_summary(memo, code, output))
+    else:
+        to = sys.stdout if output is not None or fmt == "table" else sys.stderr
+        to.write(memo["summary"] + (memo["stats"] if options["stats"] else ""))
+    return code
+
+
+def _findings_document(memo: Mapping[str, Any]) -> str:
+    """``--format json``: {"base": …, "findings": […]}, the findings spliced in as encoded."""
+    head = json.dumps({"base": memo["commit"], "findings": None}, separators=(",", ":"))
+    return head[: -len("null}")] + memo["results"] + "}"
+
+
+def _summary(memo: Mapping[str, Any], code: int, output: str | None) -> str:
+    """The ``--json`` document (scan.cli.summary's), the findings spliced in as encoded."""
+    document = {
+        "scan": memo["scan_id"],
+        "base": memo["commit"],
+        "exit_code": code,
+        "output": None if output is None else path_text(output),
+        "findings": memo["findings"],
+        "failed": [],
+        "levels": memo["levels"],
+        "scanners": memo["scanners"],
+        "results": None,
+    }
+    head = json.dumps(document, separators=(",", ":"))
+    return head[: -len("null}")] + memo["results"] + "}"
+
+
+def write_whole(path: str, data: bytes) -> None:
+    """``safeio.write_whole``: a regular file (or none) replaced by a rename; anything else
+    (a device, a FIFO) opened and written in place, never replaced."""
+    import stat
+
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        special = False
+    if special:
+        with open(path, "wb") as out:
+            out.write(data)
+        return
+    name = path_text(path)
+    folder, base = os.path.split(name)
+    tmp = os.path.join(folder, f".{base}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            out.write(data)
+        os.replace(tmp, name)
+    except OSError:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise

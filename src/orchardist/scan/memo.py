@@ -1,0 +1,125 @@
+"""The memo a full scan leaves for :mod:`.hit`: the scan as a cache hit would render it.
+
+After a scan that used the cache and did not fail, the same scan of the same commit is
+answered whole from the cache: every scanner's entries are there (those it just wrote). This
+module renders that answer once, as the full scan would (its reports counted as hits: no miss,
+no process), and stores it in the scan cache under :func:`.hit.where_key`, with what
+:mod:`.hit` checks before trusting it. One memo per plan and options: the next scan of another
+commit replaces it, so memos take no more room as commits go by.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..config import tell_ignored, user_config
+from ..git.repo import Repo
+from ..specs import Plan
+from .engine import MAX_CACHE_ENTRIES, Scanner, ScanResult
+from .findings import level_rank
+from .hit import MEMO_SCHEMA, file_stamp, where_key
+from .profiles import ScannerProfile
+from .sarif import render, to_json
+
+
+def remember(
+    args: argparse.Namespace,
+    plan: Plan,
+    repo: Repo,
+    scanner: Scanner,
+    profiles: Sequence[ScannerProfile],
+    result: ScanResult,
+) -> None:
+    """Store the memo of this scan, when a later one can be answered by it."""
+    if not _memorable(args, scanner, profiles, result):
+        return
+    from .cli import summary, summary_text  # (cli imports this module lazily too)
+
+    hit = ScanResult(
+        result.base_commit,
+        tuple(replace(r, hits=r.hits + r.misses, misses=0, invocations=0) for r in result.reports),
+        result.merged,
+        result.scan_id,
+    )
+    document = summary(hit, 0, None)
+    ignored = io.StringIO()
+    tell_ignored(plan.ignored, ignored)
+    plain, stats = summary_text(hit, False), summary_text(hit, True)
+    memo: dict[str, Any] = {
+        "schema": MEMO_SCHEMA,
+        "repo": os.path.realpath(repo.root),
+        "base": args.base or plan.run.base,
+        "commit": result.base_commit,
+        "env": {name: os.environ.get(name) for name in _env_names(profiles)},
+        "stamps": _stamps(profiles),
+        "files": [
+            [str(p), file_stamp(str(p))] for p in (user_config(), plan.repo / ".orchardist.toml")
+        ],
+        "keys": list(dict.fromkeys(scanner.keys_used)),
+        "names": [p.name for p in profiles],
+        "events": [[r.name, _event(r)] for r in hit.reports],
+        "findings": len(hit.merged),
+        "ignored": ignored.getvalue(),
+        "sarif": render(hit, "sarif", repo.root),
+        "table": render(hit, "table", repo.root),
+        "results": json.dumps(to_json(hit.merged), separators=(",", ":")),
+        "levels": document["levels"],
+        "scanners": document["scanners"],
+        "failing": {
+            level: sum(level_rank(m.finding.level) >= level_rank(level) for m in hit.merged)
+            for level in ("error", "warning", "note")
+        },
+        "summary": plain,
+        "stats": stats[len(plain) :],
+    }
+    key = where_key(str(plan.path), plan.digest, args.scanner, args.base)
+    scanner.store.scan_cache_put([(key, "", json.dumps(memo))], scanner.clock(), MAX_CACHE_ENTRIES)
+
+
+def _memorable(
+    args: argparse.Namespace,
+    scanner: Scanner,
+    profiles: Sequence[ScannerProfile],
+    result: ScanResult,
+) -> bool:
+    """Whether a later scan can be this one's: cached, complete, no agent, tools stamped."""
+    plain = not (args.no_cache or args.fix or result.failed)
+    return plain and scanner.stamped and all(p.agent is None for p in profiles)
+
+
+def _env_names(profiles: Sequence[ScannerProfile]) -> list[str]:
+    """The variables a scanner's cache keys read (its ``env``; ``PATH`` for its version)."""
+    return list(dict.fromkeys(["PATH", *(name for p in profiles for name in p.env)]))
+
+
+def _stamps(profiles: Sequence[ScannerProfile]) -> list[list[Any]]:
+    """Each version command's words and its tool's stamp, as the scan saw them."""
+    import shlex
+
+    from .toolstamp import words_stamp
+
+    path = os.environ.get("PATH")
+    stamps = []
+    for profile in profiles:
+        if profile.version is not None:
+            words = shlex.split(profile.version)
+            stamps.append([words, words_stamp(words, path)])
+    return stamps
+
+
+def _event(report: Any) -> dict[str, Any]:
+    """The data of a scanner's event at the end of a scan (Scanner._finished's)."""
+    return {
+        "state": "done",
+        "hits": report.hits,
+        "misses": report.misses,
+        "invocations": report.invocations,
+        "reported": len(report.findings),
+        "error": None,
+    }
