@@ -27,10 +27,13 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 from .toolstamp import words_stamp
+
+TYPE_CHECKING = False  # typing is not imported: it takes longer than this whole answer
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
 MEMO_SCHEMA = 1  # bump when what a memo holds changes
 DEFAULT_PLANS = ("orchardist.toml", "plan.toml")  # a scan's plan when none is named
@@ -306,7 +309,7 @@ def _output(
 def _findings_document(memo: Mapping[str, Any]) -> str:
     """``--format json``: {"base": …, "findings": […]}, the findings spliced in as encoded."""
     head = json.dumps({"base": memo["commit"], "findings": None}, separators=(",", ":"))
-    return head[: -len("null}")] + memo["results"] + "}"
+    return head[: -len("null}")] + str(memo["results"]) + "}"
 
 
 def _summary(memo: Mapping[str, Any], code: int, output: str | None) -> str:
@@ -323,7 +326,7 @@ def _summary(memo: Mapping[str, Any], code: int, output: str | None) -> str:
         "results": None,
     }
     head = json.dumps(document, separators=(",", ":"))
-    return head[: -len("null}")] + memo["results"] + "}"
+    return head[: -len("null}")] + str(memo["results"]) + "}"
 
 
 def write_whole(path: str, data: bytes) -> None:

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+
+TYPE_CHECKING = False  # (see .hit: typing is not imported)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def tool_stamp(command: str, search_path: str | None) -> str | None:
