@@ -10,32 +10,32 @@ then logs the scan's events, marks its entries used and prints or writes the out
 same words and bytes as the full scan. Anything it does not recognise, on the command line or
 in the memo, is the full scan's to do (None): never a different answer, only a slower one.
 
-What a memo is keyed by: :func:`where_key` (this code, the plan's path and bytes, the user's
-config file's location, the ``--scanner`` and ``--base`` given); what it is checked against:
-the repository and commit, the environment variables the scanners' keys read, the stamps of
-their tools (:mod:`.toolstamp`), the config files, and every cache entry it stands for (one
-that was evicted or forgotten makes it stale). Only :mod:`os`, :mod:`json`, :mod:`hashlib`,
-:mod:`sqlite3` and :mod:`subprocess` are imported: ``tests/scan/test_scan_hit.py`` bounds it.
+What a memo is keyed by: :func:`where_key` (the plan's path, the user's config file's
+location, the ``--scanner`` and ``--base`` given); what it is checked against: this code
+(:func:`code_stamp`), the plan's bytes, the repository, base and commit, the environment
+variables the scanners' keys read, the stamps of their tools (:mod:`.toolstamp`), the config
+files, and every cache entry it stands for (one that was evicted or forgotten makes it stale).
+Only :mod:`os`, :mod:`marshal` (the memo's encoding) and :mod:`sqlite3` are imported, not
+json or subprocess, whose imports alone took longer than the whole answer
+(``tests/scan/test_scan_hit.py`` bounds them).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import marshal
 import os
 import sqlite3
-import subprocess
 import sys
 import time
 
-from .toolstamp import words_stamp
+from .toolstamp import words_stat
 
 TYPE_CHECKING = False  # typing is not imported: it takes longer than this whole answer
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
-MEMO_SCHEMA = 1  # bump when what a memo holds changes
+MEMO_SCHEMA = 2  # bump when what a memo holds changes
 DEFAULT_PLANS = ("orchardist.toml", "plan.toml")  # a scan's plan when none is named
 LOOKUP_CHUNK = 500  # keys in one `in (...)` query, as the store's
 FAIL_LEVELS = ("error", "warning", "note")
@@ -55,6 +55,10 @@ _GIT_ENV = {
     "GIT_CONFIG_KEY_0": "core.fsmonitor",
     "GIT_CONFIG_VALUE_0": "false",
 }
+_SUMMARY = (
+    '{"scan":"%s","base":"%s","exit_code":%d,"output":%s,"findings":%d,"failed":[],'
+    '"levels":%s,"scanners":%s,"results":%s}'
+)
 
 
 def answer(argv: Sequence[str]) -> int | None:
@@ -65,7 +69,7 @@ def answer(argv: Sequence[str]) -> int | None:
         return None
     try:
         found = _lookup(options)
-    except (OSError, ValueError, KeyError, TypeError, sqlite3.Error):
+    except (OSError, ValueError, EOFError, KeyError, TypeError, sqlite3.Error):
         return None
     if found is None:
         return None
@@ -125,18 +129,16 @@ def path_text(given: str) -> str:
 # -- the memo ----------------------------------------------------------------------------
 
 
-def where_key(plan_path: str, plan_digest: str, scanners: Any, base: str | None) -> str:
-    """The key of the memo of a scan with this plan (its resolved path and the sha256 of its
-    bytes) and these options, by this code, for this user."""
+def where_key(plan_path: str, scanners: Sequence[str] | None, base: str | None) -> str:
+    """The key of the memo of a scan with the plan at ``plan_path`` (resolved) and these
+    options, for this user (whose config file the plan's profiles are read from)."""
     home = os.environ.get("HOME"), os.environ.get("XDG_CONFIG_HOME")
-    parts = (MEMO_SCHEMA, code_stamp(), plan_path, plan_digest, home, scanners, base)
-    text = json.dumps(parts)
-    return hashlib.sha256(f"scan-memo\0{text}".encode()).hexdigest()
+    return "scan-memo " + repr((MEMO_SCHEMA, plan_path, *home, scanners, base))
 
 
-def code_stamp() -> str:
-    """The stamp (size, modification time) of the code that scans and validates plans."""
-    stamps: list[object] = []
+def code_stamp() -> list[object]:
+    """The stamp (inode, size, modification time) of the code that scans and reads plans."""
+    stamps: list[object] = [sys.version]
     for name in _CODE:
         path = os.path.join(_PACKAGE, name)
         if name.endswith(".py"):
@@ -145,11 +147,11 @@ def code_stamp() -> str:
         with os.scandir(path) as entries:
             files = sorted(e.path for e in entries if e.name.endswith(".py"))
         stamps += [file_stamp(f) for f in files]
-    return hashlib.sha256(json.dumps(stamps).encode()).hexdigest()
+    return stamps
 
 
 def file_stamp(path: str) -> list[object] | None:
-    """A file's inode, size and modification time; None when there is none."""
+    """A file's path, inode, size and modification time; None when there is none."""
     try:
         st = os.stat(path)
     except OSError:
@@ -157,7 +159,7 @@ def file_stamp(path: str) -> list[object] | None:
     return [path, st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-def _lookup(options: Mapping[str, Any]) -> tuple[dict[str, Any], subprocess.Popen[str]] | None:
+def _lookup(options: Mapping[str, Any]) -> tuple[dict[str, Any], _Child] | None:
     """The memo that answers this scan, its entries marked used and its events logged, and the
     running ``git status`` whose answer says whether to warn; None when there is none."""
     plan = options["plan"] or next((p for p in DEFAULT_PLANS if os.path.isfile(p)), None)
@@ -165,8 +167,8 @@ def _lookup(options: Mapping[str, Any]) -> tuple[dict[str, Any], subprocess.Pope
         return None
     plan_path = os.path.realpath(plan)
     with open(plan_path, "rb") as file:
-        digest = hashlib.sha256(file.read()).hexdigest()
-    key = where_key(plan_path, digest, options["scanner"], options["base"])
+        plan_bytes = file.read()
+    key = where_key(plan_path, options["scanner"], options["base"])
     base = options["base"] or "HEAD"
     where = _rev_parse(os.path.dirname(plan_path), base)
     if where is None:
@@ -178,12 +180,12 @@ def _lookup(options: Mapping[str, Any]) -> tuple[dict[str, Any], subprocess.Pope
     conn = sqlite3.connect(store, timeout=30.0, isolation_level=None)
     try:
         conn.execute("begin immediate")
-        memo = _valid(conn, key, root, base, commit)
+        memo = _valid(conn, key, (MEMO_SCHEMA, code_stamp(), plan_bytes, root, base, commit))
         if memo is None:
             conn.execute("rollback")
             return None
-        dirty = _status(root)  # beside the writes: git answers while SQLite commits
-        _log(conn, memo)
+        dirty = _Child(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"])
+        _log(conn, memo)  # while git answers
         conn.execute("commit")
     finally:
         conn.close()
@@ -194,29 +196,27 @@ def _rev_parse(folder: str, base: str) -> tuple[str, str, str] | None:
     """The work tree, git common folder and ``base``'s commit of the repository of ``folder``."""
     argv = ["git", "-C", folder, "rev-parse", "--path-format=absolute", "--show-toplevel"]
     argv += ["--git-common-dir", "--verify", "--quiet", f"{base}^{{commit}}"]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=_git_env(), check=False)
-    lines = proc.stdout.splitlines()
-    if proc.returncode != 0 or len(lines) != 3:
+    code, out = _Child(argv).result()
+    lines = out.splitlines()
+    if code != 0 or len(lines) != 3:
         return None
     return os.path.realpath(lines[0]), lines[1], lines[2]
 
 
-def _valid(
-    conn: sqlite3.Connection, key: str, root: str, base: str, commit: str
-) -> dict[str, Any] | None:
-    """The memo under ``key``, if it is of this repository and commit and nothing it was made
-    of has changed since, its cache entries marked used now; else None."""
+def _valid(conn: sqlite3.Connection, key: str, same: tuple[object, ...]) -> dict[str, Any] | None:
+    """The memo under ``key``, if it is of this code, plan, repository, base and commit
+    (``same``) and nothing it was made of has changed since, its cache entries marked used
+    now; else None."""
     row = conn.execute("select value from scan_cache where key = ?", (key,)).fetchone()
-    if row is None:
+    if row is None or not isinstance(row[0], bytes):
         return None
-    memo: dict[str, Any] = json.loads(row[0])
-    same = (memo["schema"], memo["repo"], memo["base"], memo["commit"])
-    if same != (MEMO_SCHEMA, root, base, commit):
+    memo: dict[str, Any] = marshal.loads(row[0])
+    if memo["same"] != same:
         return None
     if any(os.environ.get(name) != value for name, value in memo["env"].items()):
         return None
     path = os.environ.get("PATH")
-    if any(words_stamp(words, path) != stamp for words, stamp in memo["stamps"]):
+    if any(words_stat(words, path) != stamp for words, stamp in memo["stamps"]):
         return None
     if any(file_stamp(name) != stamp for name, stamp in memo["files"]):
         return None
@@ -232,56 +232,60 @@ def _valid(
 
 
 def _log(conn: sqlite3.Connection, memo: dict[str, Any]) -> None:
-    """The scan's events, as the full scan logs them (under a new scan id, in ``memo``)."""
+    """The scan's events, as the full scan logs them, under a new scan id (kept in ``memo``)."""
     scan_id = f"scan-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
     memo["scan_id"] = scan_id
     now = time.time()
-    start = {"state": "started", "base": memo["commit"], "scanners": memo["names"]}
-    rows: list[tuple[str, float, str, str | None, str]] = [
-        (scan_id, now, "scan", None, json.dumps(start))
-    ]
-    rows += [(scan_id, now, "scanner", name, json.dumps(data)) for name, data in memo["events"]]
-    end = {"state": "finished", "findings": memo["findings"]}
-    rows.append((scan_id, now, "scan", None, json.dumps(end)))
     conn.executemany(
         "insert into events (run_id, ts, kind, task_id, attempt, data) values (?,?,?,?,null,?)",
-        rows,
+        [(scan_id, now, kind, task, data) for kind, task, data in memo["events"]],
     )
 
 
-def _status(root: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=root,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        errors="replace",
-        env=_git_env(),
-    )
+class _Child:
+    """A git process, its stdout read whole: ``posix_spawn``, as subprocess would do it,
+    without importing subprocess (it takes longer than git runs)."""
 
+    def __init__(self, argv: list[str]) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env.update(_GIT_ENV)
+        self.fd, write = os.pipe()
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            actions = [(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, write, 1)]
+            actions.append((os.POSIX_SPAWN_DUP2, null, 2))
+            self.pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions)
+        except OSError:
+            os.close(self.fd)
+            raise
+        finally:
+            os.close(write)
+            os.close(null)
 
-def _git_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(_GIT_ENV)
-    return env
+    def result(self) -> tuple[int, str]:
+        """Its exit code and its output."""
+        chunks = []
+        try:
+            while chunk := os.read(self.fd, 1 << 16):
+                chunks.append(chunk)
+        finally:
+            os.close(self.fd)
+            _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
 
 
 # -- the outputs -------------------------------------------------------------------------
 
 
-def _output(
-    options: Mapping[str, Any], memo: Mapping[str, Any], dirty: subprocess.Popen[str]
-) -> int:
+def _output(options: Mapping[str, Any], memo: Mapping[str, Any], dirty: _Child) -> int:
     """Print and write what the full scan would have: warnings, the document, the summary."""
-    out, _ = dirty.communicate()
+    code, out = dirty.result()
     sys.stderr.write(memo["ignored"])
-    changes = len(out.splitlines()) if dirty.returncode == 0 else 0
+    changes = len(out.splitlines()) if code == 0 else 0
     if changes:
         print(
             f"warning: your checkout has {changes} uncommitted change(s); scanning "
-            f"{memo['base']} as committed, without them",
+            f"{memo['same'][4]} as committed, without them",
             file=sys.stderr,
         )
     output = options["output"]
@@ -291,9 +295,8 @@ def _output(
         try:
             write_whole(output, (document + "\n").encode("utf-8"))
         except OSError as exc:
-            print(
-                f"error: cannot write {path_text(output)}: {exc.strerror or exc}", file=sys.stderr
-            )
+            why = exc.strerror or exc
+            print(f"error: cannot write {path_text(output)}: {why}", file=sys.stderr)
             return 2
     elif not options["json"]:
         print(document)
@@ -307,26 +310,32 @@ def _output(
 
 
 def _findings_document(memo: Mapping[str, Any]) -> str:
-    """``--format json``: {"base": …, "findings": […]}, the findings spliced in as encoded."""
-    head = json.dumps({"base": memo["commit"], "findings": None}, separators=(",", ":"))
-    return head[: -len("null}")] + str(memo["results"]) + "}"
+    """``--format json``: {"base": …, "findings": […]}, compact, as scan.sarif.render's."""
+    return '{"base":"' + str(memo["same"][5]) + '","findings":' + str(memo["results"]) + "}"
 
 
 def _summary(memo: Mapping[str, Any], code: int, output: str | None) -> str:
-    """The ``--json`` document (scan.cli.summary's), the findings spliced in as encoded."""
-    document = {
-        "scan": memo["scan_id"],
-        "base": memo["commit"],
-        "exit_code": code,
-        "output": None if output is None else path_text(output),
-        "findings": memo["findings"],
-        "failed": [],
-        "levels": memo["levels"],
-        "scanners": memo["scanners"],
-        "results": None,
-    }
-    head = json.dumps(document, separators=(",", ":"))
-    return head[: -len("null}")] + str(memo["results"]) + "}"
+    """The ``--json`` document, compact, as scan.cli.summary's."""
+    shown = "null" if output is None else _json_text(path_text(output))
+    return _SUMMARY % (
+        memo["scan_id"],
+        memo["same"][5],
+        code,
+        shown,
+        memo["findings"],
+        memo["levels"],
+        memo["scanners"],
+        memo["results"],
+    )
+
+
+def _json_text(text: str) -> str:
+    """``json.dumps(text)``; json imported only for a text that needs escaping."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    import json
+
+    return json.dumps(text)
 
 
 def write_whole(path: str, data: bytes) -> None:

@@ -11,19 +11,21 @@ commit replaces it, so memos take no more room as commits go by.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
+import marshal
 import os
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..config import tell_ignored, user_config
+from ..config import CONFIG_NAME, tell_ignored, user_config
 from ..git.repo import Repo
 from ..specs import Plan
 from .engine import MAX_CACHE_ENTRIES, Scanner, ScanResult
 from .findings import level_rank
-from .hit import MEMO_SCHEMA, file_stamp, where_key
+from .hit import MEMO_SCHEMA, code_stamp, file_stamp, where_key
 from .profiles import ScannerProfile
 from .sarif import render, to_json
 
@@ -39,47 +41,59 @@ def remember(
     """Store the memo of this scan, when a later one can be answered by it."""
     if not _memorable(args, scanner, profiles, result):
         return
-    from .cli import summary, summary_text  # (cli imports this module lazily too)
-
+    plan_bytes = plan.path.read_bytes()
+    if hashlib.sha256(plan_bytes).hexdigest() != plan.digest:  # changed since it was read
+        return
     hit = ScanResult(
         result.base_commit,
         tuple(replace(r, hits=r.hits + r.misses, misses=0, invocations=0) for r in result.reports),
         result.merged,
         result.scan_id,
     )
+    base = args.base or plan.run.base
+    same = (MEMO_SCHEMA, code_stamp(), plan_bytes, os.path.realpath(repo.root), base)
+    config_files = (user_config(), plan.repo / CONFIG_NAME)
+    memo: dict[str, Any] = {
+        "same": (*same, hit.base_commit),
+        "env": {name: os.environ.get(name) for name in _env_names(profiles)},
+        "stamps": _stamps(profiles),
+        "files": [[str(p), file_stamp(str(p))] for p in config_files],
+        "keys": list(dict.fromkeys(scanner.keys_used)),
+        "events": _events(hit),
+        **_outputs(hit, plan, repo),
+    }
+    key = where_key(str(plan.path), args.scanner, args.base)
+    row = (key, "", marshal.dumps(memo))
+    scanner.store.scan_cache_put([row], scanner.clock(), MAX_CACHE_ENTRIES)
+
+
+def _outputs(hit: ScanResult, plan: Plan, repo: Repo) -> dict[str, Any]:
+    """What a scan answered from the cache prints and writes, rendered as the full scan does."""
+    from .cli import summary, summary_text  # (cli imports this module lazily too)
+
     document = summary(hit, 0, None)
     ignored = io.StringIO()
     tell_ignored(plan.ignored, ignored)
-    plain, stats = summary_text(hit, False), summary_text(hit, True)
-    memo: dict[str, Any] = {
-        "schema": MEMO_SCHEMA,
-        "repo": os.path.realpath(repo.root),
-        "base": args.base or plan.run.base,
-        "commit": result.base_commit,
-        "env": {name: os.environ.get(name) for name in _env_names(profiles)},
-        "stamps": _stamps(profiles),
-        "files": [
-            [str(p), file_stamp(str(p))] for p in (user_config(), plan.repo / ".orchardist.toml")
-        ],
-        "keys": list(dict.fromkeys(scanner.keys_used)),
-        "names": [p.name for p in profiles],
-        "events": [[r.name, _event(r)] for r in hit.reports],
+    plain = summary_text(hit, False)
+    return {
         "findings": len(hit.merged),
         "ignored": ignored.getvalue(),
         "sarif": render(hit, "sarif", repo.root),
         "table": render(hit, "table", repo.root),
-        "results": json.dumps(to_json(hit.merged), separators=(",", ":")),
-        "levels": document["levels"],
-        "scanners": document["scanners"],
+        "results": _compact(to_json(hit.merged)),
+        "levels": _compact(document["levels"]),
+        "scanners": _compact(document["scanners"]),
         "failing": {
             level: sum(level_rank(m.finding.level) >= level_rank(level) for m in hit.merged)
             for level in ("error", "warning", "note")
         },
         "summary": plain,
-        "stats": stats[len(plain) :],
+        "stats": summary_text(hit, True)[len(plain) :],
     }
-    key = where_key(str(plan.path), plan.digest, args.scanner, args.base)
-    scanner.store.scan_cache_put([(key, "", json.dumps(memo))], scanner.clock(), MAX_CACHE_ENTRIES)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _memorable(
@@ -102,24 +116,31 @@ def _stamps(profiles: Sequence[ScannerProfile]) -> list[list[Any]]:
     """Each version command's words and its tool's stamp, as the scan saw them."""
     import shlex
 
-    from .toolstamp import words_stamp
+    from .toolstamp import words_stat
 
     path = os.environ.get("PATH")
     stamps = []
     for profile in profiles:
         if profile.version is not None:
             words = shlex.split(profile.version)
-            stamps.append([words, words_stamp(words, path)])
+            stamps.append([words, words_stat(words, path)])
     return stamps
 
 
-def _event(report: Any) -> dict[str, Any]:
-    """The data of a scanner's event at the end of a scan (Scanner._finished's)."""
-    return {
-        "state": "done",
-        "hits": report.hits,
-        "misses": report.misses,
-        "invocations": report.invocations,
-        "reported": len(report.findings),
-        "error": None,
-    }
+def _events(hit: ScanResult) -> list[tuple[str, str | None, str]]:
+    """The events the scan logs (kind, scanner, data), as Scanner.scan logs them."""
+    names = [r.name for r in hit.reports]
+    started = {"state": "started", "base": hit.base_commit, "scanners": names}
+    events: list[tuple[str, str | None, str]] = [("scan", None, json.dumps(started))]
+    for r in hit.reports:
+        data = {
+            "state": "done",
+            "hits": r.hits,
+            "misses": r.misses,
+            "invocations": r.invocations,
+            "reported": len(r.findings),
+            "error": None,
+        }
+        events.append(("scanner", r.name, json.dumps(data)))
+    finished = {"state": "finished", "findings": len(hit.merged)}
+    return [*events, ("scan", None, json.dumps(finished))]

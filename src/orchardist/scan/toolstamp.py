@@ -8,13 +8,12 @@ entry script in that folder (``pip install -U ruff`` rewrites ``bin/ruff``), or 
 site-packages (``python -m tool`` names only the interpreter): each changes the stamp. A
 command none of whose words names a file has no stamp, and its version is asked every time.
 
-Only :mod:`os` and :mod:`json` are imported: a scan answered from the cache
-(:mod:`.hit`) stamps the tool again with :func:`words_stamp`, before anything else is loaded.
+Only :mod:`os` is imported: a scan answered from the cache (:mod:`.hit`) stamps the tool
+again with :func:`words_stat`, before anything else is loaded.
 """
 
 from __future__ import annotations
 
-import json
 import os
 
 TYPE_CHECKING = False  # (see .hit: typing is not imported)
@@ -36,6 +35,14 @@ def tool_stamp(command: str, search_path: str | None) -> str | None:
 
 def words_stamp(words: Sequence[str], search_path: str | None) -> str | None:
     """:func:`tool_stamp` of a command already split into ``words``."""
+    import json
+
+    stamps = words_stat(words, search_path)
+    return json.dumps(stamps) if stamps else None
+
+
+def words_stat(words: Sequence[str], search_path: str | None) -> list[list[object]]:
+    """What :func:`words_stamp` encodes: the stat of each file the words name or lead to."""
     stamps: list[list[object]] = []
     for word in dict.fromkeys(words):
         found = _executable(word, search_path)
@@ -44,7 +51,7 @@ def words_stamp(words: Sequence[str], search_path: str | None) -> str | None:
         folder = os.path.dirname(found)
         near = [found, os.path.realpath(found), folder, *_site_packages(os.path.dirname(folder))]
         stamps += [_stat(path) for path in near]
-    return json.dumps(stamps) if stamps else None
+    return stamps
 
 
 def _executable(word: str, search_path: str | None) -> str | None:
