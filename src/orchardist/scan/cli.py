@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import io
 import json
 import sys
 import threading
@@ -16,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OrchardistError, UsageError
-from .findings import LEVELS, level_rank
+from .findings import level_rank
 from .hit import DEFAULT_PLANS
-from .sarif import render, write_whole
+from .sarif import render, summary, summary_text, write_whole
 
 if TYPE_CHECKING:  # the fix run is imported only for --fix
     from .fix_run import DriveRun
@@ -202,65 +201,3 @@ def _plan_path(given: Path | None) -> Path:
         if Path(name).is_file():
             return Path(name)
     raise UsageError(f"no plan given and no {' or '.join(DEFAULT_PLANS)} here")
-
-
-def summary(result: Any, code: int, output: Path | None) -> dict[str, Any]:
-    """The ``--json`` document."""
-    from .sarif import to_json
-
-    levels = {level: 0 for level in reversed(LEVELS)}
-    for m in result.merged:
-        levels[m.finding.level] += 1
-    return {
-        "scan": result.scan_id,
-        "base": result.base_commit,
-        "exit_code": code,
-        "output": None if output is None else str(output),
-        "findings": len(result.merged),
-        "failed": [r.name for r in result.failed],
-        "levels": levels,
-        "scanners": [
-            {
-                "name": r.name,
-                "findings": sum(m.scanner == r.name for m in result.merged),
-                "reported": len(r.findings),
-                "hits": r.hits,
-                "misses": r.misses,
-                "invocations": r.invocations,
-                "error": r.error,
-            }
-            for r in result.reports
-        ],
-        "results": to_json(result.merged),
-    }
-
-
-def summary_text(result: Any, stats: bool) -> str:
-    """What a scan prints after its findings: a line of counts, each failure, ``--stats``."""
-    out = io.StringIO()
-    counts = {level: 0 for level in reversed(LEVELS)}
-    for m in result.merged:
-        counts[m.finding.level] += 1
-    shown = ", ".join(f"{n} {level}" for level, n in counts.items() if n) or "none"
-    head = f"scanned {result.base_commit[:12]} with {len(result.reports)} scanner(s)"
-    if result.failed:  # a failed scanner found nothing we know of: never "0 findings"
-        names = ", ".join(r.name for r in result.failed)
-        others = len(result.reports) - len(result.failed)
-        print(
-            f"scan FAILED: {len(result.failed)} of {len(result.reports)} scanner(s) failed "
-            f"({names}); {head}"
-            + (f", the other {others} found {len(result.merged)} ({shown})" if others else ""),
-            file=out,
-        )
-    else:
-        print(f"{head}: {len(result.merged)} finding(s) ({shown})", file=out)
-    for report in result.reports:
-        if report.error is not None:
-            print(f"  {report.name}: FAILED: {report.error}", file=out)
-        if stats:
-            print(
-                f"  {report.name}: {report.hits} cached, {report.misses} scanned "
-                f"({report.invocations} process(es)), {len(report.findings)} reported",
-                file=out,
-            )
-    return out.getvalue()

@@ -315,7 +315,7 @@ def _findings_document(memo: Mapping[str, Any]) -> str:
 
 
 def _summary(memo: Mapping[str, Any], code: int, output: str | None) -> str:
-    """The ``--json`` document, compact, as scan.cli.summary's."""
+    """The ``--json`` document, compact, as scan.sarif.summary's."""
     shown = "null" if output is None else _json_text(path_text(output))
     return _SUMMARY % (
         memo["scan_id"],

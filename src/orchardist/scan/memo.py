@@ -27,7 +27,7 @@ from .engine import MAX_CACHE_ENTRIES, Scanner, ScanResult
 from .findings import level_rank
 from .hit import MEMO_SCHEMA, code_stamp, file_stamp, where_key
 from .profiles import ScannerProfile
-from .sarif import render, to_json
+from .sarif import render, summary, summary_text, to_json
 
 
 def remember(
@@ -69,8 +69,6 @@ def remember(
 
 def _outputs(hit: ScanResult, plan: Plan, repo: Repo) -> dict[str, Any]:
     """What a scan answered from the cache prints and writes, rendered as the full scan does."""
-    from .cli import summary, summary_text  # (cli imports this module lazily too)
-
     document = summary(hit, 0, None)
     ignored = io.StringIO()
     tell_ignored(plan.ignored, ignored)

@@ -9,6 +9,7 @@ scanner (plan order) that reported it, with the others listed in its ``propertie
 
 from __future__ import annotations
 
+import io
 import json
 from collections import defaultdict
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from typing import Any
 
 from .. import safeio
 from ..errors import UsageError
-from .findings import Finding, ToolInfo
+from .findings import LEVELS, Finding, ToolInfo
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 FINGERPRINT_KEY = "orchardist/v1"
@@ -199,3 +200,66 @@ def write_whole(path: Path, text: str) -> None:
         safeio.write_whole(path, (text + "\n").encode("utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+# -- what a scan prints besides its findings ------------------------------------------
+
+
+def summary(result: Any, code: int, output: Path | None) -> dict[str, Any]:
+    """The ``--json`` document."""
+    levels = {level: 0 for level in reversed(LEVELS)}
+    for m in result.merged:
+        levels[m.finding.level] += 1
+    return {
+        "scan": result.scan_id,
+        "base": result.base_commit,
+        "exit_code": code,
+        "output": None if output is None else str(output),
+        "findings": len(result.merged),
+        "failed": [r.name for r in result.failed],
+        "levels": levels,
+        "scanners": [
+            {
+                "name": r.name,
+                "findings": sum(m.scanner == r.name for m in result.merged),
+                "reported": len(r.findings),
+                "hits": r.hits,
+                "misses": r.misses,
+                "invocations": r.invocations,
+                "error": r.error,
+            }
+            for r in result.reports
+        ],
+        "results": to_json(result.merged),
+    }
+
+
+def summary_text(result: Any, stats: bool) -> str:
+    """What a scan prints after its findings: a line of counts, each failure, ``--stats``."""
+    out = io.StringIO()
+    counts = {level: 0 for level in reversed(LEVELS)}
+    for m in result.merged:
+        counts[m.finding.level] += 1
+    shown = ", ".join(f"{n} {level}" for level, n in counts.items() if n) or "none"
+    head = f"scanned {result.base_commit[:12]} with {len(result.reports)} scanner(s)"
+    if result.failed:  # a failed scanner found nothing we know of: never "0 findings"
+        names = ", ".join(r.name for r in result.failed)
+        others = len(result.reports) - len(result.failed)
+        print(
+            f"scan FAILED: {len(result.failed)} of {len(result.reports)} scanner(s) failed "
+            f"({names}); {head}"
+            + (f", the other {others} found {len(result.merged)} ({shown})" if others else ""),
+            file=out,
+        )
+    else:
+        print(f"{head}: {len(result.merged)} finding(s) ({shown})", file=out)
+    for report in result.reports:
+        if report.error is not None:
+            print(f"  {report.name}: FAILED: {report.error}", file=out)
+        if stats:
+            print(
+                f"  {report.name}: {report.hits} cached, {report.misses} scanned "
+                f"({report.invocations} process(es)), {len(report.findings)} reported",
+                file=out,
+            )
+    return out.getvalue()
