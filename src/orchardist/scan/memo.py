@@ -27,7 +27,7 @@ from .engine import MAX_CACHE_ENTRIES, Scanner, ScanResult
 from .findings import level_rank
 from .hit import MEMO_SCHEMA, code_stamp, file_stamp, where_key
 from .profiles import ScannerProfile
-from .sarif import render, summary, summary_text, to_json
+from .sarif import render, summary, summary_text
 
 
 def remember(
@@ -73,17 +73,20 @@ def _outputs(hit: ScanResult, plan: Plan, repo: Repo) -> dict[str, Any]:
     ignored = io.StringIO()
     tell_ignored(plan.ignored, ignored)
     plain = summary_text(hit, False)
+    levels = document["levels"]
     return {
         "findings": len(hit.merged),
         "ignored": ignored.getvalue(),
         "sarif": render(hit, "sarif", repo.root),
         "table": render(hit, "table", repo.root),
-        "results": _compact(to_json(hit.merged)),
-        "levels": _compact(document["levels"]),
+        "results": _compact(document["results"]),
+        "levels": _compact(levels),
         "scanners": _compact(document["scanners"]),
-        "failing": {
-            level: sum(level_rank(m.finding.level) >= level_rank(level) for m in hit.merged)
-            for level in ("error", "warning", "note")
+        "failing": {  # findings at or above each --fail-on
+            fail_on: sum(
+                n for level, n in levels.items() if level_rank(level) >= level_rank(fail_on)
+            )
+            for fail_on in ("error", "warning", "note")
         },
         "summary": plain,
         "stats": summary_text(hit, True)[len(plain) :],
