@@ -252,3 +252,19 @@ def test_a_hit_writes_into_a_fifo_in_place(scanned: tuple[Path, Path, Path]) -> 
     assert code == 0
     assert len(json.loads(got[0])["runs"][0]["results"]) == 6
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_memo_it_cannot_read_goes_to_the_full_scan(scanned: tuple[Path, Path, Path]) -> None:
+    # Given a memo whose bytes are not a memo (another version's, or damaged)
+    repo = scanned[0]
+    db = sqlite3.connect(repo / ".git" / "orchardist" / "state.db")
+    with db:
+        db.execute("update scan_cache set value = x'00ff' where key like 'scan-memo %'")
+    db.close()
+
+    # When the same commit is scanned, then the memo answers nothing, with no traceback
+    assert hit.answer(["scan.toml", "--json"]) is None
+
+    # and the full scan answers from the cache, and leaves a memo that answers again
+    assert run(repo)["scanners"][0]["hits"] == 6
+    assert hit.answer(["scan.toml", "-o", "out.sarif"]) == 0

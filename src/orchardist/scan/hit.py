@@ -69,8 +69,10 @@ def answer(argv: Sequence[str]) -> int | None:
         return None
     try:
         found = _lookup(options)
-    except (OSError, ValueError, EOFError, KeyError, TypeError, sqlite3.Error):
-        return None
+    except KeyboardInterrupt:
+        return 130  # cli.options.EXIT_INTERRUPTED, whose module is not imported here
+    except Exception:  # a store, memo or git it cannot read: the full scan's to tell
+        return None  # (nothing was committed: the transaction is rolled back with it)
     if found is None:
         return None
     memo, dirty = found
@@ -79,6 +81,8 @@ def answer(argv: Sequence[str]) -> int | None:
     except BrokenPipeError:  # `orchardist scan | head`: the reader left; so do we, quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        return 130
 
 
 # -- the command line --------------------------------------------------------------------
