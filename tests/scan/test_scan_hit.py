@@ -24,6 +24,7 @@ from test_scan_engine import commit_change, todo_plan
 from test_scan_version import asked, version_tool
 
 from orchardist.cli import main as full_scan
+from orchardist.git.env import FIXED_CONFIG, config_env, git_env
 from orchardist.git.repo import Repo
 from orchardist.scan import hit
 from orchardist.scan.engine import scan_root
@@ -268,3 +269,18 @@ def test_a_memo_it_cannot_read_goes_to_the_full_scan(scanned: tuple[Path, Path, 
     # and the full scan answers from the cache, and leaves a memo that answers again
     assert run(repo)["scanners"][0]["hits"] == 6
     assert hit.answer(["scan.toml", "-o", "out.sarif"]) == 0
+
+
+def test_the_hit_path_runs_git_as_orchardist_does(tmp_path: Path) -> None:
+    # Given orchardist's own git environment for a repository (carried settings aside)
+    repo = make_repo(tmp_path / "repo")
+    ours = git_env(repo, identity=False)
+
+    # Then the hit path's git gets the same fixed settings and the same quiet environment
+    assert hit.FIXED_CONFIG == FIXED_CONFIG
+    theirs = hit._Child.environment()
+    for name in ("GIT_TERMINAL_PROMPT", "GIT_OPTIONAL_LOCKS", "LC_ALL", "GIT_CONFIG_NOSYSTEM"):
+        assert theirs[name] == ours[name]
+    assert {k: v for k, v in theirs.items() if k.startswith("GIT_CONFIG_")} == {
+        k: v for k, v in config_env(FIXED_CONFIG).items()
+    } | {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}

@@ -43,7 +43,15 @@ FORMATS = ("sarif", "json", "table")
 # the code whose behaviour a memo records: a change to any of these files makes it stale
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CODE = ("scan", "plan", "config.py", "specs.py", "errors.py", "state/store.py")
-# orchardist's own git (git.env's): nothing configured runs, the output is not translated
+# orchardist's own git (git.env's git_env, whose module is not imported here; a test keeps
+# them the same): no system or global configuration, nothing configured runs, output in C
+FIXED_CONFIG = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.attributesFile", "/dev/null"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+)
 _GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_OPTIONAL_LOCKS": "0",
@@ -51,9 +59,9 @@ _GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_CONFIG_GLOBAL": "/dev/null",
     "GIT_ATTR_NOSYSTEM": "1",
-    "GIT_CONFIG_COUNT": "1",
-    "GIT_CONFIG_KEY_0": "core.fsmonitor",
-    "GIT_CONFIG_VALUE_0": "false",
+    "GIT_CONFIG_COUNT": str(len(FIXED_CONFIG)),
+    **{f"GIT_CONFIG_KEY_{n}": key for n, (key, _) in enumerate(FIXED_CONFIG)},
+    **{f"GIT_CONFIG_VALUE_{n}": value for n, (_, value) in enumerate(FIXED_CONFIG)},
 }
 _SUMMARY = (
     '{"scan":"%s","base":"%s","exit_code":%d,"output":%s,"findings":%d,"failed":[],'
@@ -251,8 +259,7 @@ class _Child:
     without importing subprocess (it takes longer than git runs)."""
 
     def __init__(self, argv: list[str]) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-        env.update(_GIT_ENV)
+        env = self.environment()
         self.fd, write = os.pipe()
         null = os.open(os.devnull, os.O_RDWR)
         try:
@@ -265,6 +272,13 @@ class _Child:
         finally:
             os.close(write)
             os.close(null)
+
+    @staticmethod
+    def environment() -> dict[str, str]:
+        """The user's environment without its ``GIT_*`` variables, and orchardist's git's."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env.update(_GIT_ENV)
+        return env
 
     def result(self) -> tuple[int, str]:
         """Its exit code and its output."""
