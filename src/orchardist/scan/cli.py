@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 import threading
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import OrchardistError, UsageError
 from .findings import level_rank
 from .hit import DEFAULT_PLANS
-from .sarif import render, summary, summary_text, write_whole
+from .sarif import Rendering, summary_json, summary_text, write_whole
 
 if TYPE_CHECKING:  # the fix run is imported only for --fix
     from .fix_run import DriveRun
@@ -134,7 +133,8 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
         result = scanner.scan(profiles, base, plan.run.workdir, commit=commit)
     finally:
         dirty.join()
-    remember(args, plan, repo, scanner, profiles, result)  # for the next scan of this commit
+    rendering = Rendering(result, repo.root)
+    remember(args, plan, repo, scanner, profiles, rendering)  # for the next scan of this commit
     if args.fix:
         from ..runs.start import Workspace
         from .fix_run import fix_findings
@@ -142,7 +142,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
         ws = Workspace.open(plan.repo)
         return fix_findings(args, plan, ws, scanner, profiles, result, drive)
     fmt = args.format or ("sarif" if args.output else "table")
-    document = render(result, fmt, repo.root)
+    document = rendering.document(fmt)
     if args.output is not None:
         write_whole(args.output, document)
     elif not args.json:
@@ -152,7 +152,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     if args.json:
         # compact, as the findings are: with every result in it, indenting took longer than
         # a cached scan's lookups
-        print(json.dumps(summary(result, code, args.output), separators=(",", ":")))
+        print(summary_json(result, code, args.output, rendering))
     else:
         out = sys.stdout if args.output is not None or fmt == "table" else sys.stderr
         out.write(summary_text(result, args.stats))

@@ -27,7 +27,7 @@ from .engine import MAX_CACHE_ENTRIES, Scanner, ScanResult
 from .findings import level_rank
 from .hit import MEMO_SCHEMA, code_stamp, file_stamp, where_key
 from .profiles import ScannerProfile
-from .sarif import render, summary, summary_text
+from .sarif import Rendering, summary, summary_text
 
 
 def remember(
@@ -36,9 +36,11 @@ def remember(
     repo: Repo,
     scanner: Scanner,
     profiles: Sequence[ScannerProfile],
-    result: ScanResult,
+    rendering: Rendering,
 ) -> None:
-    """Store the memo of this scan, when a later one can be answered by it."""
+    """Store the memo of this scan (``rendering``'s result), when a later one can be answered
+    by it."""
+    result: ScanResult = rendering.result
     if not _memorable(args, scanner, profiles, result):
         return
     plan_bytes = plan.path.read_bytes()
@@ -60,14 +62,14 @@ def remember(
         "files": [[str(p), file_stamp(str(p))] for p in config_files],
         "keys": list(dict.fromkeys(scanner.keys_used)),
         "events": _events(hit),
-        **_outputs(hit, plan, repo),
+        **_outputs(hit, plan, rendering),
     }
     key = where_key(str(plan.path), args.scanner, args.base)
     row = (key, "", marshal.dumps(memo))
     scanner.store.scan_cache_put([row], scanner.clock(), MAX_CACHE_ENTRIES)
 
 
-def _outputs(hit: ScanResult, plan: Plan, repo: Repo) -> dict[str, Any]:
+def _outputs(hit: ScanResult, plan: Plan, rendering: Rendering) -> dict[str, Any]:
     """What a scan answered from the cache prints and writes, rendered as the full scan does."""
     document = summary(hit, 0, None)
     ignored = io.StringIO()
@@ -77,9 +79,9 @@ def _outputs(hit: ScanResult, plan: Plan, repo: Repo) -> dict[str, Any]:
     return {
         "findings": len(hit.merged),
         "ignored": ignored.getvalue(),
-        "sarif": render(hit, "sarif", repo.root),
-        "table": render(hit, "table", repo.root),
-        "results": _compact(document["results"]),
+        "sarif": rendering.document("sarif", hit.reports),
+        "table": rendering.document("table"),
+        "results": rendering.findings(),
         "levels": _compact(levels),
         "scanners": _compact(document["scanners"]),
         "failing": {  # findings at or above each --fail-on
