@@ -440,9 +440,10 @@ class Store:
         return found
 
     def scan_cache_put(
-        self, rows: Sequence[tuple[str, str, str]], now: float, max_entries: int
+        self, rows: Sequence[tuple[str, str, str | bytes]], now: float, max_entries: int
     ) -> None:
-        """Store ``(key, scanner, value)`` rows; the least recently used beyond the bound go."""
+        """Store ``(key, scanner, value)`` rows; the least recently used beyond the bound go.
+        (A value is a findings document, or, for scan.hit's memos, bytes.)"""
         with self.transaction() as tx:
             tx.execute_many(
                 "insert or replace into scan_cache (key, scanner, value, used_at) "
