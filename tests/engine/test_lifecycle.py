@@ -119,11 +119,14 @@ class World:
         with self.ledger.tx() as tx:
             self.life.restore(tx, {})
 
-    def attempt(self, task_id: str, state: AttemptState, verify: tuple[str, ...] = ()) -> Outcome:
+    def attempt(
+        self, task_id: str, state: AttemptState, verify: tuple[str, ...] = (), candidate: int = 0
+    ) -> Outcome:
         """Attempt n of a task by the bot, started from the train's tip, ended in ``state``."""
         n, tip = self.rounds.next_attempt(task_id), self.train.tip
-        job = AttemptJob(f"{task_id}.{n}", "r", task_id, n, 0, tip, f"{task_id}'s title", "",
-                         self.profile, verify, ".", 9.0, task_id, "m")  # fmt: skip
+        title = f"{task_id}'s title"
+        job = AttemptJob(f"{task_id}.{n}", "r", task_id, n, candidate, tip, title, "", self.profile,
+                         verify, ".", 9.0, task_id, "m")  # fmt: skip
         outcome = Outcome(job, state, 0.0, 1.0, failure=Failure.VERIFY_FAILED,
                           detail="tests fail", patch_commit=BASE)  # fmt: skip
         with self.ledger.tx() as tx:  # started and ended, as the loop records them
@@ -608,3 +611,66 @@ def test_a_change_request_marks_the_reviewed_winner_lost_and_an_approval_ends_th
     # Then: its re-run is a round of all its candidates again, the request done with
     ready = list(iter(lambda: world.rounds.ready.pop(lambda pool: True), None))
     assert ready == [Unit("a", 0), Unit("a", 1)]
+
+
+# -- rounds decided, runs restored --------------------------------------------------------------
+
+
+def test_a_decided_round_records_each_candidates_selection_and_the_winners_event() -> None:
+    world = World(candidates=2)
+    world.start()
+    lost_one = world.attempt("a", AttemptState.FAILED)
+    winner = world.attempt("a", AttemptState.PASSED, candidate=1)
+    picks = ((lost_one, "lost: tests fail"), (winner, "won: smallest"))
+    world.decide(Decision("a", winner, "the smallest patch", picks))
+    attempts = {r.n: (r.won, r.selection) for r in world.store.attempts("r", "a")}
+    assert attempts == {1: (False, "lost: tests fail"), 2: (True, "won: smallest")}
+    (round_won,) = [e for e in world.store.events("r") if e.kind == "round"]
+    assert (round_won.task_id, round_won.attempt) == ("a", 2)
+    assert dict(round_won.data) == {"state": "won", "candidate": 1, "reason": "the smallest patch"}
+
+
+def test_a_final_decision_fails_the_task_at_once_whatever_retries_are_left() -> None:
+    world = World()  # a has one retry
+    world.start()
+    outcome = world.attempt("a", AttemptState.FAILED)
+    picks = ((outcome, "failed"),)
+    final = Decision("a", None, "", picks, Failure.VERIFY_FAILED, "passes on the base", final=True)
+    world.decide(final)
+    assert world.state("a") is TaskState.FAILED and world.retries == []
+
+
+def test_a_resumed_run_requeues_merging_winners_restarts_the_rest_and_keeps_what_ended() -> None:
+    # Given: z landed; a landed and was sent back to verify its patch again (b, its dependent,
+    # had started); m won and waits to merge, c waits for it; q's winner conflicted; k was
+    # cancelled
+    deps: dict[str, tuple[str, ...]] = {
+        "z": (), "a": (), "b": ("a",), "m": (), "c": ("m",), "k": (), "q": (),
+    }  # fmt: skip
+    world = World(deps=deps)
+    world.start()
+    land(world, "z")
+    land(world, "a")
+    with world.ledger.tx() as tx:
+        world.life.rerun(tx, "a", "the tip moved")
+        tx.state("k", TaskState.CANCELLED)
+    won(world, "m")
+    step(world, Conflict(queued(world, "q"), ("x.py",)))
+    assert world.state("a") is TaskState.MERGING and world.state("b") is TaskState.READY
+    winners = {t: world.store.attempts("r", t)[-1] for t in ("a", "m", "q")}
+    # When: the run resumes (the train forgot its queue, the rounds their ready candidates)
+    world.train.halt()
+    list(iter(lambda: world.rounds.ready.pop(lambda pool: True), None))
+    world.life.count_waiting(lambda task_id: world.state(task_id) is TaskState.DONE)
+    with world.ledger.tx() as tx:
+        world.life.restore(tx, winners)
+    # Then: the merging winners queue again; q and the cancelled k start rounds; b and c wait
+    assert sorted(o.job.task_id for o in world.train.queue) == ["a", "m"]
+    ready = list(iter(lambda: world.rounds.ready.pop(lambda pool: True), None))
+    assert sorted(u.task_id for u in ready) == ["k", "q"]
+    assert {t: world.state(t) for t in "zbck"} == {
+        "z": TaskState.DONE,
+        "b": TaskState.PENDING,
+        "c": TaskState.PENDING,
+        "k": TaskState.READY,
+    }
