@@ -30,7 +30,7 @@ from orchardist.engine.regression import Culprit, Rewind
 from orchardist.engine.review import Gate
 from orchardist.engine.rounds import Decision, Rounds, Unit
 from orchardist.executors import AttemptJob, Outcome
-from orchardist.pipelines.expand import Pipelines
+from orchardist.pipelines.expand import Pipelines, expand
 from orchardist.plan.graph import Graph
 from orchardist.seams import Prepared
 from orchardist.specs import Plan, Review, RunConfig, TaskSpec
@@ -60,9 +60,10 @@ class World:
         review: Review = Review.AUTO,
         candidates: int = 1,
         deps: dict[str, tuple[str, ...]] | None = None,
+        pipeline: str | None = None,
     ) -> None:
         deps = deps or {"a": (), "b": ("a",), "c": ("b",)}
-        tasks = tuple(
+        tasks: tuple[TaskSpec, ...] = tuple(
             TaskSpec(
                 id=t,
                 title=t,
@@ -73,10 +74,13 @@ class World:
                 retries=1,
                 review=review,
                 candidates=candidates,
+                pipeline=pipeline,
             )
             for i, (t, d) in enumerate(deps.items())
         )
         self.profile = profile = AgentProfile("bot", "shell", options={"command": "false"})
+        tasks, _ = expand(tasks, {"bot": profile})  # a pipeline task as its stage tasks
+        deps = {t.id: t.depends_on for t in tasks}
         self.plan = Plan(Path("/x/plan.toml"), Path("/x"), RunConfig(), {"bot": profile}, tasks, "")
         self.store = Store.in_memory()
         run = Run("r", "plan.toml", "", "/x", BASE, "orchardist/r", RunState.RUNNING, 0.0)
@@ -674,3 +678,39 @@ def test_a_resumed_run_requeues_merging_winners_restarts_the_rest_and_keeps_what
         "c": TaskState.PENDING,
         "k": TaskState.READY,
     }
+
+
+# -- a fix pipeline's shot ------------------------------------------------------------------------
+
+
+def test_a_shot_that_fails_verify_escalates_to_the_debug_stages_with_its_output() -> None:
+    # Given: a fix pipeline, its single shot started (a shot has no retries)
+    world = World(deps={"bug": ()}, pipeline="fix")
+    world.start()
+    assert world.state("bug.shot") is TaskState.READY
+    # When: its round fails verification
+    outcome = world.attempt("bug.shot", AttemptState.FAILED)
+    world.decide(Decision("bug.shot", None, "", ((outcome, "failed"),), Failure.VERIFY_FAILED,
+                          "tests fail", feedback="E assert 1 == 2"))  # fmt: skip
+    # Then: the shot is skipped, counted, and the debug stages start with its output
+    shot = world.ledger.tasks["bug.shot"]
+    assert (shot.state, shot.failures) == (TaskState.SKIPPED, 1)
+    assert shot.reason == "escalated to the debug pipeline: verify_failed: tests fail"
+    (escalated,) = [e for e in world.store.events("r") if e.kind == "escalation"]
+    assert (escalated.task_id, escalated.attempt) == ("bug", None)
+    assert dict(escalated.data) == {"state": "escalated", "to": "debug", "shot": "bug.shot",
+                                    "detail": "verify_failed: tests fail",
+                                    "output": "E assert 1 == 2"}  # fmt: skip
+    assert world.state("bug.reproduce") is TaskState.READY
+    assert world.state("bug") is TaskState.PENDING
+
+
+def test_a_shot_whose_agent_crashed_fails_as_any_task_and_blocks_the_pipeline() -> None:
+    world = World(deps={"bug": ()}, pipeline="fix")
+    world.start()
+    outcome = world.attempt("bug.shot", AttemptState.FAILED)
+    world.decide(Decision("bug.shot", None, "", ((outcome, "failed"),), Failure.AGENT_ERROR,
+                          "exit 1"))  # fmt: skip
+    assert world.state("bug.shot") is TaskState.FAILED
+    assert world.ledger.tasks["bug.shot"].reason == "agent_error: exit 1"
+    assert world.state("bug.reproduce") is world.state("bug") is TaskState.BLOCKED
