@@ -60,7 +60,7 @@ class World:
         review: Review = Review.AUTO,
         candidates: int = 1,
         deps: dict[str, tuple[str, ...]] | None = None,
-        pipeline: str | None = None,
+        fixes: frozenset[str] = frozenset(),
     ) -> None:
         deps = deps or {"a": (), "b": ("a",), "c": ("b",)}
         tasks: tuple[TaskSpec, ...] = tuple(
@@ -74,7 +74,7 @@ class World:
                 retries=1,
                 review=review,
                 candidates=candidates,
-                pipeline=pipeline,
+                pipeline="fix" if t in fixes else None,
             )
             for i, (t, d) in enumerate(deps.items())
         )
@@ -376,7 +376,7 @@ def test_a_retry_says_when_it_is_due_and_the_next_attempt_is_told_why_the_last_o
                      "reason": "tests fail"}  # fmt: skip
     assert world.ledger.tasks["a"].reason == "tests fail"
     # And: the next attempt's brief tells what failed
-    assert "tests fail" in next_prompt(world, "a")
+    assert "Why: tests fail\n" in next_prompt(world, "a")
 
 
 def test_a_round_lost_without_a_named_failure_fails_for_good_as_failed() -> None:
@@ -407,23 +407,27 @@ def test_a_rewind_re_runs_the_culprit_replays_later_merges_and_releases_dependen
 ):
     # Given: z, then a (the culprit to be), x and b (a's dependent) landed in that order;
     # c, which needs b and z, is running
-    deps: dict[str, tuple[str, ...]] = {"z": (), "a": (), "x": (), "b": ("a",), "c": ("b", "z")}
+    deps: dict[str, tuple[str, ...]] = {
+        "z": (), "a": (), "x": (), "b": ("a",), "c": ("b", "z"), "d": ("a",),
+    }  # fmt: skip
     world = World(deps=deps)
     world.start()
     for task_id in "zaxb":
         land(world, task_id)
+    won(world, "d")  # d, which needs a too, waits to merge
     commits = {t: world.ledger.tasks[t].commit or "" for t in "axb"}
     assert world.state("c") is TaskState.READY
     culprit_attempt = world.store.attempts("r", "a")[-1].n
     # When: the regression check names a's merge and the run rewinds past it
     replay = tuple((commits[t], t) for t in "axb")
-    plan = Rewind(Culprit(commits["a"], 1, "boom"), "a", replay, frozenset("bc"))
+    plan = Rewind(Culprit(commits["a"], 1, "boom"), "a", replay, frozenset("bcd"))
     with world.ledger.tx() as tx:
         world.life.replay(tx, plan)
     # Then: a runs again, told why, and its merged attempt is marked as taken off the branch
     assert world.state("a") is TaskState.READY and world.ledger.tasks["a"].reruns == 1
     assert world.ledger.tasks["a"].reason == f"regression culprit (commit {commits['a'][:12]})"
-    assert "the regression check failed after this task was merged" in next_prompt(world, "a")
+    why = "Why: the regression check failed after this task was merged\n"
+    assert why in next_prompt(world, "a")
     assert "boom" in next_prompt(world, "a")
     (undone,) = [r for r in world.store.attempts("r", "a") if r.n == culprit_attempt]
     assert (undone.state, undone.failure, undone.won) == (
@@ -437,8 +441,8 @@ def test_a_rewind_re_runs_the_culprit_replays_later_merges_and_releases_dependen
     assert world.ledger.tasks["x"].reason == "replayed after rewind"
     assert [o.job.task_id for o in world.train.queue] == ["x"]
     assert world.state("z") is TaskState.DONE
-    # And: b waits for a's re-run; c, running, is stopped and waits too
-    assert world.state("b") is world.state("c") is TaskState.PENDING
+    # And: b waits for a's re-run; c, running, and d, merging, are stopped and wait too
+    assert world.state("b") is world.state("c") is world.state("d") is TaskState.PENDING
     assert world.ledger.tasks["b"].reason == "waits for a re-run"
     assert world.ledger.tasks["c"].reason == "waits for a re-run dependency"
     assert ("c", "a dependency was taken off the run branch") in world.cancelled
@@ -524,14 +528,14 @@ def test_a_merged_tree_that_fails_verify_re_runs_its_task_told_why_unless_the_ru
     assert world.state("x") is TaskState.MERGING
     # When: a's merged tree fails while the run goes on, it runs again, told why
     step(world, VerifyFailed(winners["a"], failed["a"]))
-    assert [(t, d) for t, _, d in merge_events(world)] == [
-        ("x", {"state": "failed", "detail": "2 tests fail"}),
-        ("a", {"state": "failed", "detail": "2 tests fail"}),
+    assert merge_events(world) == [
+        ("x", 1, {"state": "failed", "detail": "2 tests fail"}),
+        ("a", 1, {"state": "failed", "detail": "2 tests fail"}),
     ]
     assert world.state("a") is TaskState.READY and world.ledger.tasks["a"].reruns == 1
     assert world.ledger.tasks["a"].reason == "merged tree failed verify: 2 tests fail"
     prompt = next_prompt(world, "a")
-    assert "after merging with the moved run branch: 2 tests fail" in prompt
+    assert "Why: after merging with the moved run branch: 2 tests fail\n" in prompt
     assert "E assert 1 == 2" in prompt
 
 
@@ -597,9 +601,11 @@ def test_a_rejection_without_a_word_says_only_who_rejected() -> None:
 
 
 def test_a_change_request_marks_the_reviewed_winner_lost_and_an_approval_ends_the_request() -> None:
-    # Given: a reviewed task of two candidates; changes are asked of its winner
-    world = World(review=Review.HUMAN, candidates=2)
+    # Given: a reviewed task of two candidates (beside another, which ran too); changes are
+    # asked of its winner
+    world = World(review=Review.HUMAN, candidates=2, deps={"a": (), "x": ()})
     world.start()
+    world.attempt("x", AttemptState.FAILED)
     won(world, "a")
     world.apply(world.review("a", 1, ReviewDecision(Verdict.CHANGES, "Use three.", who="ann")))
     (reviewed,) = world.store.attempts("r", "a")
@@ -685,7 +691,7 @@ def test_a_resumed_run_requeues_merging_winners_restarts_the_rest_and_keeps_what
 
 def test_a_shot_that_fails_verify_escalates_to_the_debug_stages_with_its_output() -> None:
     # Given: a fix pipeline, its single shot started (a shot has no retries)
-    world = World(deps={"bug": ()}, pipeline="fix")
+    world = World(deps={"bug": ()}, fixes=frozenset({"bug"}))
     world.start()
     assert world.state("bug.shot") is TaskState.READY
     # When: its round fails verification
@@ -706,7 +712,7 @@ def test_a_shot_that_fails_verify_escalates_to_the_debug_stages_with_its_output(
 
 
 def test_a_shot_whose_agent_crashed_fails_as_any_task_and_blocks_the_pipeline() -> None:
-    world = World(deps={"bug": ()}, pipeline="fix")
+    world = World(deps={"bug": ()}, fixes=frozenset({"bug"}))
     world.start()
     outcome = world.attempt("bug.shot", AttemptState.FAILED)
     world.decide(Decision("bug.shot", None, "", ((outcome, "failed"),), Failure.AGENT_ERROR,
@@ -714,3 +720,40 @@ def test_a_shot_whose_agent_crashed_fails_as_any_task_and_blocks_the_pipeline() 
     assert world.state("bug.shot") is TaskState.FAILED
     assert world.ledger.tasks["bug.shot"].reason == "agent_error: exit 1"
     assert world.state("bug.reproduce") is world.state("bug") is TaskState.BLOCKED
+
+
+def test_a_shot_that_lands_skips_the_debug_stages_and_its_task_done_releases_dependents() -> None:
+    world = World(deps={"bug": (), "after": ("bug",)}, fixes=frozenset({"bug"}))
+    world.start()
+    commit = land(world, "bug.shot")
+    skipped = [world.ledger.tasks[f"bug.{s}"] for s in ("reproduce", "audit", "localize")]
+    assert [(r.state, r.reason) for r in skipped] == [
+        (TaskState.SKIPPED, "the single shot landed")
+    ] * 3
+    assert world.state("bug") is TaskState.DONE
+    assert (
+        world.ledger.tasks["bug"].reason
+        == f"landed by its single shot (bug.shot, commit {commit[:12]})"
+    )
+    assert world.state("after") is TaskState.READY
+
+
+def test_a_culprit_that_fails_for_good_blocks_its_replayed_dependent_and_drops_its_patch() -> None:
+    # Given: a and b (which needs a) landed; a rewind past a parks b's patch for a replay
+    world = World()
+    world.start()
+    commits = {t: land(world, t) for t in "ab"}
+    replay = tuple((commits[t], t) for t in "ab")
+    with world.ledger.tx() as tx:
+        world.life.replay(
+            tx, Rewind(Culprit(commits["a"], 1, "boom"), "a", replay, frozenset("bc"))
+        )
+    assert "b" in world.train.parked
+    # When: a's re-runs give up
+    for _ in range(3):
+        with world.ledger.tx() as tx:
+            world.life.rerun(tx, "a", "regression culprit")
+    # Then: b and c are blocked, and b's patch waits for no replay
+    assert world.state("a") is TaskState.FAILED
+    assert world.state("b") is world.state("c") is TaskState.BLOCKED
+    assert "b" not in world.train.parked
