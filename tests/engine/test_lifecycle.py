@@ -131,8 +131,9 @@ class World:
         title = f"{task_id}'s title"
         job = AttemptJob(f"{task_id}.{n}", "r", task_id, n, candidate, tip, title, "", self.profile,
                          verify, ".", 9.0, task_id, "m")  # fmt: skip
-        outcome = Outcome(job, state, 0.0, 1.0, failure=Failure.VERIFY_FAILED,
-                          detail="tests fail", patch_commit=BASE)  # fmt: skip
+        failed = state is AttemptState.FAILED
+        outcome = Outcome(job, state, 0.0, 1.0, failure=Failure.VERIFY_FAILED if failed else None,
+                          detail="tests fail" if failed else "", patch_commit=BASE)  # fmt: skip
         with self.ledger.tx() as tx:  # started and ended, as the loop records them
             tx.add_attempt(started(job, "bot", 0.0, ""))
             tx.ended(outcome, state)
@@ -757,3 +758,23 @@ def test_a_culprit_that_fails_for_good_blocks_its_replayed_dependent_and_drops_i
     assert world.state("a") is TaskState.FAILED
     assert world.state("b") is world.state("c") is TaskState.BLOCKED
     assert "b" not in world.train.parked
+
+
+def test_a_rewind_past_its_dependency_withdraws_a_winner_awaiting_review() -> None:
+    # Given: reviewed tasks; a was approved and landed, b's winner waits for a person
+    world = World(review=Review.HUMAN)
+    world.start()
+    won(world, "a")
+    world.apply(world.review("a", 1, ReviewDecision(Verdict.APPROVE, who="ann")))
+    step = world.train.next(lambda task_id: True)
+    assert isinstance(step, Merged) and step.commit is not None
+    with world.ledger.tx() as tx:
+        world.life.merge_step(tx, step, stopping=False)
+    won(world, "b")
+    assert world.state("b") is TaskState.AWAITING_REVIEW and list(world.gate.awaiting) == ["b"]
+    # When: a's merge is taken off the branch
+    culprit = Rewind(Culprit(step.commit, 1, "boom"), "a", ((step.commit, "a"),), frozenset("bc"))
+    with world.ledger.tx() as tx:
+        world.life.replay(tx, culprit)
+    # Then: b waits for a again, and no longer for a person: its patch was made on what went
+    assert world.state("b") is TaskState.PENDING and world.gate.awaiting == {}
