@@ -15,8 +15,7 @@ from typing import Any
 
 from orchardist import Workspace, status_document
 from orchardist.confine.paths import repo_key, workdir_root
-from orchardist.confine.procs import processes_with_env
-from support import git
+from support import git, processes_with_env
 
 ORCHARDIST = [sys.executable, "-m", "orchardist"]
 

@@ -13,8 +13,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-SHELLS = ("bash", "zsh", "fish")
-
 
 @dataclass(frozen=True)
 class Option:

@@ -418,10 +418,6 @@ class Store:
         with self.transaction() as tx:
             tx.execute_many("delete from baselines where key = ?", [(k,) for k in keys])
 
-    def baseline_count(self) -> int:
-        """How many baselines are cached (each one is one real run)."""
-        return int(self._rows("select count(*) as n from baselines")[0]["n"])
-
     # -- scan cache (see scan/cache.py) ----------------------------------------------------
 
     def scan_cache_get(self, keys: Sequence[str], now: float) -> dict[str, str]:
