@@ -27,7 +27,7 @@ from ..executors import AttemptJob, Executor, Outcome, Phase
 from ..pipelines.expand import Pipelines
 from ..plan.graph import Graph
 from ..seams import Integrator, Store
-from ..specs import Plan, TaskSpec
+from ..specs import Plan, Review, TaskSpec
 from ..state.events import AttemptEvent, BreakerEvent, Kind, MergeEvent, RegressionEvent, RunEvent
 from ..state.records import AttemptState, Failure, Run, RunState, TaskState, checked_usage
 from .hooks import Hooks
@@ -89,6 +89,7 @@ class Scheduler:
         self.tasks = self.ledger.tasks  # the same dict: the ledger keeps it in step
         self.active: dict[str, AttemptJob] = {}
         self.train = self._merge_train(plan, run.branch)
+        executor.stacker = self.train.heads  # attempts verified where they will land
         timeout_s = max((t.timeout_s for t in plan.tasks), default=3600.0)
         self.guard = RegressionGuard(plan.run, run.id, run.base_commit, timeout_s, integrator)
         self.briefs = Briefs(plan, run.id)
@@ -126,6 +127,7 @@ class Scheduler:
             cancel=lambda job_id: self.executor.cancel(job_id, "a merge ahead of it failed"),
             reverify=plan.run.reverify,
             ways=self.max_parallel,
+            stacks={t.id for t in plan.tasks if t.candidates == 1 and t.review is Review.AUTO},
         )
 
     # -- the loop ------------------------------------------------------------------------
@@ -292,6 +294,12 @@ class Scheduler:
                     tx.state(job.task_id, TaskState.VERIFYING)
 
     def _attempt_ended(self, outcome: Outcome) -> None:
+        try:
+            self._take_outcome(outcome)
+        finally:
+            self.train.unless_queued(outcome.job.id)
+
+    def _take_outcome(self, outcome: Outcome) -> None:
         job = outcome.job
         if self.active.pop(job.id, None) is None or not isinstance(job, AttemptJob):
             return

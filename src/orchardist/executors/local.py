@@ -32,7 +32,7 @@ from ..state.records import UNFINISHED, AgentProfile, AttemptState, Failure, Usa
 from ..state.store import Store
 from ..verify import reports
 from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier, VerifyRequest
-from . import AttemptJob, Job, Notify, Outcome, Phase
+from . import AttemptJob, Job, Notify, Outcome, Phase, Stacked, Stacker
 from .attempt import Attempt, Work, agent_context, attempt_env, note_ending, verify_commands
 from .baselines import LocalBaselines as LocalBaselines
 from .baselines import keeper, verifying
@@ -91,6 +91,7 @@ class LocalExecutor:
         active = guard_checkout and self.mode is Mode.NONE
         self.confinement = Confinement(repo, self.layout, self.mode, environ, environment)
         self.guard = CheckoutGuard(self._fingerprint, active=active, look=guard_checkout)
+        self.stacker: Stacker | None = None  # the run's speculative head, set by its loop
 
     @classmethod
     def for_run(
@@ -223,13 +224,20 @@ class LocalExecutor:
         finally:
             self.guard.ended(job.id)
 
-    def _on_view(self, a: Attempt, work: Work) -> Outcome:
+    def _on_view(self, a: Attempt, work: Work, own: bool = False) -> Outcome:
         """Verify (or judge) the patch on a fresh view of exactly its tree, made now that the
-        agent has ended (see views.py): nothing it left beside the patch is seen."""
+        agent has ended (see views.py): nothing it left beside the patch is seen. The tree is
+        the patch merged onto the run's head where the stacker puts it there (engine/heads.py;
+        ``own``: on its own base, after failing there)."""
         job = a.agent_job
         view = view_paths(self.layout, job.run_id, job.id)  # removed with the attempt's folder
+        on = None if own or self.stacker is None else self.stacker.stack(job, work.patch)
         try:
-            make_view(self.layout, view, job.start, work.patch, job.run_id)
+            if own:
+                self.layout.remove(view)
+            make_view(
+                self.layout, view, job.start, work.patch if on is None else on.commit, job.run_id
+            )
         except (OrchardistError, OSError) as exc:
             detail = f"cannot make the tree verify runs on: {exc}"
             return a.end(
@@ -242,7 +250,25 @@ class LocalExecutor:
         viewed = replace(a, view=view, cwd=view.tree / job.workdir)
         if job.stage in JUDGED_STAGES:
             return self._judge(viewed, work)
-        return self._verify(viewed, work)
+        if on is None:
+            return self._verify(viewed, work)
+        return self._verify_stacked(viewed, work, on)
+
+    def _verify_stacked(self, a: Attempt, work: Work, on: Stacked) -> Outcome:
+        """Verify the patch merged onto the head. A failure there is verified again on its
+        own base, which judges the attempt as before; passing there, the outcome names the
+        merged tree that failed (the queue re-runs the task instead of landing it there)."""
+        outcome = self._verify(a, work, on)
+        if outcome.state is not AttemptState.PASSED and self.stacker is not None:
+            self.stacker.dropped(a.job.id)
+        if outcome.state is not AttemptState.FAILED:
+            return outcome
+        with a.log.open("a", encoding="utf-8") as fh:
+            fh.write(f"orchardist: failed on {on.commit[:12]}: verified again on its base\n")
+        own = self._on_view(replace(a, view=None, cwd=a.paths.tree / a.job.workdir), work, True)
+        if own.state is not AttemptState.PASSED:
+            return own
+        return replace(own, failed_on=on.commit, feedback=outcome.feedback)
 
     def _run_agent(self, a: Attempt) -> Outcome | Work:
         """Run the job's agent, then take what it did as a patch; an Outcome when that ends
@@ -360,19 +386,23 @@ class LocalExecutor:
             **done,
         )
 
-    def _verify(self, a: Attempt, work: Work) -> Outcome:
-        """Run the verify commands (and the check) on the patch."""
+    def _verify(self, a: Attempt, work: Work, on: Stacked | None = None) -> Outcome:
+        """Run the verify commands (and the check) on the patch (``on``: merged onto the head,
+        its failures judged against the head's outcomes, its own kept as its tree's)."""
         job, paths = a.job, a.checked
         commands, note = verify_commands(self.repo, job, paths.tree, work.patch)
+        if on is not None:
+            note = f"verified on {on.commit[:12]}: the patch on the run's head {on.head[:12]}"
         if note:
             with a.log.open("a", encoding="utf-8") as fh:
                 fh.write(f"orchardist: {note}\n")
-        with verifying(self.baselines, job):
+        stacked = None if on is None else on.commit
+        with verifying(self.baselines, job, stacked):
             verdict = self.verifier.verify(
                 VerifyRequest(
                     commands=commands,
                     check=job.check if isinstance(job, AttemptJob) else None,
-                    baseline=job.baseline,
+                    baseline=job.baseline if on is None else on.head,
                     check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
                     workdir=job.workdir,
                     cwd=a.cwd,
@@ -385,7 +415,7 @@ class LocalExecutor:
                     marker=job.marker,
                     confine=self.confine(paths, network=job.network, hidden=a.hidden),
                     network=job.network,
-                    keep=keeper(self.baselines, job),
+                    keep=keeper(self.baselines, job, stacked),
                 )
             )
         common: dict[str, Any] = {
@@ -394,6 +424,7 @@ class LocalExecutor:
             "usage": work.usage,
             "summary": work.summary,
             "verify_commands": commands,
+            "verified_on": stacked,
         }
         check = job.check if isinstance(job, AttemptJob) else None
         reports.save_reports(paths.junit_dir, commands, check, a.log)  # kept: the folder goes
