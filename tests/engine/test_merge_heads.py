@@ -185,3 +185,15 @@ def test_with_reverify_overlap_no_attempt_is_stacked() -> None:
     run = Run(reverify=Reverify.OVERLAP)
     # Then: attempts are verified on their own base
     assert run.verified("a").verified_on is None
+
+
+def test_a_winner_rebuilt_from_the_store_is_verified_even_on_its_own_base() -> None:
+    # Given: a restart; a's winner rebuilt from the store (where it was verified is not kept)
+    run = Run(tip=BASE)
+    job, patch = run.attempt("a")
+    rebuilt = Outcome(job, AttemptState.PASSED, 0.0, 1.0, patch_commit=patch, verified_on="")
+    # When: it is queued again on a tip that is still its base
+    run.train.enqueue(rebuilt)
+    # Then: its own tree is verified before it lands (its attempt may have seen another)
+    (step,) = run.steps(room=1)
+    assert isinstance(step, NeedsVerify) and run.integrator.tip() == BASE

@@ -64,7 +64,7 @@ class Heads:
         """``patch`` merged onto the head, which it becomes; None when it is verified on its
         own base: the head is that base (its own tree is the merged one), the patch conflicts
         with what is ahead, or the job is judged otherwise."""
-        if job.task_id not in self.stacks or not stackable(job) or not self._tip:
+        if not self.may_stack(job) or not self._tip:
             return None
         with self._lock:  # one at a time: each stacks on the one before
             head = self._layers[-1].commit if self._layers else self._tip
@@ -78,6 +78,10 @@ class Heads:
             if head == job.base_commit:
                 return None  # its own tree is the merged one
             return Stacked(prepared.commit, head)
+
+    def may_stack(self, job: AttemptJob) -> bool:
+        """Whether the job's patch is verified on the head (else on its own base)."""
+        return job.task_id in self.stacks and stackable(job)
 
     def waits(self, job_id: str) -> bool:
         """Whether the job's patch is stacked on patches that have not landed yet (it lands

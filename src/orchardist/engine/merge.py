@@ -298,8 +298,11 @@ class MergeTrain:
         tree nor the stacked tree its attempt verified (see heads.py), and (with ``reverify =
         "overlap"``) the patch and what landed since its base share a file."""
         assert prepared.commit is not None and outcome.patch_commit is not None
-        verified = outcome.verified_on
-        if verified is not None:  # not its own tree: only that tree was verified
+        verified, job = outcome.verified_on, outcome.job
+        assert isinstance(job, AttemptJob)
+        if verified == "" and self.heads.may_stack(job):
+            return True  # rebuilt: it may have been verified on a head, not on its own tree
+        if verified:  # not its own tree: only that tree was verified
             return not self.integrator.same_tree(prepared.commit, verified)
         if not prepared.needs_verify:
             return False

@@ -133,7 +133,7 @@ class Outcome:
     session: str = ""  # continued <id> / fresh (why): how the agent's session started
     verified_on: str | None = None  # the commit verify ran on when not the patch's own: the
     # patch merged onto the run's speculative head (see :class:`Stacker`); its tree may land
-    # as it is, unverified again
+    # as it is, unverified again. "": not known (rebuilt from the store after a restart)
     failed_on: str | None = None  # a merged tree (the patch on the head) whose verify failed
     # while the patch passed on its own base: it never lands there (``feedback``: that failure)
 
