@@ -18,14 +18,20 @@ version), and lands; a task depending on each (``da``, ``db``) lands after it.
 The floor: ``--slots`` workers, each task done once, as the run does it minus orchestration:
 ``git worktree add`` at the floor branch's tip, write the file, commit, run the verify command
 there once, ``merge-tree`` onto the (moved) tip + ``commit-tree`` + ``update-ref``
-(compare-and-swap, redone when another worker moved the tip; not verified again).
+(compare-and-swap, redone when another worker moved the tip; not verified again). With
+``--failing`` it does the least a queue that never lands a failing tree must: a task starts
+once its dependencies landed, and the pair's second is done again from the new tip (worktree,
+agent, verify, merge) when its mate landed since its base: a floor that verifies nothing twice
+would never see the pair fail, and land it (before 2026-12-05 it did, and ignored the
+dependencies: 1.96x "the floor" was partly the floor's shortcut).
 
 ``--reverify overlap``: the plan opts in to landing disjoint patches unverified (an orchardist
 without the setting rejects the plan).
 
 ``--old-src DIR``: the same run with another orchardist (``PYTHONPATH=DIR``), A/B interleaved
 (floor, new, old, per round). Printed per run: wall seconds, its ratio to the floor of the same
-round, verify runs per task (attempts' verifies + merge verifications, from the run's logs),
+round, verify runs per task (attempts' verifies, an attempt verified again on its base after
+failing on the run's head counted twice, + merge verifications, from the run's logs),
 fresh baseline runs, and whether every task landed.
 """
 
