@@ -148,8 +148,8 @@ def counts(repo: Path, n: int) -> tuple[int, int, int, int]:
     logs = state / "logs" / run_id
     merges = len(list(logs.glob("*.merge*.log")))
     attempt_logs = [p for p in logs.glob("*.log") if ".merge" not in p.name]
-    # an attempt that failed on the head is verified again on its base, in the same log
-    again = sum("verified again on its base" in p.read_text() for p in attempt_logs)
+    # an attempt that failed on the head is verified again (its base, or the head), same log
+    again = sum(p.read_text().count(": verified again on") for p in attempt_logs)
     attempts = len(attempt_logs) + again
     baselines = len(list((state / "logs" / "baselines").glob("*.log")))
     return attempts, merges, baselines, done
@@ -167,6 +167,7 @@ def floor(
     verify = f"sleep {verify_s}; {CHECK}"
     landed = {task: threading.Event() for task, _, _ in todo}
     mate = {"pa": "pb", "pb": "pa"}
+    pair = threading.Lock()
 
     def attempt(task: str, command: str, tree: Path) -> tuple[str, str]:
         """The task's patch on the tip (its base) and that base, verified once."""
@@ -186,11 +187,14 @@ def floor(
         tree = scratch / task
         tip, patch = attempt(task, command, tree)
         while True:  # merge onto the tip as it is now; redo if another worker moved it
+            if task in mate:  # the pair's landing and its check, one at a time
+                pair.acquire()
             now = git("rev-parse", ref, cwd=repo)
             other = mate.get(task)
             listed = "" if other is None else git("ls-tree", "--name-only", tip, "t/", cwd=repo)
             if other is not None and landed[other].is_set() and f"t/{other}.txt" not in listed:
                 # its mate landed since its base: the merged tree fails; done again
+                pair.release()
                 tip, patch = attempt(task, command, tree)
                 continue
             merged = git("merge-tree", "--write-tree", now, patch, cwd=repo).split()[0]
@@ -200,7 +204,11 @@ def floor(
             )
             if moved.returncode == 0:
                 break
+            if task in mate:
+                pair.release()
         landed[task].set()
+        if task in mate:
+            pair.release()
 
     start = time.perf_counter()
     with ThreadPoolExecutor(slots) as pool:

@@ -53,6 +53,7 @@ class Heads:
         self._lock = threading.Lock()
         self._tip = tip
         self._layers: list[_Layer] = []
+        self._states: set[str] = {tip}  # commits whose tree the branch held (tips, landed layers)
 
     @property
     def head(self) -> str:
@@ -78,6 +79,23 @@ class Heads:
             if head == job.base_commit:
                 return None  # its own tree is the merged one
             return Stacked(prepared.commit, head)
+
+    def failed(self, job: AttemptJob, patch: str) -> Stacked | None:
+        """The job's verification on the head failed. If a patch under it left the head since
+        (it failed too, or the branch moved elsewhere), the patch is stacked again on the head
+        as it is now, to verify there; else it leaves the head (None: its own base judges it)."""
+        with self._lock:
+            for i, layer in enumerate(self._layers):
+                if layer.job_id == job.id:
+                    del self._layers[i:]
+                    return None
+        return self.stack(job, patch)
+
+    def held(self, commit: str) -> bool:
+        """Whether the run branch held ``commit``'s tree at some point (orchardist put it at
+        that commit, or at one of the same tree stacked here)."""
+        with self._lock:
+            return commit in self._states
 
     def may_stack(self, job: AttemptJob) -> bool:
         """Whether the job's patch is verified on the head (else on its own base)."""
@@ -109,11 +127,13 @@ class Heads:
             and self.integrator.same_tree(first.commit, commit)
         )
         with self._lock:
-            if exact and self._layers and self._layers[0] == first:
+            if exact and first is not None and self._layers and self._layers[0] == first:
                 self._layers.pop(0)
+                self._states.add(first.commit)
             else:
                 self._layers.clear()
             self._tip = commit
+            self._states.add(commit)
 
     def follow(self, tip: str) -> None:
         """The run branch is at ``tip`` for another reason (a resume, a rewind, someone moved
@@ -121,3 +141,4 @@ class Heads:
         with self._lock:
             self._layers.clear()
             self._tip = tip
+            self._states.add(tip)

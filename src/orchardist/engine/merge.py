@@ -288,10 +288,15 @@ class MergeTrain:
             self.queue = deque(ready + waiting)
 
     def _failed_here(self, outcome: Outcome, commit: str) -> bool:
-        """Whether ``commit``'s tree (the patch on the tip) is the merged tree its attempt
-        verified and saw fail (see heads.py): it is not verified again to fail again."""
+        """Whether its attempt saw the patch fail on the branch as it is (``commit``: the patch
+        on the tip) or as it was (stacked on a tree the branch held): not verified again to
+        fail again, it is re-run from the tip (see heads.py)."""
         failed = outcome.failed_on
-        return failed is not None and self.integrator.same_tree(commit, failed)
+        if failed is None:
+            return False
+        return self.integrator.same_tree(commit, failed) or self.heads.held(
+            self.integrator.parent(failed)
+        )
 
     def _needs_verify(self, outcome: Outcome, prepared: Prepared) -> bool:
         """Whether the merged tree must be verified: it is neither the patch's own verified
@@ -445,7 +450,7 @@ def _failed_result(outcome: Outcome) -> Outcome:
     """What a merged tree's verification said, taken from the attempt that ran it on that very
     tree (``feedback``: its failing output)."""
     assert outcome.failed_on is not None
-    detail = f"its attempt's verify failed on this very tree ({outcome.failed_on[:12]})"
+    detail = f"its attempt's verify failed on it merged onto the branch ({outcome.failed_on[:12]})"
     return replace(outcome, state=AttemptState.FAILED, detail=detail, verdict="failed")
 
 

@@ -192,6 +192,11 @@ class Stacker(Protocol):
         """The job's stacked patch will not land (its verification failed, or it stopped)."""
         ...
 
+    def failed(self, job: AttemptJob, patch: str) -> Stacked | None:
+        """Its verification on the head failed: where to verify it again on the head (a patch
+        under it failed since); None: on its own base."""
+        ...
+
 
 class Executor(Protocol):
     """Runs jobs concurrently; ``notify`` may be called from any thread."""

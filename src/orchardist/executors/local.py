@@ -224,20 +224,33 @@ class LocalExecutor:
         finally:
             self.guard.ended(job.id)
 
-    def _on_view(self, a: Attempt, work: Work, own: bool = False) -> Outcome:
+    def _on_view(self, a: Attempt, work: Work) -> Outcome:
         """Verify (or judge) the patch on a fresh view of exactly its tree, made now that the
         agent has ended (see views.py): nothing it left beside the patch is seen. The tree is
-        the patch merged onto the run's head where the stacker puts it there (engine/heads.py;
-        ``own``: on its own base, after failing there)."""
+        the patch merged onto the run's head where the stacker puts it there (engine/heads.py)."""
+        job = a.agent_job
+        on = None if self.stacker is None else self.stacker.stack(job, work.patch)
+        viewed = self._viewed(a, work, on)
+        if isinstance(viewed, Outcome):
+            return viewed
+        if job.stage in JUDGED_STAGES:
+            return self._judge(viewed, work)
+        if on is None:
+            return self._verify(viewed, work)
+        return self._verify_stacked(viewed, work, on)
+
+    def _viewed(
+        self, a: Attempt, work: Work, on: Stacked | None, again: bool = False
+    ) -> Attempt | Outcome:
+        """The attempt with a fresh view of the patch's tree (on the head: ``on``'s); an
+        Outcome when it cannot be made."""
         job = a.agent_job
         view = view_paths(self.layout, job.run_id, job.id)  # removed with the attempt's folder
-        on = None if own or self.stacker is None else self.stacker.stack(job, work.patch)
         try:
-            if own:
+            if again:
                 self.layout.remove(view)
-            make_view(
-                self.layout, view, job.start, work.patch if on is None else on.commit, job.run_id
-            )
+            tree = work.patch if on is None else on.commit
+            make_view(self.layout, view, job.start, tree, job.run_id)
         except (OrchardistError, OSError) as exc:
             detail = f"cannot make the tree verify runs on: {exc}"
             return a.end(
@@ -247,25 +260,31 @@ class LocalExecutor:
                 patch_commit=work.patch,
                 usage=work.usage,
             )
-        viewed = replace(a, view=view, cwd=view.tree / job.workdir)
-        if job.stage in JUDGED_STAGES:
-            return self._judge(viewed, work)
-        if on is None:
-            return self._verify(viewed, work)
-        return self._verify_stacked(viewed, work, on)
+        return replace(a, view=view, cwd=view.tree / job.workdir)
 
-    def _verify_stacked(self, a: Attempt, work: Work, on: Stacked) -> Outcome:
-        """Verify the patch merged onto the head. A failure there is verified again on its
-        own base, which judges the attempt as before; passing there, the outcome names the
-        merged tree that failed (the queue re-runs the task instead of landing it there)."""
+    def _verify_stacked(self, a: Attempt, work: Work, on: Stacked, last: bool = False) -> Outcome:
+        """Verify the patch merged onto the head. A failure there is verified again: on the
+        head as it is now if a patch under it failed since (once), else on its own base, which
+        judges the attempt as before; passing there, the outcome names the merged tree that
+        failed (the queue re-runs the task instead of landing it there)."""
+        job, stacker = a.agent_job, self.stacker
         outcome = self._verify(a, work, on)
-        if outcome.state is not AttemptState.PASSED and self.stacker is not None:
-            self.stacker.dropped(a.job.id)
-        if outcome.state is not AttemptState.FAILED:
+        if outcome.state is AttemptState.PASSED or stacker is None:
             return outcome
+        if outcome.state is not AttemptState.FAILED or last:
+            stacker.dropped(job.id)
+            if outcome.state is not AttemptState.FAILED:
+                return outcome
+        again = None if last else stacker.failed(job, work.patch)
         with a.log.open("a", encoding="utf-8") as fh:
-            fh.write(f"orchardist: failed on {on.commit[:12]}: verified again on its base\n")
-        own = self._on_view(replace(a, view=None, cwd=a.paths.tree / a.job.workdir), work, True)
+            where = "its base" if again is None else f"the head as it is now ({again.commit[:12]})"
+            fh.write(f"orchardist: failed on {on.commit[:12]}: verified again on {where}\n")
+        viewed = self._viewed(a, work, again, again=True)
+        if isinstance(viewed, Outcome):
+            return viewed
+        if again is not None:
+            return self._verify_stacked(viewed, work, again, last=True)
+        own = self._verify(viewed, work)
         if own.state is not AttemptState.PASSED:
             return own
         return replace(own, failed_on=on.commit, feedback=outcome.feedback)
