@@ -197,3 +197,50 @@ def test_a_winner_rebuilt_from_the_store_is_verified_even_on_its_own_base() -> N
     # Then: its own tree is verified before it lands (its attempt may have seen another)
     (step,) = run.steps(room=1)
     assert isinstance(step, NeedsVerify) and run.integrator.tip() == BASE
+
+
+def test_a_patch_failing_on_a_head_whose_patch_under_it_failed_is_stacked_again_without_it() -> (
+    None
+):
+    # Given: x stacked, a on it; x's verification failed (it left the head)
+    run = Run()
+    run.verified("x")
+    job, patch = run.attempt("a")
+    first = run.heads.stack(job, patch)
+    assert first is not None and run.tasks_in(first.commit) == ["x", "a"]
+    run.heads.dropped("x.1")
+    # When: a fails there too
+    again = run.heads.failed(job, patch)
+    # Then: it is verified again on the head as it is now, without x
+    assert again is not None and run.tasks_in(again.commit) == ["a"]
+    assert run.heads.head == again.commit
+
+
+def test_a_patch_failing_on_a_head_that_still_stands_leaves_it_for_its_own_base() -> None:
+    # Given: x stacked, a on it, x still verifying
+    run = Run()
+    run.verified("x")
+    job, patch = run.attempt("a")
+    on = run.heads.stack(job, patch)
+    # When: a fails there
+    # Then: its own base judges it (no new stack), and the head is x again
+    assert run.heads.failed(job, patch) is None
+    assert on is not None and run.heads.head == run.integrator.parent(on.commit)
+
+
+def test_a_winner_that_failed_on_a_tree_the_branch_held_is_rerun_without_a_verification() -> None:
+    # Given: a failed on the tip (then passed on its own base); b landed since
+    run = Run()
+    job, patch = run.attempt("a")
+    on = run.heads.stack(job, patch)
+    assert on is not None
+    run.heads.dropped(job.id)
+    run.train.enqueue(run.verified("b"))
+    assert landed(run.steps(room=0)) == ["b"]
+    failed = Outcome(job, AttemptState.PASSED, 0.0, 1.0, patch_commit=patch, failed_on=on.commit)
+    # When: a wins
+    run.train.enqueue(failed)
+    # Then: it failed on the branch as it was: blamed (re-run from the tip), nothing verified
+    (step,) = run.steps(room=1)
+    assert isinstance(step, VerifyFailed)
+    assert run.tasks_in(run.integrator.tip()) == ["b"]
