@@ -33,7 +33,15 @@ from ..state.store import Store
 from ..verify import reports
 from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier, VerifyRequest
 from . import AttemptJob, Job, Notify, Outcome, Phase, Stacked, Stacker
-from .attempt import Attempt, Work, agent_context, attempt_env, note_ending, verify_commands
+from .attempt import (
+    Attempt,
+    Work,
+    agent_context,
+    attempt_env,
+    note_ending,
+    verify_commands,
+    verify_on_head,
+)
 from .baselines import LocalBaselines as LocalBaselines
 from .baselines import keeper, verifying
 from .confinement import Confinement, without
@@ -235,9 +243,9 @@ class LocalExecutor:
             return viewed
         if job.stage in JUDGED_STAGES:
             return self._judge(viewed, work)
-        if on is None:
+        if on is None or self.stacker is None:
             return self._verify(viewed, work)
-        return self._verify_stacked(viewed, work, on)
+        return verify_on_head(viewed, work, on, self.stacker, self._verify, self._viewed)
 
     def _viewed(
         self, a: Attempt, work: Work, on: Stacked | None, again: bool = False
@@ -252,42 +260,10 @@ class LocalExecutor:
             tree = work.patch if on is None else on.commit
             make_view(self.layout, view, job.start, tree, job.run_id)
         except (OrchardistError, OSError) as exc:
-            detail = f"cannot make the tree verify runs on: {exc}"
-            return a.end(
-                AttemptState.FAILED,
-                Failure.INFRA_ERROR,
-                detail=detail,
-                patch_commit=work.patch,
-                usage=work.usage,
-            )
+            done = {"patch_commit": work.patch, "usage": work.usage}
+            why = f"cannot make the tree verify runs on: {exc}"
+            return a.end(AttemptState.FAILED, Failure.INFRA_ERROR, detail=why, **done)
         return replace(a, view=view, cwd=view.tree / job.workdir)
-
-    def _verify_stacked(self, a: Attempt, work: Work, on: Stacked, last: bool = False) -> Outcome:
-        """Verify the patch merged onto the head. A failure there is verified again: on the
-        head as it is now if a patch under it failed since (once), else on its own base, which
-        judges the attempt as before; passing there, the outcome names the merged tree that
-        failed (the queue re-runs the task instead of landing it there)."""
-        job, stacker = a.agent_job, self.stacker
-        outcome = self._verify(a, work, on)
-        if outcome.state is AttemptState.PASSED or stacker is None:
-            return outcome
-        if outcome.state is not AttemptState.FAILED or last:
-            stacker.dropped(job.id)
-            if outcome.state is not AttemptState.FAILED:
-                return outcome
-        again = None if last else stacker.failed(job, work.patch)
-        with a.log.open("a", encoding="utf-8") as fh:
-            where = "its base" if again is None else f"the head as it is now ({again.commit[:12]})"
-            fh.write(f"orchardist: failed on {on.commit[:12]}: verified again on {where}\n")
-        viewed = self._viewed(a, work, again, again=True)
-        if isinstance(viewed, Outcome):
-            return viewed
-        if again is not None:
-            return self._verify_stacked(viewed, work, again, last=True)
-        own = self._verify(viewed, work)
-        if own.state is not AttemptState.PASSED:
-            return own
-        return replace(own, failed_on=on.commit, feedback=outcome.feedback)
 
     def _run_agent(self, a: Attempt) -> Outcome | Work:
         """Run the job's agent, then take what it did as a patch; an Outcome when that ends
