@@ -244,3 +244,20 @@ def test_a_winner_that_failed_on_a_tree_the_branch_held_is_rerun_without_a_verif
     (step,) = run.steps(room=1)
     assert isinstance(step, VerifyFailed)
     assert run.tasks_in(run.integrator.tip()) == ["b"]
+
+
+def test_a_patch_stacked_on_a_tip_that_landed_as_stacked_is_judged_by_that_tree_s_outcomes() -> (
+    None
+):
+    # Given: a verified stacked on the tip, and landed as it was
+    run = Run()
+    a = run.verified("a")
+    run.train.enqueue(a)
+    assert landed(run.steps(room=0)) == ["a"]
+    # When: b stacks on the tip
+    job, patch = run.attempt("b")
+    on = run.heads.stack(job, patch)
+    # Then: b's failures are judged against a's verified commit (its kept outcomes), the same
+    # tree as the tip (another commit)
+    assert on is not None and on.head == a.verified_on != run.integrator.tip()
+    assert run.integrator.same_tree(on.head, run.integrator.tip())

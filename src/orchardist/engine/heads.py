@@ -54,6 +54,8 @@ class Heads:
         self._tip = tip
         self._layers: list[_Layer] = []
         self._states: set[str] = {tip}  # commits whose tree the branch held (tips, landed layers)
+        self._verified: dict[str, str] = {}  # a tip -> the layer of its tree, whose verify's
+        # outcomes are kept as its baselines (a failure stacked on the tip is judged by them)
 
     @property
     def head(self) -> str:
@@ -78,7 +80,7 @@ class Heads:
             self._layers.append(_Layer(job.id, prepared.commit))
             if head == job.base_commit:
                 return None  # its own tree is the merged one
-            return Stacked(prepared.commit, head)
+            return Stacked(prepared.commit, self._verified.get(head, head))
 
     def failed(self, job: AttemptJob, patch: str) -> Stacked | None:
         """The job's verification on the head failed. If a patch under it left the head since
@@ -130,6 +132,7 @@ class Heads:
             if exact and first is not None and self._layers and self._layers[0] == first:
                 self._layers.pop(0)
                 self._states.add(first.commit)
+                self._verified = {commit: first.commit}
             else:
                 self._layers.clear()
             self._tip = commit

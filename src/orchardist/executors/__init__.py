@@ -178,7 +178,8 @@ class Stacked:
     speculative head (the branch tip and the patches verified or being verified ahead of it)."""
 
     commit: str  # the patch merged onto ``head``: the tree verify runs on
-    head: str  # its failures are judged against this commit's outcomes
+    head: str  # its failures are judged against this commit's outcomes (the head, or a
+    # commit of the same tree whose verification's outcomes were kept)
 
 
 class Stacker(Protocol):
