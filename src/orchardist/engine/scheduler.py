@@ -89,7 +89,6 @@ class Scheduler:
         self.tasks = self.ledger.tasks  # the same dict: the ledger keeps it in step
         self.active: dict[str, AttemptJob] = {}
         self.train = self._merge_train(plan, run.branch)
-        executor.stacker = self.train.heads  # attempts verified where they will land
         timeout_s = max((t.timeout_s for t in plan.tasks), default=3600.0)
         self.guard = RegressionGuard(plan.run, run.id, run.base_commit, timeout_s, integrator)
         self.briefs = Briefs(plan, run.id)
@@ -208,6 +207,7 @@ class Scheduler:
             self._regression_ended(message)
         else:
             self._attempt_ended(message)
+            self.train.unless_queued(message.job.id)  # nothing on the head waits for it then
 
     # -- timers --------------------------------------------------------------------------
 
@@ -294,12 +294,6 @@ class Scheduler:
                     tx.state(job.task_id, TaskState.VERIFYING)
 
     def _attempt_ended(self, outcome: Outcome) -> None:
-        try:
-            self._take_outcome(outcome)
-        finally:
-            self.train.unless_queued(outcome.job.id)
-
-    def _take_outcome(self, outcome: Outcome) -> None:
         job = outcome.job
         if self.active.pop(job.id, None) is None or not isinstance(job, AttemptJob):
             return
@@ -355,7 +349,7 @@ class Scheduler:
     def _pump_merges(self) -> None:
         """Land what passed, in the order it won; verify merged trees in the slots attempts
         leave free (or first, when a task waits for one of them to land)."""
-        if not self._merge_awaited():
+        if not self.life.merge_awaited():
             self._launch()  # what waits in the queue is verified later, in larger batches
         while self.guard.in_flight is None and self.stopping is None:
             step = self.train.next(self.pipelines.lands, self._free_slots())
@@ -363,12 +357,6 @@ class Scheduler:
                 break
             self._merge_step(step)
         self._launch()
-
-    def _merge_awaited(self) -> bool:
-        """Whether a task waits for a winner in the merge queue to land (its dependent)."""
-        children = self.graph.children
-        queued = (o.job.task_id for o in self.train.queue)
-        return any(not self.tasks[c].state.terminal for t in queued for c in children[t])
 
     def _merge_step(self, step: MergeStep) -> None:
         """Record what happened to a winner on its way to the branch, and act on it."""
@@ -485,6 +473,7 @@ class Scheduler:
     def _restore(self) -> None:
         """Build the in-memory view from the store: a fresh run, or one being resumed."""
         self.train.follow(self.run_record.base_commit)  # (resume put it where the store says)
+        self.executor.stacker = self.train.heads  # attempts verified where they will land
         self.ledger.load()
         attempts = self.store.attempts(self.run_id)
         for a in attempts:

@@ -211,6 +211,8 @@ def verify_on_head(
     ``view``: the executor's, on a tree (``on``) in a view made again (True)."""
     job = a.job
     assert isinstance(job, AttemptJob)
+    with a.log.open("a", encoding="utf-8") as fh:  # judged against the head's outcomes
+        fh.write(f"orchardist: verified on {on.commit[:12]}, the patch on {on.head[:12]}\n")
     outcome = verify(a, work, on)
     if outcome.state is AttemptState.PASSED:
         return outcome

@@ -47,7 +47,7 @@ from .baselines import keeper, verifying
 from .confinement import Confinement, without
 from .continuing import run_continuing
 from .guard import CheckoutGuard
-from .views import make_view, needs_view, view_paths
+from .views import fresh_view, needs_view, view_paths
 
 NO_CHANGES = "the agent changed no file"
 NO_CHANGES_FEEDBACK = (
@@ -238,32 +238,15 @@ class LocalExecutor:
         the patch merged onto the run's head where the stacker puts it there (engine/heads.py)."""
         job = a.agent_job
         on = None if self.stacker is None else self.stacker.stack(job, work.patch)
-        viewed = self._viewed(a, work, on)
+        viewed = fresh_view(self.layout, a, work, on)
         if isinstance(viewed, Outcome):
             return viewed
         if job.stage in JUDGED_STAGES:
             return self._judge(viewed, work)
         if on is None or self.stacker is None:
             return self._verify(viewed, work)
-        return verify_on_head(viewed, work, on, self.stacker, self._verify, self._viewed)
-
-    def _viewed(
-        self, a: Attempt, work: Work, on: Stacked | None, again: bool = False
-    ) -> Attempt | Outcome:
-        """The attempt with a fresh view of the patch's tree (on the head: ``on``'s); an
-        Outcome when it cannot be made."""
-        job = a.agent_job
-        view = view_paths(self.layout, job.run_id, job.id)  # removed with the attempt's folder
-        try:
-            if again:
-                self.layout.remove(view)
-            tree = work.patch if on is None else on.commit
-            make_view(self.layout, view, job.start, tree, job.run_id)
-        except (OrchardistError, OSError) as exc:
-            done = {"patch_commit": work.patch, "usage": work.usage}
-            why = f"cannot make the tree verify runs on: {exc}"
-            return a.end(AttemptState.FAILED, Failure.INFRA_ERROR, detail=why, **done)
-        return replace(a, view=view, cwd=view.tree / job.workdir)
+        view = functools.partial(fresh_view, self.layout)
+        return verify_on_head(viewed, work, on, self.stacker, self._verify, view)
 
     def _run_agent(self, a: Attempt) -> Outcome | Work:
         """Run the job's agent, then take what it did as a patch; an Outcome when that ends
@@ -382,12 +365,9 @@ class LocalExecutor:
         )
 
     def _verify(self, a: Attempt, work: Work, on: Stacked | None = None) -> Outcome:
-        """Run the verify commands (and the check) on the patch (``on``: merged onto the head,
-        its failures judged against the head's outcomes, its own kept as its tree's)."""
+        """Run the verify commands (and the check) on the patch (``on``: on the run's head)."""
         job, paths = a.job, a.checked
         commands, note = verify_commands(self.repo, job, paths.tree, work.patch)
-        if on is not None:
-            note = f"verified on {on.commit[:12]}: the patch on the run's head {on.head[:12]}"
         if note:
             with a.log.open("a", encoding="utf-8") as fh:
                 fh.write(f"orchardist: {note}\n")
