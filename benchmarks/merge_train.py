@@ -18,14 +18,20 @@ version), and lands; a task depending on each (``da``, ``db``) lands after it.
 The floor: ``--slots`` workers, each task done once, as the run does it minus orchestration:
 ``git worktree add`` at the floor branch's tip, write the file, commit, run the verify command
 there once, ``merge-tree`` onto the (moved) tip + ``commit-tree`` + ``update-ref``
-(compare-and-swap, redone when another worker moved the tip; not verified again).
+(compare-and-swap, redone when another worker moved the tip; not verified again). With
+``--failing`` it does the least a queue that never lands a failing tree must: a task starts
+once its dependencies landed, and the pair's second is done again from the new tip (worktree,
+agent, verify, merge) when its mate landed since its base: a floor that verifies nothing twice
+would never see the pair fail, and land it (before 2026-12-05 it did, and ignored the
+dependencies: 1.96x "the floor" was partly the floor's shortcut).
 
 ``--reverify overlap``: the plan opts in to landing disjoint patches unverified (an orchardist
 without the setting rejects the plan).
 
 ``--old-src DIR``: the same run with another orchardist (``PYTHONPATH=DIR``), A/B interleaved
 (floor, new, old, per round). Printed per run: wall seconds, its ratio to the floor of the same
-round, verify runs per task (attempts' verifies + merge verifications, from the run's logs),
+round, verify runs per task (attempts' verifies, an attempt verified again on its base after
+failing on the run's head counted twice, + merge verifications, from the run's logs),
 fresh baseline runs, and whether every task landed.
 """
 
@@ -38,6 +44,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -140,28 +147,56 @@ def counts(repo: Path, n: int) -> tuple[int, int, int, int]:
         ).fetchone()
     logs = state / "logs" / run_id
     merges = len(list(logs.glob("*.merge*.log")))
-    attempts = len([p for p in logs.glob("*.log") if ".merge" not in p.name])
+    attempt_logs = [p for p in logs.glob("*.log") if ".merge" not in p.name]
+    # an attempt that failed on the head is verified again (its base, or the head), same log
+    again = sum(p.read_text().count(": verified again on") for p in attempt_logs)
+    attempts = len(attempt_logs) + again
     baselines = len(list((state / "logs" / "baselines").glob("*.log")))
     return attempts, merges, baselines, done
 
 
-def floor(repo: Path, ids: list[str], slots: int, verify_s: float, scratch: Path) -> float:
-    """Wall seconds of ``ids`` tasks done once each, ``slots`` at a time, on a branch of its own."""
+def floor(
+    repo: Path, todo: list[tuple[str, str, list[str]]], slots: int, verify_s: float, scratch: Path
+) -> float:
+    """Wall seconds of the tasks done once each, ``slots`` at a time, on a branch of its own; a
+    task starts once its dependencies landed, and the pair's second (see the module docstring)
+    is done again from the new tip, as a queue that finds its merged tree failing must."""
     ref = "refs/heads/floor"
     git("update-ref", ref, git("rev-parse", "HEAD", cwd=repo), cwd=repo)
     scratch.mkdir(parents=True, exist_ok=True)
     verify = f"sleep {verify_s}; {CHECK}"
+    landed = {task: threading.Event() for task, _, _ in todo}
+    mate = {"pa": "pb", "pb": "pa"}
+    pair = threading.Lock()
 
-    def one(task: str) -> None:
-        tree = scratch / task
+    def attempt(task: str, command: str, tree: Path) -> tuple[str, str]:
+        """The task's patch on the tip (its base) and that base, verified once."""
         tip = git("rev-parse", ref, cwd=repo)
         git("worktree", "add", "-q", "--detach", str(tree), tip, cwd=repo, tries=10)
-        subprocess.run(["sh", "-c", AGENT.format(task=task)], cwd=tree, check=True)
+        subprocess.run(["sh", "-c", command], cwd=tree, check=True)
         git("add", "-A", cwd=tree)
         patch = git("commit-tree", git("write-tree", cwd=tree), "-p", tip, "-m", task, cwd=tree)
         subprocess.run(["sh", "-c", verify], cwd=tree, check=True)
+        git("worktree", "remove", "--force", str(tree), cwd=repo, tries=10)
+        return tip, patch
+
+    def one(item: tuple[str, str, list[str]]) -> None:
+        task, command, deps = item
+        for dep in deps:
+            landed[dep].wait()
+        tree = scratch / task
+        tip, patch = attempt(task, command, tree)
         while True:  # merge onto the tip as it is now; redo if another worker moved it
+            if task in mate:  # the pair's landing and its check, one at a time
+                pair.acquire()
             now = git("rev-parse", ref, cwd=repo)
+            other = mate.get(task)
+            listed = "" if other is None else git("ls-tree", "--name-only", tip, "t/", cwd=repo)
+            if other is not None and landed[other].is_set() and f"t/{other}.txt" not in listed:
+                # its mate landed since its base: the merged tree fails; done again
+                pair.release()
+                tip, patch = attempt(task, command, tree)
+                continue
             merged = git("merge-tree", "--write-tree", now, patch, cwd=repo).split()[0]
             commit = git("commit-tree", merged, "-p", now, "-m", task, cwd=repo)
             moved = subprocess.run(
@@ -169,11 +204,15 @@ def floor(repo: Path, ids: list[str], slots: int, verify_s: float, scratch: Path
             )
             if moved.returncode == 0:
                 break
-        git("worktree", "remove", "--force", str(tree), cwd=repo, tries=10)
+            if task in mate:
+                pair.release()
+        landed[task].set()
+        if task in mate:
+            pair.release()
 
     start = time.perf_counter()
     with ThreadPoolExecutor(slots) as pool:
-        list(pool.map(one, ids))
+        list(pool.map(one, todo))
     return time.perf_counter() - start
 
 
@@ -183,7 +222,7 @@ def bench(args: argparse.Namespace, n: int, round_: int, tmp: Path) -> None:
     repo = make_repo(folder / "repo")
     todo = tasks(n, args.failing)
     plan = write_plan(repo, todo, args.verify_s, args.reverify)
-    floor_s = floor(repo, [f"f{i:03d}" for i in range(n)], args.slots, args.verify_s, folder / "f")
+    floor_s = floor(repo, todo, args.slots, args.verify_s, folder / "f")
     bound = n * args.verify_s / args.slots
     print(f"{n:>4} tasks  floor {floor_s:6.1f} s  (bound {bound:.1f} s)", flush=True)
     sides = [("new", None)] + ([("old", args.old_src)] if args.old_src else [])

@@ -206,3 +206,7 @@ class Integrator(Protocol):
     def changed(self, old: str, new: str) -> frozenset[str]:
         """The paths whose content differs from ``old`` to ``new``."""
         ...
+
+    def same_tree(self, one: str, other: str) -> bool:
+        """Whether two commits hold the same tree (a merged tree that was verified as it is)."""
+        ...

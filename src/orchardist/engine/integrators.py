@@ -63,6 +63,10 @@ class GitIntegrator:
         """The first parent of a commit."""
         return self.repo.rev_parse(f"{commit}^")
 
+    def same_tree(self, one: str, other: str) -> bool:
+        """Whether two commits hold the same tree."""
+        return one == other or self.repo.tree_of(one) == self.repo.tree_of(other)
+
     def reset(self, new_tip: str, old_tip: str) -> bool:
         """Move the branch back to ``new_tip`` if it is still at ``old_tip``."""
         return self.repo.update_ref(self.ref, new_tip, old_tip)
@@ -77,9 +81,10 @@ class MemoryIntegrator:
     """The Integrator seam without git: the branch is a variable and commits are counters.
 
     Patches carry no content, so nothing conflicts; the paths a commit changes are what
-    ``touched`` says (a prepared commit changes its patch's). Everything else behaves as
-    :class:`GitIntegrator` does (a moved tip needs verifying again, ``advance`` and ``reset``
-    compare and swap, first parents are remembered).
+    ``touched`` says (a prepared commit changes its patch's); its tree is the set of patches
+    prepared on the way to it (the same patches in another order: the same tree). Everything
+    else behaves as :class:`GitIntegrator` does (a moved tip needs verifying again, ``advance``
+    and ``reset`` compare and swap, first parents are remembered).
     """
 
     def __init__(self, tip: str) -> None:
@@ -89,6 +94,7 @@ class MemoryIntegrator:
         self._parents: dict[str, str] = {}
         self.messages: dict[str, str] = {}  # commit -> its message
         self.touched: dict[str, frozenset[str]] = {}  # commit -> the paths it changes
+        self._holds: dict[str, frozenset[str]] = {}  # prepared commit -> the patches it holds
 
     def tip(self) -> str:
         """The branch's current commit."""
@@ -123,6 +129,7 @@ class MemoryIntegrator:
             self._parents[commit] = tip
             self.messages[commit] = message
             self.touched[commit] = self.touched.get(patch, frozenset())
+            self._holds[commit] = self._holds.get(tip, frozenset({tip})) | {patch}
         return Prepared(tip, commit, needs_verify=tip != base)
 
     def advance(self, prepared: Prepared) -> bool:
@@ -145,6 +152,14 @@ class MemoryIntegrator:
                 return self._parents[commit]
             except KeyError:
                 raise GitError(f"no commit {commit} made by this integrator") from None
+
+    def same_tree(self, one: str, other: str) -> bool:
+        """Whether two commits hold the same patches (a prepared commit: those of the commit it
+        was prepared on, and its own; any other commit: itself alone)."""
+        with self._lock:
+            return self._holds.get(one, frozenset({one})) == self._holds.get(
+                other, frozenset({other})
+            )
 
     def first_parent_commits(self, since: str, until: str) -> list[str]:
         """Commits in ``since..until`` along first parents, oldest first."""

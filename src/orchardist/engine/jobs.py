@@ -144,6 +144,7 @@ class Briefs:
             attempt.ended_at or attempt.started_at,
             patch_commit=attempt.patch_commit,
             changed_lines=attempt.changed_lines,
+            verified_on="",  # on its base or on a head: the store does not say
         )
 
 

@@ -263,6 +263,11 @@ class Lifecycle:
         tx.state(task_id, TaskState.READY, reason=reason, reruns=reruns, said={"rerun": reruns})
         self.new_round(tx, task_id)
 
+    def merge_awaited(self) -> bool:
+        """Whether a task waits for a winner in the merge queue to land (its dependent)."""
+        queued = (o.job.task_id for o in self.train.queue)
+        return any(not self.tasks[c].state.terminal for t in queued for c in self.graph.children[t])
+
     def release(self, tx: Writes, task_id: str) -> None:
         """A task is done: dependents waiting for nothing else start their first round."""
         for child in self.graph.children[task_id]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, replace
 
 from ..confine.procs import new_marker
@@ -17,6 +17,7 @@ from ..executors import AttemptJob, Job, Outcome, VerifyJob
 from ..seams import Integrator, Prepared
 from ..specs import Reverify
 from ..state.records import AttemptState
+from .heads import Heads
 
 __all__ = ["MergeStep", "MergeTrain"]
 
@@ -152,6 +153,7 @@ class MergeTrain:
         cancel: Callable[[str], None] = lambda job_id: None,
         reverify: Reverify = Reverify.ALWAYS,
         ways: int = 2,
+        stacks: Container[str] = (),
     ) -> None:
         self.integrator, self.branch = integrator, branch
         self._intend = intend  # records a commit as orchardist's before the branch moves to it
@@ -162,6 +164,9 @@ class MergeTrain:
         self.stack: list[_Batch] = []  # batches being verified or waiting to land, in order
         self.parked: dict[str, Outcome] = {}  # landed or verified patches a rewind may replay
         self.tip = ""
+        # where attempts are verified (those of the tasks in ``stacks``): the tip and what is
+        # ahead; not with reverify = "overlap", which lands their own trees unverified
+        self.heads = Heads(integrator, stacks if reverify is Reverify.ALWAYS else ())
         self._sizes: deque[int] = deque()  # the next batches' sizes while bisecting
         self._cancelled: set[str] = set()  # verifications cancelled, holding a slot until they end
         self._jobs = itertools.count(1)
@@ -187,6 +192,12 @@ class MergeTrain:
     def enqueue(self, outcome: Outcome) -> None:
         """A winner waits for its turn."""
         self.queue.append(outcome)
+
+    def unless_queued(self, job_id: str) -> None:
+        """An attempt ended: unless its patch waits in the queue, nothing stacked on it on the
+        head waits for it (see heads.py)."""
+        if all(o.job.id != job_id for o in self.queue):
+            self.heads.dropped(job_id)
 
     def unpark(self, task_id: str) -> bool:
         """Queue the task's parked patch again (to re-verify it on the new tip), if it has one."""
@@ -232,7 +243,8 @@ class MergeTrain:
     def _take(self, lands: Callable[[str], bool], room: int) -> MergeStep | None:
         """Stack the first waiting winner (and, in a batch, those behind it); winners that need
         no verification are stacked as they are, one after another."""
-        while self.queue:
+        self._order()
+        while self.queue and not self.heads.waits(self.queue[0].job.id):
             outcome = self.queue[0]
             job = outcome.job
             assert isinstance(job, AttemptJob)  # winners are attempts, never verify-only jobs
@@ -243,7 +255,8 @@ class MergeTrain:
             on = self.stack[-1].top if self.stack else self.tip
             checked = bool(outcome.verify_commands or job.verify)
             moved = on != job.base_commit
-            if checked and moved and room < 1 and self.reverify is Reverify.ALWAYS:
+            stacked = outcome.verified_on or outcome.failed_on  # known without a slot
+            if checked and moved and room < 1 and self.reverify is Reverify.ALWAYS and not stacked:
                 return None  # it needs a slot to verify in: wait for one
             patch, message = outcome.patch_commit, job.message
             prepared = self.integrator.prepare(job.base_commit, patch, message, on)
@@ -252,7 +265,10 @@ class MergeTrain:
                     return None
                 self.queue.popleft()
                 return Conflict(outcome, prepared.conflicts)
-            if checked and self._needs_verify(job.base_commit, patch, prepared):
+            if checked and not self.stack and self._failed_here(outcome, prepared.commit):
+                self.queue.popleft()
+                return VerifyFailed(outcome, _failed_result(outcome))
+            if checked and self._needs_verify(outcome, prepared):
                 if room < 1:
                     return None
                 self.queue.popleft()
@@ -263,15 +279,43 @@ class MergeTrain:
             self.stack.append(_Batch((_Entry(outcome, prepared),), None))
         return None
 
-    def _needs_verify(self, base: str, patch: str, prepared: Prepared) -> bool:
-        """Whether the merged tree must be verified: it is not the patch's verified tree, and
-        (with ``reverify = "overlap"``) the patch and what landed since its base share a file."""
+    def _order(self) -> None:
+        """Winners verified on the head wait behind the patches under them (which are still
+        verifying, or in the queue behind them: they won first): the others go first."""
+        waiting = [o for o in self.queue if self.heads.waits(o.job.id)]
+        if waiting:
+            ready = [o for o in self.queue if not self.heads.waits(o.job.id)]
+            self.queue = deque(ready + waiting)
+
+    def _failed_here(self, outcome: Outcome, commit: str) -> bool:
+        """Whether its attempt saw the patch fail on the branch as it is (``commit``: the patch
+        on the tip) or as it was (stacked on a tree the branch held): not verified again to
+        fail again, it is re-run from the tip (see heads.py)."""
+        failed = outcome.failed_on
+        if failed is None:
+            return False
+        return self.integrator.same_tree(commit, failed) or self.heads.held(
+            self.integrator.parent(failed)
+        )
+
+    def _needs_verify(self, outcome: Outcome, prepared: Prepared) -> bool:
+        """Whether the merged tree must be verified: it is neither the patch's own verified
+        tree nor the stacked tree its attempt verified (see heads.py), and (with ``reverify =
+        "overlap"``) the patch and what landed since its base share a file."""
+        assert prepared.commit is not None and outcome.patch_commit is not None
+        verified, job = outcome.verified_on, outcome.job
+        assert isinstance(job, AttemptJob)
+        if verified == "" and self.heads.may_stack(job):
+            return True  # rebuilt: it may have been verified on a head, not on its own tree
+        if verified:  # not its own tree: only that tree was verified
+            return not self.integrator.same_tree(prepared.commit, verified)
         if not prepared.needs_verify:
             return False
         if self.reverify is Reverify.ALWAYS:
             return True
+        base = outcome.job.base_commit
         moved = self.integrator.changed(base, prepared.tip)
-        return not moved.isdisjoint(self.integrator.changed(base, patch))
+        return not moved.isdisjoint(self.integrator.changed(base, outcome.patch_commit))
 
     def _batch(self, first: _Entry, lands: Callable[[str], bool], on: str) -> NeedsVerify:
         """A batch from ``first`` and the winners behind it, verified once on the last one's
@@ -281,7 +325,7 @@ class MergeTrain:
         while self.queue and len(entries) < size:
             outcome = self.queue[0]
             job = outcome.job
-            if outcome.patch_commit is None or not lands(job.task_id):
+            if outcome.patch_commit is None or not lands(job.task_id) or self.heads.waits(job.id):
                 break
             top = entries[-1].prepared.commit
             assert top is not None and isinstance(job, AttemptJob)
@@ -328,6 +372,7 @@ class MergeTrain:
         outcomes = [e.outcome for b in self.stack for e in b.entries]
         self.stack.clear()
         self.queue.extendleft(reversed(outcomes))
+        self.heads.follow(self.tip)  # what was stacked ahead may not land as it was
 
     def advance(self, outcome: Outcome, prepared: Prepared) -> MergeStep:
         """Move the branch onto the prepared commit, with compare-and-swap."""
@@ -355,6 +400,7 @@ class MergeTrain:
             self.parked.pop(outcome.job.task_id, None)
         else:
             self.tip = commit
+            self.heads.landed(outcome.job.id, commit)
             self.parked[outcome.job.task_id] = outcome  # a regression may rewind past it
         return Merged(outcome, commit)
 
@@ -368,6 +414,7 @@ class MergeTrain:
         if last_known is not None:
             self.tip = last_known
         self.tip = self.branch_tip()
+        self.heads.follow(self.tip)
 
     def branch_tip(self) -> str:
         """The run branch's tip. A branch deleted under the run is made again where orchardist
@@ -394,9 +441,17 @@ class MergeTrain:
         built on the old tip, is queued again)."""
         if not self.integrator.reset(to, self.tip):
             return False
-        self._restack()
         self.tip = to
+        self._restack()
         return True
+
+
+def _failed_result(outcome: Outcome) -> Outcome:
+    """What a merged tree's verification said, taken from the attempt that ran it on that very
+    tree (``feedback``: its failing output)."""
+    assert outcome.failed_on is not None
+    detail = f"its attempt's verify failed on it merged onto the branch ({outcome.failed_on[:12]})"
+    return replace(outcome, state=AttemptState.FAILED, detail=detail, verdict="failed")
 
 
 def _split(n: int, ways: int) -> tuple[int, ...]:

@@ -27,7 +27,7 @@ from ..executors import AttemptJob, Executor, Outcome, Phase
 from ..pipelines.expand import Pipelines
 from ..plan.graph import Graph
 from ..seams import Integrator, Store
-from ..specs import Plan, TaskSpec
+from ..specs import Plan, Review, TaskSpec
 from ..state.events import AttemptEvent, BreakerEvent, Kind, MergeEvent, RegressionEvent, RunEvent
 from ..state.records import AttemptState, Failure, Run, RunState, TaskState, checked_usage
 from .hooks import Hooks
@@ -126,6 +126,7 @@ class Scheduler:
             cancel=lambda job_id: self.executor.cancel(job_id, "a merge ahead of it failed"),
             reverify=plan.run.reverify,
             ways=self.max_parallel,
+            stacks={t.id for t in plan.tasks if t.candidates == 1 and t.review is Review.AUTO},
         )
 
     # -- the loop ------------------------------------------------------------------------
@@ -206,6 +207,7 @@ class Scheduler:
             self._regression_ended(message)
         else:
             self._attempt_ended(message)
+            self.train.unless_queued(message.job.id)  # nothing on the head waits for it then
 
     # -- timers --------------------------------------------------------------------------
 
@@ -347,7 +349,7 @@ class Scheduler:
     def _pump_merges(self) -> None:
         """Land what passed, in the order it won; verify merged trees in the slots attempts
         leave free (or first, when a task waits for one of them to land)."""
-        if not self._merge_awaited():
+        if not self.life.merge_awaited():
             self._launch()  # what waits in the queue is verified later, in larger batches
         while self.guard.in_flight is None and self.stopping is None:
             step = self.train.next(self.pipelines.lands, self._free_slots())
@@ -355,12 +357,6 @@ class Scheduler:
                 break
             self._merge_step(step)
         self._launch()
-
-    def _merge_awaited(self) -> bool:
-        """Whether a task waits for a winner in the merge queue to land (its dependent)."""
-        children = self.graph.children
-        queued = (o.job.task_id for o in self.train.queue)
-        return any(not self.tasks[c].state.terminal for t in queued for c in children[t])
 
     def _merge_step(self, step: MergeStep) -> None:
         """Record what happened to a winner on its way to the branch, and act on it."""
@@ -477,6 +473,7 @@ class Scheduler:
     def _restore(self) -> None:
         """Build the in-memory view from the store: a fresh run, or one being resumed."""
         self.train.follow(self.run_record.base_commit)  # (resume put it where the store says)
+        self.executor.stacker = self.train.heads  # attempts verified where they will land
         self.ledger.load()
         attempts = self.store.attempts(self.run_id)
         for a in attempts:

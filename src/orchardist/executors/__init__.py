@@ -131,6 +131,11 @@ class Outcome:
     verify_commands: tuple[str, ...] = ()  # the commands verification actually ran
     handoff: str = ""  # a pipeline stage's validated handoff, JSON text
     session: str = ""  # continued <id> / fresh (why): how the agent's session started
+    verified_on: str | None = None  # the commit verify ran on when not the patch's own: the
+    # patch merged onto the run's speculative head (see :class:`Stacker`); its tree may land
+    # as it is, unverified again. "": not known (rebuilt from the store after a restart)
+    failed_on: str | None = None  # a merged tree (the patch on the head) whose verify failed
+    # while the patch passed on its own base: it never lands there (``feedback``: that failure)
 
     def bounded(self) -> tuple[Outcome, tuple[str, ...]]:
         """This outcome as it may be kept: usage figures out of range dropped (noted in the
@@ -167,8 +172,37 @@ class Phase:
 Notify = Callable[[Phase | Outcome], None]
 
 
+@dataclass(frozen=True)
+class Stacked:
+    """Where an attempt's patch is verified instead of on its own base: merged onto the run's
+    speculative head (the branch tip and the patches verified or being verified ahead of it)."""
+
+    commit: str  # the patch merged onto ``head``: the tree verify runs on
+    head: str  # its failures are judged against this commit's outcomes (the head, or a
+    # commit of the same tree whose verification's outcomes were kept)
+
+
+class Stacker(Protocol):
+    """The run's speculative head, asked from an executor's threads once an agent ended."""
+
+    def stack(self, job: AttemptJob, patch: str) -> Stacked | None:
+        """``patch`` merged onto the head, which it becomes; None: verify on its own base."""
+        ...
+
+    def dropped(self, job_id: str) -> None:
+        """The job's stacked patch will not land (its verification failed, or it stopped)."""
+        ...
+
+    def failed(self, job: AttemptJob, patch: str) -> Stacked | None:
+        """Its verification on the head failed: where to verify it again on the head (a patch
+        under it failed since); None: on its own base."""
+        ...
+
+
 class Executor(Protocol):
     """Runs jobs concurrently; ``notify`` may be called from any thread."""
+
+    stacker: Stacker | None  # None: every attempt is verified on its own base
 
     def submit(self, job: Job, notify: Notify) -> None:
         """Start a job; returns at once."""

@@ -1,5 +1,6 @@
 """The pieces of one local attempt: what its agent is given, how its log ends when the agent
-was stopped, and the records its steps hand on."""
+was stopped, the records its steps hand on, and where its patch is verified again after
+failing on the run's head."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from ..confine.isolation import Spec, writable_of
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken
 from ..git.repo import Repo
-from ..state.records import AgentProfile, Failure, Usage
+from ..state.records import AgentProfile, AttemptState, Failure, Usage
 from ..verify.discovery import auto_commands, discover_tests
-from . import AttemptJob, Job, Outcome
+from . import AttemptJob, Job, Outcome, Stacked, Stacker
 
 MAX_ENV_PROMPT_BYTES = 64 * 1024  # larger prompts are only in the prompt file (exec limits)
 
@@ -192,3 +193,43 @@ def attempt_env(
         ORCHARDIST_WORKTREE=str(paths.tree),
     )
     return {**env, **private}
+
+
+def verify_on_head(
+    a: Attempt,
+    work: Work,
+    on: Stacked,
+    stacker: Stacker,
+    verify: Callable[[Attempt, Work, Stacked | None], Outcome],
+    view: Callable[[Attempt, Work, Stacked | None, bool], Attempt | Outcome],
+    last: bool = False,
+) -> Outcome:
+    """Verify the patch merged onto the head (engine/heads.py). A failure there is verified
+    again: on the head as it is now if a patch under it failed since (once), else on its own
+    base, which judges the attempt as before; passing there, the outcome names the merged tree
+    that failed (the queue re-runs the task instead of landing it there). ``verify`` and
+    ``view``: the executor's, on a tree (``on``) in a view made again (True)."""
+    job = a.job
+    assert isinstance(job, AttemptJob)
+    with a.log.open("a", encoding="utf-8") as fh:  # judged against the head's outcomes
+        fh.write(f"orchardist: verified on {on.commit[:12]}, the patch on {on.head[:12]}\n")
+    outcome = verify(a, work, on)
+    if outcome.state is AttemptState.PASSED:
+        return outcome
+    if outcome.state is not AttemptState.FAILED or last:
+        stacker.dropped(job.id)
+        if outcome.state is not AttemptState.FAILED:
+            return outcome
+    again = None if last else stacker.failed(job, work.patch)
+    with a.log.open("a", encoding="utf-8") as fh:
+        where = "its base" if again is None else f"the head as it is now ({again.commit[:12]})"
+        fh.write(f"orchardist: failed on {on.commit[:12]}: verified again on {where}\n")
+    viewed = view(a, work, again, True)
+    if isinstance(viewed, Outcome):
+        return viewed
+    if again is not None:
+        return verify_on_head(viewed, work, again, stacker, verify, view, last=True)
+    own = verify(viewed, work, None)
+    if own.state is not AttemptState.PASSED:
+        return own
+    return replace(own, failed_on=on.commit, feedback=outcome.feedback)

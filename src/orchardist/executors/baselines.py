@@ -28,20 +28,34 @@ from . import Job, VerifyJob
 from .views import make_view
 
 
-def keeper(baselines: LocalBaselines | None, job: Job) -> Callable[[CommandOutcome], None] | None:
-    """Where a merge verification's outcomes go: the baselines of the tree it verified (the
-    next merge stacked on it judges its failures against them instead of running them again)."""
-    if baselines is None or not isinstance(job, VerifyJob) or job.purpose != "merge":
+def merged_tree(job: Job, stacked: str | None = None) -> str | None:
+    """The merged tree a job verifies, whose outcomes are kept as its baselines: a merge
+    verification's, or ``stacked`` (an attempt's patch on the run's head); None: neither."""
+    if stacked is None and isinstance(job, VerifyJob) and job.purpose == "merge":
+        return job.base_commit
+    return stacked
+
+
+def keeper(
+    baselines: LocalBaselines | None, job: Job, stacked: str | None = None
+) -> Callable[[CommandOutcome], None] | None:
+    """Where a merged tree's outcomes go: the baselines of that tree (the next merge or
+    attempt stacked on it judges its failures against them instead of running them again)."""
+    tree = merged_tree(job, stacked)
+    if baselines is None or tree is None:
         return None
-    return partial(baselines.keep, job.base_commit, job.workdir, job.network)
+    return partial(baselines.keep, tree, job.workdir, job.network)
 
 
-def verifying(baselines: LocalBaselines | None, job: Job) -> AbstractContextManager[None]:
-    """While a merge verification runs, a baseline asked of its tree waits for its outcomes
-    (a merge stacked on it fails first) instead of running the same commands beside it."""
-    if baselines is None or keeper(baselines, job) is None:
+def verifying(
+    baselines: LocalBaselines | None, job: Job, stacked: str | None = None
+) -> AbstractContextManager[None]:
+    """While a merged tree is verified, a baseline asked of it waits for its outcomes (a
+    merge or an attempt stacked on it fails first) instead of running the same commands."""
+    tree = merged_tree(job, stacked)
+    if baselines is None or tree is None:
         return nullcontext()
-    return baselines.verifying(job.base_commit)
+    return baselines.verifying(tree)
 
 
 class _Pending:

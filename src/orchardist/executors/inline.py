@@ -21,7 +21,7 @@ from ..clocks import Timers, WallTimers
 from ..git.repo import Repo
 from ..state.records import AttemptState, Failure
 from ..state.store import Store
-from . import AttemptJob, Job, Notify, Outcome, Phase
+from . import AttemptJob, Job, Notify, Outcome, Phase, Stacker
 
 if TYPE_CHECKING:
     from ..specs import RunConfig
@@ -44,6 +44,7 @@ class InlineExecutor:
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[Job, Notify, float]] = {}  # job id -> (job, notify, start)
         self.submitted: list[str] = []  # job ids, in submission order
+        self.stacker: Stacker | None = None  # unused: its attempts change nothing
 
     @classmethod
     def for_run(

@@ -33,13 +33,21 @@ from ..state.records import UNFINISHED, AgentProfile, AttemptState, Failure, Usa
 from ..state.store import Store
 from ..verify import reports
 from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier, VerifyRequest
-from . import AttemptJob, Job, Notify, Outcome, Phase
-from .attempt import Attempt, Work, agent_context, attempt_env, note_ending, verify_commands
+from . import AttemptJob, Job, Notify, Outcome, Phase, Stacked, Stacker
+from .attempt import (
+    Attempt,
+    Work,
+    agent_context,
+    attempt_env,
+    note_ending,
+    verify_commands,
+    verify_on_head,
+)
 from .baselines import LocalBaselines as LocalBaselines
 from .baselines import keeper, verifying
 from .continuing import run_continuing
 from .guard import CheckoutGuard
-from .views import make_view, needs_view, view_paths
+from .views import fresh_view, needs_view, view_paths
 
 NO_CHANGES = "the agent changed no file"
 NO_CHANGES_FEEDBACK = (
@@ -91,6 +99,7 @@ class LocalExecutor:
         active = guard_checkout and self.mode is Mode.NONE
         self.confinement = Confinement(repo, self.layout, self.mode, environ, environment)
         self.guard = CheckoutGuard(self._fingerprint, active=active, look=guard_checkout)
+        self.stacker: Stacker | None = None  # the run's speculative head, set by its loop
 
     @classmethod
     def for_run(
@@ -225,24 +234,19 @@ class LocalExecutor:
 
     def _on_view(self, a: Attempt, work: Work) -> Outcome:
         """Verify (or judge) the patch on a fresh view of exactly its tree, made now that the
-        agent has ended (see views.py): nothing it left beside the patch is seen."""
+        agent has ended (see views.py): nothing it left beside the patch is seen. The tree is
+        the patch merged onto the run's head where the stacker puts it there (engine/heads.py)."""
         job = a.agent_job
-        view = view_paths(self.layout, job.run_id, job.id)  # removed with the attempt's folder
-        try:
-            make_view(self.layout, view, job.start, work.patch, job.run_id)
-        except (OrchardistError, OSError) as exc:
-            detail = f"cannot make the tree verify runs on: {exc}"
-            return a.end(
-                AttemptState.FAILED,
-                Failure.INFRA_ERROR,
-                detail=detail,
-                patch_commit=work.patch,
-                usage=work.usage,
-            )
-        viewed = replace(a, view=view, cwd=view.tree / job.workdir)
+        on = None if self.stacker is None else self.stacker.stack(job, work.patch)
+        viewed = fresh_view(self.layout, a, work, on)
+        if isinstance(viewed, Outcome):
+            return viewed
         if job.stage in JUDGED_STAGES:
             return self._judge(viewed, work)
-        return self._verify(viewed, work)
+        if on is None or self.stacker is None:
+            return self._verify(viewed, work)
+        view = functools.partial(fresh_view, self.layout)
+        return verify_on_head(viewed, work, on, self.stacker, self._verify, view)
 
     def _run_agent(self, a: Attempt) -> Outcome | Work:
         """Run the job's agent, then take what it did as a patch; an Outcome when that ends
@@ -360,19 +364,20 @@ class LocalExecutor:
             **done,
         )
 
-    def _verify(self, a: Attempt, work: Work) -> Outcome:
-        """Run the verify commands (and the check) on the patch."""
+    def _verify(self, a: Attempt, work: Work, on: Stacked | None = None) -> Outcome:
+        """Run the verify commands (and the check) on the patch (``on``: on the run's head)."""
         job, paths = a.job, a.checked
         commands, note = verify_commands(self.repo, job, paths.tree, work.patch)
         if note:
             with a.log.open("a", encoding="utf-8") as fh:
                 fh.write(f"orchardist: {note}\n")
-        with verifying(self.baselines, job):
+        stacked = None if on is None else on.commit
+        with verifying(self.baselines, job, stacked):
             verdict = self.verifier.verify(
                 VerifyRequest(
                     commands=commands,
                     check=job.check if isinstance(job, AttemptJob) else None,
-                    baseline=job.baseline,
+                    baseline=job.baseline if on is None else on.head,
                     check_baseline=job.check_baseline if isinstance(job, AttemptJob) else None,
                     workdir=job.workdir,
                     cwd=a.cwd,
@@ -385,7 +390,7 @@ class LocalExecutor:
                     marker=job.marker,
                     confine=self.confine(paths, network=job.network, hidden=a.hidden),
                     network=job.network,
-                    keep=keeper(self.baselines, job),
+                    keep=keeper(self.baselines, job, stacked),
                 )
             )
         common: dict[str, Any] = {
@@ -394,6 +399,7 @@ class LocalExecutor:
             "usage": work.usage,
             "summary": work.summary,
             "verify_commands": commands,
+            "verified_on": stacked,
         }
         check = job.check if isinstance(job, AttemptJob) else None
         reports.save_reports(paths.junit_dir, commands, check, a.log)  # kept: the folder goes

@@ -41,7 +41,7 @@ from ..git.repo import Repo
 from ..specs import RunConfig
 from ..state.records import NUM_CPUS, AgentProfile, AttemptState, Failure
 from ..state.store import MEMORY, Store
-from . import AttemptJob, Job, Notify, Outcome, Phase
+from . import AttemptJob, Job, Notify, Outcome, Phase, Stacker
 from .rayconnect import connect, first_line, import_ray
 from .raynode import (
     LOST_GRACE_S,
@@ -133,6 +133,7 @@ class RayExecutor:
         self.board = self._start_board(store_path)
         self._lock = threading.Lock()
         self._threads: dict[str, threading.Thread] = {}
+        self.stacker: Stacker | None = None  # unused: a node verifies on the attempt's base
         self._markers: dict[str, str] = {}  # job id -> its processes' marker
         self._tasks: dict[str, Any] = {}  # job id -> its Ray task (ObjectRef)
         self._cancelled: dict[str, str] = {}  # job id -> reason

@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from ..confine.layout import VIEWS, Layout
 from ..confine.paths import AttemptPaths
+from ..errors import OrchardistError
 from ..git.indexfile import IndexFile, write_changes
 from ..git.repo import Repo
 from ..pipelines.stages import JUDGED_STAGES
-from . import AttemptJob
+from ..state.records import AttemptState, Failure
+from . import AttemptJob, Outcome, Stacked
+from .attempt import Attempt, Work
 
 MAX_PARSED = 4  # parsed start indexes kept (one per pristine in use, about)
 _parsed: dict[tuple[int, int, int, int], IndexFile] = {}
@@ -39,6 +43,25 @@ def needs_view(job: AttemptJob) -> bool:
 def view_paths(layout: Layout, run_id: str, job_id: str) -> AttemptPaths:
     """Where the view of a run's job is made (not created)."""
     return AttemptPaths.under(layout.run_folder(run_id) / VIEWS / job_id)
+
+
+def fresh_view(
+    layout: Layout, a: Attempt, work: Work, on: Stacked | None, again: bool = False
+) -> Attempt | Outcome:
+    """The attempt with a fresh view of its patch's tree (``on``: the patch on the run's head;
+    ``again``: made anew in place of the one it had); an Outcome when it cannot be made."""
+    job = a.job
+    assert isinstance(job, AttemptJob)
+    view = view_paths(layout, job.run_id, job.id)  # removed with the attempt's folder
+    try:
+        if again:
+            layout.remove(view)
+        make_view(layout, view, job.start, work.patch if on is None else on.commit, job.run_id)
+    except (OrchardistError, OSError) as exc:
+        done = {"patch_commit": work.patch, "usage": work.usage}
+        why = f"cannot make the tree verify runs on: {exc}"
+        return a.end(AttemptState.FAILED, Failure.INFRA_ERROR, detail=why, **done)
+    return replace(a, view=view, cwd=view.tree / job.workdir)
 
 
 def make_view(
