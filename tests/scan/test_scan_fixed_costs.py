@@ -1,11 +1,14 @@
 """What a scan costs besides the scanner: a cache hit starts no process and writes no scratch
 folder; without the cache no version is asked (no key is ever used); missed files go to one
-process until there are enough of them to share (MIN_BATCH_FILES each)."""
+process until there are enough of them to share (MIN_BATCH_FILES each), and one process needs
+no thread pool."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from scan_support import invocations
@@ -78,3 +81,24 @@ def test_missed_files_share_processes_only_by_whole_batches(tmp_path: Path) -> N
     plan, log = batched_repo(tmp_path / "two", 2 * MIN_BATCH_FILES)
     scan(plan)
     assert sorted(len(files) for files in invocations(log)) == [MIN_BATCH_FILES] * 2
+
+
+def test_a_scan_of_one_scanner_process_starts_no_thread_pool(tmp_path: Path) -> None:
+    # Given files too few to share processes, scanned without the cache
+    repo = make_repo(tmp_path / "repo", {f"src/m{i}.py": f"# TODO: {i}\n" for i in range(6)})
+    plan, log = todo_plan(repo, tmp_path)
+
+    # When the scan runs, its imports listed
+    argv = [sys.executable, "-X", "importtime", "-m", "orchardist", "scan", str(plan)]
+    done = subprocess.run(
+        [*argv, "--json", "--no-cache"], cwd=repo, capture_output=True, text=True, check=False
+    )
+
+    # Then its one scanner process ran and reported, and no thread pool (nor the logging it
+    # brings) was imported: the job ran on the scan's own thread
+    assert json.loads(done.stdout)["findings"] == 6, done.stderr
+    assert len(invocations(log)) == 1
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "orchardist.scan.engine" in imported
+    assert "concurrent.futures" not in imported
+    assert "logging" not in imported

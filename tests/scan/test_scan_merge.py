@@ -137,6 +137,50 @@ def test_sarif_paths_become_relative_and_rules_are_found_by_index(tmp_path: Path
         parse_sarif(b"[]", tmp_path)
 
 
+def test_a_large_log_resolves_its_root_once_and_each_path_through_either_spelling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: a tree reached through a symlink, and 400 findings over 40 files, named by
+    # absolute URIs through the link and through the real folder
+    real = tmp_path / "real"
+    (real / "pkg").mkdir(parents=True)
+    root = tmp_path / "link"
+    root.symlink_to(real)
+    results = [
+        {
+            "ruleId": "R1",
+            "message": {"text": "m"},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {
+                            "uri": f"file://{(real, root)[n % 2]}/pkg/m{n % 40}.py"
+                        },
+                        "region": {"startLine": n + 1},
+                    }
+                }
+            ],
+        }
+        for n in range(400)
+    ]
+    log = {"runs": [{"tool": {"driver": {"name": "T"}}, "results": results}]}
+    resolved = []
+    resolve = Path.resolve
+
+    def counted(path: Path, strict: bool = False) -> Path:
+        resolved.append(path)
+        return resolve(path, strict)
+
+    monkeypatch.setattr(Path, "resolve", counted)
+
+    # When: it is parsed
+    found, _ = parse_sarif(json.dumps(log).encode(), root)
+
+    # Then: every path is relative to the tree, and the root was resolved once, not per finding
+    assert [f.path for f in found] == [f"pkg/m{n % 40}.py" for n in range(400)]
+    assert resolved == [root]
+
+
 def test_findings_json_in_every_documented_shape() -> None:
     one = {"rule": "r", "message": "m", "path": "a.py", "start_line": 2, "severity": "high"}
     for data in (

@@ -10,13 +10,18 @@ beneath the given directories. On a kernel without Landlock the wrapper is not u
 
 from __future__ import annotations
 
-import contextlib
+# The wrapper runs as a script before every sandboxed program: it imports only what it needs
+# (``os``, ``sys``, ``ctypes``), not ``pathlib``, ``contextlib``, ``functools`` or ``typing``,
+# whose imports took more than its interpreter's start-up.
 import ctypes
 import os
 import sys
-from collections.abc import Sequence
-from functools import cache
-from pathlib import Path
+
+TYPE_CHECKING = False  # the type checker's names, without importing ``typing`` at run time
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
 
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # same on x86-64/arm64
 _PR_SET_NO_NEW_PRIVS = 38
@@ -64,9 +69,17 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
-@cache
+_abi: list[int] = []  # the version, once asked
+
+
 def abi_version() -> int:
     """The kernel's Landlock ABI version; 0 when Landlock is unavailable."""
+    if not _abi:
+        _abi.append(_ask_abi())
+    return _abi[0]
+
+
+def _ask_abi() -> int:
     if not sys.platform.startswith("linux"):
         return 0
     try:
@@ -91,7 +104,7 @@ def handled_rights(abi: int) -> int:
     return rights
 
 
-def restrict_writes(writable: Sequence[Path]) -> None:
+def restrict_writes(writable: Sequence[str | Path]) -> None:
     """Confine this process and its future children to writing beneath ``writable``."""
     abi = abi_version()
     if abi < 1:
@@ -129,7 +142,7 @@ def wrap(argv: Sequence[str], writable: Sequence[Path]) -> list[str]:
     """``argv`` run through the sandbox wrapper, allowed to write beneath ``writable``."""
     # Run this file as a script, isolated and without site: it needs only the standard
     # library, so it neither imports orchardist nor pays for its start-up.
-    wrapped = [sys.executable, "-I", "-S", str(Path(__file__).resolve())]
+    wrapped = [sys.executable, "-I", "-S", os.path.realpath(__file__)]
     for path in writable:
         wrapped += ["--write", str(path)]
     return [*wrapped, "--", *argv]
@@ -148,7 +161,7 @@ def beside(top: Path, protected: Sequence[Path]) -> list[Path]:
     if top in inside:
         return []
     allowed: list[Path] = []
-    with contextlib.suppress(OSError):
+    try:
         for child in top.iterdir():
             if child.is_symlink():
                 continue
@@ -157,15 +170,17 @@ def beside(top: Path, protected: Sequence[Path]) -> list[Path]:
                 allowed.append(child)
             elif child.is_dir():
                 allowed += beside(child, inside)
+    except OSError:
+        pass  # an unreadable folder: what was found so far
     return allowed
 
 
 def main(args: Sequence[str]) -> int:
     """The wrapper: ``--write DIR``... ``--`` then the program to exec."""
-    writable: list[Path] = []
+    writable: list[str] = []
     rest = list(args)
     while rest and rest[0] == "--write":
-        writable.append(Path(rest[1]))
+        writable.append(rest[1])
         rest = rest[2:]
     if not rest or rest[0] != "--" or len(rest) < 2:
         print(

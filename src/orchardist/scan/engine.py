@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -299,8 +300,6 @@ class Scanner:
     ) -> None:
         if not jobs:
             return
-        from concurrent.futures import ThreadPoolExecutor
-
         exports = {j.profile.name: work / j.profile.name for j in jobs}
         exported = self._export_sets(jobs)
         for name, folder in exports.items():
@@ -309,23 +308,20 @@ class Scanner:
             export(self.repo, commit, folder, None if paths is None else sorted(paths))
         # tree scans first: they usually take longest
         ordered = sorted(jobs, key=lambda j: j.profile.scope is not Scope.TREE)
-        pool = ThreadPoolExecutor(max_workers=self.max_parallel, thread_name_prefix="scan")
-        futures: list[tuple[_Job, Future[tuple[list[Finding], ToolInfo | None]]]] = []
+        runs = [
+            (job, exports[job.profile.name] / "tree", work / f"job{n}")
+            for n, job in enumerate(ordered)
+        ]
         try:
-            for n, job in enumerate(ordered):
-                cwd = exports[job.profile.name] / "tree" / self.workdir
-                scratch = exports[job.profile.name] / "tree"
-                folder = work / f"job{n}"
-                futures.append((job, pool.submit(self._run_job, job, cwd, folder, scratch)))
-            for job, future in futures:
-                self._collect(
-                    job, future, exports[job.profile.name] / "tree" / self.workdir, tallies
-                )
+            if len(runs) == 1:  # no pool (nor its imports, logging's among them) for one job
+                job, scratch, folder = runs[0]
+                cwd = scratch / self.workdir
+                self._collect(job, partial(self._run_job, job, cwd, folder, scratch), cwd, tallies)
+            else:
+                self._run_pooled(runs, tallies)
         except BaseException:
             self.cancel.cancel("scan interrupted")
             raise
-        finally:
-            pool.shutdown(wait=True)
         for name, folder in exports.items():
             changed = changed_files(self.repo, folder, exported[name])
             if changed:
@@ -358,10 +354,32 @@ class Scanner:
             paths.update(prefix + f for f in select_files(self._entries, profile.config, ()))
         return sets
 
+    def _run_pooled(
+        self, runs: Sequence[tuple[_Job, Path, Path]], tallies: Mapping[str, _Tally]
+    ) -> None:
+        """Run jobs (each with its export's tree and its own folder) on a pool of
+        ``max_parallel`` threads; their results collected in order."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=self.max_parallel, thread_name_prefix="scan")
+        try:
+            futures = [
+                (
+                    job,
+                    scratch,
+                    pool.submit(self._run_job, job, scratch / self.workdir, folder, scratch),
+                )
+                for job, scratch, folder in runs
+            ]
+            for job, scratch, future in futures:
+                self._collect(job, partial(_result, future), scratch / self.workdir, tallies)
+        finally:
+            pool.shutdown(wait=True)
+
     def _collect(
         self,
         job: _Job,
-        future: Future[tuple[list[Finding], ToolInfo | None]],
+        outcome: Callable[[], tuple[list[Finding], ToolInfo | None]],
         tree: Path,
         tallies: Mapping[str, _Tally],
     ) -> None:
@@ -370,7 +388,7 @@ class Scanner:
         tally.invocations += 1
         tally.misses += len(job.keys)
         try:
-            found, tool = _result(future)
+            found, tool = outcome()
         except ScanJobError as exc:
             tally.errors.append(str(exc))
             return

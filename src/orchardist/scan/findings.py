@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -147,6 +147,7 @@ def parse_sarif(data: bytes, root: Path) -> tuple[list[Finding], ToolInfo | None
         raise ScanOutputError('not a SARIF log: no "runs" array')
     findings: list[Finding] = []
     tool: ToolInfo | None = None
+    relative = relative_paths(root)
     for run in log["runs"]:
         if not isinstance(run, dict):
             raise ScanOutputError("not a SARIF log: a run is not an object")
@@ -162,12 +163,12 @@ def parse_sarif(data: bytes, root: Path) -> tuple[list[Finding], ToolInfo | None
         tool = replace(tool, rules={**tool.rules, **by_id})
         for result in run.get("results") or []:
             if isinstance(result, dict):
-                findings.append(_sarif_result(result, rules, root))
+                findings.append(_sarif_result(result, rules, relative))
     return findings, tool
 
 
 def _sarif_result(
-    result: Mapping[str, Any], rules: Sequence[Mapping[str, Any]], root: Path
+    result: Mapping[str, Any], rules: Sequence[Mapping[str, Any]], relative: Callable[[str], str]
 ) -> Finding:
     rule_id = result.get("ruleId") or _get(result, "rule", "id")
     index = result.get("ruleIndex", _get(result, "rule", "index"))
@@ -187,7 +188,7 @@ def _sarif_result(
     return Finding(
         rule=str(rule_id or "unknown"),
         message=str(message),
-        path=relative_path(str(uri), root),
+        path=relative(str(uri)),
         start_line=start,
         end_line=max(_int(region.get("endLine"), start), start),
         level=level if level in LEVELS else "warning",
@@ -197,12 +198,28 @@ def _sarif_result(
     )
 
 
-def relative_path(uri: str, root: Path) -> str:
-    """A tree-relative POSIX path from a SARIF URI or a path, absolute or relative."""
+def relative_paths(root: Path) -> Callable[[str], str]:
+    """What turns a SARIF URI or a path, absolute or relative, into a POSIX path relative to
+    ``root``: the root resolved once and each URI turned once (a scanner names a file once
+    per finding; resolving the root, a ``stat`` per folder of its path, for each of them was
+    most of the time spent parsing)."""
+    bases = (str(root), str(root.resolve()))
+    known: dict[str, str] = {}
+
+    def relative(uri: str) -> str:
+        path = known.get(uri)
+        if path is None:
+            path = known[uri] = _relative(uri, bases)
+        return path
+
+    return relative
+
+
+def _relative(uri: str, bases: tuple[str, str]) -> str:
     parsed = urlparse(uri)
     path = unquote(parsed.path) if parsed.scheme in ("file", "") else uri
     if path.startswith("/"):
-        for base in (str(root), str(root.resolve())):
+        for base in bases:
             if path == base or path.startswith(base.rstrip("/") + "/"):
                 path = path[len(base.rstrip("/")) + 1 :]
                 break
@@ -218,10 +235,11 @@ def parse_findings_json(data: bytes, fields: Mapping[str, str] | None = None) ->
     fields = fields or {}
     items = _json_items(data)
     findings = []
+    relative = relative_paths(Path("/nonexistent"))
     for n, item in enumerate(items, 1):
         if not isinstance(item, dict):
             raise ScanOutputError(f"finding {n} is not an object")
-        findings.append(_json_finding(item, fields, n))
+        findings.append(_json_finding(item, fields, n, relative))
     return findings
 
 
@@ -245,7 +263,9 @@ def _json_items(data: bytes) -> list[Any]:
     raise ScanOutputError('expected {"findings": [...]}, an array, or JSON lines')
 
 
-def _json_finding(item: Mapping[str, Any], fields: Mapping[str, str], n: int) -> Finding:
+def _json_finding(
+    item: Mapping[str, Any], fields: Mapping[str, str], n: int, relative: Callable[[str], str]
+) -> Finding:
     def value(name: str) -> Any:
         key = fields.get(name, name)
         current: Any = item
@@ -261,7 +281,7 @@ def _json_finding(item: Mapping[str, Any], fields: Mapping[str, str], n: int) ->
     return Finding(
         rule=str(value("rule") or "unknown"),
         message=str(value("message") or ""),
-        path=relative_path(path, Path("/nonexistent")),
+        path=relative(path),
         start_line=line,
         end_line=max(_int(value("end_line"), line), line),
         level=_SEVERITY_WORDS.get(severity, "warning"),

@@ -1,0 +1,71 @@
+"""The Landlock wrapper starts before every sandboxed program (each scanner process, each
+confined command), so what it costs is paid each time: it imports only ``os``, ``sys`` and
+``ctypes``, and still confines writes to what it was given."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchardist.confine import landlock as sandbox
+
+pytestmark = pytest.mark.skipif(not sandbox.available(), reason="no Landlock on this kernel")
+
+# Beyond the interpreter's own start-up (-I -S): os, ctypes, and what they import themselves.
+_ALLOWED = {
+    *("os", "stat", "_stat", "_collections_abc", "genericpath", "posixpath", "types"),
+    *("ctypes", "_ctypes", "struct", "_struct", "ctypes._endian", "__future__"),
+}
+
+
+def _imported(stderr: str) -> set[str]:
+    """The modules named by ``-X importtime`` lines."""
+    names = set()
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            if name != "package":  # the header line
+                names.add(name)
+    return names
+
+
+def test_the_wrapper_imports_only_os_sys_and_ctypes_beyond_the_interpreter(
+    tmp_path: Path,
+) -> None:
+    # Given: the interpreter's own imports at start (-I -S), and the wrapped command, timed
+    bare = subprocess.run(
+        [sys.executable, "-I", "-S", "-X", "importtime", "-c", "pass"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    argv = sandbox.wrap(["/bin/sh", "-c", f"echo ran > {tmp_path}/marker"], [tmp_path])
+    timed = [argv[0], "-X", "importtime", *argv[1:]]
+
+    # When: it runs
+    done = subprocess.run(timed, capture_output=True, text=True, check=False)
+
+    # Then: the program ran, and the wrapper imported nothing but ctypes and what it needs
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "marker").read_text() == "ran\n"
+    extra = _imported(done.stderr) - _imported(bare.stderr) - _ALLOWED
+    assert extra == set()
+
+
+def test_the_wrapped_program_cannot_write_outside_its_folders(tmp_path: Path) -> None:
+    # Given: a writable folder and a sibling that is not
+    allowed, other = tmp_path / "allowed", tmp_path / "other"
+    allowed.mkdir()
+    other.mkdir()
+    script = f"echo in > {allowed}/in; echo out > {other}/out; echo $? > {allowed}/status"
+
+    # When: a wrapped shell writes in both
+    subprocess.run(sandbox.wrap(["/bin/sh", "-c", script], [allowed]), check=False)
+
+    # Then: only the allowed write happened, and the shell saw the other fail
+    assert (allowed / "in").read_text() == "in\n"
+    assert not (other / "out").exists()
+    assert (allowed / "status").read_text().strip() != "0"
