@@ -145,6 +145,35 @@ def test_a_background_child_left_by_a_finished_command_is_killed(tmp_path: Path)
     assert marked_processes(marker) == set()
 
 
+def test_a_ctrl_c_the_instant_after_the_start_still_kills_and_reaps_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a child that writes its pid and sleeps, and a Ctrl-C (KeyboardInterrupt) that the
+    # main thread takes right after the child started, before its wait began
+    real_pidfd_open = os.pidfd_open
+    pid_file = tmp_path / "pid"
+    interrupted: list[int] = []
+
+    def pidfd_open(pid: int, flags: int = 0) -> int:
+        if interrupted:
+            return real_pidfd_open(pid, flags)
+        interrupted.append(pid)
+        deadline = time.monotonic() + 30
+        while not pid_file.read_text().strip() if pid_file.exists() else True:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "pidfd_open", pidfd_open)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, ["/bin/sh", "-c", f"echo $$ > {pid_file}; exec sleep 600"])
+
+    # Then the child really ran, and is neither alive nor left a zombie to reap
+    child = int(pid_file.read_text())
+    assert interrupted == [child]
+    assert not Path(f"/proc/{child}").exists()
+
+
 # -- timeouts ----------------------------------------------------------------------------
 
 

@@ -189,10 +189,11 @@ def run_process(request: ProcessRequest) -> ProcessResult:
         return ProcessResult(exit_code=127, duration_s=clock() - start)
     assert proc.stdout is not None
     deadline = None if request.timeout_s is None else start + request.timeout_s
-    pidfd = os.pidfd_open(proc.pid)
-    pipe = proc.stdout.fileno()
-    os.set_blocking(pipe, False)
-    try:
+    pidfd = -1
+    try:  # from the child's first instant: a Ctrl-C in the main thread must not leave it
+        pidfd = os.pidfd_open(proc.pid)
+        pipe = proc.stdout.fileno()
+        os.set_blocking(pipe, False)
         exited, timed_out, cancelled = _wait(
             pidfd, pipe, (request.cancel, request.stop), sink, deadline, clock
         )
@@ -202,7 +203,8 @@ def run_process(request: ProcessRequest) -> ProcessResult:
         if proc.returncode is None:  # the loop raised (say, on_line did): still leave nothing
             kill_tree(proc.pid, marker, grace_s=0.0)
             proc.wait()
-        os.close(pidfd)
+        if pidfd >= 0:
+            os.close(pidfd)
         proc.stdout.close()
         truncated = sink.close()
     return ProcessResult(

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from ..confine.paths import repo_key, workdir_root
 from ..confine.procs import CancelToken, ProcessRequest, run_process
@@ -316,7 +316,8 @@ class Scanner:
             if len(runs) == 1:  # no pool (nor its imports, logging's among them) for one job
                 job, scratch, folder = runs[0]
                 cwd = scratch / self.workdir
-                self._collect(job, partial(self._run_job, job, cwd, folder, scratch), cwd, tallies)
+                ran = self._aside(partial(self._run_job, job, cwd, folder, scratch))
+                self._collect(job, ran, cwd, tallies)
             else:
                 self._run_pooled(runs, tallies)
         except BaseException:
@@ -353,6 +354,37 @@ class Scanner:
             paths.update(prefix + f for f in job.files)
             paths.update(prefix + f for f in select_files(self._entries, profile.config, ()))
         return sets
+
+    def _aside(self, work: Callable[[], _T]) -> Callable[[], _T]:
+        """Run ``work`` on a thread of its own and wait for it; its result (or its error) as a
+        function. A Ctrl-C reaches the main thread only: it cancels the work and waits for it,
+        so the scanner's processes are killed and reaped by the thread that started them."""
+        done: list[Callable[[], _T]] = []
+        ended = threading.Event()
+
+        def run() -> None:
+            try:
+                value = work()
+            except BaseException as exc:  # handed to the caller, raised there
+                done.append(partial(_reraise, exc))
+            else:
+                done.append(lambda: value)
+            finally:
+                ended.set()
+
+        threading.Thread(target=run, name="scan").start()
+        # Waited for in slices, as _result waits (see there why), and on an Event: a
+        # Thread.join that a KeyboardInterrupt cuts short marks the thread as stopped while it
+        # still runs (CPython's bpo-45274 handling), and is_alive() then lies.
+        try:
+            while not ended.wait(SIGNAL_TICK_S):
+                pass
+        finally:
+            if not ended.is_set():
+                self.cancel.cancel("scan interrupted")
+                while not ended.wait(SIGNAL_TICK_S):
+                    pass
+        return done[0]
 
     def _run_pooled(
         self, runs: Sequence[tuple[_Job, Path, Path]], tallies: Mapping[str, _Tally]
@@ -495,3 +527,7 @@ def _result(future: Future[_T]) -> _T:
             return future.result(timeout=SIGNAL_TICK_S)
         except TimeoutError:
             continue
+
+
+def _reraise(exc: BaseException) -> NoReturn:
+    raise exc
