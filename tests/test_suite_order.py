@@ -18,7 +18,7 @@ HOOK = """from suite_order import slow_files_first
 def pytest_collection_modifyitems(items):
     slow_files_first(items)
 """
-SLOW = "import pytest\n\npytestmark = pytest.mark.slow\n\n\ndef test_slow():\n    pass\n"
+SLOW = "import pytest\n\npytestmark = pytest.mark.slow\n"
 QUICK = "".join(f"def test_quick_{n}():\n    pass\n\n\n" for n in range(4))
 
 
@@ -39,13 +39,17 @@ def ran(folder: Path) -> list[str]:
 
 
 def test_the_slow_file_runs_first_then_the_quick_files_most_tests_first(tmp_path: Path) -> None:
-    # Given, by name, a quick file of one test, a quick file of four, and a slow file of one
+    # Given, by name, a quick file of one test, a quick file of four, a slow file of one and a
+    # slow file of two
     (tmp_path / "conftest.py").write_text(HOOK)
     (tmp_path / "test_a_small.py").write_text("def test_small():\n    pass\n")
     (tmp_path / "test_b_quick.py").write_text(QUICK)
-    (tmp_path / "test_c_slow.py").write_text(SLOW)
+    (tmp_path / "test_c_slow.py").write_text(SLOW + "def test_slow():\n    pass\n")
+    slower = "".join(f"def test_slower_{n}():\n    pass\n\n\n" for n in range(2))
+    (tmp_path / "test_d_slow.py").write_text(SLOW + slower)
     # When the suite's settings run them on one worker
     order = ran(tmp_path)
-    # Then the slow file ran first (xdist's own order, most tests first, ran it last), then the
-    # larger quick file, each file's tests in their order
-    assert order == ["test_slow", *(f"test_quick_{n}" for n in range(4)), "test_small"]
+    # Then the slow files ran first (xdist's own order, most tests first, ran them last), the
+    # larger first, then the quick files, the larger first, each file's tests in their order
+    quick = [f"test_quick_{n}" for n in range(4)]
+    assert order == ["test_slower_0", "test_slower_1", "test_slow", *quick, "test_small"]
