@@ -18,6 +18,7 @@ from orchardist.confine.confinement import SHARE_READONLY_VAR, SHARE_WRITABLE_VA
 from orchardist.confine.paths import ROOT_VAR
 from orchardist.confine.procs import kill_by_env
 from run_support import spawn
+from suite_order import slow_files_first
 from support import Finished, make_repo
 
 
@@ -27,6 +28,11 @@ def pytest_configure(config: pytest.Config) -> None:
     Only this process's own imports are affected (the caches are ``__pycache__/*.pyc``, which
     git ignores); the processes the tests start keep the environment as it is."""
     sys.dont_write_bytecode = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow files first (suite_order.py says why)."""
+    slow_files_first(items)
 
 
 @pytest.fixture(autouse=True, scope="session")

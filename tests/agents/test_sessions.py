@@ -2,7 +2,7 @@
 executors/continuing.py): which files are kept, for whom, and what the agent is told.
 
 The real CLIs continuing their sessions against the fake model APIs are in
-test_real_sessions.py; here the logic runs on in-test agents and the fake CLIs.
+test_real_sessions*.py; here the logic runs on in-test agents and the fake CLIs.
 """
 
 from __future__ import annotations
