@@ -129,7 +129,8 @@ def _fresh_interpreter_state(args: Sequence[str]) -> None:
     sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
     sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    for name in ("stdin", "stdout", "stderr"):
+        setattr(sys, f"__{name}__", getattr(sys, name))
     sys.argv = [str(Path(str(sys.modules["orchardist"].__file__)).with_name("__main__.py")), *args]
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM, signal.SIGCHLD):
