@@ -85,15 +85,18 @@ def interpreter(
 
 
 def _wait(pid: int, timeout_s: float, argv: list[str]) -> int:
-    """The exit code of child ``pid`` as ``subprocess`` gives it, killed after ``timeout_s``."""
+    """The exit code of child ``pid`` as ``subprocess`` gives it; killed (and reaped) after
+    ``timeout_s`` or when the wait is interrupted, as ``subprocess.run`` kills its child."""
     pidfd = os.pidfd_open(pid)
+    ready: list[int] = []
     try:
         ready, _, _ = select.select([pidfd], [], [], timeout_s)
     finally:
         os.close(pidfd)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
     if not ready:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
         raise subprocess.TimeoutExpired(argv, timeout_s)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
