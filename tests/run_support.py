@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import warnings
@@ -117,6 +118,9 @@ def _forked_main(
             os.environ.update(env)
         _fresh_interpreter_state(args)
         code = _exit_code(args)
+        # as the interpreter does at exit: wake idle pool workers, wait for non-daemon threads
+        # (the test's atexit functions are not the command's: they do not run here)
+        getattr(threading, "_shutdown")()  # noqa: B009 - private, as the interpreter's own
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(BaseException):  # exiting whatever happens
