@@ -10,6 +10,9 @@ archive`` of ``--old-ref``, default ``main``) from the same store, requests inte
 prints the medians, their ratio and each against its target (10 ms and 30 ms).
 
     python benchmarks/dashboard_load.py --pages [--old-ref main] [--requests 40]
+
+With ``--cpu``, the same requests' work in-process (each tree in a process of its own), as CPU
+milliseconds: what the machine's load does not blur.
 """
 
 from __future__ import annotations
@@ -133,7 +136,8 @@ def run_watched(plan: Path, clients: int) -> tuple[float, list[int]]:
 PAGE_TARGETS_MS = {
     "/api/runs (50 runs)": 10.0,
     "500-task run, store unchanged": 30.0,
-    "500-task run, store written": 30.0,  # a live run's page: rebuilt on every view
+    "500-task run, store written": 30.0,  # another run written between views
+    "500-task run, its run written": 30.0,  # a live run's page: a task moved between views
 }
 
 
@@ -188,8 +192,9 @@ def fill_store(root: Path, runs: int, big_tasks: int) -> str:
 
 
 @contextlib.contextmanager
-def server(repo: Path, pythonpath: str | None) -> Iterator[httpx.Client]:
-    """``orchardist serve`` of ``repo`` (from ``pythonpath``'s code when given), as a client."""
+def server(repo: Path, pythonpath: str | None) -> Iterator[tuple[httpx.Client, int]]:
+    """``orchardist serve`` of ``repo`` (from ``pythonpath``'s code when given): a client of
+    it, and its pid."""
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
@@ -206,10 +211,16 @@ def server(repo: Path, pythonpath: str | None) -> Iterator[httpx.Client]:
     headers = {"Authorization": f"Bearer {token}"}
     try:
         with httpx.Client(base_url=base, headers=headers, timeout=30) as client:
-            yield client
+            yield client, proc.pid
     finally:
         proc.terminate()
         proc.wait()
+
+
+def cpu_s(pid: int) -> float:
+    """The CPU seconds process ``pid`` has used (user and system, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def timed_ms(client: httpx.Client, path: str) -> float:
@@ -238,27 +249,101 @@ def pages(old_ref: str, requests: int) -> None:
         repo = Path(tmp) / "repo"
         big = fill_store(repo, 50, 500)
         old = old_source(old_ref, Path(tmp) / "old")
-        paths = dict(zip(PAGE_TARGETS_MS, ["/api/runs", *[f"/api/runs/{big}"] * 2], strict=True))
+        paths = dict(zip(PAGE_TARGETS_MS, ["/api/runs", *[f"/api/runs/{big}"] * 3], strict=True))
         times: dict[tuple[str, str], list[float]] = {}
+        cpu: dict[tuple[str, str], float] = {}  # the server's CPU seconds, all requests
+        writes = 0
         writer = Store.for_repo(repo / ".git")
         with server(repo, old) as before, server(repo, None) as after:
             for _ in range(requests + 3):  # the first three of each warm up, not counted
                 for name, path in paths.items():
-                    for label, client in (("before", before), ("after", after)):
-                        if name.endswith("written"):  # as a live run does between views
+                    for label, (client, pid) in (("before", before), ("after", after)):
+                        if name.endswith("store written"):  # as another live run does
                             with writer.transaction() as tx:
                                 tx.emit(Event("run000", "note", 0.0, None, None, {}))
+                        if name.endswith("its run written"):  # as the run itself does
+                            writes += 1
+                            with writer.transaction() as tx:
+                                tx.set_task(big, f"t{writes % 500:05d}", reason=f"{writes}")
+                                tx.emit(Event(big, "note", 0.0, None, None, {}))
+                        if name.endswith("unchanged"):  # (the round before wrote)
+                            client.get(path).raise_for_status()
+                        used = cpu_s(pid)
                         times.setdefault((name, label), []).append(timed_ms(client, path))
+                        cpu[(name, label)] = cpu.get((name, label), 0.0) + cpu_s(pid) - used
         writer.close()
     print(f"dashboard requests over HTTP on 127.0.0.1, median of {requests}, A/B interleaved")
-    print(f"{'':32} {old_ref + ' (before)':>14} {'this tree':>10} {'ratio':>6}  target")
+    print("(server CPU: the server process's, per request, averaged over all of them)")
+    print(f"{'':32} {old_ref + ' (before)':>14} {'this tree':>10} {'ratio':>6}  target  server CPU")
     for name, target in PAGE_TARGETS_MS.items():
         a = statistics.median(times[(name, "before")][3:])
         b = statistics.median(times[(name, "after")][3:])
+        ca, cb = (cpu[(name, label)] * 1000 / (requests + 3) for label in ("before", "after"))
         print(
             f"{name:32} {a:11.1f} ms {b:7.1f} ms {a / b:5.1f}x  "
-            f"{target:2.0f} ms ({b / target:.2f} of it)"
+            f"{target:2.0f} ms ({b / target:.2f} of it)  {ca:.1f} → {cb:.1f} ms"
         )
+
+
+def cpu_child(repo: Path, big: str, requests: int) -> None:
+    """In this process (whichever orchardist PYTHONPATH names): the CPU milliseconds of each
+    request's work, JSON encoding included, medians printed as JSON."""
+    import json
+
+    from orchardist.state.records import Event
+    from orchardist.state.store import Store
+    from orchardist.web.reads import Reads, Settings
+
+    reads = Reads(Settings(repo, repo / ".git" / "orchardist" / "state.db", "t", frozenset()))
+    writer = Store.for_repo(repo / ".git")
+
+    def page() -> bytes:
+        run = reads.run(big)
+        assert run is not None
+        if hasattr(reads, "run_page"):
+            return bytes(reads.run_page(run))
+        return json.dumps(reads.run_doc(run), separators=(",", ":")).encode()
+
+    times: dict[str, list[float]] = {}
+    for k in range(requests + 3):
+        for name in PAGE_TARGETS_MS:
+            if name.endswith("store written"):
+                with writer.transaction() as tx:
+                    tx.emit(Event("run000", "note", 0.0, None, None, {}))
+            if name.endswith("its run written"):
+                with writer.transaction() as tx:
+                    tx.set_task(big, f"t{k % 500:05d}", reason=f"cpu {k}")
+                    tx.emit(Event(big, "note", 0.0, None, None, {}))
+            started = time.process_time()
+            if name.startswith("/api/runs"):
+                json.dumps(reads.runs(), separators=(",", ":"))
+            else:
+                page()
+            times.setdefault(name, []).append((time.process_time() - started) * 1000)
+    print(json.dumps({name: statistics.median(t[3:]) for name, t in times.items()}))
+
+
+def cpu(old_ref: str, requests: int) -> None:
+    """In-process CPU time of both code paths on one store, each in its own process."""
+    import json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "repo"
+        big = fill_store(repo, 50, 500)
+        old = old_source(old_ref, Path(tmp) / "old")
+        found = {}
+        for label, path in (("before", old), ("after", None)):
+            env = dict(os.environ)
+            if path:
+                env["PYTHONPATH"] = path
+            argv = [sys.executable, __file__, "--cpu-child", str(repo), big, str(requests)]
+            out = subprocess.run(argv, check=True, capture_output=True, text=True, env=env)
+            found[label] = json.loads(out.stdout)
+    print(f"dashboard requests in-process, CPU ms, median of {requests}")
+    print(f"{'':32} {old_ref + ' (before)':>14} {'this tree':>10} {'ratio':>6}")
+    for name in PAGE_TARGETS_MS:
+        a, b = found["before"][name], found["after"][name]
+        print(f"{name:32} {a:11.2f} ms {b:7.2f} ms {a / b:5.1f}x")
 
 
 def main() -> None:
@@ -269,7 +354,15 @@ def main() -> None:
     parser.add_argument("--pages", action="store_true", help="the pages' fixed costs")
     parser.add_argument("--old-ref", default="main", help="the code to compare --pages with")
     parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--cpu", action="store_true", help="--pages' work in-process, CPU time")
+    parser.add_argument("--cpu-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cpu_child:
+        cpu_child(Path(args.cpu_child[0]), args.cpu_child[1], int(args.cpu_child[2]))
+        return
+    if args.cpu:
+        cpu(args.old_ref, args.requests)
+        return
     if args.pages:
         pages(args.old_ref, args.requests)
         return

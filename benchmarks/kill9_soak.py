@@ -44,10 +44,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from orchardist.confine.procs import processes_with_env
 from orchardist.runs.folders import recorded_run_folder
 from orchardist.runs.start import Workspace
 from orchardist.state.records import RunState, TaskState
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from support import processes_with_env  # the leak check the tests use
 
 ORCHARDIST = [sys.executable, "-m", "orchardist"]
 MAX_KILLS = 3  # per trial: the first run plus resumes

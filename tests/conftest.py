@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from orchardist import Workspace, create_run, execute, load_plan, status_document
+from orchardist.confine.confinement import SHARE_READONLY_VAR, SHARE_WRITABLE_VAR
 from orchardist.confine.paths import ROOT_VAR
 from orchardist.confine.procs import kill_by_env
-from orchardist.executors.confinement import SHARE_READONLY_VAR, SHARE_WRITABLE_VAR
 from run_support import spawn
 from support import Finished, make_repo
 

@@ -20,7 +20,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchardist.confine.procs import kill_by_env, processes_with_env
+from orchardist.confine.procs import kill_by_env
+from support import processes_with_env
 
 CLUSTER_VAR = "ORCHARDIST_TEST_RAY_CLUSTER"
 NODE_VAR = "ORCHARDIST_TEST_RAY_NODE"

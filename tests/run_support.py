@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from orchardist import Workspace, status_document
-from orchardist.cli import main
+from orchardist.__main__ import main
 from orchardist.confine.paths import repo_key, workdir_root
-from orchardist.confine.procs import processes_with_env
-from support import git
+from support import git, processes_with_env
 
 ORCHARDIST = [sys.executable, "-m", "orchardist"]
 
@@ -43,7 +42,8 @@ def orchardist(
     """Run the CLI in ``root`` to its end, in a process of its own: stdin closed (or ``stdin``),
     output captured, ``env`` (default: this one's) its environment.
 
-    The process is a fork of this one calling ``orchardist.cli.main``, not a new interpreter:
+    The process is a fork of this one calling the console script's entry point
+    (``orchardist.__main__.main``, which reads ``sys.argv``), not a new interpreter:
     what the command does, with its own pid, working folder, environment, signals, locks and
     exit status, is the same, without the ~0.2 s of CPU a fresh ``python -m orchardist`` spends
     starting and importing (most of the cost of the quick loop's short commands). The console
@@ -117,7 +117,7 @@ def _forked_main(
             os.environ.clear()
             os.environ.update(env)
         _fresh_interpreter_state(args)
-        code = _exit_code(args)
+        code = _exit_code()
         # as the interpreter does at exit: wake idle pool workers, wait for non-daemon threads
         # (the test's atexit functions are not the command's: they do not run here)
         getattr(threading, "_shutdown")()  # noqa: B009 - private, as the interpreter's own
@@ -157,10 +157,11 @@ def _fresh_interpreter_state(args: Sequence[str]) -> None:
                     value.cache_clear()
 
 
-def _exit_code(args: Sequence[str]) -> int:
-    """``sys.exit(main(ARGS))`` as the interpreter turns it into an exit status."""
+def _exit_code() -> int:
+    """``sys.exit(main())`` with ``sys.argv`` set to ARGS, as the interpreter turns it into an
+    exit status."""
     try:
-        return main(list(args))
+        return main()
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0

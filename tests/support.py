@@ -5,8 +5,10 @@ Importable from every test module (``pythonpath = ["tests"]`` in pyproject.toml)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orchardist import RunState, Workspace
+from orchardist.confine.procs import MARKER_VAR
 from orchardist.state.records import Event, Run
 
 
@@ -24,6 +27,41 @@ def git(repo: Path, *args: str) -> str:
         ["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=os.environ
     )
     return out.stdout.strip()
+
+
+def processes_with_env(name: str, value: str) -> set[int]:
+    """Live processes (zombies aside) whose environment holds ``name=value``, read from /proc
+    here rather than asked of orchardist, so a leak check sees what really still runs."""
+    needle, me = f"{name}={value}".encode(), os.getpid()
+    found: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                stat = fh.read()
+            if stat[stat.rindex(b")") + 2 :][:1] in (b"Z", b"X"):
+                continue
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                if needle in fh.read().split(b"\0"):
+                    found.add(int(entry.name))
+        except (OSError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def marked_processes(marker: str) -> set[int]:
+    """Live processes carrying an attempt's process ``marker``."""
+    return processes_with_env(MARKER_VAR, marker)
+
+
+def baselines_cached(ws: Workspace) -> int:
+    """How many baselines the workspace's store holds (each one a real run), read from its
+    SQLite file."""
+    with contextlib.closing(
+        sqlite3.connect(f"{ws.store.path.resolve().as_uri()}?mode=ro", uri=True)
+    ) as db:
+        return int(db.execute("select count(*) from baselines").fetchone()[0])
 
 
 def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:

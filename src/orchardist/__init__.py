@@ -10,10 +10,10 @@ most of them need a small part of it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing is not imported: a cached scan answers in less than it takes
 if TYPE_CHECKING:
+    from typing import Any
+
     from .errors import (
         AgentError,
         GitError,
@@ -86,6 +86,8 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(f".{home}", __name__), name)
     globals()[name] = value
     return value

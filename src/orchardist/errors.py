@@ -19,7 +19,6 @@ prints them without a traceback.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -90,6 +89,8 @@ class RunLockedError(OrchardistError):
 
 def unknown_key(key: str, allowed: Iterable[str]) -> str:
     """The message for a key a table does not take, with a "did you mean" when one is close."""
+    import difflib  # only when a key is wrong: every command imports this module
+
     close = difflib.get_close_matches(key, sorted(allowed), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return f"unknown key {key!r}{hint}"

@@ -26,7 +26,6 @@ import os
 import shutil
 import stat
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,6 +167,8 @@ def remove_trees(paths: Iterable[Path]) -> None:
         for path in todo:
             remove_tree(path)
         return
+    from concurrent.futures import ThreadPoolExecutor  # (and logging): not for what only reads
+
     with ThreadPoolExecutor(min(len(todo), REMOVE_WAYS), thread_name_prefix="rm") as pool:
         for done in [pool.submit(remove_tree, path) for path in todo]:
             done.result()

@@ -14,11 +14,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .config import Ignored
 from .confine.isolation import Policy
-from .scan.profiles import ScannerProfile
 from .state.records import AgentProfile
+
+if TYPE_CHECKING:  # a plan's scanners' records: made only for a plan that has scanners
+    from .scan.profiles import ScannerProfile
 
 MAX_TASK_ID = 64  # task ids name refs and folders: keep them short
 MAX_RETRIES = 100  # each retry is another agent run: more is a typo (1e18 was accepted)

@@ -20,8 +20,9 @@ from agent_testing import PROMPT, fake_call, make_ctx
 from orchardist.agents import BASE_ENV, AgentContext, agent_class, make_agent
 from orchardist.agents.cli import MAX_ARG_BYTES
 from orchardist.agents.doctor import check_profile
-from orchardist.confine.procs import CancelToken, marked_processes
+from orchardist.confine.procs import CancelToken
 from orchardist.state.records import AgentProfile, Failure, Usage
+from support import marked_processes
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from test_real_opencode import run_opencode
 from modelapi.anthropic import AnthropicServer
 from modelapi.gemini import GeminiServer
 from modelapi.openai import OpenAiServer, Text
-from orchardist.executors.confinement import SHARE_READONLY_VAR
+from orchardist.confine.confinement import SHARE_READONLY_VAR
 from realtools import TOOLS, require_tool
 from run_support import interpreter
 from support import git, write_plan

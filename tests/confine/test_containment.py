@@ -23,10 +23,17 @@ import pytest
 from orchardist import RunState
 from orchardist.confine import isolation
 from orchardist.confine import landlock as sandbox
-from orchardist.confine.procs import marked_processes
 from realtools import require
 from run_support import leftovers, orchardist, run_folder, task_trailers
-from support import Finished, git, make_repo, running_with_arg, toml_str, write_plan
+from support import (
+    Finished,
+    git,
+    make_repo,
+    marked_processes,
+    running_with_arg,
+    toml_str,
+    write_plan,
+)
 
 GiB = 1024**3
 RunPlan = Callable[..., Finished]

@@ -12,7 +12,7 @@ import pytest
 
 from exes_support import BUGGY, FIXER, executable, npm_install
 from ns_support import require_namespaces
-from orchardist.executors.confinement import SHARE_READONLY_VAR
+from orchardist.confine.confinement import SHARE_READONLY_VAR
 from run_support import only_run, orchardist, status
 from support import git, make_repo, write_plan
 

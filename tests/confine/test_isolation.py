@@ -20,12 +20,11 @@ from orchardist.confine.procs import (
     CancelToken,
     ProcessRequest,
     ProcessResult,
-    processes_with_env,
     run_process,
 )
 from orchardist.errors import IsolationError, UsageError
 from run_support import orchardist as run_cli
-from support import write_plan
+from support import processes_with_env, write_plan
 
 ENV = {"PATH": os.environ["PATH"]}
 WAIT_LOOP = 'i=0; until {cond}; do i=$((i+1)); [ "$i" -lt 1000 ] || exit 9; sleep 0.01; done'

@@ -24,11 +24,10 @@ from orchardist.confine.procs import (
     _members,
     _parents_first,
     kill_tree,
-    marked_processes,
     new_marker,
     run_process,
 )
-from support import Stubborn
+from support import Stubborn, marked_processes
 
 ENV = {"PATH": os.environ["PATH"]}
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_contract_executor import ExecutorContract, Heard, _job
 
-from orchardist.confine.procs import MARKER_VAR, processes_with_env
+from orchardist.confine.procs import MARKER_VAR
 from orchardist.executors import Job
 from orchardist.executors.ray import RayExecutor
 from orchardist.git.repo import Repo
@@ -26,7 +26,7 @@ from orchardist.state.records import AgentProfile
 from orchardist.state.store import Store
 from ray_support import RayCluster, ray_available
 from realtools import require
-from support import make_repo
+from support import make_repo, processes_with_env
 
 pytestmark = pytest.mark.slow
 

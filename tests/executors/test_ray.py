@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from orchardist.cli import main
-from orchardist.confine.procs import processes_with_env
 from orchardist.executors import executor_class
 from orchardist.git.repo import Repo
 from orchardist.specs import RunConfig
@@ -33,7 +32,7 @@ from orchardist.state.store import Store
 from quickstart_support import expected_branch, quickstart_repo
 from ray_support import RayCluster, ray_available
 from run_support import spawn, status
-from support import git
+from support import git, processes_with_env
 
 START_S = 180.0  # for an attempt to start on the cluster (a loaded 2-core machine)
 RUN_S = 600.0  # for a whole run

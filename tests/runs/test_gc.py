@@ -13,7 +13,7 @@ from pathlib import Path
 from orchardist import RunState, create_run, load_plan
 from orchardist.runs.gc import collect, run_disk_bytes
 from run_support import orchardist
-from support import Finished, git, write_plan
+from support import Finished, baselines_cached, git, write_plan
 
 DAY_S = 86400.0
 RunPlan = Callable[..., Finished]
@@ -74,7 +74,7 @@ def test_gc_removes_logs_worktrees_and_refs_of_finished_runs_older_than_the_age(
     (stray / "junk.txt").write_text("left behind\n")
     refs, used = attempt_refs(repo, run_id), run_disk_bytes(ws, run_id)
     assert len(refs) == 2 and used > 0
-    assert ws.store.baseline_count() == 1
+    assert baselines_cached(ws) == 1
     ended_at = finished_at(run)
 
     # When: collected a day after it ended, with an age limit of two days
@@ -108,7 +108,7 @@ def test_gc_removes_logs_worktrees_and_refs_of_finished_runs_older_than_the_age(
     assert not (ws.state_dir / "logs" / run_id).exists()
     assert not (ws.state_dir / "worktrees" / run_id).exists()
     assert attempt_refs(repo, run_id) == []
-    assert ws.store.baseline_count() == 0
+    assert baselines_cached(ws) == 0
     assert has_branch(repo, run.run.branch)
     assert [t.state.value for t in ws.store.tasks(run_id)] == ["done", "done"]
     assert len(ws.store.attempts(run_id)) == 2
@@ -135,7 +135,7 @@ def test_a_dry_run_reports_what_would_go_and_removes_nothing(repo: Path, run_pla
     assert run_disk_bytes(ws, run_id) == used
     assert len(attempt_refs(repo, run_id)) == 2
     assert has_branch(repo, run.run.branch)
-    assert ws.store.baseline_count() == 1
+    assert baselines_cached(ws) == 1
     # and the real thing removes exactly what the dry run announced
     assert collect(ws, older_than_s=DAY_S, branches=True, now=later) == report
 

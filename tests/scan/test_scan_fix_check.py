@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from scan_support import PYTHON
 
-from orchardist.executors.confinement import SHARE_READONLY_VAR
+from orchardist.confine.confinement import SHARE_READONLY_VAR
 from realtools import require_modules
 from run_support import orchardist
 from support import git, make_repo

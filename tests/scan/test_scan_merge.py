@@ -11,9 +11,9 @@ from scan_support import validate_sarif
 from orchardist.scan.findings import (
     Finding,
     ScanOutputError,
-    normalize_source,
     parse_findings_json,
     parse_sarif,
+    source_of,
 )
 from orchardist.scan.sarif import ScannerReport, merge, to_sarif, to_table
 
@@ -25,8 +25,8 @@ def finding(rule: str, path: str, line: int, source: str, message: str = "m") ->
 def test_a_fingerprint_survives_the_lines_moving_and_whitespace_changing() -> None:
     text = "a = 1\nimport os\n"
     moved = "\n\n# new comment\na = 1\n    import   os\n"
-    before = finding("F401", "m.py", 2, normalize_source(text, 2, 2))
-    after = finding("F401", "m.py", 5, normalize_source(moved, 5, 5))
+    before = finding("F401", "m.py", 2, source_of(text.splitlines(), 2, 2))
+    after = finding("F401", "m.py", 5, source_of(moved.splitlines(), 5, 5))
     assert before.base_fingerprint() == after.base_fingerprint()
     assert before.base_fingerprint() != finding("F401", "n.py", 2, "import os").base_fingerprint()
     assert before.base_fingerprint() != finding("E401", "m.py", 2, "import os").base_fingerprint()

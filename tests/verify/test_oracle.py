@@ -23,7 +23,7 @@ from orchardist.verify.oracle import (
     parse_junit,
     pytest_env,
 )
-from orchardist.verify.verifier import run_commands
+from orchardist.verify.verifier import CommandRequest, run_one
 
 PYTEST = "python -m pytest -q -p no:cacheprovider"  # python without pytest's plugins: conftest
 
@@ -53,10 +53,8 @@ def run_pytest(
     """Run ``command`` through the real verify path with pytest_env; parse what it left."""
     env = dict(os.environ if base_env is None else base_env)
     env.update(pytest_env(junit, env))
-    result = run_commands(
-        [command], cwd=project, env=env, log=project.parent / f"{project.name}.log", deadline=None
-    )
-    only = result.commands[0]
+    log = project.parent / f"{project.name}.log"
+    only, _, _ = run_one(CommandRequest(command, project, env, log, deadline=None))
     return CommandOutcome(command, only.exit_code, only.timed_out, parse_junit(junit))
 
 

@@ -5,14 +5,18 @@ version of the plan file and never reads the whole event log. (The times, before
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from orchardist.plan import loading as plan_module
+from orchardist.state import store as store_module
 from orchardist.state.records import (
     AttemptRecord,
     AttemptState,
@@ -147,3 +151,128 @@ def test_a_run_page_is_built_again_only_after_the_store_changed(
     # Then: the next view reads it
     tasks = {t["id"]: t for t in data.run_doc(run)["tasks"]}
     assert tasks["left"]["reason"] == "edited by another process"
+
+
+def test_the_runs_list_reads_no_task_or_attempt(tmp_path: Path) -> None:
+    # Given: a store with 50 runs
+    repo = make_repo(tmp_path / "repo")
+    store = Store.for_repo(repo / ".git")
+    add_runs(store, 0, 50)
+    data = dashboard_data(repo)
+    # When: the runs list is read
+    with statements(data) as seen:
+        rows = data.runs()
+    # Then: no statement read the tasks or attempts tables, and the counts are right
+    assert len(rows) == 50
+    assert not [s for s in seen if ROWS.search(s)], seen
+    assert {r["run"]: r["tasks"] for r in rows} == {f"r{k:03d}": k % 4 for k in range(50)}
+    store.close()
+
+
+ROWS = re.compile(r"\b(tasks|attempts)\b")  # a statement that reads task or attempt rows
+
+
+def one_run(store: Store, run_id: str, tasks: int) -> None:
+    """A running run of ``tasks`` pending tasks, each with a first attempt."""
+    with store.transaction() as tx:
+        tx.add_run(Run(run_id, "plan.toml", "d", "repo", "0" * 40, "b", RunState.RUNNING, 1.0))
+        for i in range(tasks):
+            tx.add_task(TaskRecord(run_id, f"t{i:03d}", TaskState.PENDING, i))
+            tx.add_attempt(
+                AttemptRecord(
+                    run_id, f"t{i:03d}", 1, 0, "a", AttemptState.RUNNING, "0" * 40, 1.0 + i,
+                    usage=Usage(cost_usd=0.01),
+                )
+            )  # fmt: skip
+
+
+@contextmanager
+def records_read(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The task and attempt records the store makes from its rows inside the block."""
+    made: list[str] = []
+    real_task, real_attempts = store_module.task_of, store_module.attempts_of
+
+    def task_of(row: Any) -> Any:
+        made.append("task")
+        return real_task(row)
+
+    def attempts_of(rows: Any) -> Any:
+        made.extend("attempt" for _ in rows)
+        return real_attempts(rows)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(store_module, "task_of", task_of)
+        patch.setattr(store_module, "attempts_of", attempts_of)
+        yield made
+
+
+def test_a_run_page_reads_again_only_the_rows_its_run_wrote_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: a 200-task run and another run, and the big run's page viewed once
+    repo = make_repo(tmp_path / "repo")
+    store = Store.for_repo(repo / ".git")
+    one_run(store, "big", 200)
+    one_run(store, "other", 2)
+    data = dashboard_data(repo)
+    run = data.run("big")
+    assert run is not None
+    data.run_page(run)
+    # When: the other run is written
+    with store.transaction() as tx:
+        tx.set_task("other", "t000", state=TaskState.READY)
+        tx.emit(Event("other", "task", 2.0, "t000", None, {"state": "ready"}))
+    # Then: the big run's page is the one built before, nothing read
+    with statements(data) as seen, records_read(monkeypatch) as made:
+        data.run_page(run)
+    assert made == [] and len(seen) <= 2, seen
+    # When: one task of the big run moves and its attempt ends
+    with store.transaction() as tx:
+        tx.set_task("big", "t007", state=TaskState.READY, reason="moved")
+        tx.set_attempt("big", "t007", 1, state=AttemptState.PASSED, ended_at=9.0)
+    # Then: the page shows it, having read that task and that attempt only
+    with records_read(monkeypatch) as made:
+        page = json.loads(data.run_page(run))
+    assert sorted(made) == ["attempt", "task"]
+    task = next(t for t in page["tasks"] if t["id"] == "t007")
+    assert (task["state"], task["reason"]) == ("ready", "moved")
+    assert task["attempts"][0]["state"] == "passed" and task["attempts"][0]["ended_at"] == 9.0
+    assert page == dashboard_data(repo).run_doc(run)  # what a page built whole shows
+    store.close()
+
+
+def test_a_run_page_brought_up_to_date_is_the_page_built_whole(tmp_path: Path) -> None:
+    # Given: a 20-task run whose page is viewed after each write below
+    repo = make_repo(tmp_path / "repo")
+    store = Store.for_repo(repo / ".git")
+    one_run(store, "r", 20)
+    data = dashboard_data(repo)
+    run = data.run("r")
+    assert run is not None
+    data.run_page(run)
+    limited = {"state": "requeued", "failure": "rate_limited", "retry_after_s": 30}
+    writes = [
+        lambda tx: tx.set_task("r", "t001", state=TaskState.READY),
+        lambda tx: tx.set_attempt("r", "t001", 1, usage=Usage(cost_usd=2.5), verdict="verified"),
+        lambda tx: tx.set_attempt("r", "t002", 1, state=AttemptState.PASSED),
+        lambda tx: tx.set_attempt("r", "t002", 1, state=AttemptState.MERGED),
+        lambda tx: tx.set_task("r", "t002", state=TaskState.DONE, commit="c" * 40),
+        lambda tx: tx.emit(Event("r", "attempt", 5.0, "t003", 1, limited)),  # no row written
+        lambda tx: tx.add_attempt(
+            AttemptRecord("r", "t003", 2, 0, "a", AttemptState.RUNNING, "0" * 40, 6.0)
+        ),
+        lambda tx: tx.emit(Event("r", "attempt", 7.0, "t003", 2, {"state": "running"})),
+        lambda tx: tx.add_task(TaskRecord("r", "late", TaskState.PENDING, 99)),  # a new task
+        lambda tx: tx.set_run("r", state=RunState.DONE, finished_at=9.0),
+    ]
+    for i, write in enumerate(writes):
+        # When: the run is written (by another connection, as the orchestrator does)
+        with store.transaction() as tx:
+            write(tx)
+        # Then: its page is the one a dashboard that never saw it builds, as served
+        fresh = dashboard_data(repo)
+        assert data.run_doc(run) == fresh.run_doc(run), i
+        assert json.loads(data.run_page(run)) == fresh.run_doc(run), i
+    limited_task = next(t for t in data.run_doc(run)["tasks"] if t["id"] == "t003")
+    assert [a["n"] for a in limited_task["attempts"]] == [1, 2]
+    store.close()

@@ -12,14 +12,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..confine.exes import shell_words
 from ..confine.isolation import Spec
 from ..confine.paths import AttemptPaths
-from ..confine.procs import CancelToken
 from ..errors import AgentError
 from ..state.records import AgentProfile, Failure, Usage
+
+if TYPE_CHECKING:  # the process machinery: not for validate, which only looks agents up
+    from ..confine.procs import CancelToken
 
 KINDS: dict[str, str] = {
     "shell": "orchardist.agents.shell:ShellAgent",

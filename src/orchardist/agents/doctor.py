@@ -47,7 +47,7 @@ NOT_PROBED = ("shell", "scripted")  # kinds that call no model
 
 
 class Sight(Protocol):
-    """How attempts are confined on this machine (executors.confinement.Confinement)."""
+    """How attempts are confined on this machine (confine.confinement.Confinement)."""
 
     def private_env(self, paths: AttemptPaths) -> dict[str, str]:
         """The variables pointing an attempt's tools at its own folders."""

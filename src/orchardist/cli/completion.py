@@ -13,8 +13,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-SHELLS = ("bash", "zsh", "fish")
-
 
 @dataclass(frozen=True)
 class Option:
@@ -86,11 +84,10 @@ def ids(argv: list[str]) -> int:
 
 def _ids(words: list[str], repo: str) -> list[str]:
     from ..runs.start import Workspace
-    from .options import has_runs
 
-    if not words or not has_runs(Path(repo)):
+    ws = Workspace.existing(Path(repo)) if words else None
+    if ws is None:
         return []
-    ws = Workspace.open(Path(repo), create=False)
     if words[0] == "run":
         return [run.id for run in ws.store.runs()]
     run = ws.resolve_run(words[1] if len(words) > 1 and words[1] else None)

@@ -16,6 +16,7 @@ from .options import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    GRAPH_FORMATS,
     Commands,
     check_tasks,
     executor_args,
@@ -119,9 +120,7 @@ def add_graph(sub: Commands) -> None:
     p.add_argument("--max-parallel", type=positive, metavar="N", help="slots to simulate")
     p.add_argument("--only", nargs="+", metavar="TASK", default=[], help="as `run --only`")
     p.add_argument("--skip", nargs="+", metavar="TASK", default=[], help="as `run --skip`")
-    p.add_argument(
-        "--format", choices=("text", "dot", "mermaid"), default="text", help="(default: text)"
-    )
+    p.add_argument("--format", choices=GRAPH_FORMATS, default="text", help="(default: text)")
     p.add_argument("--json", action="store_true", help="the forecast as JSON")
     p.set_defaults(func=cmd_graph)
 
@@ -171,7 +170,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     plan = with_executor(load_plan(args.plan), args)
     if plan.run.executor == "ray":
         return _doctor_cluster(plan, args)
-    from ..executors.confinement import for_plan
+    from ..confine.confinement import for_plan
     from .drive import checkout_note
 
     reports = check_plan(plan, probe=args.probe, sight=for_plan(plan))

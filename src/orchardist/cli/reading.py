@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..terminal import plain
-from .options import EXIT_OK, Commands, has_runs, positive, repo_arg
+from .options import EXIT_OK, Commands, positive, repo_arg
 from .summary import elapsed, print_summary, shown_state, status_text, when
 
 
@@ -207,7 +207,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     """``orchardist runs``."""
     from ..runs.start import Workspace
 
-    ws = Workspace.open(args.repo, create=False) if has_runs(args.repo) else None
+    ws = Workspace.existing(args.repo)
     runs = ws.store.runs() if ws is not None else []
     counts = ws.store.run_counts() if ws is not None else {}  # one query, not one a run
     rows: list[dict[str, Any]] = []

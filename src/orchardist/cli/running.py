@@ -26,6 +26,7 @@ from .drive import (
 from .options import (
     EXIT_FAILED,
     EXIT_OK,
+    GRAPH_FORMATS,
     Commands,
     check_selection,
     driving_args,
@@ -71,7 +72,7 @@ def add_run(sub: Commands) -> None:
     )
     p.add_argument(
         "--format",
-        choices=("text", "dot", "mermaid"),
+        choices=GRAPH_FORMATS,
         default="text",
         help="with --dry-run: how to draw the graph (default: text)",
     )

@@ -90,11 +90,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     since_s = None if args.since is None else duration("--since", args.since)
     plan = str(args.plan.resolve()) if args.plan is not None else None
-    if not has_runs(args.repo):  # like `runs`: nothing yet is an answer, not a usage error
+    ws = Workspace.existing(args.repo)
+    if ws is None:  # like `runs`: nothing yet is an answer, not a usage error
         _check_plan_arg(args.plan)
         print("no runs yet")
         return EXIT_OK
-    ws = Workspace.open(args.repo, create=False)
     stats = compute(ws.store, time.time(), since_s, plan)
     if not stats.run_ids and since_s is None:
         _check_plan_arg(args.plan)

@@ -36,18 +36,20 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import OrchardistError
-from ..git.indexfile import IndexFile, advance
 from ..git.repo import Repo
 from ..git.snapshots import Checkout
 from ..safeio import read_capped, remove_tree, remove_trees
 from . import mounts, userlink
 from .paths import AttemptPaths, repo_key
+
+if TYPE_CHECKING:
+    from ..git.indexfile import IndexFile
 
 LISTING = "listing.git"  # in a run folder; job ids end in ".<number>", so none is named so
 PRISTINE = "pristine"  # in a run folder, likewise
@@ -212,7 +214,7 @@ class Layout:
         empty). Called with the lock held."""
         idle = next((p for p in self._pristines if p.users == 0), None)
         if idle is None:
-            name = secrets.token_hex(4)  # never a resumed run's leftover
+            name = os.urandom(4).hex()  # never a resumed run's leftover
             idle = _Pristine(self.run_folder(run_id) / PRISTINE / name, commit)
             self._pristines.append(idle)
             return idle, None
@@ -228,6 +230,8 @@ class Layout:
             tree.mkdir(parents=True)
             self._git_dir(git, commit)
             return self._read_tree(git, tree, commit)
+        from ..git.indexfile import IndexFile, advance  # (two records): not for validate
+
         if base.parsed is None:
             base.parsed = IndexFile.parse(base.index)
         moved = base.parsed and advance(self.repo, tree, base.parsed, old, commit)

@@ -362,11 +362,6 @@ def kill_by_env(name: str, value: str, grace_s: float = DEFAULT_GRACE_S) -> int:
     return _kill(-1, f"{name}={value}".encode(), grace_s)
 
 
-def processes_with_env(name: str, value: str) -> set[int]:
-    """Live processes whose environment has ``name=value``."""
-    return _members(-1, f"{name}={value}".encode())
-
-
 def _kill(leader: int, needle: bytes | None, grace_s: float, spare_leader: bool = False) -> int:
     targets = _members(leader, needle)
     if not targets:
@@ -474,8 +469,3 @@ def _members(leader: int, needle: bytes | None) -> set[int]:
         except (OSError, ValueError):
             continue
     return found
-
-
-def marked_processes(marker: str) -> set[int]:
-    """Live processes carrying ``marker`` (for tests and leak checks)."""
-    return _members(-1, f"{MARKER_VAR}={marker}".encode())

@@ -11,7 +11,6 @@ itself would follow it into the hidden checkout).
 from __future__ import annotations
 
 import os
-import secrets
 import threading
 from pathlib import Path
 
@@ -32,7 +31,7 @@ def ensure(layout_folder: Path, common_dir: Path) -> Path:
     with _lock:
         if not link.is_symlink() or os.readlink(link) != str(target):
             link.parent.mkdir(parents=True, exist_ok=True)
-            fresh = link.with_name(f"git.{secrets.token_hex(4)}")
+            fresh = link.with_name(f"git.{os.urandom(4).hex()}")
             fresh.symlink_to(target, target_is_directory=True)
             fresh.replace(link)  # atomic: a git reading the old link still finds objects
     return link / "objects"

@@ -216,9 +216,10 @@ class Lifecycle:
         failure: Failure | None,
         detail: str,
         feedback: str,
-        final: bool = False,
+        final: bool,
     ) -> None:
-        """A round ended without a winner: retry after a back-off, escalate, or fail."""
+        """A round ended without a winner: retry after a back-off, escalate, or fail (at once
+        when ``final``: no new round can change it)."""
         counted = failure in COUNTED or failure is None or failure is Failure.INFRA_ERROR
         failures = self.tasks[task_id].failures + (1 if counted else 0)
         self.briefs.failed(task_id, detail, feedback)

@@ -18,6 +18,7 @@ from typing import Any
 from ..agents import Agent, AgentResult, agent_class, command_words, make_agent
 from ..agents.sessions import Sessions
 from ..confine import caches, mounts
+from ..confine.confinement import Confinement, without
 from ..confine.homes import empty_home, fill_home
 from ..confine.isolation import Mode, Policy, Spec, choose, writable_of
 from ..confine.layout import Layout
@@ -36,7 +37,6 @@ from . import AttemptJob, Job, Notify, Outcome, Phase
 from .attempt import Attempt, Work, agent_context, attempt_env, note_ending, verify_commands
 from .baselines import LocalBaselines as LocalBaselines
 from .baselines import keeper, verifying
-from .confinement import Confinement, without
 from .continuing import run_continuing
 from .guard import CheckoutGuard
 from .views import make_view, needs_view, view_paths

@@ -456,10 +456,6 @@ class Repo:
         :func:`fingerprint.checkout_fingerprint`."""
         return fingerprint.checkout_fingerprint(self, ignore_refs, watch_reflogs)
 
-    def status_porcelain(self) -> str:
-        """``git status --porcelain`` of the main checkout (for checks, never changed by us)."""
-        return self.git("status", "--porcelain=v1", "--untracked-files=all")
-
 
 def commit_message(title: str, trailers: Mapping[str, str | int]) -> str:
     """A commit message: the title, a blank line, then ``Orchardist-*`` trailers."""

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from ..specs import Plan, TaskSpec
 from .graph import Graph
 
-FORMATS = ("text", "dot", "mermaid")
-
 
 @dataclass(frozen=True)
 class Slot:

@@ -13,7 +13,7 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import (
     CONFIG_NAME,
@@ -28,7 +28,6 @@ from ..config import (
 )
 from ..confine.isolation import Policy
 from ..errors import PlanError, Problem, unknown_key
-from ..scan.profiles import validate_scanners
 from ..specs import Plan as Plan
 from ..specs import RunConfig as RunConfig
 from ..specs import parse_duration as parse_duration
@@ -37,6 +36,9 @@ from ..state.records import AgentProfile as AgentProfile
 from .files import nul_fields, parse
 from .runtable import RunChecks
 from .tasks import TaskChecks
+
+if TYPE_CHECKING:
+    from ..scan.profiles import ScannerProfile
 
 PROFILE_KEYS = {
     "kind",
@@ -190,12 +192,7 @@ class _Validator(TaskChecks, RunChecks):
             tasks, clashes = expand(tasks, agents)
             for task_id, fld, message in clashes:
                 self.problem(message, task_id, fld)
-        scanners = validate_scanners(
-            self.data.get("scanners", {}),
-            lambda message, fld: self.problem(message, fld=fld),
-            agents,
-            parse_duration,
-        )
+        scanners = self._scanners(agents) if "scanners" in self.data else {}
         if self.problems:
             raise PlanError(self.problems)
         assert repo is not None
@@ -261,6 +258,18 @@ class _Validator(TaskChecks, RunChecks):
             for message, key in check(profile.options, repo or self.path.parent):
                 fld = f"agents.{name}.{key}" if key else f"agents.{name}"
                 self.problems.append(Problem(where, message, field=fld))
+
+    def _scanners(self, agents: Mapping[str, AgentProfile]) -> dict[str, ScannerProfile]:
+        """``[scanners.NAME]``: the profiles that could be read (their module, its records
+        and patterns, imported only for a plan that has some)."""
+        from ..scan.profiles import validate_scanners
+
+        return validate_scanners(
+            self.data["scanners"],
+            lambda message, fld: self.problem(message, fld=fld),
+            agents,
+            parse_duration,
+        )
 
     def _repo(self, run_raw: dict[str, Any]) -> Path | None:
         """The repository the plan runs in (``[run] repo``, else the plan's folder's)."""

@@ -16,7 +16,7 @@ from typing import Any
 from ..confine.isolation import Mode, choose
 from ..errors import IsolationError, Problem
 from ..git.repo import Repo
-from ..specs import Plan
+from ..specs import DEFAULT_BRANCH, Plan
 
 BASE = "run.base"
 SAMPLE_RUN_ID = "20260101-000000-0000"  # stands for {run} when a branch pattern is checked
@@ -68,13 +68,18 @@ def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> Preflight
 
 def _branch_problems(repo: Repo, plan: Plan, shown: str) -> list[Problem]:
     branch = plan.run.branch.replace("{run}", SAMPLE_RUN_ID)
-    if repo.run_git("check-ref-format", "--branch", branch).returncode != 0:
+    # the default pattern is a valid name whatever the run's id: git is asked of the others
+    if plan.run.branch != DEFAULT_BRANCH and not _valid_branch(repo, branch):
         return [
             Problem(shown, f"{plan.run.branch!r} is not a valid branch name", None, "run.branch")
         ]
     if "{run}" not in plan.run.branch and repo.try_rev_parse(f"refs/heads/{branch}") is not None:
         return [Problem(shown, f"branch {branch!r} already exists", None, "run.branch")]
     return []
+
+
+def _valid_branch(repo: Repo, name: str) -> bool:
+    return repo.run_git("check-ref-format", "--branch", name).returncode == 0
 
 
 def _missing_workdirs(
@@ -142,8 +147,8 @@ def _unseen_commands(
     them; whether the run gets namespaces (a bwrap start) is asked only when something is
     found."""
     from ..agents import command_words
+    from ..confine.confinement import for_plan
     from ..confine.exes import shell_words
-    from ..executors.confinement import for_plan
 
     if plan.run.executor != "local":
         return []

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..safeio import remove_tree
-
 
 def recorded_run_folder(state_dir: Path, run_id: str) -> Path | None:
     """The folder a run's attempts were made in, as the executor recorded it."""
@@ -24,6 +22,7 @@ def recorded_run_folder(state_dir: Path, run_id: str) -> Path | None:
 def remove_run_folder(state_dir: Path, run_id: str) -> int:
     """Remove a run's attempt folders; returns how many attempts had one."""
     from ..confine.layout import LISTING, PRISTINE, VIEWS  # the sandbox's layout: not for status
+    from ..safeio import remove_tree
 
     folder = recorded_run_folder(state_dir, run_id)
     if folder is None or not folder.is_dir():

@@ -62,13 +62,26 @@ class Workspace:
         With ``create=False`` (commands that only read) nothing is written: a repository
         without a store has no runs yet, a UsageError.
         """
+        found = cls._located(path, create)
+        if found is None:
+            raise UsageError("no runs yet in this repository")
+        return found
+
+    @classmethod
+    def existing(cls, path: Path) -> Workspace | None:
+        """The workspace of the repository containing ``path`` if it has a store, else None
+        (for ``runs``, no runs yet is an answer): nothing is written, and git is asked once."""
+        return cls._located(path, create=False)
+
+    @classmethod
+    def _located(cls, path: Path, create: bool) -> Workspace | None:
         found = locate(Path(path))
         if found is None:
             raise UsageError(f"{path} is not inside a git repository")
         root, common_dir = found
         state_dir = common_dir / "orchardist"
         if not create and not (state_dir / "state.db").exists():
-            raise UsageError("no runs yet in this repository")
+            return None
         return cls(root, Store.for_repo(common_dir), state_dir)
 
     def resolve_run(self, run_id: str | None) -> Run:

@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OrchardistError, UsageError
-from .findings import LEVELS, level_rank
-from .sarif import render, write_whole
+from .findings import level_rank
+from .hit import DEFAULT_PLANS
+from .sarif import Rendering, summary_json, summary_text, write_whole
 
 if TYPE_CHECKING:  # the fix run is imported only for --fix
     from .fix_run import DriveRun
-
-DEFAULT_PLANS = ("orchardist.toml", "plan.toml")
 
 
 def add_parser(sub: Any, positive: Any, drive: DriveRun) -> None:
@@ -106,6 +104,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     from ..plan.loading import load_plan
     from ..state.store import Store
     from .engine import Scanner
+    from .memo import remember
 
     plan = load_plan(_plan_path(args.plan), require_tasks=False)
     tell_ignored(plan.ignored)
@@ -134,6 +133,8 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
         result = scanner.scan(profiles, base, plan.run.workdir, commit=commit)
     finally:
         dirty.join()
+    rendering = Rendering(result, repo.root)
+    remember(args, plan, repo, scanner, profiles, rendering)  # for the next scan of this commit
     if args.fix:
         from ..runs.start import Workspace
         from .fix_run import fix_findings
@@ -141,7 +142,7 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
         ws = Workspace.open(plan.repo)
         return fix_findings(args, plan, ws, scanner, profiles, result, drive)
     fmt = args.format or ("sarif" if args.output else "table")
-    document = render(result, fmt, repo.root)
+    document = rendering.document(fmt)
     if args.output is not None:
         write_whole(args.output, document)
     elif not args.json:
@@ -151,10 +152,10 @@ def cmd_scan(args: argparse.Namespace, drive: DriveRun) -> int:
     if args.json:
         # compact, as the findings are: with every result in it, indenting took longer than
         # a cached scan's lookups
-        print(json.dumps(summary(result, code, args.output), separators=(",", ":")))
+        print(summary_json(result, code, args.output, rendering))
     else:
         out = sys.stdout if args.output is not None or fmt == "table" else sys.stderr
-        _print_summary(result, args.stats, out)
+        out.write(summary_text(result, args.stats))
     return code
 
 
@@ -200,62 +201,3 @@ def _plan_path(given: Path | None) -> Path:
         if Path(name).is_file():
             return Path(name)
     raise UsageError(f"no plan given and no {' or '.join(DEFAULT_PLANS)} here")
-
-
-def summary(result: Any, code: int, output: Path | None) -> dict[str, Any]:
-    """The ``--json`` document."""
-    from .sarif import to_json
-
-    levels = {level: 0 for level in reversed(LEVELS)}
-    for m in result.merged:
-        levels[m.finding.level] += 1
-    return {
-        "scan": result.scan_id,
-        "base": result.base_commit,
-        "exit_code": code,
-        "output": None if output is None else str(output),
-        "findings": len(result.merged),
-        "failed": [r.name for r in result.failed],
-        "levels": levels,
-        "scanners": [
-            {
-                "name": r.name,
-                "findings": sum(m.scanner == r.name for m in result.merged),
-                "reported": len(r.findings),
-                "hits": r.hits,
-                "misses": r.misses,
-                "invocations": r.invocations,
-                "error": r.error,
-            }
-            for r in result.reports
-        ],
-        "results": to_json(result.merged),
-    }
-
-
-def _print_summary(result: Any, stats: bool, out: Any) -> None:
-    counts = {level: 0 for level in reversed(LEVELS)}
-    for m in result.merged:
-        counts[m.finding.level] += 1
-    shown = ", ".join(f"{n} {level}" for level, n in counts.items() if n) or "none"
-    head = f"scanned {result.base_commit[:12]} with {len(result.reports)} scanner(s)"
-    if result.failed:  # a failed scanner found nothing we know of: never "0 findings"
-        names = ", ".join(r.name for r in result.failed)
-        others = len(result.reports) - len(result.failed)
-        print(
-            f"scan FAILED: {len(result.failed)} of {len(result.reports)} scanner(s) failed "
-            f"({names}); {head}"
-            + (f", the other {others} found {len(result.merged)} ({shown})" if others else ""),
-            file=out,
-        )
-    else:
-        print(f"{head}: {len(result.merged)} finding(s) ({shown})", file=out)
-    for report in result.reports:
-        if report.error is not None:
-            print(f"  {report.name}: FAILED: {report.error}", file=out)
-        if stats:
-            print(
-                f"  {report.name}: {report.hits} cached, {report.misses} scanned "
-                f"({report.invocations} process(es)), {len(report.findings)} reported",
-                file=out,
-            )

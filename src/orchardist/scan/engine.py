@@ -120,6 +120,10 @@ class Scanner:
         self.workspace = workspace  # [run] workspace: the root of its scratch folders
         self.workdir = "."
         self._entries: Mapping[str, str] = {}
+        # what a memo of the last scan stands for (scan.memo): the cache keys it used, and
+        # whether every version it needed was stamped (else a later scan must ask it again)
+        self.keys_used: list[str] = []
+        self.stamped = True
 
     def scan(
         self,
@@ -146,6 +150,7 @@ class Scanner:
             if path.startswith(prefix)
         }
         self._entries = entries
+        self.keys_used, self.stamped = [], True
         tree = self.repo.tree_of(commit)
         scan_id = f"scan-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
         # made by the first that needs it (a version probe, an export): a scan answered
@@ -212,6 +217,7 @@ class Scanner:
             keys = [_digest(config, "tree", tree)]
         else:
             keys = [_digest(config, "file", path, entries[path]) for path in files]
+        self.keys_used += keys
         cached = self.store.scan_cache_get(keys, self.clock()) if self.use_cache else {}
         for value in cached.values():
             entry = json.loads(value)
@@ -255,6 +261,8 @@ class Scanner:
         stamp = tool_stamp(profile.version, self.environ.get("PATH"))
         env = {name: self.environ.get(name) for name in ("PATH", *profile.env)}
         key = _digest("version", profile.version, json.dumps(env, sort_keys=True), stamp or "")
+        self.keys_used.append(key)
+        self.stamped = self.stamped and stamp is not None
         if stamp is not None and self.use_cache:
             known = self.store.scan_cache_get([key], self.clock())
             if key in known:

@@ -131,15 +131,8 @@ class ToolInfo:
         return replace(self, rules={k: v for k, v in self.rules.items() if k in wanted})
 
 
-def normalize_source(text: str, start_line: int, end_line: int) -> str:
-    """The lines ``start_line..end_line`` of ``text``, each with its whitespace collapsed."""
-    if start_line < 1:
-        return ""
-    return source_of(text.splitlines(), start_line, end_line)
-
-
 def source_of(lines: Sequence[str], start_line: int, end_line: int) -> str:
-    """:func:`normalize_source` of a text already split into ``lines``."""
+    """The lines ``start_line..end_line`` of ``lines``, each with its whitespace collapsed."""
     chosen = lines[start_line - 1 : max(end_line, start_line)]
     return "\n".join(" ".join(line.split()) for line in chosen)
 

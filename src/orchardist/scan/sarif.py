@@ -9,6 +9,7 @@ scanner (plan order) that reported it, with the others listed in its ``propertie
 
 from __future__ import annotations
 
+import io
 import json
 from collections import defaultdict
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from typing import Any
 
 from .. import safeio
 from ..errors import UsageError
-from .findings import Finding, ToolInfo
+from .findings import LEVELS, Finding, ToolInfo
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 FINGERPRINT_KEY = "orchardist/v1"
@@ -113,13 +114,7 @@ def to_sarif(
                 "originalUriBaseIds": {SRCROOT: {"uri": root.resolve().as_uri() + "/"}},
                 "invocations": [invocation],
                 "results": [_result(m, rule_ids.index(m.finding.rule)) for m in mine],
-                "properties": {
-                    "orchardist": {
-                        "scanner": report.name,
-                        "base": base_commit,
-                        "cache": {"hits": report.hits, "misses": report.misses},
-                    }
-                },
+                "properties": _properties(report, base_commit),
             }
         )
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": runs}
@@ -184,13 +179,60 @@ def to_table(merged: Sequence[MergedFinding]) -> str:
 def render(result: Any, fmt: str, root: Path) -> str:
     """The findings as SARIF, JSON or a table. The documents are written compactly, for tools
     to read: indented, 600 KB of SARIF took 30 ms to write and grew by a third."""
-    if fmt == "sarif":
-        document = to_sarif(result.reports, result.merged, root, result.base_commit)
-        return json.dumps(document, separators=(",", ":"))
-    if fmt == "json":
-        document = {"base": result.base_commit, "findings": to_json(result.merged)}
-        return json.dumps(document, separators=(",", ":"))
-    return to_table(result.merged)
+    return Rendering(result, root).document(fmt)
+
+
+class Rendering:
+    """A scan's documents, each part encoded once however often it is written: a scan that
+    leaves a memo (:mod:`.memo`) writes its SARIF twice, with its own cache counts and as a
+    hit's, and its findings twice (``--json`` and the memo); on 1,000 files, encoding them
+    again took longer than the rest of the memo."""
+
+    def __init__(self, result: Any, root: Path) -> None:
+        self.result, self.root = result, root
+        self._runs: list[str] | None = None  # each run's SARIF up to its "properties"
+        self._findings: str | None = None
+
+    def document(self, fmt: str, reports: Sequence[ScannerReport] | None = None) -> str:
+        """SARIF, JSON or a table; SARIF with the cache counts of ``reports`` if given."""
+        if fmt == "sarif":
+            return self.sarif(self.result.reports if reports is None else reports)
+        if fmt == "json":
+            base = json.dumps(self.result.base_commit)
+            return '{"base":' + base + ',"findings":' + self.findings() + "}"
+        return to_table(self.result.merged)
+
+    def sarif(self, reports: Sequence[ScannerReport]) -> str:
+        """:func:`to_sarif`, compact, with the cache counts of ``reports`` (the result's, or
+        the same scan's counted otherwise)."""
+        if self._runs is None:
+            r = self.result
+            runs = to_sarif(r.reports, r.merged, self.root, r.base_commit)["runs"]
+            for run in runs:
+                del run["properties"]  # the last key: what follows is written per rendering
+            self._runs = [_compact(run)[:-1] + ',"properties":' for run in runs]
+        runs = [
+            body + _compact(_properties(report, self.result.base_commit)) + "}"
+            for body, report in zip(self._runs, reports, strict=True)
+        ]
+        head = _compact({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": []})[: -len("]}")]
+        return head + ",".join(runs) + "]}"
+
+    def findings(self) -> str:
+        """:func:`to_json` of the findings, compact."""
+        if self._findings is None:
+            self._findings = _compact(to_json(self.result.merged))
+        return self._findings
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _properties(report: ScannerReport, base_commit: str) -> dict[str, Any]:
+    """A run's ``properties``: its scanner, the base, and its cache counts."""
+    cache = {"hits": report.hits, "misses": report.misses}
+    return {"orchardist": {"scanner": report.name, "base": base_commit, "cache": cache}}
 
 
 def write_whole(path: Path, text: str) -> None:
@@ -199,3 +241,71 @@ def write_whole(path: Path, text: str) -> None:
         safeio.write_whole(path, (text + "\n").encode("utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+# -- what a scan prints besides its findings ------------------------------------------
+
+
+def summary_json(result: Any, code: int, output: Path | None, rendering: Rendering) -> str:
+    """The ``--json`` document, compact, its findings as ``rendering`` encoded them."""
+    head = _compact(summary(result, code, output))[:-1]
+    return head + ',"results":' + rendering.findings() + "}"
+
+
+def summary(result: Any, code: int, output: Path | None) -> dict[str, Any]:
+    """The ``--json`` document but its findings (``results``, last: :func:`summary_json`)."""
+    levels = {level: 0 for level in reversed(LEVELS)}
+    for m in result.merged:
+        levels[m.finding.level] += 1
+    return {
+        "scan": result.scan_id,
+        "base": result.base_commit,
+        "exit_code": code,
+        "output": None if output is None else str(output),
+        "findings": len(result.merged),
+        "failed": [r.name for r in result.failed],
+        "levels": levels,
+        "scanners": [
+            {
+                "name": r.name,
+                "findings": sum(m.scanner == r.name for m in result.merged),
+                "reported": len(r.findings),
+                "hits": r.hits,
+                "misses": r.misses,
+                "invocations": r.invocations,
+                "error": r.error,
+            }
+            for r in result.reports
+        ],
+    }
+
+
+def summary_text(result: Any, stats: bool) -> str:
+    """What a scan prints after its findings: a line of counts, each failure, ``--stats``."""
+    out = io.StringIO()
+    counts = {level: 0 for level in reversed(LEVELS)}
+    for m in result.merged:
+        counts[m.finding.level] += 1
+    shown = ", ".join(f"{n} {level}" for level, n in counts.items() if n) or "none"
+    head = f"scanned {result.base_commit[:12]} with {len(result.reports)} scanner(s)"
+    if result.failed:  # a failed scanner found nothing we know of: never "0 findings"
+        names = ", ".join(r.name for r in result.failed)
+        others = len(result.reports) - len(result.failed)
+        print(
+            f"scan FAILED: {len(result.failed)} of {len(result.reports)} scanner(s) failed "
+            f"({names}); {head}"
+            + (f", the other {others} found {len(result.merged)} ({shown})" if others else ""),
+            file=out,
+        )
+    else:
+        print(f"{head}: {len(result.merged)} finding(s) ({shown})", file=out)
+    for report in result.reports:
+        if report.error is not None:
+            print(f"  {report.name}: FAILED: {report.error}", file=out)
+        if stats:
+            print(
+                f"  {report.name}: {report.hits} cached, {report.misses} scanned "
+                f"({report.invocations} process(es)), {len(report.findings)} reported",
+                file=out,
+            )
+    return out.getvalue()

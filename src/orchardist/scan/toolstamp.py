@@ -7,47 +7,88 @@ as named and as resolved (path, inode, size, modification time), the folder it i
 entry script in that folder (``pip install -U ruff`` rewrites ``bin/ruff``), or its package in
 site-packages (``python -m tool`` names only the interpreter): each changes the stamp. A
 command none of whose words names a file has no stamp, and its version is asked every time.
+
+Only :mod:`os` is imported: a scan answered from the cache (:mod:`.hit`) stamps the tool
+again with :func:`words_stat`, before anything else is loaded.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
-import shutil
-from pathlib import Path
+
+TYPE_CHECKING = False  # (see .hit: typing is not imported)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def tool_stamp(command: str, search_path: str | None) -> str | None:
     """The stamp of what ``command`` runs, its names looked up on ``search_path``; None when
     no word of it names an executable."""
+    import shlex  # (a cached scan keeps the words instead)
+
     try:
         words = shlex.split(command)
     except ValueError:
         return None
+    return words_stamp(words, search_path)
+
+
+def words_stamp(words: Sequence[str], search_path: str | None) -> str | None:
+    """:func:`tool_stamp` of a command already split into ``words``."""
+    import json
+
+    stamps = words_stat(words, search_path)
+    return json.dumps(stamps) if stamps else None
+
+
+def words_stat(words: Sequence[str], search_path: str | None) -> list[list[object]]:
+    """What :func:`words_stamp` encodes: the stat of each file the words name or lead to."""
     stamps: list[list[object]] = []
     for word in dict.fromkeys(words):
         found = _executable(word, search_path)
         if found is None:
             continue
-        near = [found, found.resolve(), found.parent]
-        near += sorted(found.parent.parent.glob("lib/python*/site-packages"))
+        folder = os.path.dirname(found)
+        near = [found, os.path.realpath(found), folder, *_site_packages(os.path.dirname(folder))]
         stamps += [_stat(path) for path in near]
-    return json.dumps(stamps) if stamps else None
+    return stamps
 
 
-def _executable(word: str, search_path: str | None) -> Path | None:
+def _executable(word: str, search_path: str | None) -> str | None:
     if word.startswith("-") or "=" in word:
         return None
-    found = word if "/" in word else shutil.which(word, path=search_path)
+    found = word if "/" in word else _which(word, search_path)
     if found is None or not (os.path.isfile(found) and os.access(found, os.X_OK)):
         return None
-    return Path(os.path.abspath(found))
+    return os.path.abspath(found)
 
 
-def _stat(path: Path) -> list[object]:
+def _which(name: str, search_path: str | None) -> str | None:
+    """``shutil.which(name, path=search_path)`` on POSIX, without importing shutil."""
+    if search_path is None:
+        search_path = os.environ.get("PATH", os.defpath)
+    for folder in dict.fromkeys(search_path.split(os.pathsep)):
+        path = os.path.join(folder, name)
+        if os.path.exists(path) and os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
+
+
+def _site_packages(prefix: str) -> list[str]:
+    """``prefix/lib/python*/site-packages`` that exist, in order of their python* folder."""
+    lib = os.path.join(prefix, "lib")
     try:
-        st = path.stat()
+        with os.scandir(lib) as entries:
+            names = sorted(e.name for e in entries if e.name.startswith("python") and e.is_dir())
     except OSError:
-        return [str(path)]
-    return [str(path), st.st_ino, st.st_size, st.st_mtime_ns]
+        return []
+    found = [os.path.join(lib, name, "site-packages") for name in names]
+    return [path for path in found if os.path.exists(path)]
+
+
+def _stat(path: str) -> list[object]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [path]
+    return [path, st.st_ino, st.st_size, st.st_mtime_ns]

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..terminal import plain
 from .events import AttemptEvent, Kind, ReviewEvent
-from .records import AttemptRecord, AttemptState, Event, Run
+from .records import AttemptRecord, AttemptState, Event, Run, TaskRecord
 from .store import Store
 
 
@@ -17,35 +17,59 @@ def status_document(
 ) -> dict[str, Any]:
     """The ``status --json`` document of a run (from its attempts ``records`` when the caller
     has read them already)."""
-    attempts: dict[str, list[AttemptRecord]] = {}
-    for attempt in store.attempts(run.id) if records is None else records:
-        attempts.setdefault(attempt.task_id, []).append(attempt)
+    attempts = by_task(store.attempts(run.id) if records is None else records)
     found = store.tasks(run.id)
-    waiting = any(not task.state.terminal for task in found)  # a finished run: no query
-    waits = _rate_limit_waits(store.last_events(run.id, Kind.ATTEMPT) if waiting else [])
-    tasks = []
-    for task in found:
-        mine = sorted(attempts.get(task.task_id, []), key=lambda a: a.n)
-        merged = [a for a in mine if a.state is AttemptState.MERGED]
-        winner = {"candidate": merged[-1].candidate, "attempt": merged[-1].n} if merged else None
-        stage = {}
-        if task.stage:  # a pipeline's stage, and what it handed over
-            handoff = _json(merged[-1].handoff) if merged else None
-            stage = {"stage": task.stage, "pipeline": task.pipeline_task, "handoff": handoff}
-        tasks.append(
-            {
-                "id": task.task_id,
-                "state": task.state.value,
-                "commit": task.commit,
-                "reason": task.reason,
-                **stage,
-                "winner": winner,
-                "attempts": [_attempt(a) for a in mine],
-                **_totals(mine),
-                "rate_limited": None if task.state.terminal else waits.get(task.task_id),
-            }
-        )
-    all_attempts = [a for mine in attempts.values() for a in mine]
+    waits = rate_limit_waits(store, run.id, found)
+    tasks = [task_entry(t, attempts.get(t.task_id, []), waits.get(t.task_id)) for t in found]
+    return run_entry(run, tasks, [a for mine in attempts.values() for a in mine])
+
+
+def by_task(records: list[AttemptRecord]) -> dict[str, list[AttemptRecord]]:
+    """Attempts grouped by their task, each task's by number."""
+    attempts: dict[str, list[AttemptRecord]] = {}
+    for attempt in records:
+        attempts.setdefault(attempt.task_id, []).append(attempt)
+    for mine in attempts.values():
+        mine.sort(key=lambda a: a.n)
+    return attempts
+
+
+def rate_limit_waits(
+    store: Store, run_id: str, tasks: list[TaskRecord]
+) -> dict[str, dict[str, Any]]:
+    """The tasks of ``tasks`` a rate limit holds back (a finished run's: none, and no query)."""
+    waiting = any(not task.state.terminal for task in tasks)
+    return _rate_limit_waits(store.last_events(run_id, Kind.ATTEMPT) if waiting else [])
+
+
+def task_entry(
+    task: TaskRecord, mine: list[AttemptRecord], wait: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A task's part of the status document, from its attempts ``mine`` (by number) and its
+    rate limit's ``wait`` (see :func:`rate_limit_waits`)."""
+    merged = [a for a in mine if a.state is AttemptState.MERGED]
+    winner = {"candidate": merged[-1].candidate, "attempt": merged[-1].n} if merged else None
+    stage = {}
+    if task.stage:  # a pipeline's stage, and what it handed over
+        handoff = _json(merged[-1].handoff) if merged else None
+        stage = {"stage": task.stage, "pipeline": task.pipeline_task, "handoff": handoff}
+    return {
+        "id": task.task_id,
+        "state": task.state.value,
+        "commit": task.commit,
+        "reason": task.reason,
+        **stage,
+        "winner": winner,
+        "attempts": [_attempt(a) for a in mine],
+        **_totals(mine),
+        "rate_limited": None if task.state.terminal else wait,
+    }
+
+
+def run_entry(
+    run: Run, tasks: list[dict[str, Any]], attempts: list[AttemptRecord]
+) -> dict[str, Any]:
+    """The status document of ``run`` around its task entries ``tasks``."""
     return {
         "run": run.id,
         "state": run.state.value,
@@ -56,7 +80,7 @@ def status_document(
         "finished_at": run.finished_at,
         "reason": run.reason,
         "tasks": tasks,
-        "totals": _totals(all_attempts),
+        "totals": _totals(attempts),
         "summary": dict(Counter(t["state"] for t in tasks)),
         "unverified": [t["id"] for t in tasks if _merged_verdict(t) == "unverified"],
     }

@@ -7,7 +7,6 @@ page changes when a table does. ``python -m orchardist.state.statecharts`` print
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +18,6 @@ CHARTS: Mapping[str, tuple[enum.StrEnum, Mapping[Any, frozenset[Any]]]] = {
     "task": (TASK_START, TASK_MOVES),
     "attempt": (ATTEMPT_START, ATTEMPT_MOVES),
 }
-_BLOCK = re.compile(r"```mermaid\n(---\ntitle: (\w+)\n---\n.*?)```", re.DOTALL)
 
 
 def diagram(name: str) -> str:
@@ -34,12 +32,6 @@ def diagram(name: str) -> str:
         if not targets:
             lines.append(f"    {old.value} --> [*]")
     return "\n".join(lines) + "\n"
-
-
-def stale(text: str) -> list[str]:
-    """The charts a page (markdown) does not draw as :func:`diagram` does, by name."""
-    drawn = {m.group(2): m.group(1) for m in _BLOCK.finditer(text)}
-    return [name for name in CHARTS if drawn.get(name) != diagram(name)]
 
 
 def fenced() -> str:

@@ -16,11 +16,12 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import StoreError
+from . import counts
 from .records import (
     AttemptChanges,
     AttemptRecord,
@@ -215,14 +216,6 @@ class Transaction:
             moved(kind(row[0]), kind(new), what)
 
 
-@dataclass(frozen=True)
-class RunCounts:
-    """A run's tasks counted by state, and what its attempts cost (None: none reported)."""
-
-    tasks: Mapping[str, int]
-    cost_usd: float | None
-
-
 LOOKUP_CHUNK = 500  # keys in one `in (...)` query: under SQLite's 999 bound variables
 
 
@@ -232,6 +225,7 @@ class Store:
     def __init__(self, path: Path, read_only: bool = False) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
+        self._counted = False  # whether the store keeps the run counts (counts.py)
         if read_only:  # readers (the dashboard) never create or change anything
             try:
                 self._conn = sqlite3.connect(
@@ -242,6 +236,7 @@ class Store:
                     check_same_thread=False,
                 )
                 self._conn.execute("select 1 from runs limit 1")
+                self._counted = counts.has_counts(self._conn)
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot read the store at {self.path}: {exc}") from exc
             return
@@ -256,6 +251,8 @@ class Store:
             self._conn.execute("pragma foreign_keys=on")
             self._conn.executescript(SCHEMA)
             migrate(self._conn)
+            counts.add_counts(self._conn)
+            self._counted = True
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
 
@@ -315,34 +312,63 @@ class Store:
             run_of(r) for r in self._rows("select * from runs order by created_at desc, id desc")
         ]
 
-    def tasks(self, run_id: str) -> list[TaskRecord]:
+    def tasks(self, run_id: str, written_after: int | None = None) -> list[TaskRecord]:
         """A run's tasks in plan order (a pipeline's stages share their task's ``idx``: they
-        come in the order they were added, the pipeline's, not by name)."""
-        rows = self._rows("select * from tasks where run_id = ? order by idx, rowid", (run_id,))
-        return [task_of(r) for r in rows]
+        come in the order they were added, the pipeline's, not by name); only those written
+        after run version ``written_after``, if given (see :meth:`run_version`)."""
+        sql, args = "select * from tasks where run_id = ?", list[Any]([run_id])
+        if written_after is not None:
+            sql, args = sql + " and version > ?", [run_id, written_after]
+        return [task_of(r) for r in self._rows(sql + " order by idx, rowid", args)]
 
-    def attempts(self, run_id: str, task_id: str | None = None) -> list[AttemptRecord]:
-        """A run's attempts (of one task, if given), oldest first."""
+    def attempts(
+        self, run_id: str, task_id: str | None = None, written_after: int | None = None
+    ) -> list[AttemptRecord]:
+        """A run's attempts (of one task, if given; written after run version
+        ``written_after``, if given), oldest first."""
         sql = "select * from attempts where run_id = ?"
         args: list[Any] = [run_id]
         if task_id is not None:
             sql += " and task_id = ?"
             args.append(task_id)
+        if written_after is not None:
+            sql += " and version > ?"
+            args.append(written_after)
         return attempts_of(self._rows(sql + " order by started_at, n", args))
 
-    def run_counts(self) -> dict[str, RunCounts]:
-        """Every run's tasks by state and its attempts' total cost, in one query (the runs
-        list shows these; building each run's status document for them cost 0.6 ms a run)."""
-        rows = self._rows(
-            "select t.run_id, t.state, count(*) as n, c.cost from tasks t left join "
-            "(select run_id, sum(cost_usd) as cost from attempts group by run_id) c "
-            "on c.run_id = t.run_id group by t.run_id, t.state"
-        )
-        counts: dict[str, RunCounts] = {}
-        for r in rows:
-            prev = counts.get(r["run_id"], RunCounts({}, r["cost"]))
-            counts[r["run_id"]] = RunCounts({**prev.tasks, r["state"]: r["n"]}, r["cost"])
-        return counts
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside the block see one state of the store, however others write meanwhile
+        (a read transaction; in WAL mode writers do not wait for it)."""
+        with self._lock:
+            self._rows("begin")
+            try:
+                yield
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("commit")
+
+    def run_counts(self) -> dict[str, counts.RunCounts]:
+        """Every run's tasks by state and its attempts' total cost, as the store keeps them
+        (counts.py): two queries over a row a run and state, no task or attempt read
+        (counted from the rows in a store only older versions wrote)."""
+        if not self._keeps_counts():
+            return counts.counted(self._rows(counts.RECOUNT))
+        return counts.kept(self._rows(counts.KEPT_TASKS), self._rows(counts.KEPT_RUNS))
+
+    def _keeps_counts(self) -> bool:
+        """Whether the store keeps run counts and versions (a writer of this version opened
+        it once): once it does, it always will."""
+        self._counted = self._counted or bool(self._rows(counts.COUNTED))
+        return self._counted
+
+    def run_version(self, run_id: str) -> int | None:
+        """A number every write of the run's rows (itself, its tasks, attempts, events,
+        reviews) moves forward, in the write's transaction; None when the store keeps none."""
+        if not self._keeps_counts():
+            return None
+        rows = self._rows("select version from run_stats where run_id = ?", (run_id,))
+        return int(rows[0]["version"]) if rows else 0
 
     def data_version(self) -> int:
         """A number that changes whenever another connection commits to the database (SQLite's
@@ -392,10 +418,6 @@ class Store:
         with self.transaction() as tx:
             tx.execute_many("delete from baselines where key = ?", [(k,) for k in keys])
 
-    def baseline_count(self) -> int:
-        """How many baselines are cached (each one is one real run)."""
-        return int(self._rows("select count(*) as n from baselines")[0]["n"])
-
     # -- scan cache (see scan/cache.py) ----------------------------------------------------
 
     def scan_cache_get(self, keys: Sequence[str], now: float) -> dict[str, str]:
@@ -414,9 +436,10 @@ class Store:
         return found
 
     def scan_cache_put(
-        self, rows: Sequence[tuple[str, str, str]], now: float, max_entries: int
+        self, rows: Sequence[tuple[str, str, str | bytes]], now: float, max_entries: int
     ) -> None:
-        """Store ``(key, scanner, value)`` rows; the least recently used beyond the bound go."""
+        """Store ``(key, scanner, value)`` rows; the least recently used beyond the bound go.
+        (A value is a findings document, or, for scan.hit's memos, bytes.)"""
         with self.transaction() as tx:
             tx.execute_many(
                 "insert or replace into scan_cache (key, scanner, value, used_at) "

@@ -142,30 +142,6 @@ def run_one(request: CommandRequest) -> tuple[CommandResult, TestReport | None, 
     return result, report, read_tail(log, offset, FEEDBACK_BYTES, last=True).text()
 
 
-def run_commands(
-    commands: Sequence[str],
-    *,
-    cwd: Path,
-    env: Mapping[str, str],
-    log: Path,
-    deadline: float | None,
-    cancel: CancelToken | None = None,
-    marker: str | None = None,
-) -> VerifyResult:
-    """Run commands in order with ``/bin/sh -c``, stopping at the first failure.
-
-    ``deadline`` is a ``time.monotonic()`` instant shared by all the commands.
-    """
-    results: list[CommandResult] = []
-    for command in commands:
-        request = CommandRequest(command, cwd, env, log, deadline, cancel=cancel, marker=marker)
-        result, _, tail = run_one(request)
-        results.append(result)
-        if not result.passed:
-            return VerifyResult(tuple(results), tail)
-    return VerifyResult(tuple(results))
-
-
 class Baselines(Protocol):
     """Results of a command on a base commit, run once and reused by every candidate."""
 

@@ -146,7 +146,8 @@ class _Endpoints:
         run = await asyncio.to_thread(self.data.run, request.path_params["run"])
         if run is None:
             return JSONResponse({"error": "no such run"}, status_code=404)
-        return JSONResponse(await asyncio.to_thread(self.data.run_doc, run))
+        page = await asyncio.to_thread(self.data.run_page, run)
+        return Response(page, media_type="application/json")
 
     async def api_task(self, request: Request) -> Response:
         run = await asyncio.to_thread(self.data.run, request.path_params["run"])

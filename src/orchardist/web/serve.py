@@ -46,8 +46,11 @@ def settings_for(repo_path: Path, host: str, port: int, token: str) -> Settings:
 
 
 def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, TCP named as its protocol: asyncio turns Nagle's algorithm off only
+    on connections whose protocol says TCP (with 0, every small response waited 40 ms for the
+    client's delayed ACK before its body went out: /api/runs in 44-48 ms for 1 ms of work)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

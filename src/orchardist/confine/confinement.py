@@ -6,21 +6,23 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..confine import landlock as sandbox
-from ..confine import userlink
-from ..confine.exes import Reach, Scope, path_reach, private_files, reach
-from ..confine.homes import tool_homes
-from ..confine.isolation import Mode, RepoView, Spec, choose, hidden_by_tmp
-from ..confine.layout import Layout
-from ..confine.paths import AttemptPaths, workdir_root
 from ..errors import IsolationError
 from ..git.repo import Repo
-from ..specs import Plan
+from . import landlock as sandbox
+from . import userlink
+from .exes import Reach, Scope, path_reach, private_files, reach
+from .homes import tool_homes
+from .isolation import Mode, RepoView, Spec, choose, hidden_by_tmp
+from .layout import Layout
+from .paths import AttemptPaths, workdir_root
+
+if TYPE_CHECKING:  # (a plan's fields are read, the module is not needed)
+    from ..specs import Plan
 
 # Folders (separated like PATH) shown to every confined process although the private /tmp would
 # hide them, read-only or writable: for test harnesses, and caches the user means to share.
@@ -202,6 +204,8 @@ class Confinement:
         folders, and the files that would run code in the user's shell or git (shell profiles,
         ~/.gitconfig, ~/.ssh, ~/.local/bin, ...).
         """
+        import tempfile  # (and random): for Landlock alone, not for validate's checks
+
         writable = [*paths.writable, Path("/dev")]
         home = Path((self.environ or os.environ).get("HOME", "/nonexistent"))
         protected = [self.repo.root, self.repo.common_dir, self.layout.folder]

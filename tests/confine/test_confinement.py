@@ -1,4 +1,4 @@
-"""How an executor confines its attempts: the view each process gets (executors/confinement.py)."""
+"""How an executor confines its attempts: the view each process gets (confine/confinement.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from exes_support import FIXER, npm_install
+from orchardist.confine.confinement import Confinement
 from orchardist.confine.isolation import Mode
 from orchardist.confine.layout import Layout
 from orchardist.errors import IsolationError
-from orchardist.executors.confinement import Confinement
 from orchardist.git.repo import Repo
 from support import git
 
