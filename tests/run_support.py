@@ -55,6 +55,8 @@ def orchardist(
         files[0].write_text(stdin or "")
         fds = [os.open(files[0], os.O_RDONLY)]
         fds += [os.open(f, os.O_WRONLY | os.O_CREAT, 0o600) for f in files[1:]]
+        for stream in (sys.stdout, sys.stderr):  # nothing of the test's is written twice
+            stream.flush()
         try:
             pid = os.fork()
             if pid == 0:
@@ -108,10 +110,17 @@ def _forked_main(
     """In the forked child: become a fresh ``python -m orchardist ARGS`` in ``root``, run it
     and exit with its code, never returning into the test that forked it."""
     code = 1
+    inherited = (sys.stdout, sys.stderr)
     try:
         gc.freeze()  # the test's objects are its own: never finalized (closed) in here
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
+        # a module imported before the fork may hold pytest's streams (``out=sys.stdout`` as a
+        # default): what it writes there goes to the command's output too, as it would
+        for stream, fd in zip(inherited, fds[1:], strict=True):
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                if stream.fileno() > 2:
+                    os.dup2(fd, stream.fileno())
         os.chdir(root)
         if env is not None:
             os.environ.clear()
@@ -122,7 +131,7 @@ def _forked_main(
         # (the test's atexit functions are not the command's: they do not run here)
         getattr(threading, "_shutdown")()  # noqa: B009 - private, as the interpreter's own
     finally:
-        for stream in (sys.stdout, sys.stderr):
+        for stream in (*inherited, sys.stdout, sys.stderr):
             with contextlib.suppress(BaseException):  # exiting whatever happens
                 stream.flush()
         os._exit(code & 0xFF)
