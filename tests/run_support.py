@@ -6,14 +6,26 @@ in a temporary folder; nothing touches the repository the tests live in.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import gc
+import logging
+import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Callable
+import traceback
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from orchardist import Workspace, status_document
+from orchardist.__main__ import main
 from orchardist.confine.paths import repo_key, workdir_root
 from support import git, processes_with_env
 
@@ -21,9 +33,49 @@ ORCHARDIST = [sys.executable, "-m", "orchardist"]
 
 
 def orchardist(
+    root: Path,
+    *args: str,
+    timeout_s: float = 120.0,
+    stdin: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in ``root`` to its end, in a process of its own: stdin closed (or ``stdin``),
+    output captured, ``env`` (default: this one's) its environment.
+
+    The process is a fork of this one calling the console script's entry point
+    (``orchardist.__main__.main``, which reads ``sys.argv``), not a new interpreter:
+    what the command does, with its own pid, working folder, environment, signals, locks and
+    exit status, is the same, without the ~0.2 s of CPU a fresh ``python -m orchardist`` spends
+    starting and importing (most of the cost of the quick loop's short commands). The console
+    script itself and what a command imports are tested by ``tests/cli/test_cli_startup.py``,
+    ``test_resume.py``'s ``python -m orchardist`` test and the others that run ``ORCHARDIST``.
+    """
+    with tempfile.TemporaryDirectory(prefix="orchardist-cli-") as folder:
+        files = [Path(folder) / name for name in ("stdin", "stdout", "stderr")]
+        files[0].write_text(stdin or "")
+        fds = [os.open(files[0], os.O_RDONLY)]
+        fds += [os.open(f, os.O_WRONLY | os.O_CREAT, 0o600) for f in files[1:]]
+        for stream in (sys.stdout, sys.stderr):  # nothing of the test's is written twice
+            stream.flush()
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _forked_main(root, args, fds, env)
+            code = _wait(pid, timeout_s, [*ORCHARDIST, *args])
+        finally:
+            for fd in fds:
+                os.close(fd)
+        out, err = (f.read_text(errors="replace") for f in files[1:])
+    return subprocess.CompletedProcess([*ORCHARDIST, *args], code, out, err)
+
+
+def interpreter(
     root: Path, *args: str, timeout_s: float = 120.0
 ) -> subprocess.CompletedProcess[str]:
-    """Run the CLI in ``root`` to its end, stdin closed; output captured."""
+    """Run the CLI in ``root`` in a new interpreter (``python -m orchardist``), stdin closed:
+    for the tests of real agent CLIs, which check a whole installation as a user has it, and
+    for those that read the orchestrator from outside (``/proc/PID/environ`` is the
+    environment a process was started with: a fork shows its parent's)."""
     return subprocess.run(
         [*ORCHARDIST, *args],
         cwd=root,
@@ -33,6 +85,100 @@ def orchardist(
         timeout=timeout_s,
         check=False,
     )
+
+
+def _wait(pid: int, timeout_s: float, argv: list[str]) -> int:
+    """The exit code of child ``pid`` as ``subprocess`` gives it; killed (and reaped) after
+    ``timeout_s`` or when the wait is interrupted, as ``subprocess.run`` kills its child."""
+    pidfd = os.pidfd_open(pid)
+    ready: list[int] = []
+    try:
+        ready, _, _ = select.select([pidfd], [], [], timeout_s)
+    finally:
+        os.close(pidfd)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    if not ready:
+        raise subprocess.TimeoutExpired(argv, timeout_s)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _forked_main(
+    root: Path, args: Sequence[str], fds: list[int], env: Mapping[str, str] | None
+) -> NoReturn:
+    """In the forked child: become a fresh ``python -m orchardist ARGS`` in ``root``, run it
+    and exit with its code, never returning into the test that forked it."""
+    code = 1
+    inherited = (sys.stdout, sys.stderr)
+    try:
+        gc.freeze()  # the test's objects are its own: never finalized (closed) in here
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        # a module imported before the fork may hold pytest's streams (``out=sys.stdout`` as a
+        # default): what it writes there goes to the command's output too, as it would
+        for stream, fd in zip(inherited, fds[1:], strict=True):
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                if stream.fileno() > 2:
+                    os.dup2(fd, stream.fileno())
+        os.chdir(root)
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        _fresh_interpreter_state(args)
+        code = _exit_code()
+        # as the interpreter does at exit: wake idle pool workers, wait for non-daemon threads
+        # (the test's atexit functions are not the command's: they do not run here)
+        getattr(threading, "_shutdown")()  # noqa: B009 - private, as the interpreter's own
+    finally:
+        for stream in (*inherited, sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):  # exiting whatever happens
+                stream.flush()
+        os._exit(code & 0xFF)
+
+
+def _fresh_interpreter_state(args: Sequence[str]) -> None:
+    """What a new interpreter would have and pytest changed: standard streams on fds 0-2,
+    default signal handlers and mask, Python's default warning filters, no log handlers, and
+    none of orchardist's once-per-process answers (``functools.cache``) computed for another
+    test's environment."""
+    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+    for name in ("stdin", "stdout", "stderr"):
+        setattr(sys, f"__{name}__", getattr(sys, name))
+    sys.argv = [str(Path(str(sys.modules["orchardist"].__file__)).with_name("__main__.py")), *args]
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM, signal.SIGCHLD):
+        signal.signal(number, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    warnings.resetwarnings()
+    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.simplefilter("ignore", PendingDeprecationWarning)
+    warnings.simplefilter("ignore", ImportWarning)
+    warnings.simplefilter("ignore", ResourceWarning)
+    logging.root.handlers.clear()
+    logging.root.setLevel(logging.WARNING)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("orchardist") and module is not None:
+            for value in list(vars(module).values()):
+                if isinstance(value, functools._lru_cache_wrapper):
+                    value.cache_clear()
+
+
+def _exit_code() -> int:
+    """``sys.exit(main())`` with ``sys.argv`` set to ARGS, as the interpreter turns it into an
+    exit status."""
+    try:
+        return main()
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
 
 
 def spawn(root: Path, *args: str, log: Path) -> subprocess.Popen[bytes]:

@@ -3,9 +3,6 @@ that plans (and ``plan``, ``fix``, ``debug``) can use; a plan's own profiles win
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +10,7 @@ import pytest
 from orchardist import PlanError, load_plan
 from orchardist.config import user_config
 from orchardist.plan.loading import load_config
+from run_support import orchardist as run_cli
 from support import git, write_plan
 
 
@@ -159,15 +157,7 @@ def test_a_run_of_a_plan_with_a_config_profile_lands_its_work(repo: Path) -> Non
     write_plan(repo, TASK_USING.format(agent="helper"))
 
     # When
-    out = subprocess.run(
-        [sys.executable, "-m", "orchardist", "run", "plan.toml", "--json"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env=os.environ,
-        timeout=300,
-    )
+    out = run_cli(repo, "run", "plan.toml", "--json", timeout_s=300)
 
     # Then
     assert out.returncode == 0, out.stderr
@@ -179,14 +169,7 @@ def test_validate_shows_a_config_problem_with_its_file_and_exits_2(repo: Path) -
     user = user_file('[agents.u]\nkind = "shell"\ncommand = 3\n')
     write_plan(repo, profile("a", "a") + TASK_USING.format(agent="a"))
 
-    out = subprocess.run(
-        [sys.executable, "-m", "orchardist", "validate", "plan.toml"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env=os.environ,
-        timeout=120,
-    )
+    out = run_cli(repo, "validate", "plan.toml")
 
     assert out.returncode == 2
     assert f"{user}: agents.u.command" in out.stderr
@@ -202,14 +185,7 @@ def test_doctor_checks_the_config_profiles_a_plan_uses_and_no_others(repo: Path)
     write_plan(repo, profile("mine", "m") + TASK_USING.format(agent="used"))
 
     # When
-    out = subprocess.run(
-        [sys.executable, "-m", "orchardist", "doctor", "plan.toml", "--json"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env=os.environ,
-        timeout=120,
-    )
+    out = run_cli(repo, "doctor", "plan.toml", "--json")
 
     # Then: the plan's own profile and the config profile it uses are checked, not the other
     assert out.returncode == 1

@@ -17,7 +17,7 @@ import pytest
 from e2e_support import log_of
 from modelapi.server import ModelServer
 from orchardist import Workspace
-from run_support import only_run, orchardist, status
+from run_support import interpreter, only_run, status
 from support import make_repo, write_plan
 
 RUN_TIMEOUT_S = 300.0  # the whole `orchardist run`; each finishes in seconds when all is well
@@ -57,7 +57,7 @@ def run_fix(
     )
     with api:
         monkeypatch.setenv(base_url_var, api.url)
-        done = orchardist(repo, "run", "plan.toml", timeout_s=RUN_TIMEOUT_S)
+        done = interpreter(repo, "run", "plan.toml", timeout_s=RUN_TIMEOUT_S)
     assert done.returncode in (0, 1), done.stderr
     doc = status(repo, only_run(repo))
     doc["_repo"] = str(repo)

@@ -33,7 +33,7 @@ from modelapi.gemini import GeminiServer
 from modelapi.openai import OpenAiServer, Text
 from orchardist.confine.confinement import SHARE_READONLY_VAR
 from realtools import TOOLS, require_tool
-from run_support import orchardist
+from run_support import interpreter
 from support import git, write_plan
 
 pytestmark = pytest.mark.slow
@@ -151,7 +151,7 @@ def test_the_probe_of_claude_from_npm_links_under_tmp_passes_as_its_run_does(
     )
     with AnthropicServer([Text("OK")]) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
-        done = orchardist(repo, "doctor", "--probe", "--json", "plan.toml", timeout_s=300)
+        done = interpreter(repo, "doctor", "--probe", "--json", "plan.toml", timeout_s=300)
     (profile,) = json.loads(done.stdout)["profiles"]
     assert (done.returncode, profile["probe"]) == (0, "ok"), profile
     assert len(api.turns()) == 1
@@ -175,7 +175,7 @@ def test_the_probe_of_claude_installed_in_the_repository_fails_as_its_run_would(
     )
     with AnthropicServer([Text("OK")]) as api:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
-        done = orchardist(repo, "doctor", "--probe", "--json", "plan.toml", timeout_s=300)
+        done = interpreter(repo, "doctor", "--probe", "--json", "plan.toml", timeout_s=300)
     # Then doctor fails the profile, naming the path and the fix, and makes no request
     (profile,) = json.loads(done.stdout)["profiles"]
     assert done.returncode == 1, profile

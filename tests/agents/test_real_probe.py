@@ -17,7 +17,7 @@ from modelapi.anthropic import AnthropicServer, Text, unauthorized
 from modelapi.openai import OpenAiServer
 from modelapi.openai import Text as OpenAiText
 from realtools import require_tool
-from run_support import orchardist
+from run_support import interpreter
 from support import write_plan
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 def probe(repo: Path, plan: str) -> tuple[int, dict[str, Any]]:
     """``orchardist doctor --probe --json`` of a plan with one profile, ``real``."""
     write_plan(repo, f'{plan}\n[[task]]\nid = "t"\nagent = "real"\nprompt = "probe"\n')
-    done = orchardist(repo, "doctor", "--probe", "--json", "plan.toml", timeout_s=300)
+    done = interpreter(repo, "doctor", "--probe", "--json", "plan.toml", timeout_s=300)
     (profile,) = json.loads(done.stdout)["profiles"]
     return done.returncode, profile
 

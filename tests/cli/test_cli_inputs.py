@@ -9,7 +9,6 @@ of the table, go through the real console entry point in a process of its own.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from orchardist.cli import main
+from run_support import orchardist as run_cli
 from support import git
 
 AGENT = '[agents.bot]\nkind = "shell"\ncommand = "true"\n'
@@ -30,16 +30,8 @@ def task(body: str, agent: str = AGENT) -> str:
 
 
 def orchardist(cwd: Path, *argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    """The real console entry point, in ``cwd``, without a terminal."""
-    return subprocess.run(
-        [sys.executable, "-m", "orchardist", *argv],
-        cwd=cwd,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=os.environ,
-        timeout=120,
-    )
+    """The command line in a process of its own, in ``cwd``, without a terminal."""
+    return run_cli(cwd, *argv, stdin=stdin)
 
 
 def in_process(

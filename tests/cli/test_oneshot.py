@@ -4,9 +4,7 @@ config files' profiles, run like any plan."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -15,6 +13,7 @@ import pytest
 
 from orchardist import load_plan
 from orchardist.config import user_config
+from run_support import orchardist as run_cli
 from support import git
 
 FIXER = """
@@ -37,16 +36,7 @@ def _no_xdg(monkeypatch: pytest.MonkeyPatch) -> None:
 def orchardist(
     repo: Path, *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchardist", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        input=stdin,
-        stdin=None if stdin is not None else subprocess.DEVNULL,
-        env=os.environ,
-        timeout=300,
-    )
+    return run_cli(repo, *args, stdin=stdin, timeout_s=300)
 
 
 def configure(repo: Path, text: str) -> None:

@@ -4,15 +4,14 @@ shell agent acts by ``$ORCHARDIST_STAGE``, a real pytest suite."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from run_support import orchardist as run_cli
 from support import git, make_repo
 
 PY = "python"  # this interpreter, without pytest's plugins: conftest
@@ -59,15 +58,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def orchardist(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchardist", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env=os.environ,
-        timeout=600,
-    )
+    return run_cli(repo, *args, timeout_s=600)
 
 
 def attempts(repo: Path, run_id: str) -> dict[str, list[str]]:

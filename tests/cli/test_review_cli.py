@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from orchardist import Workspace
-from run_support import has_run, leftovers, only_run, orchardist, status, task_trailers, wait_until
+from run_support import (
+    has_run,
+    interpreter,
+    leftovers,
+    only_run,
+    orchardist,
+    status,
+    task_trailers,
+    wait_until,
+)
 from support import git, toml_str, write_plan
 
 Launch = Callable[..., subprocess.Popen[bytes]]
@@ -125,7 +134,9 @@ def ran_to_review(repo: Path) -> str:
 
 
 def review(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    done = orchardist(repo, "review", *args)
+    # a new interpreter, as on main: a forked review, 0.2 s quicker, once left a live
+    # orchestrator without the change request's attempt for over 60 s (under investigation)
+    done = interpreter(repo, "review", *args)
     assert "Traceback" not in done.stderr, done.stderr
     return done
 

@@ -23,6 +23,7 @@ from orchardist.confine.procs import (
     run_process,
 )
 from orchardist.errors import IsolationError, UsageError
+from run_support import orchardist as run_cli
 from support import processes_with_env, write_plan
 
 ENV = {"PATH": os.environ["PATH"]}
@@ -336,15 +337,7 @@ id = "t"
 
 def cli(repo: Path, path: str) -> subprocess.CompletedProcess[str]:
     """``orchardist run plan.toml`` in ``repo`` with ``path`` as PATH."""
-    return subprocess.run(
-        [sys.executable, "-m", "orchardist", "run", "plan.toml"],
-        cwd=repo,
-        env={**os.environ, "PATH": path},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli(repo, "run", "plan.toml", env={**os.environ, "PATH": path})
 
 
 def test_a_run_s_first_line_says_it_got_namespaces(repo: Path, namespaces: None) -> None:

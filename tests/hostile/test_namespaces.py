@@ -21,7 +21,7 @@ import pytest
 
 from ns_support import require_namespaces
 from orchardist import RunState
-from run_support import orchardist
+from run_support import interpreter
 from support import Finished, git, running_with_arg, toml_str, write_plan
 
 RunPlan = Callable[..., Finished]
@@ -147,7 +147,9 @@ def test_an_agent_cannot_read_the_orchestrator_s_environment_through_proc(
         """,
     )
 
-    done = orchardist(repo, "run", str(plan))
+    # (a new interpreter, not a fork: /proc/PID/environ shows the environment a process was
+    # started with, and only a new one starts with the secret set above)
+    done = interpreter(repo, "run", str(plan))
 
     # Then: with namespaces the secret is nowhere the run left anything; with isolation off
     # the same agent finds it (the attack is real, the test can fail)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from modelapi.server import ModelServer, Reply, Request
 from orchardist.agents.llm import DONE
 from orchardist.config import user_config
+from run_support import orchardist as run_cli
 from support import git
 
 SECRETS = {"AWS_SECRET_ACCESS_KEY": "fake-aws-7f3a91", "GITHUB_TOKEN": "fake-ghp-c40e22"}
@@ -49,15 +49,7 @@ def _no_xdg(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def orchardist(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchardist", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **SECRETS, **env},
-        timeout=300,
-    )
+    return run_cli(repo, *args, env={**os.environ, **SECRETS, **env}, timeout_s=300)
 
 
 def landed(repo: Path, out: subprocess.CompletedProcess[str], path: str) -> str:

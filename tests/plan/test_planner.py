@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 from orchardist.config import user_config
+from run_support import orchardist as run_cli
 from support import git
 
 CONFIG = """
@@ -69,14 +70,7 @@ depends_on = ["a"]
 
 
 def orchardist(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchardist", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=300,
-    )
+    return run_cli(repo, *args, timeout_s=300)
 
 
 def setup(repo: Path, sync: Path, *plans: str) -> Path:
