@@ -676,7 +676,7 @@ def test_reverify_is_always_by_default_overlap_on_request_and_anything_else_loca
     assert load_plan(write_plan(repo, task)).run.reverify == "always"
     overlap = load_plan(write_plan(repo, '[run]\nreverify = "overlap"\n' + task))
     assert overlap.run.reverify == "overlap"
-    for bad in ('"never"', "true"):
+    for bad in ('"never"', "true", "[]", "{}"):  # a list or a table: unhashable
         found = problems_of(write_plan(repo, f"[run]\nreverify = {bad}\n" + task))
         assert (None, "run.reverify", 'expected one of "always", "overlap"') in found
 

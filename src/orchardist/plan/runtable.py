@@ -120,8 +120,8 @@ class RunChecks(Fields):
 
     def _reverify(self, raw: object) -> Reverify | None:
         """``[run] reverify``: "always" or "overlap"."""
-        if raw in set(Reverify):
-            return Reverify(str(raw))
+        if isinstance(raw, str) and raw in {r.value for r in Reverify}:
+            return Reverify(raw)
         names = ", ".join(f'"{r.value}"' for r in Reverify)
         self.problem(f"expected one of {names}", fld="run.reverify")
         return None
