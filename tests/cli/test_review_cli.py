@@ -16,7 +16,6 @@ from typing import Any
 from orchardist import Workspace
 from run_support import (
     has_run,
-    interpreter,
     leftovers,
     only_run,
     orchardist,
@@ -134,9 +133,7 @@ def ran_to_review(repo: Path) -> str:
 
 
 def review(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    # a new interpreter, as on main: a forked review, 0.2 s quicker, once left a live
-    # orchestrator without the change request's attempt for over 60 s (under investigation)
-    done = interpreter(repo, "review", *args)
+    done = orchardist(repo, "review", *args)
     assert "Traceback" not in done.stderr, done.stderr
     return done
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
 from typing import Any
@@ -33,12 +35,14 @@ class StopRelay:
     def __init__(self) -> None:
         self.pending: tuple[str, RunState] | None = None
         self.scheduler: Any = None
+        self._lock = threading.Lock()  # signals arrive on their own thread (see _on_signals)
 
     def request(self, reason: str = "interrupted", state: RunState = RunState.INTERRUPTED) -> None:
-        if self.scheduler is not None:
-            self.scheduler.stop(reason, state)
-        elif self.pending is None or state is RunState.CANCELLED:
-            self.pending = (reason, state)
+        with self._lock:
+            if self.scheduler is not None:
+                self.scheduler.stop(reason, state)
+            elif self.pending is None or state is RunState.CANCELLED:
+                self.pending = (reason, state)
 
     def cancel(self) -> None:
         self.request("cancelled by orchardist cancel", RunState.CANCELLED)
@@ -50,9 +54,10 @@ class StopRelay:
             self.scheduler.review_decided()
 
     def attach(self, scheduler: Any) -> None:
-        self.scheduler = scheduler
-        if self.pending is not None:
-            scheduler.stop(*self.pending)
+        with self._lock:
+            self.scheduler = scheduler
+            if self.pending is not None:
+                scheduler.stop(*self.pending)
 
 
 def drive(
@@ -226,24 +231,54 @@ def _progress_hooks(
 
 def _on_signals(relay: StopRelay) -> Callable[[], None]:
     """Route SIGINT/SIGTERM to a graceful stop, SIGUSR1 (``orchardist cancel``) to a cancel
-    and SIGUSR2 (a review decision) to a wake-up; a second signal is not needed to end."""
+    and SIGUSR2 (a review decision) to a wake-up; a second signal is not needed to end.
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if signum == CANCEL_SIGNAL:
-            relay.cancel()
-        elif signum == REVIEW_SIGNAL:
-            relay.review()
-        else:
-            relay.request()
-
+    The signals are acted on by a thread that reads them from the interpreter's wake-up fd, not
+    by Python handlers: a handler runs in the main thread only, at its next bytecode, and when
+    the kernel delivers the signal to another thread (an attempt's, say) while the main thread
+    blocks on the scheduler's queue, nothing wakes it until some other message arrives (a
+    review decision waited for a slow task's end). The C handler writes to the fd whatever
+    thread it runs on."""
     signals = (signal.SIGINT, signal.SIGTERM, CANCEL_SIGNAL, REVIEW_SIGNAL)
-    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    readable, writable = os.pipe()
+    os.set_blocking(writable, False)
+    previous = {sig: signal.signal(sig, _ignored) for sig in signals}  # the C handler, armed
+    previous_fd = signal.set_wakeup_fd(writable, warn_on_full_buffer=False)
+    actions = {
+        CANCEL_SIGNAL: relay.cancel,
+        REVIEW_SIGNAL: relay.review,
+        signal.SIGINT: relay.request,
+        signal.SIGTERM: relay.request,
+    }
+    reader = threading.Thread(
+        target=_relay_signals, args=(readable, actions), name="signals", daemon=True
+    )
+    reader.start()
 
     def restore() -> None:
+        signal.set_wakeup_fd(previous_fd)
         for sig, old in previous.items():
             signal.signal(sig, old)
+        os.close(writable)  # the reader reads the end of its pipe, and ends
+        reader.join()
 
     return restore
+
+
+def _ignored(signum: int, frame: FrameType | None) -> None:
+    """The Python side of a relayed signal: nothing (the relay's thread acts on it)."""
+
+
+def _relay_signals(readable: int, actions: Mapping[int, Callable[[], None]]) -> None:
+    """Act on each signal number written to the wake-up fd, until the pipe is closed."""
+    try:
+        while data := os.read(readable, 64):
+            for signum in data:
+                action = actions.get(signum)
+                if action is not None:
+                    action()
+    finally:
+        os.close(readable)
 
 
 def interactive() -> bool:
