@@ -11,8 +11,13 @@ from pathlib import Path
 import pytest
 
 from orchardist.confine import landlock as sandbox
+from realtools import require
 
-pytestmark = pytest.mark.skipif(not sandbox.available(), reason="no Landlock on this kernel")
+
+@pytest.fixture(autouse=True)
+def _landlock() -> None:
+    require(sandbox.available(), "this kernel has no Landlock")
+
 
 # Beyond the interpreter's own start-up (-I -S): os, ctypes, and what they import themselves.
 _ALLOWED = {

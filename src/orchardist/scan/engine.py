@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..confine.paths import repo_key, workdir_root
 from ..confine.procs import CancelToken, ProcessRequest, run_process
@@ -38,9 +38,10 @@ from .runner import run_scanner, scanner_env
 from .sarif import MergedFinding, ScannerReport, merge
 from .toolstamp import tool_stamp
 from .trees import changed_files, export, ls_tree, remove, with_sources
+from .waits import aside, result
 
 if TYPE_CHECKING:  # the pool is imported by a scan that runs a scanner (it imports logging)
-    from concurrent.futures import Future
+    pass
 
 CACHE_SCHEMA = 1  # bump when what a cache entry holds changes
 MAX_CACHE_ENTRIES = 200_000
@@ -316,7 +317,8 @@ class Scanner:
             if len(runs) == 1:  # no pool (nor its imports, logging's among them) for one job
                 job, scratch, folder = runs[0]
                 cwd = scratch / self.workdir
-                ran = self._aside(partial(self._run_job, job, cwd, folder, scratch))
+                running = partial(self._run_job, job, cwd, folder, scratch)
+                ran = aside(running, lambda: self.cancel.cancel("scan interrupted"))
                 self._collect(job, ran, cwd, tallies)
             else:
                 self._run_pooled(runs, tallies)
@@ -355,37 +357,6 @@ class Scanner:
             paths.update(prefix + f for f in select_files(self._entries, profile.config, ()))
         return sets
 
-    def _aside(self, work: Callable[[], _T]) -> Callable[[], _T]:
-        """Run ``work`` on a thread of its own and wait for it; its result (or its error) as a
-        function. A Ctrl-C reaches the main thread only: it cancels the work and waits for it,
-        so the scanner's processes are killed and reaped by the thread that started them."""
-        done: list[Callable[[], _T]] = []
-        ended = threading.Event()
-
-        def run() -> None:
-            try:
-                value = work()
-            except BaseException as exc:  # handed to the caller, raised there
-                done.append(partial(_reraise, exc))
-            else:
-                done.append(lambda: value)
-            finally:
-                ended.set()
-
-        threading.Thread(target=run, name="scan").start()
-        # Waited for in slices, as _result waits (see there why), and on an Event: a
-        # Thread.join that a KeyboardInterrupt cuts short marks the thread as stopped while it
-        # still runs (CPython's bpo-45274 handling), and is_alive() then lies.
-        try:
-            while not ended.wait(SIGNAL_TICK_S):
-                pass
-        finally:
-            if not ended.is_set():
-                self.cancel.cancel("scan interrupted")
-                while not ended.wait(SIGNAL_TICK_S):
-                    pass
-        return done[0]
-
     def _run_pooled(
         self, runs: Sequence[tuple[_Job, Path, Path]], tallies: Mapping[str, _Tally]
     ) -> None:
@@ -404,7 +375,7 @@ class Scanner:
                 for job, scratch, folder in runs
             ]
             for job, scratch, future in futures:
-                self._collect(job, partial(_result, future), scratch / self.workdir, tallies)
+                self._collect(job, partial(result, future), scratch / self.workdir, tallies)
         finally:
             pool.shutdown(wait=True)
 
@@ -512,22 +483,3 @@ def _digest(*parts: str) -> str:
 
 
 __all__ = ["ScanJobError", "ScanResult", "Scanner", "compile_globs", "scan_root", "select_files"]
-
-
-SIGNAL_TICK_S = 0.5
-_T = TypeVar("_T")
-
-
-def _result(future: Future[_T]) -> _T:
-    """``future.result()``, in slices: a Ctrl-C that the kernel delivers to a worker thread is
-    handled (as KeyboardInterrupt) only when the main thread runs Python again, which a bare
-    ``result()`` blocked on a hanging scanner would never do."""
-    while True:
-        try:
-            return future.result(timeout=SIGNAL_TICK_S)
-        except TimeoutError:
-            continue
-
-
-def _reraise(exc: BaseException) -> NoReturn:
-    raise exc
