@@ -12,18 +12,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from .fixed import FIXED_CONFIG
+
 FALLBACK_NAME = "orchardist"
 FALLBACK_EMAIL = "orchardist@localhost"
 # Resolved once: a `git` an agent drops earlier on PATH later is never the one we run.
 GIT = shutil.which("git") or "git"
-# Outranking the repository's own config too: no command git would run on its own.
-FIXED_CONFIG = (
-    ("core.fsmonitor", "false"),
-    ("core.hooksPath", "/dev/null"),
-    ("core.attributesFile", "/dev/null"),
-    ("gc.auto", "0"),
-    ("maintenance.auto", "false"),
-)
 # Data, not commands, kept from the user's global configuration: which files they ignore
 # everywhere (a snapshot must not commit them), and repositories they trust though another
 # user owns them.

@@ -28,6 +28,7 @@ import sqlite3
 import sys
 import time
 
+from ..git.fixed import FIXED_CONFIG
 from .toolstamp import words_stat
 
 TYPE_CHECKING = False  # typing is not imported: it takes longer than this whole answer
@@ -45,13 +46,6 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CODE = ("scan", "plan", "config.py", "specs.py", "errors.py", "state/store.py")
 # orchardist's own git (git.env's git_env, whose module is not imported here; a test keeps
 # them the same): no system or global configuration, nothing configured runs, output in C
-FIXED_CONFIG = (
-    ("core.fsmonitor", "false"),
-    ("core.hooksPath", "/dev/null"),
-    ("core.attributesFile", "/dev/null"),
-    ("gc.auto", "0"),
-    ("maintenance.auto", "false"),
-)
 _GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_OPTIONAL_LOCKS": "0",
