@@ -478,8 +478,10 @@ def test_a_callback_that_raises_leaves_no_process_behind(tmp_path: Path) -> None
 def test_kill_tree_finds_marked_processes_outside_any_group(tmp_path: Path) -> None:
     # Given a marked process in a session of its own, which says when it runs
     marker = new_marker()
+    # (one process from "up" on: a shell's `echo up; exec sleep` could still be inside execve
+    # when the sweep read its /proc environ, which reads empty in that instant)
     proc = subprocess.Popen(
-        ["/bin/sh", "-c", "echo up; exec sleep 30"],
+        python("import time; print('up', flush=True); time.sleep(30)"),
         env={**ENV, MARKER_VAR: marker},
         stdout=subprocess.PIPE,
         start_new_session=True,
