@@ -95,6 +95,10 @@ def test_a_finished_run_reads_cleanly(repo: Path, run_plan: RunPlan, browser: An
         page.click("details.raw-log summary")  # the raw log, under the transcript
         for shown in ("pre.log", ".tx-output pre.tx-text"):
             box = page.locator(shown)
+            page.wait_for_function(  # the log is fetched after the page is shown
+                "s => (document.querySelector(s)?.innerText ?? '').includes('xxxxxxxxxx')",
+                arg=shown,
+            )
             assert box.is_visible() and "x" * 3000 in box.inner_text().replace("\n", "")
             overflow = box.evaluate("p => p.scrollWidth - p.clientWidth")
             assert overflow <= 1, shown
