@@ -118,6 +118,7 @@ def test_a_finished_run_reads_cleanly(repo: Path, run_plan: RunPlan, browser: An
         ]
         assert not page.locator(".tests tr.t-passed").is_visible()
         page.click(".tests details summary")
+        page.locator(".tests tr.t-passed").wait_for(state="visible")  # opened, then laid out
         assert page.locator(".tests tr.t-passed").inner_text().split()[-1] == "test_pair::test_good"
 
         # the Review page is one click away, and says when nothing awaits review
