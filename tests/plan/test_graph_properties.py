@@ -13,20 +13,30 @@ from orchardist.plan.graph import Graph, Rank, ReadySet, find_cycles
 
 FAST = settings(max_examples=150, deadline=None)
 
+# The strategies the examples draw from, each built once here rather than at every draw: a
+# strategy made inside a draw (a fresh ``sampled_from`` per task) is validated and looked up
+# again each time, which took more of an example's CPU than drawing from it.
+MAX_TASKS = 9
+CREATED = [f"t{i}" for i in range(MAX_TASKS)]
+DEPS_AMONG_FIRST = {
+    i: st.sets(st.sampled_from(CREATED[:i]), max_size=i) for i in range(1, MAX_TASKS)
+}
+ORDERS_OF_FIRST = {n: st.permutations(CREATED[:n]) for n in range(1, MAX_TASKS + 1)}
+ESTIMATES = st.integers(1, 50)
+POOLS = st.sampled_from(["a", "b", "c"])
+PRIORITIES = st.integers(-3, 3)
+
 
 @st.composite
 def dags(draw: st.DrawFn) -> tuple[list[str], dict[str, list[str]], dict[str, float], list[str]]:
     """A random DAG: task i may depend on tasks created before it; ids listed in a random
     order (so file order is not topological), with integer estimates (exact sums)."""
-    n = draw(st.integers(1, 9))
-    created = [f"t{i}" for i in range(n)]
-    deps = {
-        task: sorted(draw(st.sets(st.sampled_from(created[:i]), max_size=i)) if i else [])
-        for i, task in enumerate(created)
-    }
-    estimates = {t: float(draw(st.integers(1, 50))) for t in created}
-    ids = draw(st.permutations(created))
-    pools = [draw(st.sampled_from(["a", "b", "c"])) for _ in created]
+    n = draw(st.integers(1, MAX_TASKS))
+    created = CREATED[:n]
+    deps = {task: sorted(draw(DEPS_AMONG_FIRST[i])) if i else [] for i, task in enumerate(created)}
+    estimates = {t: float(draw(ESTIMATES)) for t in created}
+    ids = draw(ORDERS_OF_FIRST[n])
+    pools = [draw(POOLS) for _ in created]
     return list(ids), deps, estimates, pools
 
 
@@ -68,7 +78,7 @@ def test_ranks_are_the_brute_force_critical_paths_and_dependents(
     dag: tuple[list[str], dict[str, list[str]], dict[str, float], list[str]], data: st.DataObject
 ) -> None:
     ids, deps, estimates, _ = dag
-    priority = {t: data.draw(st.integers(-3, 3)) for t in ids}
+    priority = {t: data.draw(PRIORITIES) for t in ids}
     graph = Graph(ids, deps, estimates, priority)
     children = children_of(ids, deps)
     for i, task in enumerate(ids):
@@ -95,11 +105,16 @@ def test_ancestors_and_descendants_are_the_transitive_closures(
         assert set(graph.ancestors(task)) == reachable_brute(task, deps)
 
 
+NODES = [f"n{i}" for i in range(7)]
+EDGES_AMONG_FIRST = {n: st.sets(st.sampled_from(NODES[:n]), max_size=3) for n in range(1, 8)}
+
+
 @st.composite
 def digraphs(draw: st.DrawFn) -> tuple[list[str], dict[str, list[str]]]:
     """Any directed graph (cycles and self-loops allowed) on up to 7 tasks."""
-    ids = [f"n{i}" for i in range(draw(st.integers(1, 7)))]
-    deps = {t: sorted(draw(st.sets(st.sampled_from(ids), max_size=3))) for t in ids}
+    n = draw(st.integers(1, len(NODES)))
+    ids = NODES[:n]
+    deps = {t: sorted(draw(EDGES_AMONG_FIRST[n])) for t in ids}
     return ids, deps
 
 
