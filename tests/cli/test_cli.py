@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_run import finished_run
 
 from orchardist.cli import main
 from support import alive, git, write_plan
@@ -61,6 +62,23 @@ def in_repo(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The repository, as the current directory."""
     monkeypatch.chdir(repo)
     return repo
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A repository where the GOOD plan ran to its end, and the document ``run --json``
+    printed: made once for the tests that only read it."""
+    return finished_run(tmp_path_factory, GOOD)
+
+
+@pytest.fixture
+def ran_good(
+    finished: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    """The finished run's document, its repository the current directory."""
+    repo, doc = finished
+    monkeypatch.chdir(repo)
+    return doc
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
@@ -162,12 +180,8 @@ def test_run_json_prints_the_status_document(
 
 
 def test_status_json_describes_tasks_and_attempts(
-    in_repo: Path, capsys: pytest.CaptureFixture[str]
+    ran_good: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_plan(in_repo, GOOD)
-    assert main(["run", "plan.toml"]) == 0
-    capsys.readouterr()
-
     code, doc = run_json(capsys, "status", "--json")
 
     assert code == 0
@@ -184,17 +198,13 @@ def test_status_json_describes_tasks_and_attempts(
         assert attempt["exit_code"] == 0
         assert isinstance(attempt["duration_s"], float) and attempt["duration_s"] >= 0
     # the same document by full id and by prefix, from elsewhere with -C
-    assert run_json(capsys, "status", doc["run"], "--json", "-C", str(in_repo))[1] == doc
+    assert run_json(capsys, "status", doc["run"], "--json", "-C", str(Path.cwd()))[1] == doc
     assert run_json(capsys, "status", doc["run"][:-2], "--json")[1]["run"] == doc["run"]
 
 
 def test_status_text_names_the_branch_and_tasks(
-    in_repo: Path, capsys: pytest.CaptureFixture[str]
+    ran_good: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_plan(in_repo, GOOD)
-    main(["run", "plan.toml"])
-    capsys.readouterr()
-
     assert main(["status"]) == 0
 
     out = capsys.readouterr().out
@@ -221,12 +231,10 @@ def test_runs_lists_runs_newest_first(in_repo: Path, capsys: pytest.CaptureFixtu
     assert all(r["state"] == "done" for r in rows)
 
 
-def test_logs_prints_the_agents_output(in_repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_plan(in_repo, GOOD)
-    code, doc = run_json(capsys, "run", "plan.toml", "--json")
-    assert code == 0
-
-    assert main(["logs", doc["run"], "hello"]) == 0
+def test_logs_prints_the_agents_output(
+    ran_good: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["logs", ran_good["run"], "hello"]) == 0
 
     out = capsys.readouterr().out
     assert "hello from the agent" in out
@@ -245,12 +253,10 @@ LOOP_MODULES = (
 
 
 def test_commands_that_read_a_run_start_without_the_plan_models_or_the_loop(
-    in_repo: Path, capsys: pytest.CaptureFixture[str]
+    ran_good: dict[str, Any],
 ) -> None:
     # Given a finished run
-    write_plan(in_repo, GOOD)
-    code, doc = run_json(capsys, "run", "plan.toml", "--json")
-    assert code == 0
+    doc = ran_good
     for command in READ_ONLY:
         # When a command that only reads it runs in a fresh interpreter
         args = [command] if command == "runs" else [command, doc["run"]]
@@ -306,13 +312,9 @@ def test_run_exits_1_when_a_task_fails(in_repo: Path, capsys: pytest.CaptureFixt
     ids=["status-unknown-run", "logs-unknown-run", "logs-unknown-task"],
 )
 def test_unknown_runs_and_tasks_are_usage_errors(
-    in_repo: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+    ran_good: dict[str, Any], capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    write_plan(in_repo, GOOD)
-    code, doc = run_json(capsys, "run", "plan.toml", "--json")
-    assert code == 0
-
-    code = main([a.replace("{run}", doc["run"]) for a in argv])
+    code = main([a.replace("{run}", ran_good["run"]) for a in argv])
 
     out, err = capsys.readouterr()
     assert code == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import os
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from shared_run import finished_run
 from test_cli_inputs import orchardist
 
 from orchardist.cli import main
@@ -44,10 +46,15 @@ print(json.dumps([code, sorted(sys.modules), made]))
 """
 
 
+@functools.cache
 def loaded(repo: Path, *argv: str) -> tuple[int, set[str], list[str]]:
     """The exit code of ``orchardist ARGV`` in a fresh interpreter, every module it imported
     (the standard library's too), and the dataclasses it made: each costs 0.6-2 ms of
-    CPU to make (its methods are compiled from source), a fifth of ``validate``'s time."""
+    CPU to make (its methods are compiled from source), a fifth of ``validate``'s time.
+
+    Asked once per repository and command line: the tests of what one command imported and
+    of what it made read the same interpreter's answer (a repository is never shared by a
+    test that changes it)."""
     done = subprocess.run(
         [sys.executable, "-c", IMPORTED, *argv], cwd=repo, capture_output=True, text=True
     )
@@ -67,22 +74,35 @@ def under(modules: set[str], layers: Sequence[str]) -> set[str]:
     return {m for m in modules if m.split(".")[1:2] and m.split(".")[1] in layers}
 
 
+PLAN = (
+    '[agents.sh]\nkind = "shell"\ncommand = "echo x > {task}.txt"\n'
+    '[[task]]\nid = "a"\nverify = "none"\n'
+)
+
+
 @pytest.fixture
 def ran(repo: Path) -> Path:
-    """A repository with one finished run of a one-task plan."""
-    (repo / "plan.toml").write_text(
-        '[agents.sh]\nkind = "shell"\ncommand = "echo x > {task}.txt"\n'
-        '[[task]]\nid = "a"\nverify = "none"\n'
-    )
+    """A repository with one finished run of a one-task plan, for a test that changes it."""
+    (repo / "plan.toml").write_text(PLAN)
     assert orchardist(repo, "run", "plan.toml", "-q").returncode == 0
     return repo
 
 
-def test_status_and_runs_import_nothing_that_drives_a_run_or_reads_a_plan(ran: Path) -> None:
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository with one finished run of the same plan, made once for the tests that only
+    read it."""
+    repo, _ = finished_run(tmp_path_factory, PLAN)
+    return repo
+
+
+def test_status_and_runs_import_nothing_that_drives_a_run_or_reads_a_plan(
+    finished: Path,
+) -> None:
     # Given a repository with a finished run
     for command in ("runs", "status", "status --json"):
         # When a command that reads its record runs
-        code, modules = imported(ran, *command.split())
+        code, modules = imported(finished, *command.split())
 
         # Then it worked, and no module of the loop, the sandbox or the plan was imported
         assert code == 0, command
@@ -93,10 +113,10 @@ def test_status_and_runs_import_nothing_that_drives_a_run_or_reads_a_plan(ran: P
         assert "orchardist.cli.plans" not in modules
 
 
-def test_status_and_runs_make_only_the_records_they_read(ran: Path) -> None:
+def test_status_and_runs_make_only_the_records_they_read(finished: Path) -> None:
     for command in ("runs", "status", "status --json"):
         # When a command that reads a run's record runs
-        code, modules, made = loaded(ran, *command.split())
+        code, modules, made = loaded(finished, *command.split())
 
         # Then it made the store's records and few more: no thread pool (nor the logging it
         # imports) for removing trees it never removes
@@ -124,8 +144,8 @@ def test_help_imports_no_command_and_still_lists_every_one(repo: Path) -> None:
     assert orchardist(repo, "--help").stdout == _printed(build(main), ["--help"])[1]
 
 
-def test_validate_imports_the_plan_but_nothing_that_drives_a_run(ran: Path) -> None:
-    code, modules = imported(ran, "validate", "plan.toml")
+def test_validate_imports_the_plan_but_nothing_that_drives_a_run(finished: Path) -> None:
+    code, modules = imported(finished, "validate", "plan.toml")
 
     assert code == 0
     assert "orchardist.plan.loading" in modules
@@ -142,9 +162,9 @@ def test_validate_imports_the_plan_but_nothing_that_drives_a_run(ran: Path) -> N
     assert "orchardist.confine.confinement" in modules
 
 
-def test_validate_makes_the_plans_records_and_not_the_run_machinerys(ran: Path) -> None:
+def test_validate_makes_the_plans_records_and_not_the_run_machinerys(finished: Path) -> None:
     # When a plan of shell agents is validated
-    code, modules, made = loaded(ran, "validate", "plan.toml")
+    code, modules, made = loaded(finished, "validate", "plan.toml")
 
     # Then the plan's records were made, not the executors' jobs, the process machinery's
     # requests, an index file's entries nor a thread pool's
