@@ -252,26 +252,45 @@ LOOP_MODULES = (
 )
 
 
+# Each command line of argv[1] (JSON) in a child forked from an interpreter that has imported
+# only the command line's entry point, as a fresh one does before it reads its arguments: one
+# interpreter's start for them all, each command's imports its own. Prints [code, modules] each.
+FORKED_COMMANDS = """
+import contextlib, io, json, os, sys, traceback
+from orchardist.cli import main
+failed = 0
+for line in json.loads(sys.argv[1]):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                code = main(line)
+            print(json.dumps([code, sorted(sys.modules)]), flush=True)
+        except BaseException:
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        os._exit(0)
+    failed |= os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+sys.exit(failed)
+"""
+
+
 def test_commands_that_read_a_run_start_without_the_plan_models_or_the_loop(
     ran_good: dict[str, Any],
 ) -> None:
     # Given a finished run
     doc = ran_good
-    for command in READ_ONLY:
-        # When a command that only reads it runs in a fresh interpreter
-        args = [command] if command == "runs" else [command, doc["run"]]
-        args += ["hello"] if command in ("logs", "show") else []
-        probe = (
-            "import contextlib, io, json, sys\n"
-            "from orchardist.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    code = main(sys.argv[1:])\n"
-            "print(json.dumps([code, sorted(sys.modules)]))\n"
-        )
-        out = subprocess.run(
-            [sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True
-        ).stdout
-        code, modules = json.loads(out)
+    lines = [[command] if command == "runs" else [command, doc["run"]] for command in READ_ONLY]
+    lines = [[*line, "hello"] if line[0] in ("logs", "show") else line for line in lines]
+    # When each command that only reads it runs in an interpreter of its own
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_COMMANDS, json.dumps(lines)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(answer) for answer in done.stdout.splitlines()]
+    assert len(answers) == len(READ_ONLY), done.stdout
+    for command, (code, modules) in zip(READ_ONLY, answers, strict=True):
         # Then it works without importing the plan's models, the agents or the run loop
         assert code == 0, command
         assert not [m for m in LOOP_MODULES if f"orchardist.{m}" in modules], command
