@@ -176,9 +176,11 @@ def test_validate_makes_the_plans_records_and_not_the_run_machinerys(finished: P
     assert len(made) <= 32, made
 
 
-def test_a_quiet_run_does_not_import_the_display_it_does_not_show(ran: Path) -> None:
+def test_a_quiet_run_does_not_import_the_display_it_does_not_show(repo: Path) -> None:
+    # Given a plan (no run before it: --fresh would start a new one anyway)
+    (repo / "plan.toml").write_text(PLAN)
     # When a run is driven with -q (as scripts and the merge-train benchmark do)
-    code, modules = imported(ran, "run", "plan.toml", "-q", "--fresh")
+    code, modules = imported(repo, "run", "plan.toml", "-q", "--fresh")
 
     # Then it ran, without the live table's module (nor rich, which only it imports)
     assert code == 0
