@@ -1,11 +1,12 @@
 """The Python files of src/orchardist and of tests/, read and parsed for the meta tests that walk
-them all: the layout's limits (test_layout.py), the import cycles (test_imports.py), the event
-vocabulary (state/test_events.py), the slow marks and skips (test_suite_marks.py).
+them all with more than one test: the event vocabulary (state/test_events.py) and the slow marks
+and skips (test_suite_marks.py). Each such module parses the files once, in a module fixture (it
+parsed them again in each test, ~0.5 s of CPU each time).
 
-A test module that reads the files in several tests parses them once, in a module fixture (it
-parsed them again in each test: seven parses of ~0.5 s of CPU each). The trees are not kept for
-the whole session: 600,000 live nodes make each of the garbage collector's full passes cost
-~0.6 s, in every later test of the worker and at its end (pytest collects twice there).
+The trees are not kept for the whole session: 600,000 live nodes make each of the garbage
+collector's full passes cost ~0.6 s, in every later test of the worker and at its end (pytest
+collects twice there). A module that reads the files in one test (test_layout.py,
+test_imports.py) parses them one at a time, each tree dropped before the next is made.
 """
 
 from __future__ import annotations

@@ -15,20 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from source_trees import SourceFile, python_files
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "orchardist"
 
 
-def module_files(src: Path, package: str) -> dict[str, SourceFile]:
-    """Map each dotted module name under ``package`` to its file, parsed."""
+def module_files(src: Path, package: str) -> dict[str, Path]:
+    """Map each dotted module name under ``package`` to its file."""
     modules = {}
-    for file in python_files(src / package):
-        parts = list(file.path.relative_to(src).with_suffix("").parts)
+    for path in sorted((src / package).rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
-        modules[".".join(parts)] = file
+        modules[".".join(parts)] = path
     return modules
 
 
@@ -42,11 +40,11 @@ def _resolve_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join([*base, *([node.module] if node.module else [])])
 
 
-def imports_of(module: str, file: SourceFile, modules: dict[str, SourceFile]) -> set[str]:
+def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """Every module of the package that ``module`` imports, anywhere in its file."""
-    is_package = file.path.name == "__init__.py"
+    is_package = path.name == "__init__.py"
     found: set[str] = set()
-    for node in ast.walk(file.tree):
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -60,7 +58,7 @@ def imports_of(module: str, file: SourceFile, modules: dict[str, SourceFile]) ->
 def import_graph(src: Path = SRC, package: str = PACKAGE) -> dict[str, set[str]]:
     """The package's module graph: each module to the package modules it imports."""
     modules = module_files(src, package)
-    return {name: imports_of(name, file, modules) for name, file in modules.items()}
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
 
 
 def _components(graph: dict[str, set[str]]) -> list[set[str]]:

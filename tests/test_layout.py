@@ -9,16 +9,14 @@ and executors/local.py were); a function past it becomes steps (as LocalExecutor
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
-import pytest
-
-from source_trees import SRC, SourceFile, python_files
-
+SRC = Path(__file__).resolve().parents[1] / "src" / "orchardist"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 
 
-def long_functions(tree: ast.Module, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int, int]]:
+def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int, int]]:
     """``(qualified name, first line, lines)`` of every function longer than ``limit``."""
     found: list[tuple[str, int, int]] = []
 
@@ -34,14 +32,12 @@ def long_functions(tree: ast.Module, limit: int = MAX_FUNCTION_LINES) -> list[tu
                     found.append((name.rstrip("."), child.lineno, lines))
             visit(child, name)
 
-    visit(tree, "")
+    visit(ast.parse(source), "")
     return found
 
 
-@pytest.fixture(scope="module")
-def package() -> list[SourceFile]:
-    """The package's modules, parsed once for the tests of this file."""
-    return python_files(SRC)
+def modules() -> list[Path]:
+    return sorted(SRC.rglob("*.py"))
 
 
 # -- the checker itself -------------------------------------------------------------------------
@@ -49,7 +45,7 @@ def package() -> list[SourceFile]:
 
 def test_the_checker_counts_methods_and_nested_functions_from_def_to_last_line() -> None:
     # Given a method of 3 lines holding a nested function of 2, and a function of exactly 4
-    source = ast.parse(
+    source = (
         "class A:\n"
         "    def method(self):\n"
         "        def inner():\n"
@@ -70,25 +66,25 @@ def test_the_checker_counts_methods_and_nested_functions_from_def_to_last_line()
     assert long_functions(source, limit=4) == []
 
 
-def test_the_checker_sees_every_module_of_the_package(package: list[SourceFile]) -> None:
-    names = {file.path.relative_to(SRC).as_posix() for file in package}
+def test_the_checker_sees_every_module_of_the_package() -> None:
+    names = {p.relative_to(SRC).as_posix() for p in modules()}
     assert {"engine/scheduler.py", "cli/__init__.py", "executors/local.py"} <= names
 
 
 # -- the package ---------------------------------------------------------------------------------
 
 
-def test_no_module_is_over_500_lines(package: list[SourceFile]) -> None:
-    sizes = {f.path.relative_to(SRC).as_posix(): len(f.text.splitlines()) for f in package}
+def test_no_module_is_over_500_lines() -> None:
+    sizes = {p.relative_to(SRC).as_posix(): len(p.read_text().splitlines()) for p in modules()}
     over = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
     assert over == {}, f"split these modules along a seam (at most {MAX_MODULE_LINES} lines)"
 
 
-def test_no_function_is_over_60_lines(package: list[SourceFile]) -> None:
+def test_no_function_is_over_60_lines() -> None:
     over = [
-        f"{file.path.relative_to(SRC).as_posix()}:{line} {name} ({n} lines)"
-        for file in package
-        for name, line, n in long_functions(file.tree)
+        f"{path.relative_to(SRC).as_posix()}:{line} {name} ({n} lines)"
+        for path in modules()
+        for name, line, n in long_functions(path.read_text())
     ]
     assert over == [], f"make these steps of at most {MAX_FUNCTION_LINES} lines"
 
