@@ -74,3 +74,27 @@ def test_the_wrapped_program_cannot_write_outside_its_folders(tmp_path: Path) ->
     assert (allowed / "in").read_text() == "in\n"
     assert not (other / "out").exists()
     assert (allowed / "status").read_text().strip() != "0"
+
+
+def test_a_confined_thread_starts_confined_programs_and_leaves_its_caller_free(
+    tmp_path: Path,
+) -> None:
+    # Given: a writable folder and a sibling that is not
+    allowed, other = tmp_path / "allowed", tmp_path / "other"
+    allowed.mkdir()
+    other.mkdir()
+    script = f"echo in > {allowed}/in; echo out > {other}/out; echo $? > {allowed}/status"
+
+    # When: a shell is started by a confined thread (no wrapper before it)
+    done = sandbox.confined_call(
+        lambda: subprocess.run(["/bin/sh", "-c", script], check=False), [allowed]
+    )
+
+    # Then: the shell ran, only its allowed write happened and it saw the other fail
+    assert done.returncode == 0
+    assert (allowed / "in").read_text() == "in\n"
+    assert not (other / "out").exists()
+    assert (allowed / "status").read_text().strip() != "0"
+    # and this process, whose thread it was not, still writes there
+    (other / "after").write_text("free\n")
+    assert (other / "after").read_text() == "free\n"

@@ -7,6 +7,8 @@ those that called ``setsid`` or daemonized), a grace period, then SIGKILL to wha
 
 A confined child (``confine``, see isolation.py) runs inside its own pid namespace when
 namespaces are available: ending it ends the namespace, and the kernel kills everything in it.
+Confined by Landlock only, it is started by a thread that confined itself first
+(:func:`landlock.confined_call`), without a wrapper process.
 
 Waiting is event-driven: one ``select`` over the child's pidfd, its output pipe and a cancel
 pipe, with the deadline as the only timeout. Output goes to a log file capped in size (head and
@@ -26,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import landlock as sandbox
 from .isolation import Mode, Spec, wrap
 
 MARKER_VAR = "ORCHARDIST_PROCESS_MARK"
@@ -181,10 +184,14 @@ def run_process(request: ProcessRequest) -> ProcessResult:
     leaves."""
     cwd, clock = request.cwd, request.clock
     marker = request.marker or new_marker()
-    argv, spare = _confined(request.argv, cwd, request.writable, request.confine)
+    argv, spare, landlocked = _confined(request.argv, cwd, request.writable, request.confine)
     start = clock()
     sink = _CappedLog(request.log, request.max_log_bytes, request.on_line)
-    proc = _start(argv, cwd, {**request.env, MARKER_VAR: marker}, request.stdin_file, sink)
+    env = {**request.env, MARKER_VAR: marker}
+    if landlocked is None:
+        proc = _start(argv, cwd, env, request.stdin_file, sink)
+    else:
+        proc = _start_landlocked(argv, cwd, env, request.stdin_file, sink, landlocked)
     if proc is None:
         return ProcessResult(exit_code=127, duration_s=clock() - start)
     assert proc.stdout is not None
@@ -230,15 +237,51 @@ def _end(
 
 def _confined(
     argv: Sequence[str], cwd: Path, writable: Sequence[Path] | None, confine: Spec | None
-) -> tuple[Sequence[str], bool]:
-    """``argv`` wrapped in its confinement, and whether its leader (bwrap) is to be spared."""
+) -> tuple[Sequence[str], bool, Sequence[Path] | None]:
+    """``argv`` wrapped in its confinement, whether its leader (bwrap) is to be spared, and
+    what it may write when Landlock (applied by the thread that starts it) confines it."""
     if confine is None and writable is not None:
         confine = Spec(tuple(writable), mode=Mode.LANDLOCK)
+    if confine is not None and confine.mode is Mode.LANDLOCK:
+        home_tmp = (p for p in (confine.home, confine.tmp) if p is not None)
+        return argv, False, (*confine.writable, *home_tmp)
     if confine is not None:
         argv = wrap(argv, confine, cwd=cwd)
     # bwrap dies of SIGTERM at once and takes its namespace along: spare it until SIGKILL,
     # so that the command inside gets its grace period.
-    return argv, confine is not None and confine.mode is Mode.NAMESPACES
+    return argv, confine is not None and confine.mode is Mode.NAMESPACES, None
+
+
+def _start_landlocked(
+    argv: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    stdin_file: Path | None,
+    sink: _CappedLog,
+    writable: Sequence[Path],
+) -> subprocess.Popen[bytes] | None:
+    """:func:`_start` on a thread confined to writing beneath ``writable``, so that the child
+    is born confined (nothing runs between its fork and its exec); None, said in its log,
+    when the confinement cannot be made."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start() -> subprocess.Popen[bytes] | None:
+        proc = _start(argv, cwd, env, stdin_file, sink)
+        if proc is not None:
+            started.append(proc)
+        return proc
+
+    try:
+        return sandbox.confined_call(start, writable)
+    except OSError as exc:  # the domain could not be made: nothing was started
+        sink.write(f"orchardist sandbox: {exc}\n".encode())
+        sink.close()
+        return None
+    except BaseException:  # a Ctrl-C while it started: it must not be left running
+        for proc in started:
+            kill_tree(proc.pid, env[MARKER_VAR], grace_s=0.0)
+            proc.wait()
+        raise
 
 
 def _start(
