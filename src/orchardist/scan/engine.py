@@ -48,8 +48,8 @@ MAX_CACHE_ENTRIES = 200_000
 MAX_ENTRY_BYTES = 1 << 20  # a larger per-file result is not cached
 MAX_BATCH_FILES = 256
 # missed files are split into at most one batch per MIN_BATCH_FILES: a batch costs a
-# sandboxed process start (an interpreter applying Landlock, then the tool's own start), more
-# than a linter's whole run over a hundred small files; splitting pays where files are many
+# sandboxed process start (the tool's own start, its cleanup's sweep of /proc), more than a
+# linter's whole run over a hundred small files; splitting pays where files are many
 MIN_BATCH_FILES = 128
 VERSION_TIMEOUT_S = 60.0
 DEV_NULL = Path("/dev/null")
