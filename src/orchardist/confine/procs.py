@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from . import landlock as sandbox
@@ -135,10 +136,7 @@ def run_process(request: ProcessRequest) -> ProcessResult:
     start = clock()
     sink = CappedLog(request.log, request.max_log_bytes, request.on_line)
     env = {**request.env, MARKER_VAR: marker}
-    if landlocked is None:
-        proc = _start(argv, cwd, env, request.stdin_file, sink)
-    else:
-        proc = _start_landlocked(argv, cwd, env, request.stdin_file, sink, landlocked)
+    proc = _start(argv, cwd, env, request.stdin_file, sink, landlocked)
     if proc is None:
         return ProcessResult(exit_code=127, duration_s=clock() - start)
     assert proc.stdout is not None
@@ -207,66 +205,59 @@ def _confined(
     return argv, confine is not None and confine.mode is Mode.NAMESPACES, None
 
 
-def _start_landlocked(
-    argv: Sequence[str],
-    cwd: Path,
-    env: Mapping[str, str],
-    stdin_file: Path | None,
-    sink: CappedLog,
-    writable: Sequence[Path],
-) -> subprocess.Popen[bytes] | None:
-    """:func:`_start` on a thread confined to writing beneath ``writable``, so that the child
-    is born confined (nothing runs between its fork and its exec); None, said in its log,
-    when the confinement cannot be made."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start() -> subprocess.Popen[bytes] | None:
-        proc = _start(argv, cwd, env, stdin_file, sink)
-        if proc is not None:
-            started.append(proc)
-        return proc
-
-    try:
-        return sandbox.confined_call(start, writable)
-    except OSError as exc:  # the domain could not be made: nothing was started
-        sink.write(f"orchardist sandbox: {exc}\n".encode())
-        sink.close()
-        return None
-    except BaseException:  # a Ctrl-C while it started: it must not be left running
-        for proc in started:
-            kill_tree(proc.pid, env[MARKER_VAR], grace_s=0.0)
-            proc.wait()
-        raise
-
-
 def _start(
     argv: Sequence[str],
     cwd: Path,
     env: Mapping[str, str],
     stdin_file: Path | None,
     sink: CappedLog,
+    landlock: Sequence[Path] | None = None,
 ) -> subprocess.Popen[bytes] | None:
-    """The child in a session of its own, its output on a pipe; None, said in its log (then
-    closed), when it cannot be started."""
-    stdin = stdin_file.open("rb") if stdin_file is not None else None
+    """The child in a session of its own, its output on a pipe, confined by Landlock to
+    writing beneath ``landlock`` when given; None, said in its log (then closed), when it
+    cannot be started."""
+    # opened here, not by Popen on a confined thread, where /dev/null may not be writable
+    stdin = (stdin_file or Path(os.devnull)).open("rb")
     try:
-        return subprocess.Popen(
+        popen = partial(
+            subprocess.Popen,
             list(argv),
             cwd=cwd,
             env=env,
-            stdin=stdin if stdin is not None else subprocess.DEVNULL,
+            stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
         )
+        return popen() if landlock is None else _landlocked(popen, landlock, env[MARKER_VAR])
     except OSError as exc:
         sink.write(f"orchardist: cannot start {argv[0]!r}: {exc}\n".encode())
         sink.close()
         return None
     finally:
-        if stdin is not None:
-            stdin.close()
+        stdin.close()
+
+
+def _landlocked(
+    popen: Callable[[], subprocess.Popen[bytes]], writable: Sequence[Path], marker: str
+) -> subprocess.Popen[bytes]:
+    """``popen()`` on a thread confined to writing beneath ``writable``, so that the child is
+    born confined (nothing runs between its fork and its exec); an OSError when the
+    confinement cannot be made."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start() -> subprocess.Popen[bytes]:
+        started.append(popen())
+        return started[-1]
+
+    try:
+        return sandbox.confined_call(start, writable)
+    except BaseException:  # a Ctrl-C while it started: it must not be left running
+        for proc in started:
+            kill_tree(proc.pid, marker, grace_s=0.0)
+            proc.wait()
+        raise
 
 
 def _wait(
