@@ -26,7 +26,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 from . import landlock as sandbox
@@ -218,9 +217,9 @@ def _start(
     cannot be started."""
     # opened here, not by Popen on a confined thread, where /dev/null may not be writable
     stdin = (stdin_file or Path(os.devnull)).open("rb")
-    try:
-        popen = partial(
-            subprocess.Popen,
+
+    def popen() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             list(argv),
             cwd=cwd,
             env=env,
@@ -230,6 +229,8 @@ def _start(
             start_new_session=True,
             close_fds=True,
         )
+
+    try:
         return popen() if landlock is None else _landlocked(popen, landlock, env[MARKER_VAR])
     except OSError as exc:
         sink.write(f"orchardist: cannot start {argv[0]!r}: {exc}\n".encode())
