@@ -1,6 +1,7 @@
-"""The Landlock wrapper starts before every sandboxed program (each scanner process, each
-confined command), so what it costs is paid each time: it imports only ``os``, ``sys`` and
-``ctypes``, and still confines writes to what it was given."""
+"""Landlock confines writes to what it was given, whether a confined thread starts the program
+(as ``run_process`` does: no wrapper before it) or the wrapper script execs it (as ``doctor``
+shows a confined command); the wrapper, when used, imports only ``os``, ``sys`` and
+``ctypes``."""
 
 from __future__ import annotations
 

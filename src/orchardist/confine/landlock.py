@@ -169,7 +169,7 @@ def confined_call(start: Callable[[], _T], writable: Sequence[str | Path]) -> _T
     threading.Thread(target=run, name="landlock-start").start()
     try:
         done.wait()
-    except BaseException:  # a Ctrl-C: the caller must still learn what was started
+    except BaseException:  # a Ctrl-C: the start ends first, so the caller can end what it started
         done.wait()
         raise
     ok, value = outcome[0]
