@@ -155,12 +155,6 @@ class Scheduler:
         for job_id in jobs:
             self.executor.cancel(job_id, "the orchestrator failed")
 
-    def _handle_waiting(self) -> None:
-        """Act on what arrived before the loop began, before anything launches: a stop asked
-        during start-up (a Ctrl-C) would otherwise start attempts only to end them again."""
-        while not self.inbox.empty():
-            self._handle(self.inbox.get())
-
     def stop(self, reason: str = "interrupted", state: RunState = RunState.INTERRUPTED) -> None:
         """Request a stop; safe from signal handlers and other threads."""
         self.inbox.put(Stop(reason, state))
@@ -498,6 +492,7 @@ class Scheduler:
             if self.plan.run.deadline_s is not None:
                 left = self.run_record.created_at + self.plan.run.deadline_s - self.clock()
                 self.alarms.set(max(0.0, left), "deadline")
-        self._handle_waiting()
+        while not self.inbox.empty():  # a stop asked in start-up (Ctrl-C): before any launch
+            self._handle(self.inbox.get())
         self._apply_reviews()  # decided while no orchestrator ran
         self._pump_merges()
