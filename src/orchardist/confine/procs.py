@@ -368,16 +368,35 @@ def _kill(
     targets = _members(leader, needle, born)
     if not targets:
         return 0
-    if grace_s > 0 and spare_leader:
-        _signal_all(targets - {leader}, signal.SIGTERM, -1)
-    else:
-        _signal_all(targets, signal.SIGTERM if grace_s > 0 else signal.SIGKILL, leader)
-    if grace_s > 0:
+    told = _told(leader, targets, spare_leader) if grace_s > 0 else set()
+    if told:
+        _signal_all(told, signal.SIGTERM, -1 if spare_leader else leader)
         survivors = _wait_gone(targets, grace_s)
         if survivors:
             _signal_all(survivors | _members(leader, needle, born), signal.SIGKILL, leader)
+    else:
+        _signal_all(targets, signal.SIGKILL, leader)
     _wait_gone(_members(leader, needle, born) | targets, 5.0)
     return len(targets)
+
+
+def _told(leader: int, targets: set[int], spare_leader: bool) -> set[int]:
+    """Who gets the SIGTERM: every target, or, with the leader (bwrap) spared, what runs in its
+    namespace but its init (the leader's child, deaf to a SIGTERM from outside). Cancelled as
+    it starts, a confined command has nothing else yet: a grace would wait for nothing."""
+    if not spare_leader:
+        return targets
+    return {pid for pid in targets - {leader} if _parent(pid) != leader}
+
+
+def _parent(pid: int) -> int:
+    """``pid``'s parent, 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[1])
+    except (OSError, ValueError):
+        return 0
 
 
 def _signal_all(pids: set[int], sig: signal.Signals, leader: int) -> None:
@@ -396,14 +415,7 @@ def _parents_first(pids: set[int]) -> list[int]:
     may reap them and run to its end first, and its trap never runs (a set's order would do
     that whenever a child's pid hashes before its parent's).
     """
-    parent: dict[int, int] = {}
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                stat = fh.read()
-            parent[pid] = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        except (OSError, ValueError):
-            parent[pid] = 0
+    parent = {pid: _parent(pid) for pid in pids}
 
     def depth(pid: int) -> int:
         seen = 0

@@ -492,5 +492,7 @@ class Scheduler:
             if self.plan.run.deadline_s is not None:
                 left = self.run_record.created_at + self.plan.run.deadline_s - self.clock()
                 self.alarms.set(max(0.0, left), "deadline")
+        while not self.inbox.empty():  # a stop asked in start-up (Ctrl-C): before any launch
+            self._handle(self.inbox.get())
         self._apply_reviews()  # decided while no orchestrator ran
         self._pump_merges()

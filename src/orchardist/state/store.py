@@ -312,6 +312,11 @@ class Store:
             run_of(r) for r in self._rows("select * from runs order by created_at desc, id desc")
         ]
 
+    def task(self, run_id: str, task_id: str) -> TaskRecord | None:
+        """One task of a run, or None."""
+        rows = self._rows("select * from tasks where run_id = ? and task_id = ?", (run_id, task_id))
+        return task_of(rows[0]) if rows else None
+
     def tasks(self, run_id: str, written_after: int | None = None) -> list[TaskRecord]:
         """A run's tasks in plan order (a pipeline's stages share their task's ``idx``: they
         come in the order they were added, the pipeline's, not by name); only those written
@@ -468,14 +473,20 @@ class Store:
         )
         return self._events(rows)
 
-    def last_events(self, run_id: str, kind: str, state: str | None = None) -> list[Event]:
+    def last_events(
+        self, run_id: str, kind: str, state: str | None = None, task_id: str | None = None
+    ) -> list[Event]:
         """Each task's latest event of ``kind`` (and ``state``, if given) in a run, in order
-        (one query, not the log)."""
-        where = "" if state is None else " and json_extract(data, '$.state') = ?"
+        (one query, not the log); only ``task_id``'s, if given."""
+        where, args = "", [run_id, kind]
+        if state is not None:
+            where, args = " and json_extract(data, '$.state') = ?", [*args, state]
+        if task_id is not None:
+            where, args = where + " and task_id = ?", [*args, task_id]
         rows = self._rows(
             "select * from events where seq in (select max(seq) from events where run_id = ?"
             f" and kind = ?{where} and task_id is not null group by task_id) order by seq",
-            (run_id, kind) if state is None else (run_id, kind, state),
+            args,
         )
         return self._events(rows)
 
