@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .errors import Problem
-from .state.records import AgentProfile
+from .state.agentrecords import AgentProfile
 
 CONFIG_NAME = ".orchardist.toml"
 TRUST_KEY = "trusted_repositories"  # in the user's file only: repositories read unscreened
