@@ -43,13 +43,13 @@ from typing import TYPE_CHECKING
 
 from ..errors import OrchardistError
 from ..git.repo import Repo
-from ..git.snapshots import Checkout
 from ..safeio import read_capped, remove_tree, remove_trees
 from . import mounts, userlink
 from .paths import AttemptPaths, repo_key
 
 if TYPE_CHECKING:
     from ..git.indexfile import IndexFile
+    from ..git.snapshots import Checkout
 
 LISTING = "listing.git"  # in a run folder; job ids end in ".<number>", so none is named so
 PRISTINE = "pristine"  # in a run folder, likewise
@@ -308,6 +308,8 @@ class Layout:
             found = mounts.changed_paths(paths.upper, base.root / "tree", MAX_LISTED)
             if found is not None and sum(map(len, found)) <= MAX_LISTED_BYTES:  # argv room
                 only = tuple(found)
+        from ..git.snapshots import Checkout  # (a layout looked at by validate makes none)
+
         return Checkout(paths.checkout_index, self._listing(run_id), only)
 
     def _listing(self, run_id: str) -> Path:

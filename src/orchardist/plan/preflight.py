@@ -33,10 +33,11 @@ class Preflight:
 def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> Preflight:
     """Check the plan's repository, base, branch and agent CLIs; note what the user may miss."""
     shown = str(plan.path)
-    repo = Repo(plan.repo, identity=False)  # it only reads
+    # it only reads; the base is asked with the repository's facts: each is a git process
+    repo = Repo(plan.repo, identity=False, resolve=plan.run.base)
     problems: list[Problem] = []
     warnings: list[str] = []
-    base = repo.try_rev_parse(plan.run.base)  # asked once: each is a git process
+    base = repo.resolved
     if base is None and plan.run.base == "HEAD":
         problems.append(Problem(shown, f"{repo.root} has no commits yet", None, BASE))
     elif base is None:
