@@ -65,15 +65,31 @@ class Repo:
     user's identity, which only commits and reflogs carry; asking git for it is two processes.
     ``resolve``: a commit to look up with the repository's own facts, in the same git process
     (``validate`` asks for its base); its id is ``resolved``, None where it names no commit.
+    ``untracked=False``: for a caller that lists no untracked or ignored file (validate's
+    preflight), the user's ``core.excludesfile`` and ``safe.directory`` are asked only if git
+    refuses the repository without them (another user owns it): a git process fewer.
     """
 
-    def __init__(self, root: Path, identity: bool = True, resolve: str | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        identity: bool = True,
+        resolve: str | None = None,
+        untracked: bool = True,
+    ) -> None:
         self.root = Path(root)
-        self._env = git_env(self.root, identity)
+        self._env = git_env(self.root, identity, carry=untracked)
         asked = ["rev-parse", "--path-format=absolute", "--git-common-dir", "--show-object-format"]
         if resolve is not None:  # (printed after the facts; a bad one only makes the exit 1)
             asked += ["--verify", "--quiet", f"{resolve}^{{commit}}"]
-        lines = self.git(*asked, ok=(0, 1) if resolve is not None else (0,)).split("\n")
+        proc = self.run_git(*asked)
+        if not untracked and proc.returncode == 128:  # refused: perhaps trusted, not owned
+            self._env = git_env(self.root, identity)
+            proc = self.run_git(*asked)
+        if proc.returncode not in ((0, 1) if resolve is not None else (0,)):
+            cmd = " ".join(["git", *asked])
+            raise GitError(f"{cmd} failed ({proc.returncode}): {proc.stderr.strip()}")
+        lines = proc.stdout.rstrip("\n").split("\n")
         if len(lines) < 2:  # exit 1 without the facts: not the commit's doing
             raise GitError(f"git {' '.join(asked)} failed: {lines[0]!r}")
         self.common_dir = Path(lines[0])
