@@ -276,7 +276,7 @@ def cmd_plan(args: argparse.Namespace, main: Main) -> int:
 def _planner_config(args: argparse.Namespace) -> tuple[Path, Config]:
     """``plan``'s usage checked: the repository's root and the config holding ``--agent``."""
     from ..config import tell_ignored
-    from ..git.repo import find_toplevel
+    from ..git.where import find_toplevel
     from ..plan.loading import load_config
 
     root = find_toplevel(args.repo)

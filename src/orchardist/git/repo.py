@@ -34,22 +34,6 @@ if TYPE_CHECKING:
 TRAILER_PREFIX = "Orchardist-"
 
 
-def find_toplevel(path: Path) -> Path | None:
-    """The work tree root containing ``path``, or None when it is not in a git repository."""
-    try:
-        out = subprocess.run(
-            [GIT, "-C", str(path), "rev-parse", "--show-toplevel"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    except OSError:
-        return None
-    if out.returncode != 0:
-        return None
-    return Path(out.stdout.strip()).resolve()
-
-
 @dataclass(frozen=True)
 class MergeResult:
     """Outcome of a three-way tree merge: a tree id, or the conflicting paths."""

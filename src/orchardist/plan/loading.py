@@ -273,7 +273,7 @@ class _Validator(TaskChecks, RunChecks):
 
     def _repo(self, run_raw: dict[str, Any]) -> Path | None:
         """The repository the plan runs in (``[run] repo``, else the plan's folder's)."""
-        from ..git.repo import find_toplevel
+        from ..git.where import find_toplevel
 
         start = self.path.parent
         if "repo" in run_raw:
