@@ -21,7 +21,7 @@ from orchardist.agents import BASE_ENV, AgentContext, agent_class, make_agent
 from orchardist.agents.cli import MAX_ARG_BYTES
 from orchardist.agents.doctor import check_profile
 from orchardist.confine.procs import CancelToken
-from orchardist.state.records import AgentProfile, Failure, Usage
+from orchardist.state.agentrecords import AgentProfile, Failure, Usage
 from support import marked_processes
 
 

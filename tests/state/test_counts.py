@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from orchardist.state.agentrecords import Usage
 from orchardist.state.counts import RunCounts
 from orchardist.state.records import (
     TASK_MOVES,
@@ -27,7 +28,6 @@ from orchardist.state.records import (
     RunState,
     TaskRecord,
     TaskState,
-    Usage,
 )
 from orchardist.state.store import Store, Transaction
 from orchardist.state.tables import SCHEMA, migrate

@@ -11,19 +11,18 @@ from pathlib import Path
 import pytest
 
 from orchardist.errors import StoreError, TransitionError
+from orchardist.state.agentrecords import Failure, Usage
 from orchardist.state.records import (
     AttemptChanges,
     AttemptRecord,
     AttemptState,
     Event,
-    Failure,
     Run,
     RunChanges,
     RunState,
     TaskChanges,
     TaskRecord,
     TaskState,
-    Usage,
 )
 from orchardist.state.store import Store
 from orchardist.state.tables import USAGE_FIELDS

@@ -17,6 +17,7 @@ import pytest
 
 from orchardist.plan import loading as plan_module
 from orchardist.state import store as store_module
+from orchardist.state.agentrecords import Usage
 from orchardist.state.records import (
     AttemptRecord,
     AttemptState,
@@ -25,7 +26,6 @@ from orchardist.state.records import (
     RunState,
     TaskRecord,
     TaskState,
-    Usage,
 )
 from orchardist.state.report import status_document
 from orchardist.state.store import Store

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..confine.procs import ProcessResult
-from ..state.records import AgentProfile, Failure
+from ..state.agentrecords import AgentProfile, Failure
 from . import AgentContext, AgentResult
 from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, home_path, str_list_problem
 

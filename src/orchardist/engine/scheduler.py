@@ -28,8 +28,9 @@ from ..pipelines.expand import Pipelines
 from ..plan.graph import Graph
 from ..seams import Integrator, Store
 from ..specs import Plan, Review, TaskSpec
+from ..state.agentrecords import Failure, checked_usage
 from ..state.events import AttemptEvent, BreakerEvent, Kind, MergeEvent, RegressionEvent, RunEvent
-from ..state.records import AttemptState, Failure, Run, RunState, TaskState, checked_usage
+from ..state.records import AttemptState, Run, RunState, TaskState
 from .hooks import Hooks
 from .jobs import Briefs, log_path, started
 from .ledger import Ledger, Writes

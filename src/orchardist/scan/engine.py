@@ -29,7 +29,8 @@ from ..confine.paths import repo_key, workdir_root
 from ..confine.procs import CancelToken, ProcessRequest, run_process
 from ..errors import UsageError
 from ..git.repo import Repo
-from ..state.records import AgentProfile, Event
+from ..state.agentrecords import AgentProfile
+from ..state.records import Event
 from ..state.store import Store
 from .findings import Finding, ScanJobError, ToolInfo
 from .globs import compile_globs, select_files

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import StoreError
 from . import counts
+from .agentrecords import Usage
 from .records import (
     AttemptChanges,
     AttemptRecord,
@@ -34,7 +35,6 @@ from .records import (
     TaskChanges,
     TaskRecord,
     TaskState,
-    Usage,
     moved,
 )
 from .tables import (
