@@ -216,9 +216,6 @@ class Transaction:
             moved(kind(row[0]), kind(new), what)
 
 
-LOOKUP_CHUNK = 500  # keys in one `in (...)` query: under SQLite's 999 bound variables
-
-
 class Store:
     """The SQLite store. Safe to share between threads; each write is one transaction."""
 
@@ -422,49 +419,6 @@ class Store:
         """Drop cached baselines."""
         with self.transaction() as tx:
             tx.execute_many("delete from baselines where key = ?", [(k,) for k in keys])
-
-    # -- scan cache (see scan/cache.py) ----------------------------------------------------
-
-    def scan_cache_get(self, keys: Sequence[str], now: float) -> dict[str, str]:
-        """Cached scan results by key (those present), marked as used at ``now``."""
-        rows: dict[str, str] = {}
-        with self.transaction() as tx:
-            for start in range(0, len(keys), LOOKUP_CHUNK):  # one query a chunk, not a key
-                chunk = keys[start : start + LOOKUP_CHUNK]
-                marks = ", ".join("?" * len(chunk))
-                sql = f"select key, value from scan_cache where key in ({marks})"
-                rows.update((key, value) for key, value in tx.execute(sql, chunk))
-            found = {key: rows[key] for key in keys if key in rows}  # in the order asked
-            tx.execute_many(
-                "update scan_cache set used_at = ? where key = ?", [(now, k) for k in found]
-            )
-        return found
-
-    def scan_cache_put(
-        self, rows: Sequence[tuple[str, str, str | bytes]], now: float, max_entries: int
-    ) -> None:
-        """Store ``(key, scanner, value)`` rows; the least recently used beyond the bound go.
-        (A value is a findings document, or, for scan.hit's memos, bytes.)"""
-        with self.transaction() as tx:
-            tx.execute_many(
-                "insert or replace into scan_cache (key, scanner, value, used_at) "
-                "values (?, ?, ?, ?)",
-                [(key, scanner, value, now) for key, scanner, value in rows],
-            )
-            tx.execute(
-                "delete from scan_cache where key in (select key from scan_cache "
-                "order by used_at desc limit -1 offset ?)",
-                (max_entries,),
-            )
-
-    def scan_cache_forget(self, before: float, dry_run: bool = False) -> int:
-        """Drop scan results not used since ``before``; how many there were."""
-        with self.transaction() as tx:
-            row = tx.execute("select count(*) from scan_cache where used_at < ?", (before,))
-            count = int(row.fetchone()[0])
-            if not dry_run:
-                tx.execute("delete from scan_cache where used_at < ?", (before,))
-        return count
 
     def events(self, run_id: str, after: int = 0) -> list[Event]:
         """A run's events with ``seq > after``, in order."""
