@@ -141,7 +141,9 @@ CASES = [
         usage=Usage(None, 3000, 300, 2, "c3b1e0f2-gemini"),
         summary="Done: created hello.txt.",
         retry_after_s=35.5,
-        extra_env=frozenset({"GEMINI_CLI_HOME", "GEMINI_CLI_TRUST_WORKSPACE"}),
+        extra_env=frozenset(
+            {"GEMINI_CLI_HOME", "GEMINI_CLI_TRUST_WORKSPACE", "GEMINI_CLI_NO_RELAUNCH"}
+        ),
     ),
     Case(
         kind="opencode",
