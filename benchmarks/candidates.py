@@ -37,7 +37,7 @@ from orchardist.executors.local import LocalExecutor
 from orchardist.plan.loading import load_plan
 from orchardist.runs.start import Workspace, create_run, execute
 from orchardist.specs import Plan
-from orchardist.state.records import Failure
+from orchardist.state.agentrecords import Failure
 from orchardist.verify.oracle import CommandOutcome
 from orchardist.verify.verifier import Baselines
 

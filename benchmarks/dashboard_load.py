@@ -144,6 +144,7 @@ PAGE_TARGETS_MS = {
 def fill_store(root: Path, runs: int, big_tasks: int) -> str:
     """A repository whose store holds ``runs`` finished runs of 10 tasks and one run of
     ``big_tasks`` tasks (an attempt and four events each), with its plan on disk; its id."""
+    from orchardist.state.agentrecords import Usage
     from orchardist.state.records import (
         AttemptRecord,
         AttemptState,
@@ -152,7 +153,6 @@ def fill_store(root: Path, runs: int, big_tasks: int) -> str:
         RunState,
         TaskRecord,
         TaskState,
-        Usage,
     )
     from orchardist.state.store import Store
 

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from .plan.loading import load_plan
     from .runs.start import Workspace, create_run, execute
     from .specs import Plan, TaskSpec
-    from .state.records import AgentProfile, AttemptState, Failure, RunState, TaskState
+    from .state.agentrecords import AgentProfile, Failure
+    from .state.records import AttemptState, RunState, TaskState
     from .state.report import status_document
 
 __version__ = "0.1.0"
@@ -42,12 +43,12 @@ _HOMES = {
     "RunLockedError": "errors",
     "StoreError": "errors",
     "UsageError": "errors",
-    "AgentProfile": "state.records",
+    "AgentProfile": "state.agentrecords",
     "Plan": "specs",
     "TaskSpec": "specs",
     "load_plan": "plan.loading",
     "AttemptState": "state.records",
-    "Failure": "state.records",
+    "Failure": "state.agentrecords",
     "RunState": "state.records",
     "TaskState": "state.records",
     "status_document": "state.report",

@@ -20,7 +20,6 @@ plan's checks) is :func:`orchardist.plan.loading.read_config` and
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .errors import Problem
-from .state.records import AgentProfile
+from .state.agentrecords import AgentProfile
 
 CONFIG_NAME = ".orchardist.toml"
 TRUST_KEY = "trusted_repositories"  # in the user's file only: repositories read unscreened
@@ -155,6 +154,8 @@ def tell_ignored(ignored: Sequence[Ignored], out: TextIO | None = None) -> None:
     out = sys.stderr if out is None else out
     for item in ignored:
         print(item, file=out)
+    import json  # (only for this rare message: reading a plan needs none)
+
     roots = sorted({str(item.file.parent) for item in ignored})
     print(
         f"orchardist: to read it all, trust the repository in {user_config()}: "

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from .config import Ignored
 from .confine.isolation import Policy
-from .state.records import AgentProfile
+from .state.agentrecords import AgentProfile
 
 if TYPE_CHECKING:  # a plan's scanners' records: made only for a plan that has scanners
     from .scan.profiles import ScannerProfile

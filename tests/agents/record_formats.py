@@ -30,7 +30,7 @@ from modelapi.server import ModelServer  # noqa: E402
 from orchardist.agents import AgentContext, make_agent, scrubbed_env  # noqa: E402
 from orchardist.confine.paths import AttemptPaths  # noqa: E402
 from orchardist.confine.procs import CancelToken, new_marker  # noqa: E402
-from orchardist.state.records import AgentProfile  # noqa: E402
+from orchardist.state.agentrecords import AgentProfile  # noqa: E402
 from realtools import find_tool  # noqa: E402
 
 FIXTURES = TESTS / "fixtures" / "agents"

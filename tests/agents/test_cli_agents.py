@@ -21,7 +21,7 @@ from orchardist.agents import BASE_ENV, AgentContext, agent_class, make_agent
 from orchardist.agents.cli import MAX_ARG_BYTES
 from orchardist.agents.doctor import check_profile
 from orchardist.confine.procs import CancelToken
-from orchardist.state.records import AgentProfile, Failure, Usage
+from orchardist.state.agentrecords import AgentProfile, Failure, Usage
 from support import marked_processes
 
 
@@ -141,7 +141,9 @@ CASES = [
         usage=Usage(None, 3000, 300, 2, "c3b1e0f2-gemini"),
         summary="Done: created hello.txt.",
         retry_after_s=35.5,
-        extra_env=frozenset({"GEMINI_CLI_HOME", "GEMINI_CLI_TRUST_WORKSPACE"}),
+        extra_env=frozenset(
+            {"GEMINI_CLI_HOME", "GEMINI_CLI_TRUST_WORKSPACE", "GEMINI_CLI_NO_RELAUNCH"}
+        ),
     ),
     Case(
         kind="opencode",
@@ -159,7 +161,7 @@ CASES = [
         usage=Usage(0.0043, 1500 + 500 + 1700 + 1500, 120, 2, "ses_4947190a6ffe85dkDMj0FPRbHK"),
         summary="Created hello.txt.",
         retry_after_s=20,
-        extra_env=frozenset({"OPENCODE_PERMISSION"}),
+        extra_env=frozenset({"OPENCODE_PERMISSION", "OPENCODE_CONFIG_CONTENT"}),
     ),
 ]
 BY_KIND = {case.kind: case for case in CASES}
@@ -446,6 +448,33 @@ def test_opencode_gets_its_permission_table(repo: Path, fake_bin: Path) -> None:
     assert (
         fake_call("opencode")["env"]["OPENCODE_PERMISSION"] == '{"edit": "allow", "bash": "deny"}'
     )
+
+
+@pytest.mark.parametrize(
+    ("given", "passed"),
+    [
+        (None, {"snapshot": False}),
+        ('{"provider": {"fake": {}}}', {"snapshot": False, "provider": {"fake": {}}}),
+        ('{"snapshot": true}', {"snapshot": True}),
+    ],
+    ids=["none", "providers", "snapshots-kept"],
+)
+def test_opencode_gets_the_users_config_with_snapshots_off_unless_it_says_otherwise(
+    repo: Path, fake_bin: Path, given: str | None, passed: dict[str, Any]
+) -> None:
+    env = {"PATH": os.environ["PATH"], "HOME": str(Path.home())}
+    if given is not None:
+        env["OPENCODE_CONFIG_CONTENT"] = given
+    agent_for(BY_KIND["opencode"]).run(make_ctx(repo, "opencode", env=env))
+    assert json.loads(fake_call("opencode")["env"]["OPENCODE_CONFIG_CONTENT"]) == passed
+
+
+def test_opencode_gets_config_content_that_is_not_a_json_object_as_it_is(
+    repo: Path, fake_bin: Path
+) -> None:
+    env = {"PATH": os.environ["PATH"], "HOME": str(Path.home()), "OPENCODE_CONFIG_CONTENT": "{,"}
+    agent_for(BY_KIND["opencode"]).run(make_ctx(repo, "opencode", env=env))
+    assert fake_call("opencode")["env"]["OPENCODE_CONFIG_CONTENT"] == "{,"
 
 
 @pytest.mark.parametrize(("kind", "spent"), [("opencode", 0.0031), ("aider", 0.0089)])

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from orchardist.agents.limits import classify, retry_after_s
-from orchardist.state.records import Failure
+from orchardist.state.agentrecords import Failure
 
 NOW = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
 

@@ -17,7 +17,7 @@ from agent_testing import ChatServer, make_ctx
 from orchardist.agents import agent_class
 from orchardist.agents.llm import DONE, HISTORY, LlmAgent
 from orchardist.confine.procs import CancelToken
-from orchardist.state.records import AgentProfile, Failure
+from orchardist.state.agentrecords import AgentProfile, Failure
 from support import marked_processes
 
 VERIFY = f"{shlex.quote(sys.executable)} -c 'import calc; assert calc.add(2, 3) == 5'"

@@ -61,10 +61,28 @@ def _run(
     return run_fix(tmp_path, monkeypatch, api, "GOOGLE_GEMINI_BASE_URL", settings), api
 
 
+# How many processes of the Gemini CLI the shell command runs under: its ancestors with an
+# argument that is the path of gemini's script (node's, whatever its options; not the shell's
+# nor Python's, whose code only mentions it). The attempt's own pid namespace ends the walk. Python,
+# as gemini refuses a shell command with a command substitution.
+COUNT_GEMINIS = """python3 -c "
+import os
+p, n = os.getpid(), 0
+while p > 1:
+    args = open(f'/proc/{p}/cmdline', 'rb').read().split(bytes(1))
+    n += any(a.endswith(b'bin/gemini') for a in args)
+    p = int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1])
+print('gemini processes:', n)"
+"""
+
+
 def test_gemini_fixes_a_failing_test_and_its_fix_is_merged(
     tmp_path: Path, gemini: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    doc, api = _run(tmp_path, gemini, monkeypatch, FIX)
+    # Given a model that fixes add(), and asks for a shell command that counts the Gemini CLI
+    # processes it runs under
+    script = [*FIX[:2], ToolUse("run_shell_command", {"command": COUNT_GEMINIS}), FIX[2]]
+    doc, api = _run(tmp_path, gemini, monkeypatch, script)
     task = only_task(doc)
     assert task["state"] == "done", task
     (attempt,) = task["attempts"]
@@ -77,7 +95,16 @@ def test_gemini_fixes_a_failing_test_and_its_fix_is_merged(
         stats["input_tokens"],
         stats["output_tokens"],
     )
-    assert len(api.turns()) == 3
+    assert len(api.turns()) == 4
+    # and it ran as one process (orchardist sets GEMINI_CLI_NO_RELAUNCH), not two: by default
+    # the CLI starts itself again as a child, a second start of the whole bundle
+    shell = [e for e in log_events(attempt) if e.get("type") == "tool_result"][-1]
+    assert shell["output"].strip() == "gemini processes: 1", log_of(attempt)[-3000:]
+
+
+def log_events(attempt: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON events gemini printed in the attempt's log."""
+    return [json.loads(line) for line in log_of(attempt).splitlines() if line.startswith('{"')]
 
 
 def test_an_edit_gemini_refuses_fails_the_attempt(

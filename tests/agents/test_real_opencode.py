@@ -89,6 +89,11 @@ def test_opencode_fixes_the_bug_and_the_fix_merges_with_its_reported_cost(
     assert {r.header("authorization") for r in api.requests} == {"Bearer sk-fake-key"}
     # and opencode made no model call that it reports no cost for (a session title, say)
     assert [r for r in api.model_calls if not r.body.get("tools")] == []
+    # and it kept no snapshots of the worktree (orchardist's diff is the record): no step
+    # carries the hash of a tree opencode recorded, as each did with its snapshots on
+    steps_started = [e["part"] for e in log_events(attempt) if e.get("type") == "step_start"]
+    assert len(steps_started) == 2, steps_started
+    assert [p for p in steps_started if "snapshot" in p] == [], steps_started
 
 
 def test_a_refused_key_is_an_auth_error(opencode: Path, project: Path, tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from modelapi.openai import Call, OpenAiServer
 from modelapi.openai import Text as OText
 from orchardist.agents import make_agent
 from orchardist.executors.continuing import refused
-from orchardist.state.records import AgentProfile
+from orchardist.state.agentrecords import AgentProfile
 from realtools import require_tool
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,7 @@ import pytest
 from orchardist.agents import AgentContext, AgentResult, make_agent
 from orchardist.agents.cli import CliAgent, Seen
 from orchardist.confine.procs import CancelToken, ProcessResult
-from orchardist.state.records import AgentProfile, Failure
+from orchardist.state.agentrecords import AgentProfile, Failure
 from orchardist.terminal import plain
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "agents"

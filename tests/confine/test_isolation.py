@@ -17,6 +17,7 @@ from ns_support import live, require_namespaces, wait_gone
 from orchardist.confine import isolation
 from orchardist.confine.isolation import Mode, Policy, Probe, Spec, choose, describe, wrap
 from orchardist.confine.procs import (
+    MARKER_VAR,
     CancelToken,
     ProcessRequest,
     ProcessResult,
@@ -318,6 +319,37 @@ def test_a_confined_command_gets_its_grace_period_on_cancel(
     assert result.cancelled
     assert "cleaned up" in (tmp_path / "out.log").read_text()
     assert result.exit_code == 7
+
+
+def test_a_confined_command_cancelled_as_it_starts_is_not_held_up_by_the_grace_period(
+    tmp_path: Path, namespaces: None
+) -> None:
+    # Given a confined command whose token is cancelled before it starts: nothing inside the
+    # namespace but bwrap's init, which ignores a SIGTERM sent from outside, could use a grace
+    token = CancelToken()
+    token.cancel("test")
+    marker = uuid.uuid4().hex
+    # When it runs with a long grace period
+    try:
+        result = run_process(
+            ProcessRequest(
+                argv=["sleep", "1000"],
+                cwd=tmp_path,
+                env=ENV,
+                log=tmp_path / "out.log",
+                timeout_s=60.0,
+                cancel=token,
+                confine=spec_in(tmp_path),
+                grace_s=60.0,
+                marker=marker,
+            )
+        )
+    finally:
+        token.close()
+    # Then it ended before the grace could have passed, and left nothing
+    assert result.cancelled
+    assert result.duration_s < 60.0
+    assert not live(processes_with_env(MARKER_VAR, marker))
 
 
 # -- through the command line ----------------------------------------------------------------

@@ -1,9 +1,11 @@
-"""The Landlock wrapper starts before every sandboxed program (each scanner process, each
-confined command), so what it costs is paid each time: it imports only ``os``, ``sys`` and
-``ctypes``, and still confines writes to what it was given."""
+"""Landlock confines writes to what it was given, whether a confined thread starts the program
+(as ``run_process`` does: no wrapper before it) or the wrapper script execs it (as ``doctor``
+shows a confined command); the wrapper, when used, imports only ``os``, ``sys`` and
+``ctypes``."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchardist.confine import landlock as sandbox
+from orchardist.confine.procs import ProcessRequest, run_process
 from realtools import require
 
 
@@ -74,3 +77,63 @@ def test_the_wrapped_program_cannot_write_outside_its_folders(tmp_path: Path) ->
     assert (allowed / "in").read_text() == "in\n"
     assert not (other / "out").exists()
     assert (allowed / "status").read_text().strip() != "0"
+
+
+def test_a_confined_thread_starts_confined_programs_and_leaves_its_caller_free(
+    tmp_path: Path,
+) -> None:
+    # Given: a writable folder and a sibling that is not
+    allowed, other = tmp_path / "allowed", tmp_path / "other"
+    allowed.mkdir()
+    other.mkdir()
+    script = f"echo in > {allowed}/in; echo out > {other}/out; echo $? > {allowed}/status"
+
+    # When: a shell is started by a confined thread (no wrapper before it)
+    done = sandbox.confined_call(
+        lambda: subprocess.run(["/bin/sh", "-c", script], check=False), [allowed]
+    )
+
+    # Then: the shell ran, only its allowed write happened and it saw the other fail
+    assert done.returncode == 0
+    assert (allowed / "in").read_text() == "in\n"
+    assert not (other / "out").exists()
+    assert (allowed / "status").read_text().strip() != "0"
+    # and this process, whose thread it was not, still writes there
+    (other / "after").write_text("free\n")
+    assert (other / "after").read_text() == "free\n"
+
+
+def test_a_command_confined_to_its_folder_starts_with_no_wrapper_and_stdin_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: this interpreter behind a shim that logs every start (as a wrapper would be
+    # started), and a folder the command may write (not /dev/null: its stdin is opened before)
+    starts = tmp_path / "interpreter-starts.log"
+    shim = tmp_path / "python-shim"
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {starts}\nexec {sys.executable} "$@"\n')
+    shim.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(shim))
+    allowed, other = tmp_path / "allowed", tmp_path / "other"
+    allowed.mkdir()
+    other.mkdir()
+    script = f"cat > {allowed}/stdin; echo out > {other}/out; echo $? > {allowed}/status"
+
+    # When: it runs confined by Landlock
+    result = run_process(
+        ProcessRequest(
+            argv=["/bin/sh", "-c", script],
+            cwd=allowed,
+            env={"PATH": os.environ["PATH"]},
+            log=tmp_path / "log",
+            timeout_s=30.0,
+            writable=[allowed],
+        )
+    )
+
+    # Then: it ran, read an empty stdin, could not write outside its folder, and no
+    # interpreter was started before it
+    assert result.exit_code == 0, (tmp_path / "log").read_text()
+    assert (allowed / "stdin").read_text() == ""
+    assert not (other / "out").exists()
+    assert (allowed / "status").read_text().strip() != "0"
+    assert not starts.exists(), starts.read_text()

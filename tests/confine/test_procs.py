@@ -145,6 +145,33 @@ def test_a_background_child_left_by_a_finished_command_is_killed(tmp_path: Path)
     assert marked_processes(marker) == set()
 
 
+def test_a_sweep_for_a_child_s_own_marker_kills_its_escaped_daemon_and_reads_no_older_process(
+    tmp_path: Path,
+) -> None:
+    # Given an older process that carries the marker, then (a clock tick later) a leader
+    # whose shell leaves a setsid daemon with it, and exits
+    marker = new_marker()
+    env = {**ENV, MARKER_VAR: marker}
+    older = subprocess.Popen(["sleep", "30"], env=env, start_new_session=True)
+    time.sleep(0.05)  # /proc counts start times in clock ticks (1/100 s)
+    script = f"setsid sleep 30 & echo $! > {tmp_path}/daemon; exit 0"
+    leader = subprocess.Popen(["/bin/sh", "-c", script], env=env, start_new_session=True)
+    os.waitid(os.P_PID, leader.pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped
+    daemon = int((tmp_path / "daemon").read_text())
+    assert marked_processes(marker) == {older.pid, daemon}
+    try:
+        # When the leader's tree is swept, as a child with a marker of its own is
+        kill_tree(leader.pid, marker, grace_s=0.0, descendants=True)
+
+        # Then the daemon it left is gone, and the older process was not looked at
+        assert not alive(daemon)
+        assert marked_processes(marker) == {older.pid}
+    finally:
+        leader.wait()
+        older.kill()
+        older.wait()
+
+
 def test_a_ctrl_c_the_instant_after_the_start_still_kills_and_reaps_the_child(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

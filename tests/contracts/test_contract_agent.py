@@ -12,7 +12,7 @@ import pytest
 from orchardist.agents import KINDS, Agent, AgentContext, agent_class, make_agent, scrubbed_env
 from orchardist.confine.procs import CancelToken, new_marker
 from orchardist.plan.loading import PROFILE_KEYS
-from orchardist.state.records import AgentProfile, Failure
+from orchardist.state.agentrecords import AgentProfile, Failure
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

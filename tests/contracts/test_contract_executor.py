@@ -36,7 +36,8 @@ from orchardist.executors.inline import InlineExecutor
 from orchardist.executors.local import LocalExecutor
 from orchardist.git.repo import Repo
 from orchardist.specs import RunConfig
-from orchardist.state.records import AgentProfile, AttemptState
+from orchardist.state.agentrecords import AgentProfile
+from orchardist.state.records import AttemptState
 from orchardist.state.store import Store
 from support import make_repo, write_plan
 

@@ -22,7 +22,7 @@ from orchardist.executors import Job
 from orchardist.executors.ray import RayExecutor
 from orchardist.git.repo import Repo
 from orchardist.specs import RunConfig
-from orchardist.state.records import AgentProfile
+from orchardist.state.agentrecords import AgentProfile
 from orchardist.state.store import Store
 from ray_support import RayCluster, ray_available
 from realtools import require

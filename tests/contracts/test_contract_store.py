@@ -10,11 +10,11 @@ import pytest
 
 from orchardist.errors import StoreError
 from orchardist.seams import Store
+from orchardist.state.agentrecords import Failure
 from orchardist.state.records import (
     AttemptRecord,
     AttemptState,
     Event,
-    Failure,
     LineComment,
     ReviewDecision,
     Run,

@@ -17,6 +17,7 @@ import pytest
 from e2e_support import (
     assert_nothing_left,
     by_candidate,
+    log_of,
 )
 from orchardist import RunState
 from orchardist.cli import main
@@ -55,7 +56,9 @@ def calc_repo(tmp_path: Path) -> Iterator[Path]:
 def test_the_smallest_passing_candidate_is_merged_and_every_result_is_kept(
     calc_repo: Path, run_plan: RunPlan, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Given: five candidates — passes, breaks the suite, hangs, crashes, passes with more lines
+    # Given: five candidates — passes, breaks the suite, hangs, crashes, passes with more lines;
+    # the hanging one on a profile of its own with a short timeout, which must fire (the others
+    # keep the task's hour, which must not)
     plan = write_plan(
         calc_repo,
         f"""
@@ -65,17 +68,21 @@ def test_the_smallest_passing_candidate_is_merged_and_every_result_is_kept(
 
         [agents.fake]
         kind = "scripted"
-        timeout = "10s"
         [agents.fake.script]
         "feature/0" = {{ print = "candidate 0 at work", append = {{ "calc.py" = {MUL_SMALL} }} }}
         "feature/1" = {{ write = {{ "calc.py" = {ADD_BROKEN} }} }}
-        "feature/2" = {{ print = "candidate 2 hangs", hang = true }}
         "feature/3" = {{ print = "candidate 3 crashes", exit = 3 }}
         "feature/4" = {{ print = "candidate 4 at work", append = {{ "calc.py" = {MUL_LARGE} }} }}
+
+        [agents.hanger]
+        kind = "scripted"
+        timeout = "1s"
+        script = {{ "feature/2" = {{ print = "candidate 2 hangs", sleep = 3600 }} }}
 
         [[task]]
         id = "feature"
         title = "Add mul"
+        agent = ["fake", "fake", "hanger", "fake", "fake"]
         candidates = 5
         """,
     )
@@ -117,8 +124,10 @@ def test_the_smallest_passing_candidate_is_merged_and_every_result_is_kept(
     assert broken["selection"] == "failed"
 
     assert (hung["state"], hung["failure"], hung["selection"]) == ("failed", "timeout", "failed")
-    assert "timed out after 10s" in hung["detail"]
-    assert hung["duration_s"] >= 10.0  # killed at its timeout, which only ended it
+    assert hung["agent"] == "hanger"
+    assert "timed out after 1s" in hung["detail"]
+    assert 1.0 <= hung["duration_s"] < 3600.0  # killed at its timeout, which only ended it
+    assert "candidate 2 hangs" in log_of(hung)  # it ran, and was cut in its sleep
 
     assert (crashed["state"], crashed["failure"], crashed["exit_code"]) == (
         "failed",

@@ -34,10 +34,9 @@ from orchardist.pipelines.expand import Pipelines, expand
 from orchardist.plan.graph import Graph
 from orchardist.seams import Prepared
 from orchardist.specs import Plan, Review, RunConfig, TaskSpec
+from orchardist.state.agentrecords import AgentProfile, Failure
 from orchardist.state.records import (
-    AgentProfile,
     AttemptState,
-    Failure,
     LineComment,
     ReviewDecision,
     Run,

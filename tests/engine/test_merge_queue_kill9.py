@@ -19,10 +19,12 @@ def test_a_run_killed_while_a_batch_is_verified_resumes_and_lands_each_task_once
     repo: Path, sync: Path, launch: Launch
 ) -> None:
     # Given: four independent tasks; the verification of a tree holding three or more of their
-    # files hangs the first time, leaving a marker; one of two files takes 5 s
+    # files hangs the first time, leaving a marker; one of two files waits (bounded) until the
+    # orchestrator has been killed, so that nothing lands beyond the first task meanwhile
     verify = (
         f'n=$(ls t | wc -l); if [ "$n" -ge 3 ] && [ ! -e {sync}/batch ]; then '
-        f'touch {sync}/batch; sleep 60; elif [ "$n" -eq 2 ]; then sleep 5; fi'
+        f'touch {sync}/batch; sleep 60; elif [ "$n" -eq 2 ]; then i=0; '
+        f'until [ -e {sync}/killed ] || [ "$i" -ge 1200 ]; do sleep 0.05; i=$((i + 1)); done; fi'
     )
     script = "\n".join(f'{t} = {{ write = {{ "t/{t}.txt" = "{t}\\n" }} }}' for t in "abcd")
     plan = write_plan(
@@ -51,6 +53,7 @@ def test_a_run_killed_while_a_batch_is_verified_resumes_and_lands_each_task_once
     # When: the orchestrator alone is killed -9 during that verification, and the run resumed
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
+    (sync / "killed").touch()
     resumed = orchardist(repo, "resume", run_id, timeout_s=120)
 
     # Then: done; one commit per task on the branch, each task's once; the tree holds all four

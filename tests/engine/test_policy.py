@@ -23,7 +23,8 @@ from orchardist import RunState
 from orchardist.engine.hooks import Hook, Hooks
 from orchardist.engine.policy import Backoff, BreakerState, CircuitBreaker, FreeRetries, RateGate
 from orchardist.engine.scheduler import Scheduler
-from orchardist.state.records import Event, Failure
+from orchardist.state.agentrecords import Failure
+from orchardist.state.records import Event
 from run_support import only_run, orchardist, status
 from support import Finished, toml_str, write_plan
 

@@ -10,7 +10,8 @@ from orchardist.agents import KINDS
 from orchardist.clocks import FakeClock
 from orchardist.engine.policy import Budgets, Pools
 from orchardist.plan.loading import load_plan
-from orchardist.state.records import AgentProfile, AttemptState, Failure, Usage
+from orchardist.state.agentrecords import AgentProfile, Failure, Usage
+from orchardist.state.records import AttemptState
 from support import write_plan
 
 

@@ -7,7 +7,8 @@ from orchardist.engine.integrators import MemoryIntegrator
 from orchardist.engine.regression import Culprit, RegressionGuard, plan_rewind
 from orchardist.executors import Job, Outcome, VerifyJob
 from orchardist.specs import RunConfig
-from orchardist.state.records import AttemptState, Failure
+from orchardist.state.agentrecords import Failure
+from orchardist.state.records import AttemptState
 
 BASE = "b" * 40
 

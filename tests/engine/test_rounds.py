@@ -9,7 +9,8 @@ from orchardist.engine.rounds import Rounds, Unit
 from orchardist.executors import AttemptJob, Outcome
 from orchardist.plan.graph import Graph
 from orchardist.specs import TaskSpec
-from orchardist.state.records import AttemptState, Failure
+from orchardist.state.agentrecords import Failure
+from orchardist.state.records import AttemptState
 from orchardist.verify.oracle import CHECK_DOES_NOT_REPRODUCE
 
 

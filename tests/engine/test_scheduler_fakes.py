@@ -17,11 +17,10 @@ from orchardist.engine.scheduler import Scheduler
 from orchardist.executors import Job, Notify, Outcome, Phase
 from orchardist.executors.inline import InlineExecutor
 from orchardist.specs import Plan, Review, RunConfig, TaskSpec
+from orchardist.state.agentrecords import AgentProfile, Failure
 from orchardist.state.records import (
-    AgentProfile,
     AttemptState,
     Event,
-    Failure,
     ReviewDecision,
     Run,
     RunState,

@@ -26,7 +26,8 @@ from orchardist.confine.procs import CancelToken, new_marker
 from orchardist.executors import AttemptJob, Outcome, Phase
 from orchardist.executors.local import LocalExecutor
 from orchardist.git.repo import Repo
-from orchardist.state.records import AgentProfile, AttemptState
+from orchardist.state.agentrecords import AgentProfile
+from orchardist.state.records import AttemptState
 from support import Finished, git, make_repo, running_with_arg, toml_str, write_plan
 
 RunPlan = Callable[..., Finished]

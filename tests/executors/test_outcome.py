@@ -8,7 +8,8 @@ import math
 import pytest
 
 from orchardist.executors import AttemptJob, Outcome
-from orchardist.state.records import AttemptState, Failure, Usage
+from orchardist.state.agentrecords import Failure, Usage
+from orchardist.state.records import AttemptState
 
 JOB = AttemptJob("t.1", "r", "t", 1, 0, "b" * 40, "t", "", None, (), ".", 60.0, "t: msg", "m")
 

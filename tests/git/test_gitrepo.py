@@ -11,7 +11,8 @@ import pytest
 
 from orchardist.errors import GitError
 from orchardist.git.env import FALLBACK_EMAIL, FALLBACK_NAME
-from orchardist.git.repo import Repo, commit_message, find_toplevel
+from orchardist.git.repo import Repo, commit_message
+from orchardist.git.where import find_toplevel
 from support import add_worktree, git, make_repo
 
 

@@ -15,7 +15,6 @@ import pytest
 from orchardist import Workspace, load_plan, safeio
 from orchardist.agents import KINDS, agent_class
 from orchardist.confine import isolation, mounts
-from orchardist.confine import layout as layout_module
 from orchardist.confine.homes import empty_home, fill_home, tool_homes
 from orchardist.confine.layout import Layout
 from orchardist.confine.paths import ROOT_VAR, AttemptPaths, repo_key, workdir_root
@@ -131,7 +130,6 @@ def test_an_attempts_folders_are_removed_side_by_side_not_one_after_the_other(
         remove_tree(path)
 
     monkeypatch.setattr(safeio, "remove_tree", removing)
-    monkeypatch.setattr(layout_module, "remove_tree", removing)
 
     # When: the attempt is removed
     layout.remove(paths)
@@ -276,7 +274,6 @@ def test_the_run_end_removes_its_pristines_side_by_side_not_one_after_the_other(
         remove_tree(path)
 
     monkeypatch.setattr(safeio, "remove_tree", removing)
-    monkeypatch.setattr(layout_module, "remove_tree", removing)
 
     # When: the run is tidied
     overlays.tidy()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchardist import RunState, Workspace
-from orchardist.state.records import SESSION_ID_CHARS, SUMMARY_CHARS
+from orchardist.state.agentrecords import SESSION_ID_CHARS, SUMMARY_CHARS
 from run_support import attempt_states, only_run, orchardist, status
 from support import Finished, toml_str, write_plan
 

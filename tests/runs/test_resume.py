@@ -211,10 +211,13 @@ exec {real_git} "$@"
     (sync / "go").touch()
 
     # Then: the run stops as from any other Ctrl-C (if the signal is lost, ``launch`` stops
-    # the run afterwards)
+    # the run afterwards), and no agent was started only to be ended again
     assert proc.wait(timeout=60) == 130
     run_id = only_run(repo)
-    assert status(repo, run_id)["state"] == "interrupted"
+    doc = status(repo, run_id)
+    assert doc["state"] == "interrupted"
+    assert [t["attempts"] for t in doc["tasks"]] == [[], [], []]
+    assert not list(sync.glob("started-*"))
     assert leftovers(repo, run_id) == []
 
 

@@ -13,6 +13,7 @@ from orchardist.plan.loading import load_plan
 from orchardist.runs.gc import collect
 from orchardist.scan.engine import Scanner, ScanResult
 from orchardist.scan.globs import select_files
+from orchardist.state import scancache
 from run_support import orchardist
 from support import git, make_repo, write_plan
 
@@ -230,10 +231,10 @@ def test_gc_forgets_scan_results_not_used_for_the_age(todo_repo: Path, tmp_path:
 
 def test_the_cache_is_bounded_and_keeps_what_was_used_last(todo_repo: Path) -> None:
     store = Workspace.open(todo_repo).store
-    store.scan_cache_put([(f"k{i}", "s", "{}") for i in range(3)], now=1.0, max_entries=3)
-    assert list(store.scan_cache_get(["k0"], now=2.0)) == ["k0"]
-    store.scan_cache_put([("k3", "s", "{}")], now=3.0, max_entries=3)
-    left = store.scan_cache_get([f"k{i}" for i in range(4)], now=4.0)
+    scancache.put(store, [(f"k{i}", "s", "{}") for i in range(3)], now=1.0, max_entries=3)
+    assert list(scancache.get(store, ["k0"], now=2.0)) == ["k0"]
+    scancache.put(store, [("k3", "s", "{}")], now=3.0, max_entries=3)
+    left = scancache.get(store, [f"k{i}" for i in range(4)], now=4.0)
     assert len(left) == 3 and {"k0", "k3"} <= set(left)
 
 

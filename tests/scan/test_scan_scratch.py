@@ -4,6 +4,7 @@ scanner that fails fails the scan; one folder per repository; a dirty checkout i
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,43 @@ def test_with_the_sandbox_a_scanner_still_cannot_write_outside_its_tree(
     # Then: the write was refused; the scan itself ran
     assert target.read_text() == before
     assert result.reports[0].error is None and len(result.merged) == 3
+
+
+def test_a_sandboxed_scanner_starts_without_a_wrapper_interpreter(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchardist.confine import landlock as sandbox
+
+    require(sandbox.available(), "this kernel has no Landlock")
+    # Given: this interpreter behind a shim that logs every start (as a wrapper would be
+    # started), and a scanner that tries to write the user's checkout, then scans
+    starts = tmp_path / "interpreter-starts.log"
+    shim = tmp_path / "python-shim"
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {starts}\nexec {PYTHON} "$@"\n')
+    shim.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(shim))
+    command, _log = logging_scanner(tmp_path)
+    target = repo / "pkg" / "m1.py"
+    plan = write_plan(
+        repo,
+        f"""
+        [scanners.vandal]
+        command = "echo evil >> {target}; {command} {{files}}"
+        format = "json"
+        include = ["pkg/*.py"]
+        """,
+        name="scan.toml",
+    )
+    before = target.read_text()
+
+    # When: scanned, sandboxed
+    result = scan(plan)
+
+    # Then: the scanner ran, confined (its write was refused), and no interpreter was
+    # started before it
+    assert result.reports[0].error is None and len(result.merged) == 3
+    assert target.read_text() == before
+    assert not starts.exists(), starts.read_text()
 
 
 def test_a_failed_scanner_fails_the_scan_and_never_reads_as_no_findings(

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from orchardist.state.agentrecords import Usage
 from orchardist.state.counts import RunCounts
 from orchardist.state.records import (
     TASK_MOVES,
@@ -28,7 +29,6 @@ from orchardist.state.records import (
     RunState,
     TaskRecord,
     TaskState,
-    Usage,
 )
 from orchardist.state.store import MEMORY, Store, Transaction
 from orchardist.state.tables import SCHEMA, migrate

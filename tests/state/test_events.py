@@ -21,10 +21,14 @@ def _constant(node: ast.expr) -> list[str] | None:
         body, other = _constant(node.body), _constant(node.orelse)
         return body + other if body is not None and other is not None else None
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        import orchardist.state.agentrecords as agentrecords
         import orchardist.state.events as events
         import orchardist.state.records as records
 
-        enum = getattr(events, node.value.id, None) or getattr(records, node.value.id, None)
+        enum = next(
+            (e for m in (events, records, agentrecords) if (e := getattr(m, node.value.id, None))),
+            None,
+        )
         member = getattr(enum, node.attr, None) if enum is not None else None
         return [str(member)] if isinstance(member, str) else None
     return None

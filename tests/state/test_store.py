@@ -11,19 +11,19 @@ from pathlib import Path
 import pytest
 
 from orchardist.errors import StoreError, TransitionError
+from orchardist.state import scancache
+from orchardist.state.agentrecords import Failure, Usage
 from orchardist.state.records import (
     AttemptChanges,
     AttemptRecord,
     AttemptState,
     Event,
-    Failure,
     Run,
     RunChanges,
     RunState,
     TaskChanges,
     TaskRecord,
     TaskState,
-    Usage,
 )
 from orchardist.state.store import Store
 from orchardist.state.tables import USAGE_FIELDS
@@ -421,13 +421,13 @@ def test_the_scan_cache_finds_more_keys_than_one_query_may_bind_in_the_order_ask
 ) -> None:
     # Given 1,500 cached results, 2,000 keys asked for in an order of their own (SQLite binds
     # at most 999 variables in one query on older builds)
-    store.scan_cache_put([(f"k{i}", "s", f"v{i}") for i in range(1500)], 1.0, 10_000)
+    scancache.put(store, [(f"k{i}", "s", f"v{i}") for i in range(1500)], 1.0, 10_000)
     asked = [f"k{i}" for i in reversed(range(2000))]
 
     # When they are looked up, SQLite telling each statement it runs
     statements: list[str] = []
     store._conn.set_trace_callback(statements.append)
-    found = store.scan_cache_get(asked, 2.0)
+    found = scancache.get(store, asked, 2.0)
     store._conn.set_trace_callback(None)
 
     # Then every cached one is found, in the order asked, and none that is not

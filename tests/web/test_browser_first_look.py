@@ -108,7 +108,14 @@ def test_a_finished_run_reads_cleanly(repo: Path, run_plan: RunPlan, browser: An
         assert page.evaluate("window.pwned") is None
         assert page.locator("main img, main script").count() == 0
 
-        # verify's results, test by test: the skip in view, the pass folded
+        # verify's results, test by test: the skip in view, the pass folded (the run's events,
+        # which redraw the page as they arrive, held back until the passes are opened)
+        held: list[Any] = []
+
+        def hold(route: Any) -> None:
+            held.append(route)
+
+        page.route("**/events", hold)
         page.goto(f"{dash.base}/runs/{done.run.id}/tasks/suite")
         page.wait_for_selector(".tests")
         assert "1 passed, 0 failed, 1 skipped" in page.locator(".tests p.kv").inner_text()
@@ -119,6 +126,14 @@ def test_a_finished_run_reads_cleanly(repo: Path, run_plan: RunPlan, browser: An
         assert not page.locator(".tests tr.t-passed").is_visible()
         page.click(".tests details summary")
         page.locator(".tests tr.t-passed").wait_for(state="visible")  # opened, then laid out
+        # and the redraw the events bring keeps the opened list open
+        page.evaluate("document.querySelector('.tests').dataset.drawn = 'before'")
+        assert held, "the page asked for no events"
+        for route in held:
+            route.continue_()
+        page.unroute("**/events")
+        page.wait_for_function("!document.querySelector('.tests[data-drawn]')")  # redrawn
+        assert page.locator(".tests tr.t-passed").is_visible()
         assert page.locator(".tests tr.t-passed").inner_text().split()[-1] == "test_pair::test_good"
 
         # the Review page is one click away, and says when nothing awaits review

@@ -17,6 +17,7 @@ import pytest
 
 from orchardist.plan import loading as plan_module
 from orchardist.state import store as store_module
+from orchardist.state.agentrecords import Usage
 from orchardist.state.records import (
     AttemptRecord,
     AttemptState,
@@ -25,7 +26,6 @@ from orchardist.state.records import (
     RunState,
     TaskRecord,
     TaskState,
-    Usage,
 )
 from orchardist.state.report import status_document
 from orchardist.state.store import Store
@@ -275,4 +275,37 @@ def test_a_run_page_brought_up_to_date_is_the_page_built_whole(tmp_path: Path) -
         assert json.loads(data.run_page(run)) == fresh.run_doc(run), i
     limited_task = next(t for t in data.run_doc(run)["tasks"] if t["id"] == "t003")
     assert [a["n"] for a in limited_task["attempts"]] == [1, 2]
+    store.close()
+
+
+def test_a_task_page_reads_only_its_own_task_and_attempts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: a running 200-task run where one task waits on a rate limit and has two attempts
+    repo = make_repo(tmp_path / "repo")
+    store = Store.for_repo(repo / ".git")
+    one_run(store, "big", 200)
+    limited = {"state": "requeued", "failure": "rate_limited", "retry_after_s": 30}
+    with store.transaction() as tx:
+        tx.emit(Event("big", "attempt", 5.0, "t007", 1, limited))
+        tx.emit(Event("big", "attempt", 6.0, "t008", 1, limited))
+        tx.add_attempt(AttemptRecord("big", "t007", 2, 1, "b", AttemptState.FAILED, "0" * 40, 7.0))
+    data = dashboard_data(repo)
+    run = data.run("big")
+    assert run is not None
+    # When: the task's page is read
+    with records_read(monkeypatch) as made:
+        task = data.task_doc(run, "t007")
+    # Then: it read that task and its two attempts, none of the other 199 tasks' rows
+    assert sorted(made) == ["attempt", "attempt", "task"]
+    # and its entry is the status document's, with its own wait and no other task's
+    assert task is not None
+    entry = next(t for t in status_document(store, run)["tasks"] if t["id"] == "t007")
+    assert task["rate_limited"] == entry["rate_limited"] == {
+        "since": 5.0, "retry_after_s": 30, "retry_at": 35.0,
+    }  # fmt: skip
+    shown = ("id", "state", "commit", "reason", "winner", "cost_usd", "input_tokens")
+    assert {k: task[k] for k in shown} == {k: entry[k] for k in shown}
+    assert sorted(a["n"] for a in task["attempts"]) == [a["n"] for a in entry["attempts"]] == [1, 2]
+    assert data.task_doc(run, "nope") is None
     store.close()

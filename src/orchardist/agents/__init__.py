@@ -18,7 +18,7 @@ from ..confine.exes import shell_words
 from ..confine.isolation import Spec
 from ..confine.paths import AttemptPaths
 from ..errors import AgentError
-from ..state.records import AgentProfile, Failure, Usage
+from ..state.agentrecords import AgentProfile, Failure, Usage
 
 if TYPE_CHECKING:  # the process machinery: not for validate, which only looks agents up
     from ..confine.procs import CancelToken

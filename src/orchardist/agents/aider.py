@@ -33,7 +33,7 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from ..confine.procs import ProcessResult
-from ..state.records import Failure
+from ..state.agentrecords import Failure
 from . import AgentContext, AgentResult
 from .cli import CliAgent, Needs, Seen
 

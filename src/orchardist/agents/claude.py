@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from ..confine.procs import ProcessResult
 from ..safeio import read_capped
-from ..state.records import AgentProfile, Failure
+from ..state.agentrecords import AgentProfile, Failure
 from . import AgentContext, AgentResult
 from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, str_list_problem
 from .limits import classify, epoch_datetime

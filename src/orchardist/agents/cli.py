@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..confine.procs import CancelToken, ProcessRequest, ProcessResult, run_process
-from ..state.records import AgentProfile, Failure, Usage
+from ..state.agentrecords import AgentProfile, Failure, Usage
 from ..terminal import plain
 from . import BASE_ENV, AgentContext, AgentResult
 from .limits import classify, retry_after_s

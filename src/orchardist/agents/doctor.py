@@ -32,7 +32,7 @@ from ..confine.isolation import Spec, wrap, writable_of
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken, new_marker
 from ..specs import Plan
-from ..state.records import AgentProfile
+from ..state.agentrecords import AgentProfile
 from . import AgentContext, agent_class, command_words, make_agent, scrubbed_env
 from .cli import Needs, home_path
 

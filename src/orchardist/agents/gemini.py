@@ -20,6 +20,12 @@ too, and copies the user's Google login files if there are any. ``--skip-trust``
 worktree is a folder Gemini has never seen, and untrusted folders exit 55.
 Variables it reads: ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``, Vertex's), ``GOOGLE_GEMINI_BASE_URL``
 (``GOOGLE_VERTEX_BASE_URL`` for Vertex).
+
+One process: ``GEMINI_CLI_NO_RELAUNCH=true``. Without it, ``gemini`` loads its bundle, then starts
+itself again as a child node process to raise the heap limit to half the machine's memory (and
+to restart on settings changes, which a headless run never makes): a second start of the whole
+CLI, about 1 s of CPU per attempt (2.4 s against 1.4 s for ``--version`` with 0.61.0). Node's
+own heap limit (4 GiB on 64-bit machines with enough memory) is left.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..confine.procs import ProcessResult
-from ..state.records import AgentProfile, Failure
+from ..state.agentrecords import AgentProfile, Failure
 from . import AgentContext, AgentResult
 from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, home_path, str_list_problem
 
@@ -129,8 +135,12 @@ class GeminiAgent(CliAgent):
         return super().run(ctx)
 
     def extra_env(self, ctx: AgentContext) -> dict[str, str]:
-        """Its private home, and the workspace trusted."""
-        return {"GEMINI_CLI_HOME": str(_home(ctx)), "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+        """Its private home, the workspace trusted, and no relaunch (module docstring)."""
+        return {
+            "GEMINI_CLI_HOME": str(_home(ctx)),
+            "GEMINI_CLI_TRUST_WORKSPACE": "true",
+            "GEMINI_CLI_NO_RELAUNCH": "true",
+        }
 
     def _write_home(self, ctx: AgentContext) -> None:
         """settings.json, the policy allowing ``allowed_tools``, and the user's login files."""

@@ -10,7 +10,7 @@ import re
 from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..state.records import Failure
+from ..state.agentrecords import Failure
 
 _AUTH = re.compile(
     r"\b401\b|unauthori[sz]ed|invalid[ _-]?(?:x-)?api[ _-]?key|incorrect api key|api key not valid"

@@ -37,7 +37,7 @@ import httpx
 from ..confine.procs import ProcessRequest, run_process
 from ..safeio import read_capped, write_whole
 from ..specs import parse_duration
-from ..state.records import AgentProfile, Failure, Usage
+from ..state.agentrecords import AgentProfile, Failure, Usage
 from . import AgentContext, AgentResult
 from .cli import BOTH_PRICES, Needs, narrow_env
 from .limits import classify

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..state.records import AgentProfile
+from ..state.agentrecords import AgentProfile
 from . import AgentContext, AgentResult
 from .output import run_agent_process
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..placeholders import AGENT_PLACEHOLDERS, fill, placeholder_problems
-from ..state.records import AgentProfile
+from ..state.agentrecords import AgentProfile
 from . import AgentContext, AgentResult
 
 

@@ -270,7 +270,8 @@ def _oneshot_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_oneshot(args: argparse.Namespace, main: Callable[[Sequence[str]], int]) -> int:
     """``orchardist fix|debug REPORT``: write the plan, then ``main(["run", PLAN, ...])``."""
-    from ..git.repo import Repo, find_toplevel
+    from ..git.repo import Repo
+    from ..git.where import find_toplevel
 
     root = find_toplevel(args.repo)
     if root is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -48,18 +47,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if not args.json:
             raise
         problems = [p.__dict__ for p in exc.problems]
-        print(json.dumps({"valid": False, "problems": problems}, indent=2))
+        _print_json({"valid": False, "problems": problems})
         return EXIT_USAGE
     checked = preflight(plan, quiet=args.json)
     if checked.problems and args.json:
         problems = [p.__dict__ for p in checked.problems]
-        print(json.dumps({"valid": False, "problems": problems}, indent=2))
+        _print_json({"valid": False, "problems": problems})
         return EXIT_USAGE
     if checked.problems:
         raise PlanError(list(checked.problems))
     if args.json:
         doc = {"valid": True, "tasks": len(plan.tasks), "repo": str(plan.repo)}
-        print(json.dumps({**doc, "warnings": list(checked.warnings)}))
+        _print_json({**doc, "warnings": list(checked.warnings)}, indent=None)
     else:
         tasks, profiles = len(plan.tasks), len(plan.agents)
         print(
@@ -85,6 +84,14 @@ def preflight(plan: Any, quiet: bool = False, resumable: Sequence[Any] = ()) -> 
     return Preflight(problems, checked.warnings)
 
 
+def _print_json(doc: object, indent: int | None = 2) -> None:
+    """Print ``doc`` as JSON; ``json`` is imported only then (``validate`` without ``--json``
+    never needs it)."""
+    import json
+
+    print(json.dumps(doc, indent=indent))
+
+
 def add_schema(sub: Commands) -> None:
     """Register ``orchardist schema``."""
     p = sub.add_parser(
@@ -102,7 +109,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
     """``orchardist schema``."""
     from ..plan.schema import plan_schema
 
-    print(json.dumps(plan_schema(), indent=2))
+    _print_json(plan_schema())
     return EXIT_OK
 
 
@@ -137,7 +144,7 @@ def print_forecast(plan: Any, args: argparse.Namespace) -> int:
     check_tasks(plan, [*only, *skip])
     fc = forecast(plan, args.max_parallel, only, skip)
     if args.json:
-        print(json.dumps(fc.to_json(), indent=2))
+        _print_json(fc.to_json())
     else:
         print(render(fc, getattr(args, "format", "text")))
     return EXIT_OK
@@ -175,7 +182,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     reports = check_plan(plan, probe=args.probe, sight=for_plan(plan))
     if args.json:
-        print(json.dumps(to_json(str(args.plan), reports), indent=2))
+        _print_json(to_json(str(args.plan), reports))
     else:
         print(render(str(args.plan), reports))
     note = checkout_note(plan)  # what verify tests without namespaces
@@ -191,7 +198,10 @@ def _doctor_cluster(plan: Any, args: argparse.Namespace) -> int:
 
     profiles = [plan.agents[name] for name in sorted(plan.used_agents()) if name in plan.agents]
     report = check_cluster(plan.run.ray_address, profiles)
-    print(json.dumps(report, indent=2) if args.json else render_cluster(report))
+    if args.json:
+        _print_json(report)
+    else:
+        print(render_cluster(report))
     return EXIT_OK if not report["problems"] else EXIT_FAILED
 
 
@@ -266,7 +276,7 @@ def cmd_plan(args: argparse.Namespace, main: Main) -> int:
 def _planner_config(args: argparse.Namespace) -> tuple[Path, Config]:
     """``plan``'s usage checked: the repository's root and the config holding ``--agent``."""
     from ..config import tell_ignored
-    from ..git.repo import find_toplevel
+    from ..git.where import find_toplevel
     from ..plan.loading import load_config
 
     root = find_toplevel(args.repo)

@@ -34,7 +34,7 @@ class TooLarge(Exception):
 
 
 class Profile(Protocol):
-    """What a cache is kept for: an agent profile (``state.records.AgentProfile``)."""
+    """What a cache is kept for: an agent profile (``state.agentrecords.AgentProfile``)."""
 
     @property
     def name(self) -> str: ...

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from ..errors import IsolationError
 from ..git.repo import Repo
-from . import landlock as sandbox
 from . import userlink
 from .exes import Reach, Scope, path_reach, private_files, reach
 from .homes import tool_homes
@@ -205,6 +204,8 @@ class Confinement:
         ~/.gitconfig, ~/.ssh, ~/.local/bin, ...).
         """
         import tempfile  # (and random): for Landlock alone, not for validate's checks
+
+        from . import landlock as sandbox
 
         writable = [*paths.writable, Path("/dev")]
         home = Path((self.environ or os.environ).get("HOME", "/nonexistent"))

@@ -8,7 +8,6 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..safeio import remove_tree
 from .paths import AttemptPaths
 
 # Toolchain roots that default to a folder in HOME (variable: folder in the real home).
@@ -45,6 +44,8 @@ def fill_home(
 def empty_home(paths: AttemptPaths) -> None:
     """Empty the attempt's HOME: verify commands run the agent's code, and must not find the
     credentials copied for the agent."""
+    from ..safeio import remove_tree  # (validate imports this module and removes nothing)
+
     remove_tree(paths.home)
     paths.home.mkdir()
 

@@ -29,7 +29,6 @@ from functools import cache
 from pathlib import Path
 
 from ..errors import IsolationError
-from . import landlock as sandbox
 
 PROBE_TIMEOUT_S = 10.0
 
@@ -129,11 +128,19 @@ def probe() -> Probe:
     return Probe(found, True, version=version)
 
 
+def _landlock_available() -> bool:
+    """Whether the kernel offers Landlock; its module (and ctypes) imported only when asked,
+    which ``validate`` never does for a plan whose commands namespaces would show."""
+    from . import landlock
+
+    return landlock.available()
+
+
 def choose(
     policy: Policy,
     *,
     found: Callable[[], Probe] = probe,
-    landlock: Callable[[], bool] = sandbox.available,
+    landlock: Callable[[], bool] = _landlock_available,
 ) -> Mode:
     """The mode a run gets under ``policy``; IsolationError when "required" cannot be met."""
     if policy is Policy.OFF:
@@ -159,6 +166,8 @@ def describe(policy: Policy, mode: Mode, found: Callable[[], Probe] = probe) -> 
         return 'isolation off: [run] isolation = "off"'
     why = "" if policy is Policy.LANDLOCK else f"; namespaces unavailable: {found().reason}"
     if mode is Mode.LANDLOCK:
+        from . import landlock as sandbox
+
         return f"isolation: Landlock ABI {sandbox.abi_version()}, writes only{why}"
     return f"isolation off: no namespaces and no Landlock, writes only detected afterwards{why}"
 
@@ -169,6 +178,8 @@ def wrap(argv: Sequence[str], spec: Spec, cwd: Path | None = None) -> list[str]:
         return list(argv)
     writable = [*spec.writable, *(p for p in (spec.home, spec.tmp) if p is not None)]
     if spec.mode is Mode.LANDLOCK:
+        from . import landlock as sandbox
+
         return sandbox.wrap(argv, writable)
     found = probe()
     if not found.usable or found.bwrap is None:

@@ -43,13 +43,12 @@ from typing import TYPE_CHECKING
 
 from ..errors import OrchardistError
 from ..git.repo import Repo
-from ..git.snapshots import Checkout
-from ..safeio import read_capped, remove_tree, remove_trees
 from . import mounts, userlink
 from .paths import AttemptPaths, repo_key
 
 if TYPE_CHECKING:
     from ..git.indexfile import IndexFile
+    from ..git.snapshots import Checkout
 
 LISTING = "listing.git"  # in a run folder; job ids end in ".<number>", so none is named so
 PRISTINE = "pristine"  # in a run folder, likewise
@@ -181,6 +180,10 @@ class Layout:
     def _pristine(self, run_id: str, commit: str) -> _Pristine | None:
         """A pristine checkout of ``commit``, in use by the caller until :meth:`_release`:
         one already there, else an unused one moved to ``commit``, else a new one."""
+        from ..safeio import (
+            remove_tree,  # (removing and reading files: validate's look at a layout does neither)
+        )
+
         with self._lock:
             found = next((p for p in self._pristines if p.commit == commit), None)
             if found is not None:
@@ -308,6 +311,8 @@ class Layout:
             found = mounts.changed_paths(paths.upper, base.root / "tree", MAX_LISTED)
             if found is not None and sum(map(len, found)) <= MAX_LISTED_BYTES:  # argv room
                 only = tuple(found)
+        from ..git.snapshots import Checkout  # (a layout looked at by validate makes none)
+
         return Checkout(paths.checkout_index, self._listing(run_id), only)
 
     def _listing(self, run_id: str) -> Path:
@@ -357,6 +362,8 @@ class Layout:
     def _clear(self, paths: AttemptPaths) -> None:
         """Remove an attempt's folder; only its contents but an empty tree/ where an overlay
         was mounted on it in this run (see :meth:`remove`)."""
+        from ..safeio import remove_tree, remove_trees
+
         with self._lock:
             skeleton = paths.root in self._skeletons
         kept = (paths.tree, paths.git)
@@ -370,6 +377,8 @@ class Layout:
 
     def tidy(self) -> None:
         """Remove the run folders this layout made, and its parents, where they are empty."""
+        from ..safeio import remove_tree, remove_trees
+
         with self._lock:
             self._pristines = [p for p in self._pristines if p.users > 0]
             skeletons, self._skeletons = self._skeletons, set()
@@ -451,6 +460,8 @@ def _entries(folder: Path) -> list[Path]:
 def copy_excludes(common_dir: Path, git_dir: Path) -> None:
     """Copy the repository's ``info/exclude`` into ``git_dir``: only a regular file, capped
     (without the sandbox an agent could have made it a FIFO or a link to /dev/zero)."""
+    from ..safeio import read_capped
+
     body = read_capped(Path(common_dir) / "info" / "exclude", MAX_EXCLUDE_BYTES)
     if body is not None:
         (Path(git_dir) / "info" / "exclude").write_bytes(body)

@@ -16,13 +16,16 @@ full checkout as before. ``ORCHARDIST_OVERLAY=0`` turns the overlays off.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
 import stat
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ctypes
 
 OVERLAY_VAR = "ORCHARDIST_OVERLAY"
 _CLONE_NEWNS = 0x00020000
@@ -41,11 +44,15 @@ _tried = False
 
 
 def _libc() -> ctypes.CDLL:
+    import ctypes  # only where a mount is made: validate's look at a layout makes none
+
     return ctypes.CDLL(None, use_errno=True)
 
 
 def _check(result: int, what: str) -> None:
     if result != 0:
+        import ctypes
+
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}")
 

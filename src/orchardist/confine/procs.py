@@ -7,6 +7,8 @@ those that called ``setsid`` or daemonized), a grace period, then SIGKILL to wha
 
 A confined child (``confine``, see isolation.py) runs inside its own pid namespace when
 namespaces are available: ending it ends the namespace, and the kernel kills everything in it.
+Confined by Landlock only, it is started by a thread that confined itself first
+(:func:`landlock.confined_call`), without a wrapper process.
 
 Waiting is event-driven: one ``select`` over the child's pidfd, its output pipe and a cancel
 pipe, with the deadline as the only timeout. Output goes to a log file capped in size (head and
@@ -26,12 +28,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import landlock as sandbox
+from .capped import CappedLog
 from .isolation import Mode, Spec, wrap
 
 MARKER_VAR = "ORCHARDIST_PROCESS_MARK"
 DEFAULT_GRACE_S = 3.0
 DEFAULT_MAX_LOG_BYTES = 8 * 1024 * 1024
-MAX_LINE_BYTES = 1024 * 1024
 _CHUNK = 65536
 
 
@@ -88,59 +91,6 @@ class ProcessResult:
     truncated: bool = False
 
 
-class _CappedLog:
-    """Writes the first half of the budget to the file, keeps the last half in memory."""
-
-    def __init__(self, path: Path, max_bytes: int, on_line: Callable[[bytes], None] | None) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = path.open("ab")
-        self.head_left = self.head_max = max_bytes // 2
-        self.tail_max = max_bytes - self.head_left
-        self.tail = bytearray()
-        self.total = 0
-        self.on_line = on_line
-        self.partial = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.total += len(data)
-        head = data[: max(self.head_left, 0)]
-        if head:
-            self.file.write(head)
-            self.file.flush()
-            self.head_left -= len(head)
-        rest = data[len(head) :]
-        if rest:
-            self.tail += rest
-            if len(self.tail) > 2 * self.tail_max:
-                del self.tail[: len(self.tail) - self.tail_max]
-        if self.on_line is not None:
-            self._lines(data)
-
-    def _lines(self, data: bytes) -> None:
-        assert self.on_line is not None
-        self.partial += data
-        *lines, last = bytes(self.partial).split(b"\n")
-        self.partial = bytearray(last if len(last) <= MAX_LINE_BYTES else b"")
-        for line in lines:
-            if len(line) <= MAX_LINE_BYTES:
-                self.on_line(line)
-
-    def close(self) -> bool:
-        if self.on_line is not None and self.partial:
-            self.on_line(bytes(self.partial))
-        truncated = len(self.tail) > self.tail_max
-        if self.tail:
-            kept = self.tail[-self.tail_max :]
-            # not file.tell(): the log may already hold earlier commands' output
-            omitted = self.total - (self.head_max - self.head_left + len(kept))
-            if omitted > 0:
-                self.file.write(f"\n[orchardist: {omitted} bytes of output omitted]\n".encode())
-            self.file.write(kept)
-            truncated = omitted > 0
-        self.file.close()
-        return truncated
-
-
 def new_marker() -> str:
     """A fresh value for the marker variable: 32 random hex digits (as ``uuid4().hex``, without
     importing uuid, which loads ``platform`` on every start of the command line)."""
@@ -181,10 +131,11 @@ def run_process(request: ProcessRequest) -> ProcessResult:
     leaves."""
     cwd, clock = request.cwd, request.clock
     marker = request.marker or new_marker()
-    argv, spare = _confined(request.argv, cwd, request.writable, request.confine)
+    argv, spare, landlocked = _confined(request.argv, cwd, request.writable, request.confine)
     start = clock()
-    sink = _CappedLog(request.log, request.max_log_bytes, request.on_line)
-    proc = _start(argv, cwd, {**request.env, MARKER_VAR: marker}, request.stdin_file, sink)
+    sink = CappedLog(request.log, request.max_log_bytes, request.on_line)
+    env = {**request.env, MARKER_VAR: marker}
+    proc = _start(argv, cwd, env, request.stdin_file, sink, landlocked)
     if proc is None:
         return ProcessResult(exit_code=127, duration_s=clock() - start)
     assert proc.stdout is not None
@@ -197,7 +148,8 @@ def run_process(request: ProcessRequest) -> ProcessResult:
         exited, timed_out, cancelled = _wait(
             pidfd, pipe, (request.cancel, request.stop), sink, deadline, clock
         )
-        _end(proc, marker, exited, spare, request.grace_s)
+        # a fresh marker is carried by nothing older than the child: only its descendants
+        _end(proc, marker, exited, spare, request.grace_s, request.marker is None)
         _drain(pipe, sink, seconds=2.0)
     finally:
         if proc.returncode is None:  # the loop raised (say, on_line did): still leave nothing
@@ -218,27 +170,38 @@ def run_process(request: ProcessRequest) -> ProcessResult:
 
 
 def _end(
-    proc: subprocess.Popen[bytes], marker: str, exited: bool, spare: bool, grace_s: float
+    proc: subprocess.Popen[bytes],
+    marker: str,
+    exited: bool,
+    spare: bool,
+    grace_s: float,
+    own_marker: bool,
 ) -> None:
-    """Kill what the child left (the child too, unless it ``exited``), then reap it."""
+    """Kill what the child left (the child too, unless it ``exited``), then reap it.
+    ``own_marker``: the marker is the child's alone (not shared with earlier processes)."""
     # A namespace whose bwrap ended is empty: its init died, and the kernel reaps every
     # process in it before that death is reported. Nothing to look for in /proc.
     if not (exited and spare):
-        kill_tree(proc.pid, marker, grace_s=0.0 if exited else grace_s, spare_leader=spare)
+        grace = 0.0 if exited else grace_s
+        kill_tree(proc.pid, marker, grace_s=grace, spare_leader=spare, descendants=own_marker)
     proc.wait()
 
 
 def _confined(
     argv: Sequence[str], cwd: Path, writable: Sequence[Path] | None, confine: Spec | None
-) -> tuple[Sequence[str], bool]:
-    """``argv`` wrapped in its confinement, and whether its leader (bwrap) is to be spared."""
+) -> tuple[Sequence[str], bool, Sequence[Path] | None]:
+    """``argv`` wrapped in its confinement, whether its leader (bwrap) is to be spared, and
+    what it may write when Landlock (applied by the thread that starts it) confines it."""
     if confine is None and writable is not None:
         confine = Spec(tuple(writable), mode=Mode.LANDLOCK)
+    if confine is not None and confine.mode is Mode.LANDLOCK:
+        home_tmp = (p for p in (confine.home, confine.tmp) if p is not None)
+        return argv, False, (*confine.writable, *home_tmp)
     if confine is not None:
         argv = wrap(argv, confine, cwd=cwd)
     # bwrap dies of SIGTERM at once and takes its namespace along: spare it until SIGKILL,
     # so that the command inside gets its grace period.
-    return argv, confine is not None and confine.mode is Mode.NAMESPACES
+    return argv, confine is not None and confine.mode is Mode.NAMESPACES, None
 
 
 def _start(
@@ -246,36 +209,63 @@ def _start(
     cwd: Path,
     env: Mapping[str, str],
     stdin_file: Path | None,
-    sink: _CappedLog,
+    sink: CappedLog,
+    landlock: Sequence[Path] | None = None,
 ) -> subprocess.Popen[bytes] | None:
-    """The child in a session of its own, its output on a pipe; None, said in its log (then
-    closed), when it cannot be started."""
-    stdin = stdin_file.open("rb") if stdin_file is not None else None
-    try:
+    """The child in a session of its own, its output on a pipe, confined by Landlock to
+    writing beneath ``landlock`` when given; None, said in its log (then closed), when it
+    cannot be started."""
+    # opened here, not by Popen on a confined thread, where /dev/null may not be writable
+    stdin = (stdin_file or Path(os.devnull)).open("rb")
+
+    def popen() -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             list(argv),
             cwd=cwd,
             env=env,
-            stdin=stdin if stdin is not None else subprocess.DEVNULL,
+            stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
         )
+
+    try:
+        return popen() if landlock is None else _landlocked(popen, landlock, env[MARKER_VAR])
     except OSError as exc:
         sink.write(f"orchardist: cannot start {argv[0]!r}: {exc}\n".encode())
         sink.close()
         return None
     finally:
-        if stdin is not None:
-            stdin.close()
+        stdin.close()
+
+
+def _landlocked(
+    popen: Callable[[], subprocess.Popen[bytes]], writable: Sequence[Path], marker: str
+) -> subprocess.Popen[bytes]:
+    """``popen()`` on a thread confined to writing beneath ``writable``, so that the child is
+    born confined (nothing runs between its fork and its exec); an OSError when the
+    confinement cannot be made."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start() -> subprocess.Popen[bytes]:
+        started.append(popen())
+        return started[-1]
+
+    try:
+        return sandbox.confined_call(start, writable)
+    except BaseException:  # a Ctrl-C while it started: it must not be left running
+        for proc in started:
+            kill_tree(proc.pid, marker, grace_s=0.0)
+            proc.wait()
+        raise
 
 
 def _wait(
     pidfd: int,
     pipe: int,
     tokens: Sequence[CancelToken | None],
-    sink: _CappedLog,
+    sink: CappedLog,
     deadline: float | None,
     clock: Callable[[], float],
 ) -> tuple[bool, bool, bool]:
@@ -293,7 +283,7 @@ def _wait(
 def _select(
     sel: selectors.BaseSelector,
     pipe: int,
-    sink: _CappedLog,
+    sink: CappedLog,
     deadline: float | None,
     clock: Callable[[], float],
 ) -> tuple[bool, bool, bool]:
@@ -316,7 +306,7 @@ def _select(
     return True, False, False
 
 
-def _read_into(fd: int, sink: _CappedLog) -> bool:
+def _read_into(fd: int, sink: CappedLog) -> bool:
     """Read one chunk, if any is ready; False at end of file.
 
     One chunk per wake-up, not "until empty": writers faster than us would keep us here forever,
@@ -334,7 +324,7 @@ def _read_into(fd: int, sink: _CappedLog) -> bool:
     return True
 
 
-def _drain(fd: int, sink: _CappedLog, seconds: float) -> None:
+def _drain(fd: int, sink: CappedLog, seconds: float) -> None:
     """Read the pipe to its end; bounded, in case an escaped process still holds it."""
     deadline = time.monotonic() + seconds
     with selectors.DefaultSelector() as sel:
@@ -348,15 +338,23 @@ def _drain(fd: int, sink: _CappedLog, seconds: float) -> None:
 
 
 def kill_tree(
-    leader: int, marker: str | None, grace_s: float = DEFAULT_GRACE_S, spare_leader: bool = False
+    leader: int,
+    marker: str | None,
+    grace_s: float = DEFAULT_GRACE_S,
+    spare_leader: bool = False,
+    descendants: bool = False,
 ) -> int:
     """SIGTERM the group led by ``leader`` and every process with ``marker``; SIGKILL after grace.
 
-    With ``spare_leader`` the leader itself gets only the SIGKILL. Returns how many processes
-    had to be signalled. Waits for them on pidfds, not by polling.
+    With ``spare_leader`` the leader itself gets only the SIGKILL. With ``descendants`` only
+    the leader and what it started carry the marker, so processes that started before it (in
+    ``/proc``, the clock tick the leader started in) are not read: the sweep reads their
+    ``stat`` but not their environment. Returns how many processes had to be signalled. Waits
+    for them on pidfds, not by polling.
     """
     needle = f"{MARKER_VAR}={marker}".encode() if marker else None
-    return _kill(leader, needle, grace_s, spare_leader)
+    born = _start_ticks(leader) if descendants else 0
+    return _kill(leader, needle, grace_s, spare_leader, born)
 
 
 def kill_by_env(name: str, value: str, grace_s: float = DEFAULT_GRACE_S) -> int:
@@ -364,20 +362,41 @@ def kill_by_env(name: str, value: str, grace_s: float = DEFAULT_GRACE_S) -> int:
     return _kill(-1, f"{name}={value}".encode(), grace_s)
 
 
-def _kill(leader: int, needle: bytes | None, grace_s: float, spare_leader: bool = False) -> int:
-    targets = _members(leader, needle)
+def _kill(
+    leader: int, needle: bytes | None, grace_s: float, spare_leader: bool = False, born: int = 0
+) -> int:
+    targets = _members(leader, needle, born)
     if not targets:
         return 0
-    if grace_s > 0 and spare_leader:
-        _signal_all(targets - {leader}, signal.SIGTERM, -1)
-    else:
-        _signal_all(targets, signal.SIGTERM if grace_s > 0 else signal.SIGKILL, leader)
-    if grace_s > 0:
+    told = _told(leader, targets, spare_leader) if grace_s > 0 else set()
+    if told:
+        _signal_all(told, signal.SIGTERM, -1 if spare_leader else leader)
         survivors = _wait_gone(targets, grace_s)
         if survivors:
-            _signal_all(survivors | _members(leader, needle), signal.SIGKILL, leader)
-    _wait_gone(_members(leader, needle) | targets, 5.0)
+            _signal_all(survivors | _members(leader, needle, born), signal.SIGKILL, leader)
+    else:
+        _signal_all(targets, signal.SIGKILL, leader)
+    _wait_gone(_members(leader, needle, born) | targets, 5.0)
     return len(targets)
+
+
+def _told(leader: int, targets: set[int], spare_leader: bool) -> set[int]:
+    """Who gets the SIGTERM: every target, or, with the leader (bwrap) spared, what runs in its
+    namespace but its init (the leader's child, deaf to a SIGTERM from outside). Cancelled as
+    it starts, a confined command has nothing else yet: a grace would wait for nothing."""
+    if not spare_leader:
+        return targets
+    return {pid for pid in targets - {leader} if _parent(pid) != leader}
+
+
+def _parent(pid: int) -> int:
+    """``pid``'s parent, 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[1])
+    except (OSError, ValueError):
+        return 0
 
 
 def _signal_all(pids: set[int], sig: signal.Signals, leader: int) -> None:
@@ -396,14 +415,7 @@ def _parents_first(pids: set[int]) -> list[int]:
     may reap them and run to its end first, and its trap never runs (a set's order would do
     that whenever a child's pid hashes before its parent's).
     """
-    parent: dict[int, int] = {}
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                stat = fh.read()
-            parent[pid] = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        except (OSError, ValueError):
-            parent[pid] = 0
+    parent = {pid: _parent(pid) for pid in pids}
 
     def depth(pid: int) -> int:
         seen = 0
@@ -444,8 +456,19 @@ def _wait_gone(pids: set[int], seconds: float) -> set[int]:
     return alive
 
 
-def _members(leader: int, needle: bytes | None) -> set[int]:
-    """Live (non-zombie) processes in ``leader``'s group, or whose environment holds ``needle``."""
+def _start_ticks(pid: int) -> int:
+    """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat``); 0 when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _members(leader: int, needle: bytes | None, born: int = 0) -> set[int]:
+    """Live (non-zombie) processes in ``leader``'s group, or whose environment holds ``needle``
+    (looked at only in processes that started at tick ``born`` or later)."""
     found: set[int] = set()
     me = os.getpid()
     for entry in os.scandir("/proc"):
@@ -464,7 +487,7 @@ def _members(leader: int, needle: bytes | None) -> set[int]:
             if leader > 0 and pgrp == leader:
                 found.add(pid)
                 continue
-            if needle is not None:
+            if needle is not None and int(fields[19]) >= born:
                 with open(f"/proc/{pid}/environ", "rb") as fh:
                     if needle in fh.read().split(b"\0"):
                         found.add(pid)

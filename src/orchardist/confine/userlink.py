@@ -14,8 +14,6 @@ import os
 import threading
 from pathlib import Path
 
-from ..safeio import remove_tree
-
 FOLDER = "links"  # in a layout's folder, beside runs/ and baselines/
 _lock = threading.Lock()
 
@@ -41,4 +39,6 @@ def remove(layout_folder: Path) -> None:
     """Remove the link once no run or baseline folder is left that could name it."""
     folder = Path(layout_folder)
     if not (folder / "runs").exists() and not (folder / "baselines").exists():
+        from ..safeio import remove_tree  # (validate imports this module and removes nothing)
+
         remove_tree(folder / FOLDER)

@@ -15,15 +15,9 @@ from ..executors import AttemptJob, Outcome
 from ..pipelines.expand import Pipelines
 from ..plan.graph import Graph
 from ..specs import TaskSpec
+from ..state.agentrecords import Failure
 from ..state.events import Kind, MergeEvent, ReviewEvent, RoundEvent
-from ..state.records import (
-    AttemptRecord,
-    AttemptState,
-    Failure,
-    StoredDecision,
-    TaskState,
-    Verdict,
-)
+from ..state.records import AttemptRecord, AttemptState, StoredDecision, TaskState, Verdict
 from .jobs import Briefs
 from .ledger import Ledger, Writes
 from .merge import (

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..state.records import AgentProfile, AttemptState, Failure, Usage
+from ..state.agentrecords import AgentProfile, Failure, Usage
+from ..state.records import AttemptState
 
 # Failures that count against a task's ``retries``; the others have their own budgets.
 COUNTED = {

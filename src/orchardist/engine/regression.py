@@ -19,7 +19,8 @@ from ..confine.procs import new_marker
 from ..executors import Outcome, VerifyJob
 from ..seams import Integrator
 from ..specs import RunConfig
-from ..state.records import AttemptState, Failure
+from ..state.agentrecords import Failure
+from ..state.records import AttemptState
 from .policy import INFRA_RETRIES
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from ..executors import Job, Outcome
 from ..plan.graph import Rank, ReadySet
 from ..specs import TaskSpec
-from ..state.records import AttemptState, Failure
+from ..state.agentrecords import Failure
+from ..state.records import AttemptState
 from ..verify.oracle import CHECK_DOES_NOT_REPRODUCE
 
 

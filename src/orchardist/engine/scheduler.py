@@ -28,8 +28,9 @@ from ..pipelines.expand import Pipelines
 from ..plan.graph import Graph
 from ..seams import Integrator, Store
 from ..specs import Plan, Review, TaskSpec
+from ..state.agentrecords import Failure, checked_usage
 from ..state.events import AttemptEvent, BreakerEvent, Kind, MergeEvent, RegressionEvent, RunEvent
-from ..state.records import AttemptState, Failure, Run, RunState, TaskState, checked_usage
+from ..state.records import AttemptState, Run, RunState, TaskState
 from .hooks import Hooks
 from .jobs import Briefs, log_path, started
 from .ledger import Ledger, Writes
@@ -492,5 +493,7 @@ class Scheduler:
             if self.plan.run.deadline_s is not None:
                 left = self.run_record.created_at + self.plan.run.deadline_s - self.clock()
                 self.alarms.set(max(0.0, left), "deadline")
+        while not self.inbox.empty():  # a stop asked in start-up (Ctrl-C): before any launch
+            self._handle(self.inbox.get())
         self._apply_reviews()  # decided while no orchestrator ran
         self._pump_merges()

@@ -16,18 +16,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..errors import UsageError
-from ..state.records import (
+from ..state.agentrecords import (
     DETAIL_CHARS,
     FEEDBACK_CHARS,
     MAX_RETRY_AFTER_S,
     SUMMARY_CHARS,
     AgentProfile,
-    AttemptState,
     Failure,
     Usage,
     capped,
     checked_usage,
 )
+from ..state.records import AttemptState
 
 if TYPE_CHECKING:  # plan.py validates [run] executor against EXECUTORS: no import at run time
     from ..git.repo import Repo

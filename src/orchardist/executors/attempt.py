@@ -15,7 +15,8 @@ from ..confine.isolation import Spec, writable_of
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken
 from ..git.repo import Repo
-from ..state.records import AgentProfile, AttemptState, Failure, Usage
+from ..state.agentrecords import AgentProfile, Failure, Usage
+from ..state.records import AttemptState
 from ..verify.discovery import auto_commands, discover_tests
 from . import AttemptJob, Job, Outcome, Stacked, Stacker
 

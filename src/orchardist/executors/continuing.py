@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..agents import Agent, AgentContext, AgentResult
 from ..agents.sessions import Saved, SessionKey, Sessions, fresh
-from ..state.records import Failure
+from ..state.agentrecords import Failure
 from . import AttemptJob
 
 DETAIL_SHOWN = 200  # of the tool's refusal to continue, in the fresh session's note

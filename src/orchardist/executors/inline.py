@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from ..clocks import Timers, WallTimers
 from ..git.repo import Repo
-from ..state.records import AttemptState, Failure
+from ..state.agentrecords import Failure
+from ..state.records import AttemptState
 from ..state.store import Store
 from . import AttemptJob, Job, Notify, Outcome, Phase, Stacker
 

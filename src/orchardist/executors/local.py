@@ -29,7 +29,8 @@ from ..git.repo import Repo
 from ..pipelines.stages import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
 from ..safeio import read_capped, read_tail
 from ..specs import RunConfig
-from ..state.records import UNFINISHED, AgentProfile, AttemptState, Failure, Usage
+from ..state.agentrecords import AgentProfile, Failure, Usage
+from ..state.records import UNFINISHED, AttemptState
 from ..state.store import Store
 from ..verify import reports
 from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier, VerifyRequest

@@ -39,7 +39,8 @@ from ..confine.paths import repo_key, workdir_root
 from ..errors import GitError
 from ..git.repo import Repo
 from ..specs import RunConfig
-from ..state.records import NUM_CPUS, AgentProfile, AttemptState, Failure
+from ..state.agentrecords import NUM_CPUS, AgentProfile, Failure
+from ..state.records import AttemptState
 from ..state.store import MEMORY, Store
 from . import AttemptJob, Job, Notify, Outcome, Phase, Stacker
 from .rayconnect import connect, first_line, import_ray

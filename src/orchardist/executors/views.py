@@ -26,7 +26,8 @@ from ..errors import OrchardistError
 from ..git.indexfile import IndexFile, write_changes
 from ..git.repo import Repo
 from ..pipelines.stages import JUDGED_STAGES
-from ..state.records import AttemptState, Failure
+from ..state.agentrecords import Failure
+from ..state.records import AttemptState
 from . import AttemptJob, Outcome, Stacked
 from .attempt import Attempt, Work
 

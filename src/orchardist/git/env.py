@@ -60,7 +60,7 @@ class Plumbing(Protocol):
     def read_objects(self, oids: Sequence[str]) -> dict[str, tuple[str, bytes]]: ...
 
 
-def git_env(root: Path, identity: bool = True) -> dict[str, str]:
+def git_env(root: Path, identity: bool = True, carry: bool = True) -> dict[str, str]:
     """orchardist's own git: a fixed configuration in which nothing configured runs.
 
     No system or global configuration (an agent that could write ``~/.gitconfig.local``,
@@ -70,10 +70,12 @@ def git_env(root: Path, identity: bool = True) -> dict[str, str]:
     configuration is data, read once here: the identity and a few settings (FIXED_CONFIG,
     CARRIED_CONFIG). The repository's own config is still read: only the user writes it.
     ``identity=False`` leaves the identity out (two git processes fewer) for a caller that
-    only reads: no commit, no ref moved.
+    only reads: no commit, no ref moved. ``carry=False`` leaves CARRIED_CONFIG out (a process
+    fewer), for a caller that lists no untracked file and asks again with it where git
+    refuses the repository (see :class:`~orchardist.git.repo.Repo`).
     """
     env = user_env()
-    carried = carried_config(root, env)
+    carried = carried_config(root, env) if carry else []
     who = identity_env(root, env) if identity else {}
     env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null", GIT_ATTR_NOSYSTEM="1")
     env.update(config_env([*FIXED_CONFIG, *carried]))

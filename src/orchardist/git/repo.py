@@ -20,31 +20,18 @@ import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import GitError
-from . import fingerprint, snapshots
 from .env import GIT, git_env, identity_env, user_env
-from .fingerprint import REFLOG_MESSAGE
-from .snapshots import Checkout as Checkout
-from .treehash import ObjectWriter, escaping_symlinks
+
+if TYPE_CHECKING:
+    from .snapshots import Checkout
+
+# Snapshots, fingerprints and object writing are imported where they are used: a command that
+# only reads (validate) makes none, and their modules' records cost a millisecond each to make.
 
 TRAILER_PREFIX = "Orchardist-"
-
-
-def find_toplevel(path: Path) -> Path | None:
-    """The work tree root containing ``path``, or None when it is not in a git repository."""
-    try:
-        out = subprocess.run(
-            [GIT, "-C", str(path), "rev-parse", "--show-toplevel"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    except OSError:
-        return None
-    if out.returncode != 0:
-        return None
-    return Path(out.stdout.strip()).resolve()
 
 
 @dataclass(frozen=True)
@@ -60,16 +47,38 @@ class Repo:
 
     ``identity=False``: for checks that only read (``validate``'s preflight), without the
     user's identity, which only commits and reflogs carry; asking git for it is two processes.
+    ``resolve``: a commit to look up with the repository's own facts, in the same git process
+    (``validate`` asks for its base); its id is ``resolved``, None where it names no commit.
+    ``untracked=False``: for a caller that lists no untracked or ignored file (validate's
+    preflight), the user's ``core.excludesfile`` and ``safe.directory`` are asked only if git
+    refuses the repository without them (another user owns it): a git process fewer.
     """
 
-    def __init__(self, root: Path, identity: bool = True) -> None:
+    def __init__(
+        self,
+        root: Path,
+        identity: bool = True,
+        resolve: str | None = None,
+        untracked: bool = True,
+    ) -> None:
         self.root = Path(root)
-        self._env = git_env(self.root, identity)
-        common, _, fmt = self.git(
-            "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-object-format"
-        ).partition("\n")
-        self.common_dir = Path(common)
-        self.object_format = fmt.strip() or "sha1"
+        self._env = git_env(self.root, identity, carry=untracked)
+        asked = ["rev-parse", "--path-format=absolute", "--git-common-dir", "--show-object-format"]
+        if resolve is not None:  # (printed after the facts; a bad one only makes the exit 1)
+            asked += ["--verify", "--quiet", f"{resolve}^{{commit}}"]
+        proc = self.run_git(*asked)
+        if not untracked and proc.returncode == 128:  # refused: perhaps trusted, not owned
+            self._env = git_env(self.root, identity)
+            proc = self.run_git(*asked)
+        if proc.returncode not in ((0, 1) if resolve is not None else (0,)):
+            cmd = " ".join(["git", *asked])
+            raise GitError(f"{cmd} failed ({proc.returncode}): {proc.stderr.strip()}")
+        lines = proc.stdout.rstrip("\n").split("\n")
+        if len(lines) < 2:  # exit 1 without the facts: not the commit's doing
+            raise GitError(f"git {' '.join(asked)} failed: {lines[0]!r}")
+        self.common_dir = Path(lines[0])
+        self.object_format = lines[1].strip() or "sha1"
+        self.resolved: str | None = lines[2].strip() if len(lines) > 2 else None
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -134,6 +143,8 @@ class Repo:
             moved = self._move_loose_ref(ref, new, old)
             if moved is not None:
                 return moved
+        from .fingerprint import REFLOG_MESSAGE
+
         expected = old if old is not None else "0" * 40
         # The reflog message tells our moves from anyone else's (see checkout_fingerprint).
         proc = self.run_git("update-ref", "-m", REFLOG_MESSAGE, ref, new, expected)
@@ -217,6 +228,8 @@ class Repo:
         entry = f"{old} {new} {self._native[1]} {int(time.time())} {time.strftime('%z')}"
         log = self.common_dir / "logs" / ref
         if log.exists():
+            from .fingerprint import REFLOG_MESSAGE
+
             with log.open("a") as fh:
                 fh.write(f"{entry}\t{REFLOG_MESSAGE}\n")
         return True
@@ -234,6 +247,8 @@ class Repo:
 
     def _write_object(self, kind: str, body: bytes) -> str:
         """Store a loose object the way git does, replacing a copy whose bytes are not ours."""
+        from .treehash import ObjectWriter
+
         return ObjectWriter(self.common_dir / "objects").write(kind, body)
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
@@ -286,6 +301,8 @@ class Repo:
     ) -> str:
         """Commit everything in ``worktree`` that differs from ``base`` (ignored files
         excepted); see :func:`snapshots.snapshot`."""
+        from . import snapshots
+
         return snapshots.snapshot(self, worktree, base, message, checkout)
 
     def check_objects(self, oids: Sequence[str]) -> None:
@@ -396,6 +413,8 @@ class Repo:
         ]
         problems = []
         if any("120000" in parts[:2] for parts, _ in changes):
+            from .treehash import escaping_symlinks
+
             theirs = set(escaping_symlinks(self._symlinks(base)))
             problems += [
                 f"{path} is a symlink pointing outside the repository"
@@ -454,6 +473,8 @@ class Repo:
     ) -> dict[str, str]:
         """What the user's checkout looks like, by part; see
         :func:`fingerprint.checkout_fingerprint`."""
+        from . import fingerprint
+
         return fingerprint.checkout_fingerprint(self, ignore_refs, watch_reflogs)
 
 

@@ -1,5 +1,6 @@
 """Where a repository is, found with one git process and without :class:`git.repo.Repo`
-(whose set-up runs six): what commands that only read a run's record need of git."""
+(whose set-up runs more): what commands that only read a run's record need of git, and the
+work tree a plan is in."""
 
 from __future__ import annotations
 
@@ -34,3 +35,19 @@ def locate(path: Path) -> tuple[Path, Path] | None:
     if out.returncode != 0 or len(lines) != 2:
         return None
     return Path(lines[0]).resolve(), Path(lines[1])
+
+
+def find_toplevel(path: Path) -> Path | None:
+    """The work tree root containing ``path``, or None when it is not in a git repository."""
+    try:
+        out = subprocess.run(
+            [GIT, "-C", str(path), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:
+        return None
+    if out.returncode != 0:
+        return None
+    return Path(out.stdout.strip()).resolve()

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..specs import MAX_TASK_ID, StageSpec, TaskSpec
+from ..state.agentrecords import AgentProfile, Failure
 from ..state.events import EscalationEvent, Kind
-from ..state.records import AgentProfile, AttemptRecord, AttemptState, Failure, TaskState
+from ..state.records import AttemptRecord, AttemptState, TaskState
 from .stages import (
     AUDIT,
     ESCALATING,

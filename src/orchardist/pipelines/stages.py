@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..confine.isolation import Spec
 from ..quoting import code_span, plain_data, quoted
 from ..safeio import read_capped
-from ..state.records import Failure
+from ..state.agentrecords import Failure
 
 if TYPE_CHECKING:
     from ..confine.procs import CancelToken

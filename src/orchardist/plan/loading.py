@@ -31,8 +31,8 @@ from ..errors import PlanError, Problem, unknown_key
 from ..specs import Plan as Plan
 from ..specs import RunConfig as RunConfig
 from ..specs import parse_duration as parse_duration
-from ..state.records import BREAKER_COOLDOWN_S, BREAKER_THRESHOLD, NUM_CPUS
-from ..state.records import AgentProfile as AgentProfile
+from ..state.agentrecords import BREAKER_COOLDOWN_S, BREAKER_THRESHOLD, NUM_CPUS
+from ..state.agentrecords import AgentProfile as AgentProfile
 from .files import nul_fields, parse
 from .runtable import RunChecks
 from .tasks import TaskChecks
@@ -273,7 +273,7 @@ class _Validator(TaskChecks, RunChecks):
 
     def _repo(self, run_raw: dict[str, Any]) -> Path | None:
         """The repository the plan runs in (``[run] repo``, else the plan's folder's)."""
-        from ..git.repo import find_toplevel
+        from ..git.where import find_toplevel
 
         start = self.path.parent
         if "repo" in run_raw:

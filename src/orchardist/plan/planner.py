@@ -29,7 +29,7 @@ from ..confine.isolation import Policy
 from ..confine.procs import CancelToken, new_marker
 from ..errors import PlanError, UsageError
 from ..specs import Plan, RunConfig
-from ..state.records import AgentProfile
+from ..state.agentrecords import AgentProfile
 from .loading import load_plan
 
 MAX_PLAN_BYTES = 1024 * 1024

@@ -17,7 +17,7 @@ from ..specs import (
     StageSpec,
     TaskSpec,
 )
-from ..state.records import AgentProfile
+from ..state.agentrecords import AgentProfile
 from .fields import Fields
 from .graph import find_cycles
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..state import scancache
 from ..state.records import RunState
 from .folders import forget_run, recorded_run_folder
 from .start import Workspace
@@ -78,7 +79,7 @@ def collect(
         if branches and has_branch:
             ws.repo.delete_ref(f"refs/heads/{run.branch}")
     report["baselines"] = _old_baselines(ws, now - older_than_s, dry_run)
-    report["scan_results"] = ws.store.scan_cache_forget(now - older_than_s, dry_run)
+    report["scan_results"] = scancache.forget(ws.store, now - older_than_s, dry_run)
     if not dry_run:
         ws.repo.prune_worktrees()
     return report

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..agents import AgentContext, make_agent
 from ..confine.procs import CancelToken, new_marker
-from ..state.records import AgentProfile
+from ..state.agentrecords import AgentProfile
 from .findings import Finding, ScanJobError, ScanOutputError, ToolInfo, parse_findings_json
 from .profiles import ScannerProfile
 

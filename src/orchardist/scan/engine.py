@@ -29,7 +29,9 @@ from ..confine.paths import repo_key, workdir_root
 from ..confine.procs import CancelToken, ProcessRequest, run_process
 from ..errors import UsageError
 from ..git.repo import Repo
-from ..state.records import AgentProfile, Event
+from ..state import scancache
+from ..state.agentrecords import AgentProfile
+from ..state.records import Event
 from ..state.store import Store
 from .findings import Finding, ScanJobError, ToolInfo
 from .globs import compile_globs, select_files
@@ -48,8 +50,8 @@ MAX_CACHE_ENTRIES = 200_000
 MAX_ENTRY_BYTES = 1 << 20  # a larger per-file result is not cached
 MAX_BATCH_FILES = 256
 # missed files are split into at most one batch per MIN_BATCH_FILES: a batch costs a
-# sandboxed process start (an interpreter applying Landlock, then the tool's own start), more
-# than a linter's whole run over a hundred small files; splitting pays where files are many
+# sandboxed process start (the tool's own start, its cleanup's sweep of /proc), more than a
+# linter's whole run over a hundred small files; splitting pays where files are many
 MIN_BATCH_FILES = 128
 VERSION_TIMEOUT_S = 60.0
 DEV_NULL = Path("/dev/null")
@@ -220,7 +222,7 @@ class Scanner:
         else:
             keys = [_digest(config, "file", path, entries[path]) for path in files]
         self.keys_used += keys
-        cached = self.store.scan_cache_get(keys, self.clock()) if self.use_cache else {}
+        cached = scancache.get(self.store, keys, self.clock()) if self.use_cache else {}
         for value in cached.values():
             entry = json.loads(value)
             tally.findings += [Finding.from_json(f) for f in entry["findings"]]
@@ -266,7 +268,7 @@ class Scanner:
         self.keys_used.append(key)
         self.stamped = self.stamped and stamp is not None
         if stamp is not None and self.use_cache:
-            known = self.store.scan_cache_get([key], self.clock())
+            known = scancache.get(self.store, [key], self.clock())
             if key in known:
                 return known[key]
         folder = work / f"{profile.name}.version"
@@ -284,8 +286,8 @@ class Scanner:
         )
         version = f"{proc.exit_code}:{log.read_text(errors='replace')}"
         if stamp is not None and self.use_cache and proc.exit_code == 0:
-            self.store.scan_cache_put(
-                [(key, profile.name, version)], self.clock(), MAX_CACHE_ENTRIES
+            scancache.put(
+                self.store, [(key, profile.name, version)], self.clock(), MAX_CACHE_ENTRIES
             )
         return version
 
@@ -339,7 +341,7 @@ class Scanner:
             for key, value in tally.fresh
         ]
         if rows and self.use_cache:
-            self.store.scan_cache_put(rows, self.clock(), MAX_CACHE_ENTRIES)
+            scancache.put(self.store, rows, self.clock(), MAX_CACHE_ENTRIES)
 
     def _export_sets(self, jobs: Sequence[_Job]) -> dict[str, set[str] | None]:
         """What each scanner's export holds (repository paths): for a file-scoped scanner its

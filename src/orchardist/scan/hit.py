@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 MEMO_SCHEMA = 2  # bump when what a memo holds changes
 DEFAULT_PLANS = ("orchardist.toml", "plan.toml")  # a scan's plan when none is named
-LOOKUP_CHUNK = 500  # keys in one `in (...)` query, as the store's
+LOOKUP_CHUNK = 500  # keys in one `in (...)` query, as state.scancache's
 FAIL_LEVELS = ("error", "warning", "note")
 FORMATS = ("sarif", "json", "table")
 # the code whose behaviour a memo records: a change to any of these files makes it stale

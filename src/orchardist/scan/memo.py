@@ -23,6 +23,7 @@ from typing import Any
 from ..config import CONFIG_NAME, tell_ignored, user_config
 from ..git.repo import Repo
 from ..specs import Plan
+from ..state import scancache
 from .engine import MAX_CACHE_ENTRIES, Scanner, ScanResult
 from .findings import level_rank
 from .hit import MEMO_SCHEMA, code_stamp, file_stamp, where_key
@@ -66,7 +67,7 @@ def remember(
     }
     key = where_key(str(plan.path), args.scanner, args.base)
     row = (key, "", marshal.dumps(memo))
-    scanner.store.scan_cache_put([row], scanner.clock(), MAX_CACHE_ENTRIES)
+    scancache.put(scanner.store, [row], scanner.clock(), MAX_CACHE_ENTRIES)
 
 
 def _outputs(hit: ScanResult, plan: Plan, rendering: Rendering) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..confine.procs import CancelToken, ProcessRequest, run_process
 from ..safeio import read_tail
-from ..state.records import AgentProfile
+from ..state.agentrecords import AgentProfile
 from .findings import (
     Finding,
     ScanJobError,

@@ -42,6 +42,14 @@ def rate_limit_waits(
     return _rate_limit_waits(store.last_events(run_id, Kind.ATTEMPT) if waiting else [])
 
 
+def rate_limit_wait(store: Store, task: TaskRecord) -> dict[str, Any] | None:
+    """:func:`rate_limit_waits` for one task, reading only its own latest attempt event."""
+    if task.state.terminal:
+        return None
+    events = store.last_events(task.run_id, Kind.ATTEMPT, task_id=task.task_id)
+    return _rate_limit_waits(events).get(task.task_id)
+
+
 def task_entry(
     task: TaskRecord, mine: list[AttemptRecord], wait: dict[str, Any] | None
 ) -> dict[str, Any]:

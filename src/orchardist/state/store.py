@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import StoreError
 from . import counts
+from .agentrecords import Usage
 from .records import (
     AttemptChanges,
     AttemptRecord,
@@ -34,7 +35,6 @@ from .records import (
     TaskChanges,
     TaskRecord,
     TaskState,
-    Usage,
     moved,
 )
 from .tables import (
@@ -216,9 +216,6 @@ class Transaction:
             moved(kind(row[0]), kind(new), what)
 
 
-LOOKUP_CHUNK = 500  # keys in one `in (...)` query: under SQLite's 999 bound variables
-
-
 class Store:
     """The SQLite store. Safe to share between threads; each write is one transaction."""
 
@@ -311,6 +308,11 @@ class Store:
         return [
             run_of(r) for r in self._rows("select * from runs order by created_at desc, id desc")
         ]
+
+    def task(self, run_id: str, task_id: str) -> TaskRecord | None:
+        """One task of a run, or None."""
+        rows = self._rows("select * from tasks where run_id = ? and task_id = ?", (run_id, task_id))
+        return task_of(rows[0]) if rows else None
 
     def tasks(self, run_id: str, written_after: int | None = None) -> list[TaskRecord]:
         """A run's tasks in plan order (a pipeline's stages share their task's ``idx``: they
@@ -418,49 +420,6 @@ class Store:
         with self.transaction() as tx:
             tx.execute_many("delete from baselines where key = ?", [(k,) for k in keys])
 
-    # -- scan cache (see scan/cache.py) ----------------------------------------------------
-
-    def scan_cache_get(self, keys: Sequence[str], now: float) -> dict[str, str]:
-        """Cached scan results by key (those present), marked as used at ``now``."""
-        rows: dict[str, str] = {}
-        with self.transaction() as tx:
-            for start in range(0, len(keys), LOOKUP_CHUNK):  # one query a chunk, not a key
-                chunk = keys[start : start + LOOKUP_CHUNK]
-                marks = ", ".join("?" * len(chunk))
-                sql = f"select key, value from scan_cache where key in ({marks})"
-                rows.update((key, value) for key, value in tx.execute(sql, chunk))
-            found = {key: rows[key] for key in keys if key in rows}  # in the order asked
-            tx.execute_many(
-                "update scan_cache set used_at = ? where key = ?", [(now, k) for k in found]
-            )
-        return found
-
-    def scan_cache_put(
-        self, rows: Sequence[tuple[str, str, str | bytes]], now: float, max_entries: int
-    ) -> None:
-        """Store ``(key, scanner, value)`` rows; the least recently used beyond the bound go.
-        (A value is a findings document, or, for scan.hit's memos, bytes.)"""
-        with self.transaction() as tx:
-            tx.execute_many(
-                "insert or replace into scan_cache (key, scanner, value, used_at) "
-                "values (?, ?, ?, ?)",
-                [(key, scanner, value, now) for key, scanner, value in rows],
-            )
-            tx.execute(
-                "delete from scan_cache where key in (select key from scan_cache "
-                "order by used_at desc limit -1 offset ?)",
-                (max_entries,),
-            )
-
-    def scan_cache_forget(self, before: float, dry_run: bool = False) -> int:
-        """Drop scan results not used since ``before``; how many there were."""
-        with self.transaction() as tx:
-            row = tx.execute("select count(*) from scan_cache where used_at < ?", (before,))
-            count = int(row.fetchone()[0])
-            if not dry_run:
-                tx.execute("delete from scan_cache where used_at < ?", (before,))
-        return count
-
     def events(self, run_id: str, after: int = 0) -> list[Event]:
         """A run's events with ``seq > after``, in order."""
         rows = self._rows(
@@ -468,14 +427,20 @@ class Store:
         )
         return self._events(rows)
 
-    def last_events(self, run_id: str, kind: str, state: str | None = None) -> list[Event]:
+    def last_events(
+        self, run_id: str, kind: str, state: str | None = None, task_id: str | None = None
+    ) -> list[Event]:
         """Each task's latest event of ``kind`` (and ``state``, if given) in a run, in order
-        (one query, not the log)."""
-        where = "" if state is None else " and json_extract(data, '$.state') = ?"
+        (one query, not the log); only ``task_id``'s, if given."""
+        where, args = "", [run_id, kind]
+        if state is not None:
+            where, args = " and json_extract(data, '$.state') = ?", [*args, state]
+        if task_id is not None:
+            where, args = where + " and task_id = ?", [*args, task_id]
         rows = self._rows(
             "select * from events where seq in (select max(seq) from events where run_id = ?"
             f" and kind = ?{where} and task_id is not null group by task_id) order by seq",
-            (run_id, kind) if state is None else (run_id, kind, state),
+            args,
         )
         return self._events(rows)
 

@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
+from .agentrecords import Failure, Usage
 from .records import (
     AttemptRecord,
     AttemptState,
-    Failure,
     LineComment,
     ReviewDecision,
     Run,
@@ -20,7 +20,6 @@ from .records import (
     StoredDecision,
     TaskRecord,
     TaskState,
-    Usage,
     Verdict,
 )
 

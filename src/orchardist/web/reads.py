@@ -19,7 +19,7 @@ from ..git.repo import Repo
 from ..safeio import read_tail
 from ..state.counts import RunCounts
 from ..state.records import Run
-from ..state.report import status_document
+from ..state.report import rate_limit_wait, task_entry
 from ..state.store import Store
 from .runpage import RunPage, build, current
 from .taskdoc import attempt_extras, finding, review_history, winner_first
@@ -137,11 +137,14 @@ class Reads:
         }
 
     def task_doc(self, run: Run, task_id: str) -> dict[str, Any] | None:
-        doc = status_document(self.store, run)
-        task: dict[str, Any] | None = next((t for t in doc["tasks"] if t["id"] == task_id), None)
-        if task is None:
+        """A task's page: its status entry with its attempts' logs, diffs and reviews (None
+        when the run has no such task), reading only that task's rows."""
+        found = self.store.task(run.id, task_id)
+        if found is None:
             return None
-        records = {a.n: a for a in self.store.attempts(run.id, task_id)}
+        mine = sorted(self.store.attempts(run.id, task_id), key=lambda a: a.n)
+        task = task_entry(found, mine, rate_limit_wait(self.store, found))
+        records = {a.n: a for a in mine}
         for attempt in task["attempts"]:
             record = records[attempt["n"]]
             attempt["started_at"] = record.started_at

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..git.repo import Repo, find_toplevel
+from ..git.repo import Repo
+from ..git.where import find_toplevel
 from .app import create_app
 from .reads import Settings
 

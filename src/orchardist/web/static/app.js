@@ -320,6 +320,18 @@ function reviewedAttempt(task) {
   return passed.length ? passed.reduce((x, y) => (y.n > x.n ? y : x)) : null;
 }
 
+// The lists a reader opened (a verify's passes, a raw log) stay open through live redraws: the
+// first comes just after the page shows, when the run's events (all of them) arrive.
+function listKey(d) {
+  const section = d.closest("section.attempt");
+  return `${section.dataset.attempt} ${[...section.querySelectorAll("details")].indexOf(d)}`;
+}
+
+function openLists(taskId) {
+  if (document.getElementById("task-id")?.textContent !== taskId) return new Set();
+  return new Set([...main.querySelectorAll("section.attempt details[open]")].map(listKey));
+}
+
 async function showTask(runId, taskId) {
   let tails = [];
   let waiting = false;
@@ -345,6 +357,7 @@ async function showTask(runId, taskId) {
     crumbs.replaceChildren(" / ", el("a", { href: `/runs/${encodeURIComponent(runId)}` }, runId), " / ", taskId);
     const underReview = reviewedAttempt(task);
     const sections = task.attempts.map((a) => attemptSection(a, a === underReview ? review : null));
+    const opened = openLists(taskId);
     main.replaceChildren(
       el("h2", {}, "Task ", el("span", { id: "task-id" }, task.id), " ", el("span", { id: "task-state" }, stateSpan(task.state))),
       el("p", { class: "kv", title: task.reason || "" }, task.finding || ""),
@@ -356,6 +369,7 @@ async function showTask(runId, taskId) {
       ...reviewHistory(task, RESUMABLE.includes(task.run_state)),
       ...sections,
     );
+    for (const d of main.querySelectorAll("section.attempt details")) if (opened.has(listKey(d))) d.open = true;
     // Running attempts: their log grows between events; stream what is appended.
     for (const a of task.attempts.filter((x) => x.ended_at === null)) {
       const section = main.querySelector(`section[data-attempt="${a.n}"]`);
