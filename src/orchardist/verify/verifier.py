@@ -266,8 +266,13 @@ class CommandVerifier:
         return Verdict(True, "verified", "; ".join([detail, *notes]), exit_code=0)
 
     def _base(self, outcome: CommandOutcome, request: VerifyRequest) -> CommandOutcome | None:
-        """The base's outcome of a command that failed here (None: unknown, or it timed out)."""
+        """The base's outcome of a command that failed here (None: unknown, it timed out, or
+        it cannot count). Without per-test results on either tree (a command that runs no
+        pytest) a failure fails whatever the base did: running it there would only cost a
+        checkout and a run."""
         if self.baselines is None or request.baseline is None or outcome.timed_out:
+            return None
+        if outcome.report is None and not looks_like_pytest(outcome.command):
             return None
         return self._on_base(request.baseline, outcome.command, request)
 
