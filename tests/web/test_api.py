@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from orchardist import Workspace
 from orchardist.engine.scheduler import Scheduler
 from shared_run_support import finished_run, isolated
 from support import Finished, git, write_plan
@@ -185,7 +186,7 @@ def test_the_event_stream_delivers_events_as_they_happen(
 ) -> None:
     # Given: a run whose last task waits for a file the test creates once it sees it start
     gate = tmp_path / "go"
-    run_plan(finished_plan(repo))  # a store exists before the dashboard starts
+    Workspace.open(repo).store.close()  # a store (no run yet) exists before the dashboard starts
     gated = f"until [ -e {gate} ]; do sleep 0.01; done; echo t > top.txt"
     plan = write_plan(
         repo,
