@@ -164,3 +164,15 @@ def test_a_check_is_judged_on_its_own_baseline_when_given(kind: str, tmp_path: P
     # Then: the check reproduces there, and the base was not asked about it
     assert (verdict.passed, verdict.verdict) == (True, "verified")
     assert baselines.asked == [(with_repro, PASS)]
+
+
+def test_a_check_that_passes_on_the_base_is_not_run_on_the_tree(kind: str, tmp_path: Path) -> None:
+    # Given: a check that passed on the base (no recorded outcome: it passed)
+    baselines = MemoryBaselines({})
+    # When: a tree is verified with a command and that check
+    verdict = verify(make(kind, baselines), tmp_path / "tree", (PASS,), check=HAS_FILE)
+    # Then: flagged, and the check ran on the base only: whatever it does here, it fails
+    assert (verdict.passed, verdict.flag) == (False, CHECK_DOES_NOT_REPRODUCE)
+    assert verdict.detail == "check: check does not reproduce"
+    log = (tmp_path / "verify.log").read_text()
+    assert f"$ {PASS}" in log and f"$ {HAS_FILE}" not in log
