@@ -9,11 +9,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from modelapi.server import ModelServer, Reply, Request
+from run_support import orchardist
 from support import git, make_repo
 
 PY = "python"  # this interpreter, without pytest's plugins: conftest
@@ -164,15 +164,7 @@ def test_the_llm_agent_drives_a_debug_pipeline_writing_its_handoffs_from_its_pro
         )
 
         # When
-        out = subprocess.run(
-            [sys.executable, "-m", "orchardist", "debug", REPORT, "--verify", f"{PY} -m pytest -q"],
-            cwd=repo,
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            env=os.environ,
-            timeout=600,
-        )
+        out = orchardist(repo, "debug", REPORT, "--verify", f"{PY} -m pytest -q", timeout_s=600)
 
     # Then: every stage ran once, through the model, and the run is done
     assert model.confused == []
@@ -182,16 +174,9 @@ def test_the_llm_agent_drives_a_debug_pipeline_writing_its_handoffs_from_its_pro
     branch = f"orchardist/{run_id}"
 
     # the stages' handoffs are in the status, as the model wrote them
-    status = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "orchardist", "status", run_id, "--json"],
-            cwd=repo,
-            capture_output=True,
-            text=True,
-            env=os.environ,
-            check=True,
-        ).stdout
-    )
+    shown = orchardist(repo, "status", run_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    status = json.loads(shown.stdout)
     handoffs = {
         t["id"]: [a["handoff"] for a in t["attempts"] if a.get("handoff")] for t in status["tasks"]
     }

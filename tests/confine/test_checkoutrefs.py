@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from editable_support import calc_repo, editable_venv
+from editable_support import EditableInstall, calc_repo, checkout, editable_install
 from ns_support import require_namespaces
 from orchardist.confine.checkoutrefs import references, unseen_path_entries
 from run_support import orchardist
@@ -31,13 +31,17 @@ def plan_with(repo: Path, isolation: str) -> Path:
     return write_plan(repo, f'[run]\nisolation = "{isolation}"\n' + body)
 
 
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> EditableInstall:
+    """The calc project installed editable, once for the module's tests (editable_support)."""
+    return editable_install(tmp_path_factory.mktemp("editable"))
+
+
 def test_an_editable_install_and_pythonpath_into_the_checkout_are_found(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    installed: EditableInstall, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given: the project installed editable by pip, and PYTHONPATH naming its src folder
-    repo = calc_repo(tmp_path / "repo", "a + b")
-    venv = tmp_path / "venv"
-    editable_venv(venv, repo, monkeypatch)
+    repo = checkout(installed, "a + b", monkeypatch)
     env = {**os.environ, "PYTHONPATH": f"/nowhere{os.pathsep}{repo / 'src'}"}
 
     # When
@@ -53,24 +57,23 @@ def test_an_editable_install_and_pythonpath_into_the_checkout_are_found(
 
 
 def test_nothing_is_found_when_nothing_names_the_checkout(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    installed: EditableInstall, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given: an editable install of another project, whose path starts like this one's
-    other = calc_repo(tmp_path / "repo-other", "a + b")
-    editable_venv(tmp_path / "venv", other, monkeypatch)
-    repo = calc_repo(tmp_path / "repo", "a + b")
+    other = checkout(installed, "a + b", monkeypatch)
+    repo = calc_repo(other.with_name("repo"), "a + b")
+    assert str(other).startswith(str(repo))  # .../repo-editable: a sibling, alike in name
 
     # Then
-    assert references(repo, {**os.environ, "PYTHONPATH": str(tmp_path / "repo-other")}) == []
+    assert references(repo, {**os.environ, "PYTHONPATH": str(other)}) == []
 
 
 @pytest.mark.parametrize("command", ["run", "doctor"])
 def test_run_and_doctor_say_what_verify_tests_with_isolation_off_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+    installed: EditableInstall, monkeypatch: pytest.MonkeyPatch, command: str
 ) -> None:
     # Given: an editable install of the repository on PATH, and a plan with isolation off
-    repo = calc_repo(tmp_path / "repo", "a + b")
-    editable_venv(tmp_path / "venv", repo, monkeypatch)
+    repo = checkout(installed, "a + b", monkeypatch)
 
     # When
     done = orchardist(repo, command, str(plan_with(repo, "off")))

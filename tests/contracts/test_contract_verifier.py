@@ -26,12 +26,14 @@ BASE = "b" * 40
 PASS = "true"
 FAIL = "echo broken; exit 3"
 HAS_FILE = "test -f done.txt"
+PYTEST_FAILS = "exit 4; python -m pytest"  # a pytest command that left no report
 
 PYTHON = PythonCommands(
     {
         PASS: lambda cwd: (0, ""),
         FAIL: lambda cwd: (3, "broken\n"),
         HAS_FILE: lambda cwd: (0 if (cwd / "done.txt").exists() else 1, ""),
+        PYTEST_FAILS: lambda cwd: (4, ""),
     }
 )
 
@@ -96,13 +98,26 @@ def test_a_failing_command_fails_with_its_output_as_feedback(kind: str, tmp_path
     baselines = MemoryBaselines({(BASE, FAIL): CommandOutcome(FAIL, 3, False, None)})
     # When: the failing command runs, then one that would pass
     verdict = verify(make(kind, baselines), tmp_path / "tree", (FAIL, PASS))
-    # Then: failed on the first, the base was asked, its output is the feedback, and the
-    # command after it never ran
+    # Then: failed on the first, its output is the feedback, and the command after it never
+    # ran; the base was not asked: a command that runs no pytest has no per-test results
+    # there either, so its failure fails whatever the base did
     assert (verdict.passed, verdict.verdict, verdict.exit_code) == (False, "failed", 3)
     assert verdict.detail == f"verify command failed (3): {FAIL}"
     assert "broken" in verdict.feedback
-    assert baselines.asked == [(BASE, FAIL)]
+    assert baselines.asked == []
     assert f"$ {PASS}" not in (tmp_path / "verify.log").read_text()
+
+
+def test_a_failing_command_that_runs_pytest_is_run_on_the_base_too(
+    kind: str, tmp_path: Path
+) -> None:
+    # Given: a base where pytest's tests passed (no recorded outcome: it passed)
+    baselines = MemoryBaselines({})
+    # When: the command fails here without a per-test report
+    verdict = verify(make(kind, baselines), tmp_path / "tree", (PYTEST_FAILS,))
+    # Then: the base was asked (its results could count), and the failure fails
+    assert baselines.asked == [(BASE, PYTEST_FAILS)]
+    assert (verdict.passed, verdict.exit_code) == (False, 4)
 
 
 def test_a_command_is_judged_in_the_tree_it_is_given(kind: str, tmp_path: Path) -> None:
@@ -149,3 +164,15 @@ def test_a_check_is_judged_on_its_own_baseline_when_given(kind: str, tmp_path: P
     # Then: the check reproduces there, and the base was not asked about it
     assert (verdict.passed, verdict.verdict) == (True, "verified")
     assert baselines.asked == [(with_repro, PASS)]
+
+
+def test_a_check_that_passes_on_the_base_is_not_run_on_the_tree(kind: str, tmp_path: Path) -> None:
+    # Given: a check that passed on the base (no recorded outcome: it passed)
+    baselines = MemoryBaselines({})
+    # When: a tree is verified with a command and that check
+    verdict = verify(make(kind, baselines), tmp_path / "tree", (PASS,), check=HAS_FILE)
+    # Then: flagged, and the check ran on the base only: whatever it does here, it fails
+    assert (verdict.passed, verdict.flag) == (False, CHECK_DOES_NOT_REPRODUCE)
+    assert verdict.detail == "check: check does not reproduce"
+    log = (tmp_path / "verify.log").read_text()
+    assert f"$ {PASS}" in log and f"$ {HAS_FILE}" not in log

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from editable_support import calc_repo, editable_venv
+from editable_support import EditableInstall, checkout, editable_install
 from ns_support import require_namespaces
 from orchardist import RunState
 from realtools import require
@@ -29,8 +29,14 @@ def _namespaces() -> None:
     require_namespaces()
 
 
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> EditableInstall:
+    """The calc project installed editable, once for the module's tests (editable_support)."""
+    return editable_install(tmp_path_factory.mktemp("editable"))
+
+
 def test_a_breaking_change_is_refused_although_the_package_is_installed_editable(
-    tmp_path: Path,
+    installed: EditableInstall,
     sync: Path,
     shell_scripts: Scripts,
     run_plan: RunPlan,
@@ -38,8 +44,7 @@ def test_a_breaking_change_is_refused_although_the_package_is_installed_editable
 ) -> None:
     # Given: a package installed editable (its finder names the user's checkout) whose tests
     # pass, and an agent that breaks it (a + b -> a - b)
-    repo = calc_repo(tmp_path / "repo", "a + b")
-    editable_venv(tmp_path / "venv", repo, monkeypatch)
+    repo = checkout(installed, "a + b", monkeypatch)
     command = shell_scripts(
         t="""
         sed -i 's/a + b/a - b/' src/calc/__init__.py
@@ -77,7 +82,7 @@ def test_a_breaking_change_is_refused_although_the_package_is_installed_editable
 
 
 def test_a_real_fix_with_a_check_merges_although_the_package_is_installed_editable(
-    tmp_path: Path,
+    installed: EditableInstall,
     sync: Path,
     shell_scripts: Scripts,
     run_plan: RunPlan,
@@ -85,8 +90,7 @@ def test_a_real_fix_with_a_check_merges_although_the_package_is_installed_editab
 ) -> None:
     # Given: an editable install of a package with a bug (a - b), a check that fails on it,
     # and an agent that fixes it
-    repo = calc_repo(tmp_path / "repo", "a - b")
-    editable_venv(tmp_path / "venv", repo, monkeypatch)
+    repo = checkout(installed, "a - b", monkeypatch)
     command = shell_scripts(
         t="""
         sed -i 's/a - b/a + b/' src/calc/__init__.py

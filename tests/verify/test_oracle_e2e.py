@@ -163,6 +163,7 @@ def test_a_check_that_passes_on_the_base_is_flagged_and_not_accepted(
     )
     assert "check does not reproduce" in attempt["detail"]
     assert "check does not reproduce" in run.task("fix")["reason"]
+    assert "::test_price" not in log_of(attempt)  # the check ran on the base only
     ended = [e for e in run.events("attempt", "fix") if e.data["state"] == "failed"]
     assert [e.data.get("flag") for e in ended] == [CHECK_DOES_NOT_REPRODUCE]
     assert run.task("fix")["winner"] is None

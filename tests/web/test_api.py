@@ -14,9 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from orchardist import Workspace
 from orchardist.engine.scheduler import Scheduler
+from shared_run_support import finished_run, isolated
 from support import Finished, git, write_plan
-from web.dashboard import serving
+from web.dashboard import Dashboard, serving
 
 RunPlan = Callable[..., Finished]
 
@@ -53,8 +55,22 @@ depends_on = ["left", "right"]
 """
 
 
+FINISHED = PLAN.format(top='write = { "top.txt" = "t\\n" }')
+
+
 def finished_plan(repo: Path) -> Path:
-    return write_plan(repo, PLAN.format(top='write = { "top.txt" = "t\\n" }'))
+    return write_plan(repo, FINISHED)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Finished, Dashboard]]:
+    """A finished run of ``FINISHED`` and its dashboard, once for the tests that only read them."""
+    with (
+        isolated(tmp_path_factory),
+        finished_run(tmp_path_factory, FINISHED) as done,
+        serving(done.root) as dash,
+    ):
+        yield done, dash
 
 
 def sse_events(response: httpx.Response, until_seq: int) -> list[dict[str, object]]:
@@ -73,29 +89,32 @@ def sse_events(response: httpx.Response, until_seq: int) -> list[dict[str, objec
     return out
 
 
-def test_every_request_needs_the_token_and_a_known_host(repo: Path, run_plan: RunPlan) -> None:
-    run_plan(finished_plan(repo))
-    with serving(repo) as dash:
-        with dash.client(auth=False) as anon:
-            # Given no token: the page, the API and the metrics are refused
-            for path in ("/", "/api/runs", "/metrics", "/static/app.js"):
-                assert anon.get(path).status_code == 401, path
-            # a wrong token in the URL too
-            assert anon.get("/?token=wrong").status_code == 401
-            # the right one is taken from the URL once and kept in an HttpOnly cookie
-            first = anon.get(f"/?token={dash.token}")
-            assert first.status_code == 303 and first.headers["location"].endswith("/")
-            cookie = first.headers["set-cookie"].lower()
-            assert "httponly" in cookie and "samesite=strict" in cookie
-            assert anon.get("/api/runs").status_code == 200  # the client kept the cookie
-        with dash.client() as client:
-            # a Host header that is not the server's address (DNS rebinding) is refused
-            assert client.get("/api/runs", headers={"Host": "evil.example:80"}).status_code == 400
+def test_every_request_needs_the_token_and_a_known_host(
+    served: tuple[Finished, Dashboard],
+) -> None:
+    _, dash = served
+    with dash.client(auth=False) as anon:
+        # Given no token: the page, the API and the metrics are refused
+        for path in ("/", "/api/runs", "/metrics", "/static/app.js"):
+            assert anon.get(path).status_code == 401, path
+        # a wrong token in the URL too
+        assert anon.get("/?token=wrong").status_code == 401
+        # the right one is taken from the URL once and kept in an HttpOnly cookie
+        first = anon.get(f"/?token={dash.token}")
+        assert first.status_code == 303 and first.headers["location"].endswith("/")
+        cookie = first.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie
+        assert anon.get("/api/runs").status_code == 200  # the client kept the cookie
+    with dash.client() as client:
+        # a Host header that is not the server's address (DNS rebinding) is refused
+        assert client.get("/api/runs", headers={"Host": "evil.example:80"}).status_code == 400
 
 
-def test_the_api_serves_runs_tasks_logs_diffs_and_the_graph(repo: Path, run_plan: RunPlan) -> None:
-    done = run_plan(finished_plan(repo))
-    with serving(repo) as dash, dash.client() as client:
+def test_the_api_serves_runs_tasks_logs_diffs_and_the_graph(
+    served: tuple[Finished, Dashboard],
+) -> None:
+    done, dash = served
+    with dash.client() as client:
         (row,) = client.get("/api/runs").json()
         assert (row["run"], row["state"], row["tasks"]) == (done.run.id, "done", 4)
 
@@ -147,11 +166,13 @@ def test_a_log_an_agent_replaced_by_a_symlink_or_a_fifo_is_shown_as_not_availabl
     assert "TOKEN-4242" not in stream and "event: end" in stream
 
 
-def test_the_event_stream_resumes_after_the_last_event_id(repo: Path, run_plan: RunPlan) -> None:
-    done = run_plan(finished_plan(repo))
+def test_the_event_stream_resumes_after_the_last_event_id(
+    served: tuple[Finished, Dashboard],
+) -> None:
+    done, dash = served
     seqs = [e.seq for e in done.ws.store.events(done.run.id)]
     resume_after = seqs[len(seqs) // 2]
-    with serving(repo) as dash, dash.client() as client:
+    with dash.client() as client:
         url = f"/api/runs/{done.run.id}/events"
         with client.stream("GET", url, headers={"Last-Event-ID": str(resume_after)}) as response:
             assert response.headers["content-type"].startswith("text/event-stream")
@@ -165,7 +186,7 @@ def test_the_event_stream_delivers_events_as_they_happen(
 ) -> None:
     # Given: a run whose last task waits for a file the test creates once it sees it start
     gate = tmp_path / "go"
-    run_plan(finished_plan(repo))  # a store exists before the dashboard starts
+    Workspace.open(repo).store.close()  # a store (no run yet) exists before the dashboard starts
     gated = f"until [ -e {gate} ]; do sleep 0.01; done; echo t > top.txt"
     plan = write_plan(
         repo,
@@ -206,9 +227,9 @@ def test_the_event_stream_delivers_events_as_they_happen(
     assert box and box[0].state.value == "done"
 
 
-def test_metrics_speak_the_prometheus_text_format(repo: Path, run_plan: RunPlan) -> None:
-    run_plan(finished_plan(repo))
-    with serving(repo) as dash, dash.client() as client:
+def test_metrics_speak_the_prometheus_text_format(served: tuple[Finished, Dashboard]) -> None:
+    _, dash = served
+    with dash.client() as client:
         response = client.get("/metrics")
     assert response.headers["content-type"].startswith("text/plain")
     lines = response.text.splitlines()

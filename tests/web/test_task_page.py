@@ -5,14 +5,15 @@ list's plan name and the favicon."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
-from orchardist import Workspace, create_run, load_plan
-from support import Finished, write_plan
-from web.dashboard import serving
+import pytest
 
-RunPlan = Callable[..., Finished]
+from orchardist import Workspace, create_run, load_plan
+from shared_run_support import finished_run, isolated
+from support import Finished, write_plan
+from web.dashboard import Dashboard, serving
 
 TESTS = "def test_good():\n    assert True\n\n\ndef test_bad():\n    assert False\n"
 SUITE = "python -m pytest -q -p no:cacheprovider test_pair.py"
@@ -64,14 +65,25 @@ agent = "fake"
 """
 
 
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Finished, Dashboard]]:
+    """A finished run of ``PLAN`` and its dashboard, once for the tests that only read them."""
+    with (
+        isolated(tmp_path_factory),
+        finished_run(tmp_path_factory, PLAN) as done,
+        serving(done.root) as dash,
+    ):
+        yield done, dash
+
+
 def test_the_task_page_shows_tests_one_by_one_the_winner_first_and_a_transcript(
-    repo: Path, run_plan: RunPlan
+    served: tuple[Finished, Dashboard],
 ) -> None:
     # Given: a finished run: a task that won on its second attempt, a task whose pytest suite
     # has one failing test, and a task whose agent printed Claude Code's stream
-    done = run_plan(write_plan(repo, PLAN))
+    done, dash = served
     run = done.run.id
-    with serving(repo) as dash, dash.client() as client:
+    with dash.client() as client:
         second = client.get(f"/api/runs/{run}/tasks/second").json()
         pair = client.get(f"/api/runs/{run}/tasks/pair").json()
         talk = client.get(f"/api/runs/{run}/tasks/talk").json()
@@ -102,11 +114,11 @@ def test_the_task_page_shows_tests_one_by_one_the_winner_first_and_a_transcript(
 
 
 def test_the_runs_list_names_the_plan_and_the_dashboard_has_a_favicon(
-    repo: Path, run_plan: RunPlan
+    served: tuple[Finished, Dashboard],
 ) -> None:
     # Given: a run of a plan file called plan.toml
-    run_plan(write_plan(repo, PLAN))
-    with serving(repo) as dash, dash.client() as client:
+    _, dash = served
+    with dash.client() as client:
         (row,) = client.get("/api/runs").json()
         icon = client.get("/favicon.ico")
         page = client.get("/").text

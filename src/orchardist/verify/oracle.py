@@ -28,6 +28,7 @@ from ..safeio import read_capped
 
 __all__ = [
     "CHECK_DOES_NOT_REPRODUCE",
+    "DOES_NOT_REPRODUCE_REASON",
     "CommandOutcome",
     "Judgement",
     "TestReport",
@@ -37,10 +38,12 @@ __all__ = [
     "looks_like_pytest",
     "parse_junit",
     "pytest_env",
+    "reproduces",
 ]
 
 ADDOPTS_VAR = "PYTEST_ADDOPTS"
 CHECK_DOES_NOT_REPRODUCE = "check_does_not_reproduce"
+DOES_NOT_REPRODUCE_REASON = "check does not reproduce"
 BASELINE_KEY_VERSION = "1"  # bump when the way baselines are run changes, to retire old entries
 MAX_NAMES_IN_REASON = 5
 MAX_JUNIT_BYTES = 64 * 1024 * 1024  # a larger report is not read: per-command verdicts apply
@@ -248,6 +251,12 @@ def _judge_reports(candidate: CommandOutcome, now: TestReport, before: TestRepor
     return Judgement(True, f"passed{note}: {candidate.command}", newly_failed, preexisting, missing)
 
 
+def reproduces(on_base: CommandOutcome) -> bool:
+    """Whether a check's run on the base shows the problem: it failed there, or timed out (it
+    may reproduce a hang)."""
+    return on_base.exit_code != 0 or on_base.timed_out
+
+
 def judge_check(on_base: CommandOutcome, on_candidate: CommandOutcome) -> Judgement:
     """A reproduction check: it must fail on the base and pass on the candidate.
 
@@ -256,10 +265,10 @@ def judge_check(on_base: CommandOutcome, on_candidate: CommandOutcome) -> Judgem
     failing there (it may reproduce a hang); on the candidate it fails.
     """
     newly, preexisting = _failures(on_candidate, on_base)
-    if on_base.exit_code == 0 and not on_base.timed_out:
+    if not reproduces(on_base):
         return Judgement(
             False,
-            "check does not reproduce",
+            DOES_NOT_REPRODUCE_REASON,
             newly,
             preexisting,
             flag=CHECK_DOES_NOT_REPRODUCE,

@@ -14,6 +14,8 @@ from ..confine.isolation import Spec
 from ..confine.procs import CancelToken, ProcessRequest, run_process
 from ..safeio import fresh_folder, open_folder, read_tail
 from .oracle import (
+    CHECK_DOES_NOT_REPRODUCE,
+    DOES_NOT_REPRODUCE_REASON,
     CommandOutcome,
     TestReport,
     judge,
@@ -21,6 +23,7 @@ from .oracle import (
     looks_like_pytest,
     parse_junit,
     pytest_env,
+    reproduces,
 )
 
 FEEDBACK_BYTES = 4000
@@ -266,8 +269,13 @@ class CommandVerifier:
         return Verdict(True, "verified", "; ".join([detail, *notes]), exit_code=0)
 
     def _base(self, outcome: CommandOutcome, request: VerifyRequest) -> CommandOutcome | None:
-        """The base's outcome of a command that failed here (None: unknown, or it timed out)."""
+        """The base's outcome of a command that failed here (None: unknown, it timed out, or
+        it cannot count). Without per-test results on either tree (a command that runs no
+        pytest) a failure fails whatever the base did: running it there would only cost a
+        checkout and a run."""
         if self.baselines is None or request.baseline is None or outcome.timed_out:
+            return None
+        if outcome.report is None and not looks_like_pytest(outcome.command):
             return None
         return self._on_base(request.baseline, outcome.command, request)
 
@@ -284,12 +292,20 @@ class CommandVerifier:
         )
 
     def _check(self, check: str, request: VerifyRequest) -> Verdict | None:
+        """The check on the base first (cached): one that passes there fails whatever the
+        candidate does, so it is not run here."""
+        baseline = request.check_baseline or request.baseline
+        on_base = None
+        if self.baselines is not None and baseline is not None:
+            on_base = self._on_base(baseline, check, request)
+        if on_base is not None and not reproduces(on_base):
+            reason = f"check: {DOES_NOT_REPRODUCE_REASON}"
+            return Verdict(False, "failed", reason, flag=CHECK_DOES_NOT_REPRODUCE)
         result, report, tail = self.runner(request.command(check, request.scratch / "check.xml"))
         if result.cancelled:
             return Verdict(False, "cancelled", "verify cancelled")
         here = CommandOutcome(check, result.exit_code, result.timed_out, report)
-        baseline = request.check_baseline or request.baseline
-        if self.baselines is None or baseline is None:
+        if on_base is None:
             if result.passed:
                 return None
             return Verdict(
@@ -300,7 +316,6 @@ class CommandVerifier:
                 result.exit_code,
                 result.timed_out,
             )
-        on_base = self._on_base(baseline, check, request)
         judgement = judge_check(on_base, here)
         if judgement.passed:
             return None
