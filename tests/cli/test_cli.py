@@ -7,13 +7,14 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from shared_run import finished_run
 
 from orchardist.cli import main
+from shared_run_support import finished_run, isolated
 from support import alive, git, write_plan
 
 BROKEN = """
@@ -65,10 +66,11 @@ def in_repo(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    """A repository where the GOOD plan ran to its end, and the document ``run --json``
-    printed: made once for the tests that only read it."""
-    return finished_run(tmp_path_factory, GOOD)
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """A repository where the GOOD plan ran to its end, and its status document (what
+    ``run --json`` prints): made once for the tests that only read it."""
+    with isolated(tmp_path_factory), finished_run(tmp_path_factory, GOOD) as done:
+        yield done.root, done.doc
 
 
 @pytest.fixture

@@ -13,16 +13,16 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from shared_run import finished_run
 from test_cli_inputs import orchardist
 
 from orchardist.cli import main
 from orchardist.cli.parsing import COMMANDS, build, parse
 from realtools import require
+from shared_run_support import finished_run, isolated
 
 # Layers a command that reads a run's record or a plan has no use for: the loop, where attempts
 # run, the agents, pipelines, the sandbox, verification, scanners, the dashboard.
@@ -90,11 +90,11 @@ def ran(repo: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A repository with one finished run of the same plan, made once for the tests that only
     read it."""
-    repo, _ = finished_run(tmp_path_factory, PLAN)
-    return repo
+    with isolated(tmp_path_factory), finished_run(tmp_path_factory, PLAN) as done:
+        yield done.root
 
 
 def test_status_and_runs_import_nothing_that_drives_a_run_or_reads_a_plan(
