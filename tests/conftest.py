@@ -18,7 +18,7 @@ from orchardist import Workspace, create_run, execute, load_plan, status_documen
 from orchardist.confine.confinement import SHARE_READONLY_VAR, SHARE_WRITABLE_VAR
 from orchardist.confine.paths import ROOT_VAR
 from orchardist.confine.procs import kill_by_env
-from run_support import spawn
+from run_support import forked
 from suite_order import slow_files_first
 from support import Finished, make_repo
 
@@ -207,7 +207,7 @@ def shell_scripts(tmp_path: Path, sync: Path) -> Callable[..., str]:
 @pytest.fixture
 def launch(repo: Path, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Start ``orchardist ARGS`` in the repository, in its own session, output to
-    ``orchestrator-N.log``.
+    ``orchestrator-N.log``: a fork of the test process (``run_support.Forked``).
 
     Whatever a failing test leaves is ended afterwards: orchestrators get SIGTERM, and the
     processes of every run in the repository are killed.
@@ -215,7 +215,7 @@ def launch(repo: Path, tmp_path: Path) -> Iterator[Callable[..., subprocess.Pope
     started: list[subprocess.Popen[bytes]] = []
 
     def start(*args: str) -> subprocess.Popen[bytes]:
-        proc = spawn(repo, *args, log=tmp_path / f"orchestrator-{len(started)}.log")
+        proc = forked(repo, *args, log=tmp_path / f"orchestrator-{len(started)}.log")
         started.append(proc)
         return proc
 
