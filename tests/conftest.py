@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,7 @@ from orchardist import Workspace, create_run, execute, load_plan, status_documen
 from orchardist.confine.confinement import SHARE_READONLY_VAR, SHARE_WRITABLE_VAR
 from orchardist.confine.paths import ROOT_VAR
 from orchardist.confine.procs import kill_by_env
-from run_support import spawn
+from run_support import forked
 from suite_order import slow_files_first
 from support import Finished, make_repo
 
@@ -57,11 +58,40 @@ def _python_on_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield folder
 
 
+@pytest.fixture(scope="session")
+def _git_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """git's template folder without its sample hooks (inactive files ending in .sample):
+    ``git init`` then writes 3 files instead of 16; the folders (``hooks/``, ``info/``) and
+    ``info/exclude`` are there as in any repository."""
+    made = tmp_path_factory.mktemp("git-init")
+    subprocess.run(["git", "init", "-q", str(made)], check=True, env={**os.environ, "HOME": "/"})
+    folder = tmp_path_factory.mktemp("git-template") / "template"
+    shutil.copytree(
+        made / ".git",
+        folder,
+        ignore=lambda where, names: [
+            name
+            for name in names
+            if name.endswith(".sample") or (Path(where) == made / ".git" and name in MADE_BY_INIT)
+        ],
+    )
+    return folder
+
+
+MADE_BY_INIT = {"HEAD", "config", "objects", "refs"}  # not from the template folder
+
+
 @pytest.fixture(autouse=True)
 def _isolated_git(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, _git_template: Path
 ) -> None:
-    """No user or system git config leaks into tests; an identity is set unless a test drops it."""
+    """No user or system git config leaks into tests; an identity is set unless a test drops it.
+
+    The tests' own git commands (making repositories, committing their changes) run none of
+    what git would start on its own: no ``git maintenance run --auto`` process after each
+    commit (one git process in four when a test makes a repository), no sample hooks copied
+    by ``git init``. orchardist's git reads no global config (git.env): what it runs is as
+    it would be anyway."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
@@ -69,7 +99,9 @@ def _isolated_git(
     for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
         monkeypatch.delenv(var, raising=False)
     (home / ".gitconfig").write_text(
-        "[user]\n\tname = Test User\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n"
+        "[user]\n\tname = Test User\n\temail = test@example.com\n"
+        f"[init]\n\tdefaultBranch = main\n\ttemplateDir = {_git_template}\n"
+        "[maintenance]\n\tauto = false\n[gc]\n\tauto = 0\n"
     )
 
 
@@ -175,7 +207,7 @@ def shell_scripts(tmp_path: Path, sync: Path) -> Callable[..., str]:
 @pytest.fixture
 def launch(repo: Path, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Start ``orchardist ARGS`` in the repository, in its own session, output to
-    ``orchestrator-N.log``.
+    ``orchestrator-N.log``: a fork of the test process (``run_support.Forked``).
 
     Whatever a failing test leaves is ended afterwards: orchestrators get SIGTERM, and the
     processes of every run in the repository are killed.
@@ -183,7 +215,7 @@ def launch(repo: Path, tmp_path: Path) -> Iterator[Callable[..., subprocess.Pope
     started: list[subprocess.Popen[bytes]] = []
 
     def start(*args: str) -> subprocess.Popen[bytes]:
-        proc = spawn(repo, *args, log=tmp_path / f"orchestrator-{len(started)}.log")
+        proc = forked(repo, *args, log=tmp_path / f"orchestrator-{len(started)}.log")
         started.append(proc)
         return proc
 

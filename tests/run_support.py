@@ -12,6 +12,7 @@ import gc
 import logging
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from typing import Any, NoReturn
 from orchardist import Workspace, status_document
 from orchardist.__main__ import main
 from orchardist.confine.paths import repo_key, workdir_root
+from orchardist.git.env import GIT
 from support import git, processes_with_env
 
 ORCHARDIST = [sys.executable, "-m", "orchardist"]
@@ -164,6 +166,22 @@ def _fresh_interpreter_state(args: Sequence[str]) -> None:
             for value in list(vars(module).values()):
                 if isinstance(value, functools._lru_cache_wrapper):
                     value.cache_clear()
+    _fresh_module_state()
+
+
+def _fresh_module_state() -> None:
+    """The state orchardist's modules keep once per process, as a new interpreter has it: locks
+    another thread of the test process may have held as it forked, and the private mount
+    namespace (confine.mounts), which an earlier test's run made for this process and which
+    the command must not share (its overlays would outlive it: a kill -9 of a forked
+    orchestrator left its attempt folders mounted, and a resume could not remove them)."""
+    mounts = sys.modules.get("orchardist.confine.mounts")
+    if mounts is not None:
+        mounts._lock = threading.Lock()
+        mounts._tried, mounts._namespace, mounts._namespace_fd = False, None, None
+    views = sys.modules.get("orchardist.executors.views")
+    if views is not None:
+        views._lock = threading.Lock()
 
 
 def _exit_code() -> int:
@@ -181,8 +199,87 @@ def _exit_code() -> int:
         return 1
 
 
+class Forked(subprocess.Popen[Any]):
+    """``subprocess.Popen([*ORCHARDIST, *ARGS], ...)`` whose child is a fork of this process
+    running the CLI as ``orchardist`` does, not a new interpreter: the same pid to signal, wait
+    for or kill -9, the same session, pipes, working folder, environment and exit status,
+    without the 0.25-0.3 s of CPU a new ``python -m orchardist run`` or ``serve`` spends
+    starting and importing. What differs is what the kernel keeps from the process's start:
+    ``/proc/PID/environ`` and ``cmdline`` are the test process's (tests that read them, and
+    those of Ray, whose client does not survive a fork, use ``spawn``'s new interpreter), and
+    what orchardist resolves as it is imported (``git`` on PATH: where a test put another git
+    first on PATH, the child is a new interpreter, as it would be)."""
+
+    def _execute_child(  # subprocess.Popen's own (private) signature, overridden
+        self,
+        args: Any,
+        executable: Any,
+        preexec_fn: Any,
+        close_fds: Any,
+        pass_fds: Any,
+        cwd: Any,
+        env: Any,
+        startupinfo: Any,
+        creationflags: Any,
+        shell: Any,
+        p2cread: int,
+        p2cwrite: int,
+        c2pread: int,
+        c2pwrite: int,
+        errread: int,
+        errwrite: int,
+        restore_signals: Any,
+        gid: Any,
+        gids: Any,
+        uid: Any,
+        umask: Any,
+        start_new_session: bool,
+        process_group: Any,
+    ) -> None:
+        argv = list(args)
+        if argv[: len(ORCHARDIST)] != ORCHARDIST or shell or preexec_fn is not None:
+            raise ValueError(f"Forked runs the CLI only ([*ORCHARDIST, ...]), not {argv}")
+        if shutil.which("git", path=(env or os.environ).get("PATH")) != GIT:
+            # git is found on PATH once, as orchardist is imported: a test that put a git of
+            # its own first on PATH since this process imported it needs a new interpreter
+            return super()._execute_child(
+                args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
+                creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
+                restore_signals, gid, gids, uid, umask, start_new_session, process_group,
+            )  # fmt: skip
+        fds = [fd if fd != -1 else n for n, fd in enumerate((p2cread, c2pwrite, errwrite))]
+        for stream in (sys.stdout, sys.stderr):  # nothing of the test's is written twice
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            for fd in (p2cwrite, c2pread, errread):  # the parent's ends of the pipes
+                if fd != -1:
+                    os.close(fd)
+            if start_new_session:
+                os.setsid()
+            _forked_main(Path(cwd or os.getcwd()), argv[len(ORCHARDIST) :], fds, env)
+        self.pid = pid
+        self._child_created = True
+        self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+
+def forked(root: Path, *args: str, log: Path) -> subprocess.Popen[bytes]:
+    """Start the CLI in its own session (as from a terminal of its own), output to ``log``, in a
+    fork of this process (``Forked``)."""
+    with log.open("wb") as out:
+        return Forked(
+            [*ORCHARDIST, *args],
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def spawn(root: Path, *args: str, log: Path) -> subprocess.Popen[bytes]:
-    """Start the CLI in its own session (as from a terminal of its own), output to ``log``."""
+    """Start the CLI in its own session (as from a terminal of its own), output to ``log``, in
+    a new interpreter (``forked`` is cheaper where a fork shows the same)."""
     with log.open("wb") as out:
         return subprocess.Popen(
             [*ORCHARDIST, *args],

@@ -5,12 +5,16 @@ Importable from every test module (``pythonpath = ["tests"]`` in pyproject.toml)
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,10 +69,50 @@ def baselines_cached(ws: Workspace) -> int:
 
 
 def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
-    """A git repository at ``path`` with one commit of ``files``."""
+    """A git repository at ``path`` with one commit of ``files``.
+
+    Made once per content (and git identity) in each test process, then copied: the copy and
+    a ``git update-index --refresh`` (the copied index holds the original files' inodes and
+    ctimes, which plumbing such as ``git diff-index`` would take for changes) are one git
+    process instead of an init, an add, a commit and its ``git maintenance``; about a third
+    of the CPU (11 ms instead of 22-26 ms, measured under load). The repository is the same:
+    the same objects, refs, reflog, config and files; only its one commit's date is that of the
+    first repository of that content (several tests commit within one second anyway)."""
+    files = files or {"README.md": "hello\n"}
+    if path.exists() and any(path.iterdir()):
+        return _init_repo(path, files)  # what is already there is committed too
+    template = _TEMPLATES.get(key := _template_key(files))
+    if template is None:
+        template = _TEMPLATES[key] = _init_repo(_template_root() / str(len(_TEMPLATES)), files)
+    shutil.copytree(template, path, symlinks=True, dirs_exist_ok=True)
+    git(path, "update-index", "-q", "--refresh")
+    return path
+
+
+_TEMPLATES: dict[tuple[object, ...], Path] = {}
+
+
+def _template_key(files: dict[str, str]) -> tuple[object, ...]:
+    """What a repository made by ``make_repo`` depends on: the files, and whatever chooses its
+    commit's identity and dates (the global config, git's and the identity's variables)."""
+    config = Path.home() / ".gitconfig"
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("GIT_") or k == "EMAIL")
+    return (tuple(files.items()), config.read_text() if config.exists() else None, tuple(env))
+
+
+@functools.cache
+def _template_root() -> Path:
+    """A folder for this process's template repositories, removed when it exits."""
+    root = Path(tempfile.mkdtemp(prefix="orchardist-test-repos-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
+def _init_repo(path: Path, files: dict[str, str]) -> Path:
+    """``git init`` at ``path``, then add and commit ``files`` and whatever is there."""
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q")
-    for name, text in (files or {"README.md": "hello\n"}).items():
+    for name, text in files.items():
         target = path / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from realtools import require
-from run_support import ORCHARDIST, orchardist
+from run_support import ORCHARDIST, Forked, orchardist
 from support import git, toml_str, write_plan
 
 SGR_COLOUR = re.compile(r"\x1b\[(?:\d+;)*(?:3[0-7]|38;5;\d+|38;2;[\d;]+)(?:;\d+)*m")
@@ -76,9 +76,10 @@ def test_verbose_shows_each_events_details(repo: Path) -> None:
 
 
 def on_a_terminal(repo: Path, *args: str, env: dict[str, str]) -> str:
-    """Run the CLI with stdout and stderr on a pseudo-terminal; what it drew."""
+    """Run the CLI with stdout and stderr on a pseudo-terminal (in a fork of this process,
+    ``Forked``); what it drew."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen(
+    proc = Forked(
         [*ORCHARDIST, *args],
         cwd=repo,
         stdin=subprocess.DEVNULL,

@@ -12,7 +12,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from run_support import leftovers, only_run, orchardist, spawn, status, wait_until
+from run_support import forked, leftovers, only_run, orchardist, status, wait_until
 from support import git, toml_str, write_plan
 
 Scripts = Callable[..., str]
@@ -62,7 +62,7 @@ def test_a_forged_task_commit_on_the_run_branch_does_not_make_resume_skip_the_ta
         depends_on = ["a"]
         """,
     )
-    proc = spawn(repo, "run", str(plan), log=tmp_path / "run.log")
+    proc = forked(repo, "run", str(plan), log=tmp_path / "run.log")
     wait_until("the forged commit", (sync / "forged").exists, timeout_s=60)
     forged = (sync / "forged").read_text().strip()
     os.killpg(proc.pid, signal.SIGKILL)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from run_support import ORCHARDIST, Forked
 
 
 @dataclass(frozen=True)
@@ -27,9 +28,10 @@ class Dashboard:
 
 @contextmanager
 def serving(repo: Path, *args: str) -> Iterator[Dashboard]:
-    """Start the dashboard of ``repo`` on a free port; stop it (and check it stops) after."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orchardist", "serve", "--port", "0", "-C", str(repo), *args],
+    """Start the dashboard of ``repo`` on a free port, in a fork of this process (``Forked``);
+    stop it (and check it stops) after."""
+    proc = Forked(
+        [*ORCHARDIST, "serve", "--port", "0", "-C", str(repo), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ import pytest
 
 from orchardist import Workspace
 from orchardist.engine.scheduler import Scheduler
+from run_support import ORCHARDIST, Forked, orchardist
 from shared_run_support import finished_run, isolated
 from support import Finished, git, write_plan
 from web.dashboard import Dashboard, serving
@@ -241,12 +241,7 @@ def test_metrics_speak_the_prometheus_text_format(served: tuple[Finished, Dashbo
 
 
 def test_serving_another_address_needs_an_explicit_token(repo: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "orchardist", "serve", "--host", "0.0.0.0", "-C", str(repo)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = orchardist(repo, "serve", "--host", "0.0.0.0", "-C", str(repo), timeout_s=60)
     assert out.returncode == 2 and "--token" in out.stderr and "Traceback" not in out.stderr
 
 
@@ -279,8 +274,8 @@ def gated_plan(repo: Path, gate: Path) -> Path:
 def run_served(plan: Path) -> Iterator[tuple[subprocess.Popen[str], str, str]]:
     """``orchardist run PLAN --serve`` in a child: the process, the dashboard's base URL and
     its token."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orchardist", "run", str(plan), "--serve"],
+    proc = Forked(
+        [*ORCHARDIST, "run", str(plan), "--serve"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
