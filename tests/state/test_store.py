@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import select
 import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from orchardist.errors import StoreError, TransitionError
+from orchardist.runs.follow import Watch
 from orchardist.state import scancache
 from orchardist.state.agentrecords import Failure, Usage
 from orchardist.state.records import (
@@ -455,3 +459,42 @@ def test_every_typed_change_names_a_column_of_its_table(
     assert keys <= columns, keys - columns
     if "usage" in changes.__annotations__:
         assert set(USAGE_FIELDS) <= columns
+
+
+def test_a_watcher_that_saw_every_write_up_to_a_commit_is_woken_again_once_it_is_visible(
+    store: Store, reader: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: a watch on the store's folder, as the dashboard and `follow` keep
+    watch = Watch(None)
+    watch.add(store.path.parent)
+    assert store.path.parent in watch.folders
+    # and a reader that drains the watch and reads at the instant the commit returns: SQLite
+    # writes a commit's last WAL frame before it makes the commit visible, so a reader woken
+    # by that write may have read the state before it (under load the dashboard's stream then
+    # waited its 15 s keep-alive for the run's last event)
+    real_utime, seen = os.utime, list[int]()
+
+    def read_at_the_commit(*args: Any, **kwargs: Any) -> None:
+        drain(watch)
+        seen.append(len(reader.runs()))
+        real_utime(*args, **kwargs)
+
+    monkeypatch.setattr(os, "utime", read_at_the_commit)
+    # When: a run is written
+    with store.transaction() as tx:
+        tx.add_run(a_run())
+    if not seen:  # (nothing ran at the commit: the reader looks right after it instead)
+        drain(watch)
+        seen.append(len(reader.runs()))
+    # Then: the reader saw the commit, and the watch wakes once more, after it
+    assert seen == [1]
+    readable, _, _ = select.select([watch.fd], [], [], 10.0)
+    assert readable, "no change after the commit was visible: a watcher would sleep on"
+    watch.close()
+
+
+def drain(watch: Watch) -> None:
+    """Read every change queued on ``watch`` (what a woken watcher does)."""
+    with contextlib.suppress(BlockingIOError):
+        while os.read(watch.fd, 65536):
+            pass

@@ -205,12 +205,14 @@ def test_the_event_stream_delivers_events_as_they_happen(
 
     runner = threading.Thread(target=lambda: box.append(run_plan(plan, on_scheduler=on_scheduler)))
     seen: list[dict[str, object]] = []
+    keepalives = 0  # a stream with nothing new for 15 s says so: this run never pauses that long
     with serving(repo) as dash, dash.client() as client:
         runner.start()
         try:
             assert started.wait(60)
             with client.stream("GET", f"/api/runs/{ids[0]}/events") as response:
                 for line in response.iter_lines():
+                    keepalives += line.startswith(": keep-alive")
                     if not line.startswith("data: "):
                         continue
                     event = json.loads(line[6:])
@@ -222,9 +224,11 @@ def test_the_event_stream_delivers_events_as_they_happen(
         finally:
             gate.touch()
             runner.join(timeout=120)
-    # Then: the stream carried the run to its end, the last task's merge included
+    # Then: the stream carried the run to its end, the last task's merge included, each
+    # event as it landed (none waited for the keep-alive)
     assert any(e["kind"] == "merge" and e["task"] == "top" for e in seen)
     assert box and box[0].state.value == "done"
+    assert keepalives == 0
 
 
 def test_metrics_speak_the_prometheus_text_format(served: tuple[Finished, Dashboard]) -> None:

@@ -2,7 +2,9 @@
 and a pidfd on the orchestrator.
 
 SQLite in WAL mode appends every commit to ``state.db-wal`` (and a checkpoint rewrites
-``state.db``), so a change of any file in the state folder is the signal to read again. The
+``state.db``), so a change of any file in the state folder is the signal to read again; each
+commit then touches ``state.db-bell`` (an attribute change), once it is visible to readers
+(see ``Store.transaction``). The
 orchestrator's pidfd becomes readable when it exits, which is when a follower stops: the run has
 ended (or its orchestrator died; ``resume`` picks it up). Readers always read after arming the
 watches, so nothing written in between is missed.
@@ -21,9 +23,9 @@ from pathlib import Path
 from ..errors import OrchardistError
 from .control import Orchestrator
 
-_IN_MODIFY, _IN_CLOSE_WRITE, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x8, 0x80, 0x100
+_IN_MODIFY, _IN_ATTRIB, _IN_CLOSE_WRITE, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x4, 0x8, 0x80, 0x100
 _IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
-_MASK = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE
+_MASK = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -53,6 +54,7 @@ if TYPE_CHECKING:  # verification's records: imported by the code that verifies,
     from ..verify.oracle import CommandOutcome
 
 MEMORY = ":memory:"  # the path of an in-memory store
+BELL_SUFFIX = "-bell"  # the file whose times each commit touches (see Store.transaction)
 _STATES = {"runs": RunState, "tasks": TaskState, "attempts": AttemptState}  # a table's state
 
 
@@ -223,6 +225,7 @@ class Store:
         self.path = Path(path)
         self._lock = threading.RLock()
         self._counted = False  # whether the store keeps the run counts (counts.py)
+        self._bell: int | None = None  # the bell's fd: a writer's file-backed store only
         if read_only:  # readers (the dashboard) never create or change anything
             try:
                 self._conn = sqlite3.connect(
@@ -252,6 +255,8 @@ class Store:
             self._counted = True
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
+        if str(self.path) != MEMORY:
+            self._bell = _open_bell(self.path)
 
     @classmethod
     def in_memory(cls) -> Store:
@@ -268,10 +273,20 @@ class Store:
         """Close the connection."""
         with self._lock:
             self._conn.close()
+            if self._bell is not None:
+                os.close(self._bell)
+                self._bell = None
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
-        """An immediate transaction: committed on success, rolled back on any error."""
+        """An immediate transaction: committed on success, rolled back on any error.
+
+        A commit then rings the bell: it touches the times of ``state.db-bell``. Watchers
+        (web/watch.py, runs/follow.py) wake on the WAL's writes too, but SQLite writes a
+        commit's last frame before it makes the commit visible (the WAL index, in shared
+        memory, which inotify does not see): a reader woken by that write could read the
+        state before it, and the next change might come much later. The bell rings after.
+        """
         with self._lock:
             try:
                 self._conn.execute("begin immediate")
@@ -287,6 +302,9 @@ class Store:
                 if isinstance(exc, sqlite3.Error):
                     raise StoreError(f"store write failed: {exc}") from exc
                 raise
+            if self._bell is not None:
+                with contextlib.suppress(OSError):
+                    os.utime(self._bell)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -458,3 +476,13 @@ class Store:
             )
             for r in rows
         ]
+
+
+def _open_bell(path: Path) -> int | None:
+    """The bell beside the store at ``path``, opened for its commits to touch (None where it
+    cannot be: watchers then wake on the WAL's writes alone)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        return os.open(f"{path}{BELL_SUFFIX}", flags, 0o600)
+    except OSError:
+        return None

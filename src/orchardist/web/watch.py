@@ -1,10 +1,10 @@
 """Wake asyncio waiters when the store's files change: inotify, no polling.
 
-SQLite in WAL mode appends every commit to ``state.db-wal``; a watch on the store's folder sees
-each write as it lands (the inotify plumbing is :class:`orchardist.runs.follow.Watch`'s). One
-watcher
-serves every client of the dashboard: each change bumps a generation counter and wakes all who
-wait for a newer one.
+SQLite in WAL mode appends every commit to ``state.db-wal``, and the store then touches
+``state.db-bell`` once the commit is visible (see ``Store.transaction``); a watch on the store's
+folder sees each write as it lands (the inotify plumbing is
+:class:`orchardist.runs.follow.Watch`'s). One watcher serves every client of the dashboard:
+each change bumps a generation counter and wakes all who wait for a newer one.
 """
 
 from __future__ import annotations
