@@ -266,22 +266,16 @@ class Forked(subprocess.Popen[Any]):
 def forked(root: Path, *args: str, log: Path) -> subprocess.Popen[bytes]:
     """Start the CLI in its own session (as from a terminal of its own), output to ``log``, in a
     fork of this process (``Forked``)."""
-    with log.open("wb") as out:
-        return Forked(
-            [*ORCHARDIST, *args],
-            cwd=root,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    return spawn(root, *args, log=log, start=Forked)
 
 
-def spawn(root: Path, *args: str, log: Path) -> subprocess.Popen[bytes]:
+def spawn(
+    root: Path, *args: str, log: Path, start: type[subprocess.Popen[Any]] = subprocess.Popen
+) -> subprocess.Popen[bytes]:
     """Start the CLI in its own session (as from a terminal of its own), output to ``log``, in
     a new interpreter (``forked`` is cheaper where a fork shows the same)."""
     with log.open("wb") as out:
-        return subprocess.Popen(
+        return start(
             [*ORCHARDIST, *args],
             cwd=root,
             stdin=subprocess.DEVNULL,

@@ -92,36 +92,7 @@ def test_ruffs_documented_command_with_its_cache_reports_what_ruff_reports(
     assert not (repo / ".ruff_cache").exists()
 
 
-def test_with_the_sandbox_a_scanner_still_cannot_write_outside_its_tree(
-    repo: Path, tmp_path: Path
-) -> None:
-    from orchardist.confine import landlock as sandbox
-
-    require(sandbox.available(), "this kernel has no Landlock")
-    # Given: a scanner that tries to write the user's checkout, then scans
-    command, _log = logging_scanner(tmp_path)
-    target = repo / "pkg" / "m1.py"
-    plan = write_plan(
-        repo,
-        f"""
-        [scanners.vandal]
-        command = "echo evil >> {target}; {command} {{files}}"
-        format = "json"
-        include = ["pkg/*.py"]
-        """,
-        name="scan.toml",
-    )
-    before = target.read_text()
-
-    # When: scanned
-    result = scan(plan)
-
-    # Then: the write was refused; the scan itself ran
-    assert target.read_text() == before
-    assert result.reports[0].error is None and len(result.merged) == 3
-
-
-def test_a_sandboxed_scanner_starts_without_a_wrapper_interpreter(
+def test_with_the_sandbox_a_scanner_cannot_write_outside_its_tree_and_starts_unwrapped(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from orchardist.confine import landlock as sandbox

@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 
 from run_support import ORCHARDIST, Forked
+from shared_run_support import finished_run, isolated
+from support import Finished
 
 
 @dataclass(frozen=True)
@@ -58,3 +61,11 @@ def serving(repo: Path, *args: str) -> Iterator[Dashboard]:
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+@contextmanager
+def served_run(factory: pytest.TempPathFactory, plan: str) -> Iterator[tuple[Finished, Dashboard]]:
+    """A finished run of the plan text ``plan`` and its dashboard, in an environment of their
+    own (for a module's tests that only read them)."""
+    with isolated(factory), finished_run(factory, plan) as done, serving(done.root) as dash:
+        yield done, dash

@@ -16,9 +16,8 @@ import pytest
 from orchardist import Workspace
 from orchardist.engine.scheduler import Scheduler
 from run_support import ORCHARDIST, Forked, orchardist
-from shared_run_support import finished_run, isolated
 from support import Finished, git, write_plan
-from web.dashboard import Dashboard, serving
+from web.dashboard import Dashboard, served_run, serving
 
 RunPlan = Callable[..., Finished]
 
@@ -65,12 +64,8 @@ def finished_plan(repo: Path) -> Path:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Finished, Dashboard]]:
     """A finished run of ``FINISHED`` and its dashboard, once for the tests that only read them."""
-    with (
-        isolated(tmp_path_factory),
-        finished_run(tmp_path_factory, FINISHED) as done,
-        serving(done.root) as dash,
-    ):
-        yield done, dash
+    with served_run(tmp_path_factory, FINISHED) as both:
+        yield both
 
 
 def sse_events(response: httpx.Response, until_seq: int) -> list[dict[str, object]]:

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from orchardist import Workspace, create_run, load_plan
-from shared_run_support import finished_run, isolated
 from support import Finished, write_plan
-from web.dashboard import Dashboard, serving
+from web.dashboard import Dashboard, served_run, serving
 
 TESTS = "def test_good():\n    assert True\n\n\ndef test_bad():\n    assert False\n"
 SUITE = "python -m pytest -q -p no:cacheprovider test_pair.py"
@@ -68,12 +67,8 @@ agent = "fake"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Finished, Dashboard]]:
     """A finished run of ``PLAN`` and its dashboard, once for the tests that only read them."""
-    with (
-        isolated(tmp_path_factory),
-        finished_run(tmp_path_factory, PLAN) as done,
-        serving(done.root) as dash,
-    ):
-        yield done, dash
+    with served_run(tmp_path_factory, PLAN) as both:
+        yield both
 
 
 def test_the_task_page_shows_tests_one_by_one_the_winner_first_and_a_transcript(
