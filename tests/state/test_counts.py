@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from orchardist.state.agentrecords import Usage
@@ -131,6 +131,15 @@ def step(tx: Transaction, store: Store, what: str, run_id: str, task_id: str, k:
 
 @settings(max_examples=60, deadline=None)
 @given(history=STEPS)
+# the random histories seldom delete a costed attempt: a trigger that forgot the cost of a
+# deleted attempt under 1 $ passed 3 runs of 60 histories; these two always do it
+@example(history=[("add", 0, 0, 0), ("attempt", 0, 0, 2), ("delete", 0, 0, 0)])
+@example(
+    history=[
+        ("add", 0, 0, 0), ("add", 0, 1, 0), ("attempt", 0, 0, 2), ("attempt", 0, 1, 3),
+        ("delete", 0, 0, 0),
+    ]
+)  # fmt: skip
 def test_the_kept_counts_equal_a_recount_after_any_history_of_writes(
     history: list[tuple[str, int, int, int]],
 ) -> None:
