@@ -52,6 +52,11 @@ def orchardist(
     script itself and what a command imports are tested by ``tests/cli/test_cli_startup.py``,
     ``test_resume.py``'s ``python -m orchardist`` test and the others that run ``ORCHARDIST``.
     """
+    if threading.active_count() > 1:  # a fork would copy other threads' held locks, not them
+        return subprocess.run(
+            [*ORCHARDIST, *args], cwd=root, input=stdin or "", env=env, capture_output=True,
+            text=True, timeout=timeout_s, check=False,
+        )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="orchardist-cli-") as folder:
         files = [Path(folder) / name for name in ("stdin", "stdout", "stderr")]
         files[0].write_text(stdin or "")
@@ -239,9 +244,15 @@ class Forked(subprocess.Popen[Any]):
         argv = list(args)
         if argv[: len(ORCHARDIST)] != ORCHARDIST or shell or preexec_fn is not None:
             raise ValueError(f"Forked runs the CLI only ([*ORCHARDIST, ...]), not {argv}")
-        if shutil.which("git", path=(env or os.environ).get("PATH")) != GIT:
+        if (
+            shutil.which("git", path=(env or os.environ).get("PATH")) != GIT
+            or threading.active_count() > 1
+        ):
             # git is found on PATH once, as orchardist is imported: a test that put a git of
-            # its own first on PATH since this process imported it needs a new interpreter
+            # its own first on PATH since this process imported it needs a new interpreter.
+            # So does a test with other threads running (a run in a thread): the fork would
+            # hold forever any lock one of them held at that instant (SQLite keeps
+            # process-wide mutexes; Python 3.12 warns of such forks)
             return super()._execute_child(
                 args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
                 creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
