@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +36,6 @@ def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> Preflight
     # it only reads, lists no untracked file, and asks for the base with the repository's
     # facts: each git process is ~3 ms of validate's
     repo = Repo(plan.repo, identity=False, resolve=plan.run.base, untracked=False)
-    dirty = _dirty_beside(repo)
     problems: list[Problem] = []
     warnings: list[str] = []
     base = repo.resolved
@@ -61,7 +59,7 @@ def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> Preflight
             "no task has a verify command or a check: whatever the agents produce is merged "
             "unchecked (set [run] verify)"
         )
-    changes = dirty()
+    changes = _dirty(repo)
     if changes:
         warnings.append(
             f"your checkout has {changes} uncommitted change(s); the run starts from "
@@ -186,20 +184,6 @@ def _namespaces(plan: Plan) -> bool:
         return choose(plan.run.isolation) is Mode.NAMESPACES
     except IsolationError:
         return False
-
-
-def _dirty_beside(repo: Repo) -> Callable[[], int]:
-    """:func:`_dirty`, asked in a thread while the other checks run (git status is a process
-    of a few milliseconds, the checks are the interpreter's); call the result for its count."""
-    found: list[int] = []
-    asking = threading.Thread(target=lambda: found.append(_dirty(repo)), daemon=True)
-    asking.start()
-
-    def count() -> int:
-        asking.join()
-        return found[0] if found else 0
-
-    return count
 
 
 def _dirty(repo: Repo) -> int:
