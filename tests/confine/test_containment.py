@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from orchardist import RunState
+from orchardist import RunState, Workspace, create_run, execute, load_plan, status_document
 from orchardist.confine import isolation
 from orchardist.confine import landlock as sandbox
 from realtools import require
@@ -474,10 +474,35 @@ def sneak_plan(repo: Path) -> Path:
     )
 
 
+@pytest.fixture(scope="module")
+def _sneaked_runs() -> Iterator[dict[str, Finished]]:
+    made: dict[str, Finished] = {}
+    yield made
+    for run in made.values():
+        run.ws.store.close()
+
+
+@pytest.fixture
+def sneaked(
+    _sneaked_runs: dict[str, Finished], tmp_path_factory: pytest.TempPathFactory
+) -> Finished:
+    """The run of ``sneak_plan``, made by the first test that asks (in its isolated environment)
+    and only read after it: the two tests of what it left ran the same plan twice."""
+    if "run" not in _sneaked_runs:
+        repo = make_repo(tmp_path_factory.mktemp("sneak") / "repo", {"README.md": "hello\n"})
+        plan = load_plan(sneak_plan(repo))
+        ws = Workspace.open(plan.repo)
+        run = create_run(ws, plan)
+        state = execute(ws, plan, run)
+        doc = status_document(ws.store, ws.resolve_run(run.id))
+        _sneaked_runs["run"] = Finished(ws, run, state, doc)
+    return _sneaked_runs["run"]
+
+
 def test_without_the_sandbox_a_commit_an_agent_puts_on_the_run_branch_is_not_kept(
-    repo: Path, run_plan: RunPlan
+    sneaked: Finished,
 ) -> None:
-    run = run_plan(sneak_plan(repo))
+    run = sneaked
 
     # Then: the attempt fails, and the branch is put back where orchardist left it
     assert run.state is RunState.FAILED, run.doc
@@ -489,9 +514,9 @@ def test_without_the_sandbox_a_commit_an_agent_puts_on_the_run_branch_is_not_kep
 
 
 def test_without_the_sandbox_the_attempt_that_moved_the_run_branch_fails_saying_so(
-    repo: Path, run_plan: RunPlan
+    sneaked: Finished,
 ) -> None:
-    run = run_plan(sneak_plan(repo))
+    run = sneaked
 
     assert attempt(run, "sneak")["failure"] == "agent_error"
     assert "run branch" in attempt(run, "sneak")["detail"]
