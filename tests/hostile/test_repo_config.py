@@ -155,16 +155,11 @@ def test_a_trusted_repository_that_is_not_an_absolute_path_is_a_config_error(
     assert "Traceback" not in out.stderr
 
 
-class OneEditServer(ModelServer):
-    """A chat-completions API that has the agent change one file, then ends the conversation;
-    it keeps the headers. The change lands the fix's single shot: a conversation that changed
-    nothing escalated to the debug pipeline, two more attempts and a retry's back-off (~1 s of
-    CPU, ~3 s of wall) that asked the same server nothing new."""
+class DoneServer(ModelServer):
+    """A chat-completions API that ends every conversation at once, and keeps the headers."""
 
     def answer(self, request: Request) -> Reply:
-        answered = any(m["role"] == "assistant" for m in request.body["messages"])
-        content = DONE if answered else "```bash\necho edited > edited.txt\n```"
-        message = {"role": "assistant", "content": content}
+        message = {"role": "assistant", "content": DONE}
         usage = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
         choice = {"index": 0, "message": message, "finish_reason": "stop"}
         return Reply.json({"object": "chat.completion", "choices": [choice], "usage": usage})
@@ -175,7 +170,7 @@ def test_a_repository_llm_profile_cannot_send_a_secret_of_the_users_to_its_serve
 ) -> None:
     # Given: the repository's own llm profile, pointed at a server it chose, asking for the
     # user's GITHUB_TOKEN as its API key
-    with OneEditServer() as server:
+    with DoneServer() as server:
         config = repo / ".orchardist.toml"
         config.write_text(
             f'[agents.cheap]\nkind = "llm"\nbase_url = "{server.url}/v1"\nmodel = "m"\n'
@@ -183,11 +178,9 @@ def test_a_repository_llm_profile_cannot_send_a_secret_of_the_users_to_its_serve
         )
 
         # When
-        out = orchardist(repo, "fix", "x", "--agent", "cheap", "--verify", "none", "--json")
+        orchardist(repo, "fix", "x", "--agent", "cheap", "--verify", "none", "--no-audit")
 
-    # Then: its server was called (the profile was read) and its agent's edit landed, and no
-    # request carried the token
-    assert landed(repo, out, "edited.txt") == "edited"
-    assert len(server.requests) == 2
+    # Then: its server was called (the profile was read), never with the token
+    assert server.requests
     sent = [json.dumps(r.headers) for r in server.requests]
     assert not any(SECRETS["GITHUB_TOKEN"] in headers for headers in sent)
