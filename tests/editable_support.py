@@ -61,7 +61,7 @@ def editable_install(folder: Path) -> EditableInstall:
     ``folder/venv``; pytest comes from this interpreter's site-packages, the build backend is the
     project's own.
 
-    Built once per test module (pip costs ~1.1 s of CPU a venv) and reused read-only: nothing
+    Built once per test process (pip costs ~1.1 s of CPU a venv) and reused read-only: nothing
     a test runs writes in the venv, and each test checks its own repository out at the
     installed path (``checkout``). No git yet: the module's fixture runs before a test's
     isolated git identity exists."""
@@ -79,6 +79,18 @@ def editable_install(folder: Path) -> EditableInstall:
     [direct_url] = site_dir.glob("calc-*.dist-info/direct_url.json")
     assert '"editable": true' in direct_url.read_text(), "pip made no editable install"
     return EditableInstall(venv, project)
+
+
+_MADE: list[EditableInstall] = []
+
+
+def shared_editable_install(tmp_path_factory: pytest.TempPathFactory) -> EditableInstall:
+    """``editable_install``, made once per test process for every module that asks (it was
+    once per module: a worker that ran both modules made two): what the tests write, each
+    at ``checkout``, replaces the project's files whole, and nothing writes in the venv."""
+    if not _MADE:
+        _MADE.append(editable_install(tmp_path_factory.mktemp("editable")))
+    return _MADE[0]
 
 
 def checkout(install: EditableInstall, body: str, monkeypatch: pytest.MonkeyPatch) -> Path:

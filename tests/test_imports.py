@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,11 +41,21 @@ def _resolve_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join([*base, *([node.module] if node.module else [])])
 
 
+def statements(tree: ast.Module) -> Iterator[ast.AST]:
+    """Every node of ``tree`` but expressions, which hold no import and most of the nodes
+    (``ast.walk`` over them all took ~0.15 s of CPU more over the package)."""
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, ast.expr))
+
+
 def imports_of(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """Every module of the package that ``module`` imports, anywhere in its file."""
     is_package = path.name == "__init__.py"
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in statements(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -17,11 +17,16 @@ MAX_FUNCTION_LINES = 60
 
 
 def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int, int]]:
-    """``(qualified name, first line, lines)`` of every function longer than ``limit``."""
+    """``(qualified name, first line, lines)`` of every function longer than ``limit``.
+
+    Expressions are not entered: no ``def`` can stand in one (a lambda is no FunctionDef), and
+    they hold most of a module's nodes (walking them took ~0.2 s of CPU over the package)."""
     found: list[tuple[str, int, int]] = []
 
     def visit(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                continue
             name = prefix
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 name = f"{prefix}{child.name}."

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from editable_support import EditableInstall, calc_repo, checkout, editable_install
+from editable_support import EditableInstall, calc_repo, checkout, shared_editable_install
 from ns_support import require_namespaces
 from orchardist.confine.checkoutrefs import references, unseen_path_entries
 from run_support import orchardist
@@ -33,8 +33,8 @@ def plan_with(repo: Path, isolation: str) -> Path:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> EditableInstall:
-    """The calc project installed editable, once for the module's tests (editable_support)."""
-    return editable_install(tmp_path_factory.mktemp("editable"))
+    """The calc project installed editable, once for the test process (editable_support)."""
+    return shared_editable_install(tmp_path_factory)
 
 
 def test_an_editable_install_and_pythonpath_into_the_checkout_are_found(

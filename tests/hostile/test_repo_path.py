@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from editable_support import EditableInstall, checkout, editable_install
+from editable_support import EditableInstall, checkout, shared_editable_install
 from ns_support import require_namespaces
 from orchardist import RunState
 from realtools import require
@@ -31,8 +31,8 @@ def _namespaces() -> None:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> EditableInstall:
-    """The calc project installed editable, once for the module's tests (editable_support)."""
-    return editable_install(tmp_path_factory.mktemp("editable"))
+    """The calc project installed editable, once for the test process (editable_support)."""
+    return shared_editable_install(tmp_path_factory)
 
 
 def test_a_breaking_change_is_refused_although_the_package_is_installed_editable(

@@ -8,11 +8,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from orchardist import Workspace
+from orchardist.state.records import Event
 from orchardist.state.stats import compute, durations
-from support import Finished, write_plan
+from support import Finished, make_repo, write_plan
 
 RunPlan = Callable[..., Finished]
 
@@ -70,15 +75,46 @@ def stats_cli(repo: Path, *args: str) -> Any:
     return json.loads(out.stdout)
 
 
-def test_stats_across_two_runs_match_what_the_runs_did(repo: Path, run_plan: RunPlan) -> None:
-    # Given: two runs of a plan where "green" passes at once, "again" fails once (exit 3) and
-    # then passes, and "pair" races a failing cheap candidate against a passing dear one
-    first = run_plan(write_plan(repo, plan_text(1)))
-    second = run_plan(write_plan(repo, plan_text(2)))
-    events = first.ws.store.events(first.run.id) + second.ws.store.events(second.run.id)
+@dataclass(frozen=True)
+class History:
+    """A repository with two finished runs of the plan, from two plan files, and their events."""
+
+    repo: Path
+    first_plan: Path
+    events: list[Event]
+
+
+@pytest.fixture(scope="module")
+def _histories() -> dict[str, History]:
+    return {}
+
+
+@pytest.fixture
+def history(
+    _histories: dict[str, History], tmp_path_factory: pytest.TempPathFactory, run_plan: RunPlan
+) -> History:
+    """Two runs of a plan where "green" passes at once, "again" fails once (exit 3) and then
+    passes, and "pair" races a failing cheap candidate against a passing dear one.
+
+    Made by the module's first test (in its isolated environment: git identity, attempt
+    folders) and only read after it: the three tests that read runs made four of them (~20
+    scripted attempts) where two answer them all."""
+    if "made" not in _histories:
+        repo = make_repo(tmp_path_factory.mktemp("stats") / "repo", {"README.md": "hello\n"})
+        first_plan = write_plan(repo, plan_text(1), name="first.toml")
+        first = run_plan(first_plan)
+        second = run_plan(write_plan(repo, plan_text(2), name="second.toml"))
+        events = first.ws.store.events(first.run.id) + second.ws.store.events(second.run.id)
+        _histories["made"] = History(repo, first_plan, events)
+    return _histories["made"]
+
+
+def test_stats_across_two_runs_match_what_the_runs_did(history: History) -> None:
+    # Given: the two runs
+    events = history.events
 
     # When
-    doc = stats_cli(repo)
+    doc = stats_cli(history.repo)
 
     # Then: totals as scripted: 6 tasks done, 4 of them at first shot (each run retried "again")
     t = doc["totals"]
@@ -114,26 +150,30 @@ def test_stats_across_two_runs_match_what_the_runs_did(repo: Path, run_plan: Run
     assert profiles["dear"]["cost_per_merged_usd"] == 2.0
 
 
-def test_the_window_compares_with_the_one_before(repo: Path, run_plan: RunPlan) -> None:
-    # Given: one run, looked at eight days later with a seven-day window (an injected clock)
-    done = run_plan(write_plan(repo, plan_text(1)))
+def test_the_window_compares_with_the_one_before(history: History) -> None:
+    # Given: the two runs, looked at eight days later with a seven-day window (an injected clock)
     later = time.time() + 8 * 86400
+    ws = Workspace.open(history.repo, create=False)
 
     # When
-    stats = compute(done.ws.store, later, since_s=7 * 86400)
+    try:
+        stats = compute(ws.store, later, since_s=7 * 86400)
+    finally:
+        ws.store.close()
 
-    # Then: nothing in the window; the run counts in the window before it
+    # Then: nothing in the window; the runs count in the window before it
     assert stats.run_ids == [] and stats.totals.tasks == 0
-    assert stats.previous is not None and stats.previous.tasks == 3
-    assert stats.previous.green_first == 2
+    assert stats.previous is not None and stats.previous.tasks == 6
+    assert stats.previous.green_first == 4
 
 
-def test_a_plan_filter_and_an_empty_store(repo: Path, run_plan: RunPlan) -> None:
-    plan = write_plan(repo, plan_text(1))
-    run_plan(plan)
+def test_a_plan_filter_and_an_empty_store(history: History, tmp_path: Path) -> None:
+    # Given: the two runs, each of its own plan file, and a plan with no run yet
+    repo = history.repo
+    other = write_plan(tmp_path, plan_text(1), name="other.toml")
 
-    assert stats_cli(repo, "--plan", str(plan))["totals"]["runs"] == 1
-    other = write_plan(repo, plan_text(1), name="other.toml")  # a plan with no run yet
+    # Then: the filter counts the runs of the plan it names
+    assert stats_cli(repo, "--plan", str(history.first_plan))["totals"]["runs"] == 1
     assert stats_cli(repo, "--plan", str(other))["totals"]["runs"] == 0
     out = subprocess.run(
         [sys.executable, "-m", "orchardist", "stats", "-C", str(repo), "--since", "1x"],
