@@ -62,6 +62,24 @@ def test_wall_timers_call_back_on_their_thread_and_drain_waits_for_it() -> None:
         timers.call_at(0.0, lambda: None)
 
 
+def test_wall_timers_nobody_closes_keep_no_thread_once_their_callbacks_ran() -> None:
+    # Given: wall timers (never closed, as an executor a caller forgot) that held no thread yet
+    before = set(threading.enumerate())
+    timers = WallTimers()
+    assert set(threading.enumerate()) == before
+    # When: a callback is scheduled, runs and is drained, twice
+    for round_ in range(2):
+        ran = threading.Event()
+        timers.call_at(timers.now(), ran.set)
+        assert ran.wait(30.0), round_
+        timers.drain()
+        # Then: the thread that ran it ends by itself (a live one would make every fork of
+        # this process, as the tests' CLI helpers do, copy it)
+        for thread in set(threading.enumerate()) - before:
+            thread.join(30.0)
+            assert not thread.is_alive(), thread.name
+
+
 def test_a_failing_wall_callback_does_not_stop_the_others(caplog: pytest.LogCaptureFixture) -> None:
     timers = WallTimers()
     ran: list[str] = []

@@ -92,7 +92,9 @@ class FakeClock:
 
 
 class WallTimers:
-    """Real time: one daemon thread sleeps on a Condition until the earliest callback is due."""
+    """Real time: a daemon thread sleeps on a Condition until the earliest callback is due; it
+    runs only while a callback waits or runs, so timers that are never closed (an executor a
+    caller forgot, an embedding program's) leave no thread behind."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
@@ -101,8 +103,7 @@ class WallTimers:
         self._seq = itertools.count()
         self._running = 0  # callbacks taken off the heap and not yet returned
         self._closing = False
-        self._thread = threading.Thread(target=self._loop, name="wall-timers", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None  # only while a callback is pending
 
     def now(self) -> float:
         """The wall clock."""
@@ -114,6 +115,9 @@ class WallTimers:
             if self._closing:
                 raise RuntimeError("the timers are closed")
             heapq.heappush(self._heap, (when, next(self._seq), callback))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="wall-timers", daemon=True)
+                self._thread.start()
             self._cond.notify_all()
 
     def drain(self) -> None:
@@ -123,18 +127,22 @@ class WallTimers:
                 self._cond.wait()
 
     def close(self) -> None:
-        """Run what is scheduled, then stop the thread."""
+        """Run what is scheduled, then refuse more."""
         self.drain()
         with self._cond:
             self._closing = True
-            self._cond.notify_all()
-        self._thread.join()
+            thread = self._thread
+        if thread is not None:  # leaving, or left, as the last callback returned
+            thread.join()
 
     def _loop(self) -> None:
+        """Run callbacks as they fall due; return once none is left (the next ``call_at``
+        starts another thread): timers nobody closes keep no thread."""
         while True:
             with self._cond:
                 due = self._wait_for_due()
                 if due is None:
+                    self._thread = None
                     return
                 self._running += len(due)
             for callback in due:  # outside the lock: a callback may take a while
@@ -147,17 +155,14 @@ class WallTimers:
                     self._cond.notify_all()
 
     def _wait_for_due(self) -> list[Callback] | None:
-        """The callbacks due now, after waiting for the first; None once closed and empty."""
+        """The callbacks due now, after waiting for the first; None once none is left."""
         while True:
-            if self._heap:
-                wait = self._heap[0][0] - self._clock()
-                if wait <= 0:
-                    break
-                self._cond.wait(wait)
-            elif self._closing:
+            if not self._heap:
                 return None
-            else:
-                self._cond.wait()
+            wait = self._heap[0][0] - self._clock()
+            if wait <= 0:
+                break
+            self._cond.wait(wait)
         now = self._clock()
         due: list[Callback] = []
         while self._heap and self._heap[0][0] <= now:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,11 +118,13 @@ def test_doctor_gives_up_on_an_address_where_no_ray_cluster_answers(
         # When doctor checks the cluster there
         code = main(["doctor", str(plan), "--executor", "ray", "--ray-address", address])
 
-    # Then it is a usage error naming the address and saying nothing answered
+    # Then it is a usage error naming the address and saying nothing answered, and no thread
+    # of the check stays behind in Ray's client (which would block there for tens of seconds)
     assert code == 2
     err = capsys.readouterr().err
     assert f"cannot reach the Ray cluster at '{address}'" in err
     assert "no Ray cluster answered" in err
+    assert [t.name for t in threading.enumerate() if t.name == "ray-probe"] == []
 
 
 def test_a_profile_asks_the_cluster_for_cpus_and_memory(repo: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from orchardist import Workspace
 from orchardist.runs.control import holder
-from run_support import ORCHARDIST, only_run, orchardist, wait_until
+from run_support import only_run, orchardist, wait_until
 from support import toml_str, write_plan
 
 Launch = Callable[..., subprocess.Popen[bytes]]
@@ -127,14 +127,7 @@ def test_following_a_run_nobody_drives_ends_at_once(repo: Path) -> None:
     write_plan(repo, '[agents.sh]\nkind = "shell"\ncommand = "true"\n[[task]]\nid = "t"\n')
     orchardist(repo, "run", "plan.toml")
 
-    done = subprocess.run(
-        [*ORCHARDIST, "events", "--follow"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = orchardist(repo, "events", "--follow", timeout_s=60)
 
     assert done.returncode == 0
     assert json.loads(done.stdout.splitlines()[-1])["kind"] == "run"

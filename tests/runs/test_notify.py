@@ -8,10 +8,11 @@ orchardist recorded is checked only after that.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +28,27 @@ from support import alive, make_repo, write_plan
 
 
 class Hook:
-    """A webhook on 127.0.0.1 that keeps every POST and answers with ``status``."""
+    """A webhook on 127.0.0.1 that keeps every POST and answers with ``status``, served by a
+    fork of the test process: a server thread in the test process would make the CLI helpers
+    of run_support start a new interpreter for each command instead of a fork of it."""
 
-    def __init__(self, status: int = 204) -> None:
+    def __init__(self, folder: Path, status: int = 204) -> None:
         self.status = status
-        self.posts: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.log = folder / "posts.jsonl"  # one line per POST: [headers, body]
+        self.server = HTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook?secret=s3cret"
+        self.pid = 0
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 size = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(size))
-                hook.posts.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with hook.log.open("a") as log:  # before the answer the notifier waits for
+                    log.write(json.dumps([headers, body]) + "\n")
                 self.send_response(hook.status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -46,22 +56,37 @@ class Hook:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook?secret=s3cret"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        return Handler
+
+    @property
+    def posts(self) -> list[tuple[dict[str, str], dict[str, Any]]]:
+        """The POSTs received so far, oldest first."""
+        lines = self.log.read_text().splitlines() if self.log.exists() else []
+        return [(headers, body) for headers, body in map(json.loads, lines)]
+
+    def forget(self) -> None:
+        """Forget the POSTs received so far."""
+        self.log.unlink(missing_ok=True)
 
     def __enter__(self) -> Hook:
-        self.thread.start()
+        self.log.touch()
+        self.pid = os.fork()
+        if self.pid == 0:  # the server: never returns into the test
+            try:
+                self.server.serve_forever()
+            finally:
+                os._exit(0)
+        self.server.server_close()  # the child's now
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
 
 
 @pytest.fixture
-def hook() -> Iterator[Hook]:
-    with Hook() as server:
+def hook(tmp_path: Path) -> Iterator[Hook]:
+    with Hook(tmp_path) as server:
         yield server
 
 
@@ -175,7 +200,7 @@ def test_a_notifier_that_refuses_is_an_event_and_a_successful_run_still_exits_0(
 ) -> None:
     # Given a webhook that answers 500, and a plan whose only task succeeds
     repo = make_repo(tmp_path / "repo")
-    with Hook(status=500) as hook:
+    with Hook(tmp_path, status=500) as hook:
         text = plan_text(hook.url).split('[[task]]\n        id = "bad"')[0]
         write_plan(repo, text)
         done = orchardist(repo, "run", "plan.toml")
@@ -212,7 +237,7 @@ def test_a_needs_review_notice_names_the_tasks_and_the_dashboard(
     repo = make_repo(tmp_path / "repo")
     write_plan(repo, plan_text(hook.url))
     orchardist(repo, "run", "plan.toml")
-    hook.posts.clear()
+    hook.forget()
     # When it is told that tasks await review, with the dashboard it was served on
     ws = Workspace.open(repo)
     try:

@@ -28,7 +28,7 @@ from orchardist.git.env import FIXED_CONFIG, config_env, git_env
 from orchardist.git.repo import Repo
 from orchardist.scan import hit
 from orchardist.scan.engine import scan_root
-from run_support import ORCHARDIST
+from run_support import ORCHARDIST, orchardist
 from support import make_repo
 
 # what a cache hit may import: these of orchardist's, and none of these of Python's
@@ -46,9 +46,14 @@ SCAN_ID = re.compile(r"scan-\d{8}-\d{6}-[0-9a-f]{6}")
 
 
 def run(repo: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """``orchardist scan scan.toml --json ARGS`` in its own process; its --json summary."""
+    """``orchardist scan scan.toml --json ARGS`` in its own process (a new interpreter with
+    ``env``, whose PATH may name another git; else a fork of this one); its --json summary."""
     argv = [*ORCHARDIST, "scan", "scan.toml", "--json", *args]
-    out = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, check=False)
+    out = (
+        orchardist(repo, *argv[len(ORCHARDIST) :])
+        if env is None
+        else subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, check=False)
+    )
     assert out.returncode in (0, 1), out.stderr
     summary: dict[str, Any] = json.loads(out.stdout)
     return summary

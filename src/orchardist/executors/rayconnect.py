@@ -44,7 +44,8 @@ def reachable(address: str, timeout_s: float | None = None) -> str:
     made here), once a Ray cluster answers there; a UsageError naming the address otherwise.
 
     Ray's own connect retries an address that does not answer for many minutes; this look
-    takes at most ``timeout_s`` for the TCP connection plus as long for Ray's answer.
+    takes at most ``timeout_s`` for the TCP connection, as long for the server's first word
+    and as long for Ray's answer.
     """
     timeout_s = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
     import_ray()  # without Ray installed: how to install it, not a ModuleNotFoundError
@@ -52,9 +53,13 @@ def reachable(address: str, timeout_s: float | None = None) -> str:
     try:
         resolved = str(services.canonicalize_bootstrap_address_or_die(address))
         host, _, port = resolved.rpartition(":")
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            pass
-        problem = _gcs_answers(resolved, timeout_s)
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as conn:
+            silent = _silent(conn)
+        problem = (
+            f"{resolved} accepts connections but no Ray cluster answered within {timeout_s:g}s"
+            if silent
+            else _gcs_answers(resolved, timeout_s)
+        )
     except (OSError, ValueError) as exc:  # ConnectionError is an OSError
         problem = first_line(exc) or type(exc).__name__
     if problem:
@@ -63,6 +68,26 @@ def reachable(address: str, timeout_s: float | None = None) -> str:
             "(start one with `ray start --head`, or name it with --ray-address; docs/ray.md)"
         )
     return resolved
+
+
+# What an HTTP/2 client sends first (RFC 9113 3.4): the preface, then its (empty) SETTINGS
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")
+
+
+def _silent(conn: socket.socket) -> bool:
+    """Whether the server on ``conn`` says nothing to an HTTP/2 client within the socket's
+    timeout. Ray's GCS is a gRPC server, and an HTTP/2 server's SETTINGS frame comes first:
+    one that sends nothing is no Ray cluster, known without Ray's client, which blocks in
+    native code that cannot be interrupted and would keep a thread of this process for
+    tens of seconds more (anything that answers, TLS or not, is asked by Ray's client)."""
+    try:
+        conn.sendall(HTTP2_PREFACE)
+        conn.recv(1)
+    except TimeoutError:
+        return True
+    except OSError:  # reset: Ray's client says what it makes of that server
+        return False
+    return False
 
 
 def _gcs_answers(resolved: str, timeout_s: float) -> str:
