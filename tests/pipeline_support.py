@@ -78,16 +78,21 @@ def add_project(repo: Path) -> Path:
 
 
 def stage_plan(
-    project: Path, shell_scripts: Callable[..., str], task: str, run: str = "", **scripts: str
+    project: Path,
+    shell_scripts: Callable[..., str],
+    task: str,
+    run: str = "",
+    verify: str = "python -m pytest -q",
+    **scripts: str,
 ) -> Path:
     """A plan of ``task`` (TOML) whose agents run ``scripts`` (by task id); ``run``: more of
-    the [run] table."""
+    the [run] table; ``verify``: the run's verify command."""
     command = shell_scripts(**scripts)
     return write_plan(
         project,
         f"""
         [run]
-        verify = "python -m pytest -q"
+        verify = {toml_str(verify)}
         max_parallel = 3
         {run}
 

@@ -1,7 +1,10 @@
-"""Debug and fix pipelines end to end: the real CLI, shell agents, a real pytest suite.
+"""Debug and fix pipelines end to end: the real CLI, shell agents, real pytest reproductions.
 
 Each stage's agent is a shell script (``{task}.sh``: ``bug.reproduce.sh``, ``bug.sh`` ...), see
-pipeline_support.py.
+pipeline_support.py. The reproductions are pytest runs; the run's verify is the suite's one
+assertion run by ``python -c`` (``MEAN_WORKS``), not pytest: none of these tests is about how a
+suite's results are judged (tests/verify/ is), a pytest run costs ~0.4 s of CPU, and every
+stage's attempt and merge runs the verify.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from pipeline_support import (
 from run_support import leftovers, only_run, orchardist
 from support import git, toml_str
 
+MEAN_WORKS = "python -c 'from calc import mean; assert mean([1, 2, 3]) == 2'"  # the suite's test
+
 
 @pytest.fixture
 def project(repo: Path) -> Path:
@@ -53,6 +58,7 @@ def test_a_debug_pipeline_rejects_an_easy_reproduction_and_lands_the_minimal_fix
         candidates = 3
         stages.reproduce.retries = 1
         """,
+        verify=MEAN_WORKS,
         **{
             "bug.reproduce": REPRODUCE_SH,
             "bug.audit": AUDIT_SH,
@@ -119,6 +125,7 @@ def test_a_fix_pipeline_whose_single_shot_changes_nothing_escalates_to_the_debug
         stages.audit = false
         stages.fix.candidates = 1
         """,
+        verify=MEAN_WORKS,
         **{
             "bug.shot": """
             [ "$ORCHARDIST_STAGE" = fix ] || exit 3
@@ -189,6 +196,7 @@ def test_a_fix_pipeline_whose_single_shot_lands_skips_the_debug_stages(
         depends_on = ["bug"]
         verify = "none"
         """,
+        verify=MEAN_WORKS,
         **{
             "bug.shot": FIX_SH.replace('"$ORCHARDIST_CANDIDATE"', "2")
             .replace("test -f tests/test_bug.py || exit 3", "")
@@ -236,6 +244,7 @@ def test_a_localize_stage_cannot_change_the_repository(
         stages.localize.retries = 1
         """,
         run="" if confined else "sandbox = false",
+        verify=MEAN_WORKS,
         **{
             "bug.localize": """
             if [ "$ORCHARDIST_ATTEMPT" = 1 ] && echo "# sneaky" >> calc.py 2>/dev/null; then
@@ -292,6 +301,7 @@ def test_a_landed_shot_replayed_after_a_regression_rewind_keeps_its_pipeline_don
         check = "python -c 'from calc import mean; assert mean([]) == 0.0'"
         """,
         run='regression = "test ! -f bad.txt"\nregression_every = 2',
+        verify=MEAN_WORKS,
         **{
             "bad": """
             if [ "$ORCHARDIST_ATTEMPT" = 1 ]; then echo bad > bad.txt; else echo ok > ok.txt; fi
