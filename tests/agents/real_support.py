@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from npm_registry import NpmRegistry
+
 from orchardist import Workspace
+from realtools import TOOLS
 from run_support import ORCHARDIST, only_run, status
 from support import make_repo, toml_str, write_plan
 
@@ -33,6 +38,26 @@ def buggy_project(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "repo", {"calc.py": BUGGY, ".gitignore": "__pycache__/\n"})
 
 
+@contextlib.contextmanager
+def local_npm(profile: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
+    """For OpenCode, the profile and environment that send its start-up install of
+    ``@opencode-ai/plugin`` to a stand-in registry on 127.0.0.1 (tests/agents/npm_registry.py);
+    other kinds unchanged.
+
+    Every test's repository is new, so orchardist has kept no tool cache for the profile yet
+    (test_tool_caches.py shows it keeps one), and each OpenCode attempt fetched the plugin and
+    its dependencies from the public registry, 16 MB: 12-20 s of waiting, a second of npm's CPU,
+    and a test that needs the internet. The stand-in serves the version the pinned OpenCode asks
+    for."""
+    if profile.get("kind") != "opencode":
+        yield profile, {}
+        return
+    package = json.loads((TOOLS / "node_modules" / "opencode-ai" / "package.json").read_text())
+    with NpmRegistry(["@opencode-ai/plugin"], package["version"]) as registry:
+        passed = [*profile.get("env", []), "NPM_CONFIG_REGISTRY"]
+        yield {**profile, "env": passed}, {"NPM_CONFIG_REGISTRY": registry.url}
+
+
 def run_task(
     project: Path,
     profile: dict[str, Any],
@@ -47,6 +72,18 @@ def run_task(
     lines for the task, retried ``retries`` times. Returns the task's status
     document, with the run's output under ``"output"``.
     """
+    with local_npm(profile) as (profile, npm):
+        return _run_task(project, profile, {**env, **npm}, tmp_path, task_keys, retries)
+
+
+def _run_task(
+    project: Path,
+    profile: dict[str, Any],
+    env: dict[str, str],
+    tmp_path: Path,
+    task_keys: str,
+    retries: int,
+) -> dict[str, Any]:
     table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in profile.items())
     plan = (
         f'[agents.tool]\ntimeout = "120s"\n{table}\n\n'

@@ -2,7 +2,8 @@
 
 aider reaches :class:`modelapi.openai.OpenAiServer` through ``OPENAI_API_BASE`` with an
 ``openai/`` model (non-streamed chat completions, as ``--no-stream`` asks) and edits in its
-"whole file" format. Skipped when aider is not installed, failed instead when CI is set.
+"whole file" format. Skipped when aider is not installed, failed instead when CI is set. Its
+rate-limit test is a file of its own (test_real_aider_rate_limit.py).
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_support import BUGGY, VERIFY, breaker_states, buggy_project, requeued, run_task
+from real_support import BUGGY, VERIFY, breaker_states, buggy_project, run_task
 
 from e2e_support import log_of
-from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, OpenAiServer, Text, rate_limited
+from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, OpenAiServer, Text
 from modelapi.openai import unauthorized as refused_key
 from realtools import require_tool
 from support import git
@@ -25,9 +26,6 @@ pytestmark = pytest.mark.slow
 FIX = Text("calc.py\n```python\ndef add(a, b):\n    return a + b\n```\n")
 PRICE_IN, PRICE_OUT = 1.25, 10.0  # per million tokens; aider knows no price for the fake model
 CALL_USD = (INPUT_TOKENS * PRICE_IN + OUTPUT_TOKENS * PRICE_OUT) / 1e6
-# aider's own tries of a rate-limited call: 0.125 s doubled before each retry until past its
-# RETRY_TIMEOUT (60 s), i.e. 8 retries (aider/models.py, 0.86.2); the SDK's are switched off
-AIDER_TRIES = 9
 
 
 @pytest.fixture
@@ -101,25 +99,6 @@ def test_an_edit_aider_refuses_fails_the_attempt_with_no_changes(
     assert (task["state"], attempt["failure"]) == ("failed", "no_changes"), task
     assert "Skipping edits to __pycache__/notes.py" in attempt["detail"], attempt["detail"]
     assert (project / "calc.py").read_text() == BUGGY
-
-
-def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
-    aider: Path, project: Path, tmp_path: Path
-) -> None:
-    # Given an API that answers 429 ("try again in 1s") to every call of aider's first run, and
-    # a task with no retries
-    limit = rate_limited(1, should_retry=False)
-    with OpenAiServer([FIX], limit, side_requests=False, failures=AIDER_TRIES) as api:
-        task = run_aider(project, aider, api, tmp_path)
-    # Then the first attempt was rate limited with the reset time aider printed, the second merged
-    first, second = task["attempts"]
-    assert first["failure"] == "rate_limited", first
-    # paused for the reset time the tool reported, not counted against the task's retries
-    assert [(e["failure"], e.get("retry_after_s")) for e in requeued(project)] == [
-        ("rate_limited", 1.0)
-    ]
-    assert "try again in 1s" in log_of(first)
-    assert (task["state"], second["state"]) == ("done", "merged"), task
 
 
 def test_a_budget_stop_ends_aider_and_keeps_the_tokens_it_reported(

@@ -351,9 +351,11 @@ async function showTask(runId, taskId) {
       }
       return;
     }
+    const task = await getJSON(`/api/runs/${encodeURIComponent(runId)}/tasks/${encodeURIComponent(taskId)}`);
+    // The reviewer may have opened a comment box while the task was fetched: redraw later
+    if (busy()) return render();
     for (const source of tails) source.close();
     tails = [];
-    const task = await getJSON(`/api/runs/${encodeURIComponent(runId)}/tasks/${encodeURIComponent(taskId)}`);
     crumbs.replaceChildren(" / ", el("a", { href: `/runs/${encodeURIComponent(runId)}` }, runId), " / ", taskId);
     const underReview = reviewedAttempt(task);
     const sections = task.attempts.map((a) => attemptSection(a, a === underReview ? review : null));
