@@ -5,6 +5,7 @@ data. :class:`Plumbing` is what helpers outside :class:`gitrepo.Repo` need of on
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -22,6 +23,11 @@ GIT = shutil.which("git") or "git"
 # everywhere (a snapshot must not commit them), and repositories they trust though another
 # user owns them.
 CARRIED_CONFIG = r"^(core\.excludesfile|safe\.directory)$"
+# The only settings by which git's author and committer identities differ in the environment
+# orchardist asks them in (which has no ``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` variable): asked
+# with CARRIED_CONFIG, in the same process; where none is set, one ``git var`` tells both.
+ROLE_CONFIG = r"(author|committer)\.(name|email)"
+ASKED_CONFIG = rf"^(core\.excludesfile|safe\.directory|{ROLE_CONFIG})$"
 
 
 class Plumbing(Protocol):
@@ -75,8 +81,8 @@ def git_env(root: Path, identity: bool = True, carry: bool = True) -> dict[str, 
     refuses the repository (see :class:`~orchardist.git.repo.Repo`).
     """
     env = user_env()
-    carried = carried_config(root, env) if carry else []
-    who = identity_env(root, env) if identity else {}
+    carried, same_roles = carried_config(root, env) if carry else ([], False)
+    who = identity_env(root, env, same_roles) if identity else {}
     env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null", GIT_ATTR_NOSYSTEM="1")
     env.update(config_env([*FIXED_CONFIG, *carried]))
     env.update(who)
@@ -91,11 +97,16 @@ def user_env() -> dict[str, str]:
     return env
 
 
-def identity_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
+def identity_env(root: Path, env: Mapping[str, str], same_roles: bool = False) -> dict[str, str]:
     """Author and committer variables for commits: the identity the user's git has (read with
-    the user's own configuration), or orchardist's where git has none."""
+    the user's own configuration), or orchardist's where git has none.
+
+    ``same_roles``: the user's configuration is known to set no ``author.*`` or
+    ``committer.*`` name or email (:func:`carried_config` asked): then git computes both
+    identities from the same settings, and one ``git var`` is asked for both (a process fewer).
+    """
     out: dict[str, str] = {}
-    for role in ("AUTHOR", "COMMITTER"):
+    for role in ("AUTHOR",) if same_roles else ("AUTHOR", "COMMITTER"):
         proc = subprocess.run(
             [GIT, "var", f"GIT_{role}_IDENT"],
             cwd=root,
@@ -110,13 +121,16 @@ def identity_env(root: Path, env: Mapping[str, str]) -> dict[str, str]:
             name, email = FALLBACK_NAME, FALLBACK_EMAIL
         out[f"GIT_{role}_NAME"] = name.strip()
         out[f"GIT_{role}_EMAIL"] = email.strip()
+    if same_roles:
+        out["GIT_COMMITTER_NAME"], out["GIT_COMMITTER_EMAIL"] = name.strip(), email.strip()
     return out
 
 
-def carried_config(root: Path, env: Mapping[str, str]) -> list[tuple[str, str]]:
-    """The settings of CARRIED_CONFIG as the user's git has them (system, global, includes)."""
+def carried_config(root: Path, env: Mapping[str, str]) -> tuple[list[tuple[str, str]], bool]:
+    """The settings of CARRIED_CONFIG as the user's git has them (system, global, includes),
+    and whether git answered and named no ROLE_CONFIG setting (see :func:`identity_env`)."""
     proc = subprocess.run(
-        [GIT, "config", "-z", "--includes", "--get-regexp", CARRIED_CONFIG],
+        [GIT, "config", "-z", "--includes", "--get-regexp", ASKED_CONFIG],
         cwd=root,
         capture_output=True,
         text=True,
@@ -124,16 +138,19 @@ def carried_config(root: Path, env: Mapping[str, str]) -> list[tuple[str, str]]:
         env={**env, "GIT_TERMINAL_PROMPT": "0"},
         check=False,
     )
-    carried = []
+    carried, roles = [], False
     for record in proc.stdout.split("\0"):
         key, _, value = record.partition("\n")
-        if key:
+        if re.fullmatch(ROLE_CONFIG, key):
+            roles = True
+        elif key:
             if key == "core.excludesfile":
                 value = os.path.expanduser(value)
                 if not _regular_file(value):  # a FIFO there would hang every ls-files
                     continue
             carried.append((key, value))
-    return carried
+    # exit 1: no setting matched; anything else but 0, git could not tell (a broken file)
+    return carried, proc.returncode in (0, 1) and not roles
 
 
 def _regular_file(path: str) -> bool:

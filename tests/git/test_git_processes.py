@@ -1,0 +1,196 @@
+"""How many git processes orchardist starts: counted by a logging ``git`` first on PATH (one line
+per process it starts), for real commands run as a user runs them, and for the identity a
+repository is set up with. Each bound is the count measured when it was set: a question asked
+twice in one command (where the repository is, who commits) makes it fail."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchardist.git import env as git_env_module
+from orchardist.git.env import GIT
+from orchardist.git.repo import Repo
+from support import git, make_repo, write_plan
+
+ONE_TASK = """
+[agents.sh]
+kind = "shell"
+command = "echo {task} > {task}.txt"
+
+[[task]]
+id = "hello"
+verify = "test -f hello.txt"
+"""
+
+REVIEWED = """
+[run]
+review = "human"
+
+[agents.sh]
+kind = "shell"
+command = "echo {task} > {task}.txt"
+
+[[task]]
+id = "a"
+verify = "test -f a.txt"
+"""
+
+
+class GitLog:
+    """A folder holding a ``git`` that logs its arguments, one line per process, then runs the
+    real one."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.bin = folder
+        self.log = folder / "calls.log"
+        script = folder / "git"
+        script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{self.log}"\nexec {GIT} "$@"\n')
+        script.chmod(script.stat().st_mode | stat.S_IXUSR)
+
+    def calls(self) -> list[str]:
+        """The git processes started since the last call, and forget them."""
+        lines = self.log.read_text().splitlines() if self.log.exists() else []
+        self.log.unlink(missing_ok=True)
+        return lines
+
+    def cli(self, repo: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+        """``orchardist ARGS`` as a new interpreter in ``repo`` with the logging git first on
+        PATH (it resolves git once, at start), and the git processes it started."""
+        self.calls()
+        env = {**os.environ, "PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}"}
+        done = subprocess.run(
+            [sys.executable, "-m", "orchardist", *args],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        return done, self.calls()
+
+
+@pytest.fixture
+def logged(tmp_path: Path) -> GitLog:
+    return GitLog(tmp_path / "logging-git")
+
+
+def asked(calls: list[str], *words: str) -> int:
+    """How many of ``calls`` ran git with ``words`` (after any ``-C PATH``)."""
+    wanted = " ".join(words)
+    return sum(1 for c in calls if c.removeprefix("-C ").partition(" ")[2].startswith(wanted)
+               or c.startswith(wanted))  # fmt: skip
+
+
+def test_a_one_task_run_asks_git_each_question_once(tmp_path: Path, logged: GitLog) -> None:
+    # Given a repository with a committed one-task plan
+    repo = make_repo(tmp_path / "repo")
+    write_plan(repo, ONE_TASK, commit=True)
+
+    # When it runs to its end
+    done, calls = logged.cli(repo, "run", "plan.toml")
+
+    # Then the task's file is on the run branch
+    assert done.returncode == 0, done.stdout + done.stderr
+    branch = git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/orchardist/")
+    assert git(repo, "show", f"{branch}:hello.txt") == "hello"
+    # and where the repository is, and who commits, were each asked of git once
+    assert asked(calls, "rev-parse", "--path-format=absolute", "--show-toplevel") == 1, calls
+    assert asked(calls, "var") == 1, calls
+    assert len(calls) <= 28, "\n".join(calls)
+
+    # When its old runs are collected
+    done, calls = logged.cli(repo, "gc")
+
+    # Then git was asked where the repository is once, and nobody's identity
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert asked(calls, "rev-parse", "--path-format=absolute", "--show-toplevel") == 1, calls
+    assert len(calls) <= 5, "\n".join(calls)
+
+
+def test_review_commands_ask_no_identity_of_git(tmp_path: Path, logged: GitLog) -> None:
+    # Given a run whose task awaits review
+    repo = make_repo(tmp_path / "repo")
+    write_plan(repo, REVIEWED, commit=True)
+    ran = subprocess.run(
+        [sys.executable, "-m", "orchardist", "run", "plan.toml"],
+        cwd=repo, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 3, ran.stdout + ran.stderr
+    run_id = git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/orchardist/")
+    run_id = run_id.removeprefix("orchardist/")
+
+    # When the patch is listed, shown and approved
+    listed, list_calls = logged.cli(repo, "review")
+    shown, show_calls = logged.cli(repo, "review", run_id, "a", "--diff")
+    approved, approve_calls = logged.cli(repo, "review", run_id, "a", "--approve")
+
+    # Then each did its work
+    assert f"{run_id} a " in listed.stdout, listed.stdout + listed.stderr
+    assert "+a" in shown.stdout.splitlines(), shown.stdout + shown.stderr
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    assert "decided: approve by" in logged.cli(repo, "review")[0].stdout
+    # with three git processes each: where the repository is, its facts, the diff
+    for calls in (list_calls, show_calls, approve_calls):
+        assert asked(calls, "var") == 0 and asked(calls, "config") == 0, calls
+        assert len(calls) <= 3, "\n".join(calls)
+
+
+@pytest.fixture
+def logged_in_process(logged: GitLog, monkeypatch: pytest.MonkeyPatch) -> GitLog:
+    """The logging git as the one this process's orchardist runs to set up a repository."""
+    monkeypatch.setattr(git_env_module, "GIT", str(logged.bin / "git"))
+    return logged
+
+
+def test_one_git_var_tells_both_identities_when_no_role_is_configured(
+    tmp_path: Path, logged_in_process: GitLog
+) -> None:
+    # Given a repository whose git has one identity for every role
+    project = make_repo(tmp_path / "project")
+
+    # When orchardist sets it up, then commits
+    repo = Repo(project)
+    calls = logged_in_process.calls()
+    commit = repo.commit_tree(repo.tree_of("HEAD"), [repo.rev_parse("HEAD")], "same tree")
+
+    # Then git was asked once, and the commit is the user's as author and committer
+    assert [c for c in calls if c.startswith("var ")] == ["var GIT_AUTHOR_IDENT"]
+    who = git(project, "log", "-1", "--format=%an <%ae>|%cn <%ce>", commit)
+    assert who == "Test User <test@example.com>|Test User <test@example.com>"
+
+
+@pytest.mark.parametrize(
+    "setting", ["committer.name", "committer.email", "author.name", "author.email"]
+)
+def test_a_role_s_own_setting_is_honoured_by_asking_git_for_each_role(
+    tmp_path: Path, logged_in_process: GitLog, setting: str
+) -> None:
+    # Given a repository whose git has a setting for one role only (in an included file)
+    project = make_repo(tmp_path / "project")
+    value = "role@example.com" if setting.endswith("email") else "Role Person"
+    included = tmp_path / "roles.gitconfig"
+    git(project, "config", "-f", str(included), setting, value)
+    git(project, "config", "include.path", str(included))
+
+    # When orchardist sets it up, then commits
+    repo = Repo(project)
+    calls = logged_in_process.calls()
+    commit = repo.commit_tree(repo.tree_of("HEAD"), [repo.rev_parse("HEAD")], "same tree")
+
+    # Then each role's identity is the one git itself gives it
+    assert sorted(c for c in calls if c.startswith("var ")) == [
+        "var GIT_AUTHOR_IDENT",
+        "var GIT_COMMITTER_IDENT",
+    ]
+    for role, fmt in (("AUTHOR", "%an <%ae>"), ("COMMITTER", "%cn <%ce>")):
+        ident = git(project, "var", f"GIT_{role}_IDENT").rsplit(" ", 2)[0]
+        assert git(project, "log", "-1", f"--format={fmt}", commit) == ident
+    assert value in git(project, "log", "-1", "--format=%an %ae %cn %ce", commit)
