@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchardist.git import env as git_env_module
+from orchardist.git import repo as git_repo_module
 from orchardist.git.env import GIT
 from orchardist.git.repo import Repo
 from support import git, make_repo, write_plan
@@ -104,7 +105,10 @@ def test_a_one_task_run_asks_git_each_question_once(tmp_path: Path, logged: GitL
     # and where the repository is, and who commits, were each asked of git once
     assert asked(calls, "rev-parse", "--path-format=absolute", "--show-toplevel") == 1, calls
     assert asked(calls, "var") == 1, calls
-    assert len(calls) <= 28, "\n".join(calls)
+    # and the user's config once (signing too), the patch's diff once (its lines too)
+    assert asked(calls, "config") == 1, calls
+    assert asked(calls, "diff", "--no-ext-diff") == 1, calls
+    assert len(calls) <= 26, "\n".join(calls)
 
     # When its old runs are collected
     done, calls = logged.cli(repo, "gc")
@@ -145,8 +149,10 @@ def test_review_commands_ask_no_identity_of_git(tmp_path: Path, logged: GitLog) 
 
 @pytest.fixture
 def logged_in_process(logged: GitLog, monkeypatch: pytest.MonkeyPatch) -> GitLog:
-    """The logging git as the one this process's orchardist runs to set up a repository."""
+    """The logging git as the one this process's orchardist runs to set up and drive a
+    repository."""
     monkeypatch.setattr(git_env_module, "GIT", str(logged.bin / "git"))
+    monkeypatch.setattr(git_repo_module, "GIT", str(logged.bin / "git"))
     return logged
 
 
@@ -194,3 +200,57 @@ def test_a_role_s_own_setting_is_honoured_by_asking_git_for_each_role(
         ident = git(project, "var", f"GIT_{role}_IDENT").rsplit(" ", 2)[0]
         assert git(project, "log", "-1", f"--format={fmt}", commit) == ident
     assert value in git(project, "log", "-1", "--format=%an %ae %cn %ce", commit)
+
+
+@pytest.mark.parametrize(
+    ("where", "line", "signs"),
+    [
+        ("repository", "gpgSign = true", True),
+        ("repository", "gpgSign", True),  # a key without a value is true
+        ("included", "gpgSign = yes", True),
+        ("repository", "gpgSign = off", False),
+        ("global", "gpgSign = true", False),  # orchardist's git reads no global config
+    ],
+)
+def test_commit_signing_is_told_by_the_set_up_s_read_of_the_config(
+    tmp_path: Path, logged_in_process: GitLog, where: str, line: str, signs: bool
+) -> None:
+    # Given a repository whose config (or an included file, or the global one) sets signing
+    project = make_repo(tmp_path / "project")
+    files = {
+        "repository": project / ".git" / "config",
+        "included": tmp_path / "signing.gitconfig",
+        "global": Path(os.environ["HOME"]) / ".gitconfig",
+    }
+    with files[where].open("a") as fh:
+        fh.write(f"[commit]\n\t{line}\n")
+    if where == "included":
+        git(project, "config", "include.path", str(files["included"]))
+
+    # When orchardist sets it up and decides how it would commit
+    repo = Repo(project)
+    native = repo._native
+    calls = logged_in_process.calls()
+
+    # Then git's own answer decides, and no git process beyond the set-up's asked it
+    assert (native is None) == signs
+    plain = git(project, "config", "--bool", "commit.gpgSign") if where != "global" else ""
+    assert (plain == "true") == signs
+    assert not [c for c in calls if c.startswith("config --bool")], calls
+
+
+def test_a_signing_value_not_plainly_spelled_is_asked_of_git(
+    tmp_path: Path, logged_in_process: GitLog
+) -> None:
+    # Given a repository whose config sets signing with a number git reads as true
+    project = make_repo(tmp_path / "project")
+    git(project, "config", "commit.gpgSign", "2k")
+    assert git(project, "config", "--bool", "commit.gpgSign") == "true"
+
+    # When orchardist sets it up and decides how it would commit
+    repo = Repo(project)
+    native = repo._native
+
+    # Then git was asked, and commits go through git (which signs them)
+    assert native is None
+    assert "config --bool commit.gpgSign" in logged_in_process.calls()

@@ -10,6 +10,7 @@ import shutil
 import stat
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -27,7 +28,11 @@ CARRIED_CONFIG = r"^(core\.excludesfile|safe\.directory)$"
 # orchardist asks them in (which has no ``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` variable): asked
 # with CARRIED_CONFIG, in the same process; where none is set, one ``git var`` tells both.
 ROLE_CONFIG = r"(author|committer)\.(name|email)"
-ASKED_CONFIG = rf"^(core\.excludesfile|safe\.directory|{ROLE_CONFIG})$"
+# Whether commits are to be signed, as orchardist's git reads it (the repository's own config:
+# local and worktree scopes), asked in the same process too (see Repo._native).
+SIGNING = "commit.gpgsign"
+ASKED_CONFIG = rf"^(core\.excludesfile|safe\.directory|{ROLE_CONFIG}|commit\.gpgsign)$"
+REPO_SCOPES = ("local", "worktree")
 
 
 class Plumbing(Protocol):
@@ -66,6 +71,16 @@ class Plumbing(Protocol):
     def read_objects(self, oids: Sequence[str]) -> dict[str, tuple[str, bytes]]: ...
 
 
+@dataclass(frozen=True)
+class Setup:
+    """orchardist's git environment for a repository (:func:`git_env`), and whether its
+    commits are to be signed where the process that read the carried settings could tell
+    (None: ask git)."""
+
+    env: dict[str, str]
+    signing: bool | None = None
+
+
 def git_env(root: Path, identity: bool = True, carry: bool = True) -> dict[str, str]:
     """orchardist's own git: a fixed configuration in which nothing configured runs.
 
@@ -75,18 +90,23 @@ def git_env(root: Path, identity: bool = True, carry: bool = True) -> dict[str, 
     attributes, no hooks, no fsmonitor. What orchardist needs from the user's own
     configuration is data, read once here: the identity and a few settings (FIXED_CONFIG,
     CARRIED_CONFIG). The repository's own config is still read: only the user writes it.
-    ``identity=False`` leaves the identity out (two git processes fewer) for a caller that
-    only reads: no commit, no ref moved. ``carry=False`` leaves CARRIED_CONFIG out (a process
-    fewer), for a caller that lists no untracked file and asks again with it where git
+    ``identity=False`` leaves the identity out (one or two git processes fewer) for a caller
+    that only reads: no commit, no ref moved. ``carry=False`` leaves CARRIED_CONFIG out (a
+    process fewer), for a caller that lists no untracked file and asks again with it where git
     refuses the repository (see :class:`~orchardist.git.repo.Repo`).
     """
+    return git_setup(root, identity, carry).env
+
+
+def git_setup(root: Path, identity: bool = True, carry: bool = True) -> Setup:
+    """:func:`git_env`, with what the carried settings' process told of commit signing."""
     env = user_env()
-    carried, same_roles = carried_config(root, env) if carry else ([], False)
-    who = identity_env(root, env, same_roles) if identity else {}
+    read = carried_config(root, env) if carry else UserConfig([], False, None)
+    who = identity_env(root, env, read.same_roles) if identity else {}
     env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null", GIT_ATTR_NOSYSTEM="1")
-    env.update(config_env([*FIXED_CONFIG, *carried]))
+    env.update(config_env([*FIXED_CONFIG, *read.carried]))
     env.update(who)
-    return env
+    return Setup(env, read.signing)
 
 
 def user_env() -> dict[str, str]:
@@ -126,11 +146,22 @@ def identity_env(root: Path, env: Mapping[str, str], same_roles: bool = False) -
     return out
 
 
-def carried_config(root: Path, env: Mapping[str, str]) -> tuple[list[tuple[str, str]], bool]:
+@dataclass(frozen=True)
+class UserConfig:
+    """What one ``git config`` process told of the user's configuration: the settings of
+    CARRIED_CONFIG; whether git answered and named no ROLE_CONFIG setting (see
+    :func:`identity_env`); whether commits are to be signed (None: not told plainly)."""
+
+    carried: list[tuple[str, str]]
+    same_roles: bool
+    signing: bool | None
+
+
+def carried_config(root: Path, env: Mapping[str, str]) -> UserConfig:
     """The settings of CARRIED_CONFIG as the user's git has them (system, global, includes),
-    and whether git answered and named no ROLE_CONFIG setting (see :func:`identity_env`)."""
+    with the few more facts of :class:`UserConfig`, in one git process."""
     proc = subprocess.run(
-        [GIT, "config", "-z", "--includes", "--get-regexp", ASKED_CONFIG],
+        [GIT, "config", "-z", "--includes", "--show-scope", "--get-regexp", ASKED_CONFIG],
         cwd=root,
         capture_output=True,
         text=True,
@@ -138,19 +169,36 @@ def carried_config(root: Path, env: Mapping[str, str]) -> tuple[list[tuple[str, 
         env={**env, "GIT_TERMINAL_PROMPT": "0"},
         check=False,
     )
-    carried, roles = [], False
-    for record in proc.stdout.split("\0"):
-        key, _, value = record.partition("\n")
+    told = proc.returncode in (0, 1)  # exit 1: no setting matched; else git could not tell
+    carried, roles, signing = [], False, None if not told else False
+    fields = proc.stdout.split("\0")
+    for scope, record in zip(fields[0::2], fields[1::2], strict=False):
+        key, valued, value = record.partition("\n")
         if re.fullmatch(ROLE_CONFIG, key):
             roles = True
+        elif key == SIGNING:
+            if scope in REPO_SCOPES and told:  # the last one wins, as git reads it
+                signing = _plain_bool(value if valued else None)
         elif key:
             if key == "core.excludesfile":
                 value = os.path.expanduser(value)
                 if not _regular_file(value):  # a FIFO there would hang every ls-files
                     continue
             carried.append((key, value))
-    # exit 1: no setting matched; anything else but 0, git could not tell (a broken file)
-    return carried, proc.returncode in (0, 1) and not roles
+    return UserConfig(carried, told and not roles, signing)
+
+
+def _plain_bool(value: str | None) -> bool | None:
+    """A boolean setting's value as git reads it, where it is spelled plainly; None for the
+    rest (numbers with units, bad values: git is asked)."""
+    if value is None:  # a key without ``=``
+        return True
+    spelled = value.strip().lower()
+    if spelled in ("true", "yes", "on", "1"):
+        return True
+    if spelled in ("false", "no", "off", "0", ""):
+        return False
+    return None
 
 
 def _regular_file(path: str) -> bool:
