@@ -83,6 +83,12 @@ def logged(tmp_path: Path) -> GitLog:
     return GitLog(tmp_path / "logging-git")
 
 
+def answer(repo: Path, *args: str) -> str:
+    """What git prints for ``args`` in ``repo``, whatever its exit code."""
+    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
+    return done.stdout.strip()
+
+
 def asked(calls: list[str], *words: str) -> int:
     """How many of ``calls`` ran git with ``words`` (after any ``-C PATH``)."""
     wanted = " ".join(words)
@@ -108,7 +114,8 @@ def test_a_one_task_run_asks_git_each_question_once(tmp_path: Path, logged: GitL
     # and the user's config once (signing too), the patch's diff once (its lines too)
     assert asked(calls, "config") == 1, calls
     assert asked(calls, "diff", "--no-ext-diff") == 1, calls
-    assert len(calls) <= 26, "\n".join(calls)
+    assert asked(calls, "rev-parse", "-q", "--verify", "HEAD") == 0, calls  # HEAD's on main
+    assert len(calls) <= 25, "\n".join(calls)
 
     # When its old runs are collected
     done, calls = logged.cli(repo, "gc")
@@ -254,3 +261,35 @@ def test_a_signing_value_not_plainly_spelled_is_asked_of_git(
     # Then git was asked, and commits go through git (which signs them)
     assert native is None
     assert "config --bool commit.gpgSign" in logged_in_process.calls()
+
+
+def test_the_guard_reads_head_s_commit_from_its_branch_s_listing(
+    tmp_path: Path, logged_in_process: GitLog
+) -> None:
+    # Given a checkout on a branch
+    project = make_repo(tmp_path / "project")
+    repo = Repo(project)
+    states = {}
+    for state in ("on a branch", "detached", "on an unborn branch", "on a branch again"):
+        if state == "detached":
+            git(project, "checkout", "-q", "--detach")
+        elif state == "on an unborn branch":
+            git(project, "symbolic-ref", "HEAD", "refs/heads/unborn")
+        elif state == "on a branch again":
+            git(project, "symbolic-ref", "HEAD", "refs/heads/main")
+        logged_in_process.calls()
+
+        # When the guard takes its fingerprint
+        head = repo.checkout_fingerprint()["HEAD"]
+        calls = logged_in_process.calls()
+
+        # Then HEAD's part is what git itself says of HEAD
+        named = answer(project, "symbolic-ref", "-q", "HEAD")
+        commit = answer(project, "rev-parse", "-q", "--verify", "HEAD")
+        assert head == f"{named} {commit}", state
+        # and git was asked for HEAD's commit only where no listed branch tells it
+        asked_head = [c for c in calls if c.startswith("rev-parse")]
+        assert len(asked_head) == (state in ("detached", "on an unborn branch")), (state, calls)
+        states[state] = head
+    assert len(set(states.values())) == 3  # each state told apart; the first and last alike
+    assert states["on a branch"] == states["on a branch again"]
