@@ -293,3 +293,31 @@ def test_the_guard_reads_head_s_commit_from_its_branch_s_listing(
         states[state] = head
     assert len(set(states.values())) == 3  # each state told apart; the first and last alike
     assert states["on a branch"] == states["on a branch again"]
+
+
+def test_the_dashboard_opens_its_repository_with_two_git_processes(
+    tmp_path: Path, logged_in_process: GitLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchardist.git import where
+    from orchardist.web.reads import Reads
+    from orchardist.web.serve import settings_for
+
+    # Given a repository, and its commit
+    project = make_repo(tmp_path / "project")
+    head = git(project, "rev-parse", "HEAD")
+    monkeypatch.setattr(where, "GIT", str(logged_in_process.bin / "git"))
+    logged_in_process.calls()
+
+    # When the dashboard's settings and reads are made for it (from a subfolder)
+    (project / "sub").mkdir()
+    settings = settings_for(project / "sub", "127.0.0.1", 8000, "token")
+    reads = Reads(settings)
+    calls = logged_in_process.calls()
+
+    # Then they name its store and read its commits
+    common = Path(git(project, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    assert settings.store_path == common / "orchardist" / "state.db"
+    assert settings.repo_root == project.resolve()
+    assert reads.repo.git("diff", "--stat", head, head) == ""
+    # with two git processes: where it is, and the reader's facts
+    assert len(calls) <= 2, calls
