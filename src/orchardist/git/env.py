@@ -10,7 +10,6 @@ import shutil
 import stat
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -71,16 +70,6 @@ class Plumbing(Protocol):
     def read_objects(self, oids: Sequence[str]) -> dict[str, tuple[str, bytes]]: ...
 
 
-@dataclass(frozen=True)
-class Setup:
-    """orchardist's git environment for a repository (:func:`git_env`), and whether its
-    commits are to be signed where the process that read the carried settings could tell
-    (None: ask git)."""
-
-    env: dict[str, str]
-    signing: bool | None = None
-
-
 def git_env(root: Path, identity: bool = True, carry: bool = True) -> dict[str, str]:
     """orchardist's own git: a fixed configuration in which nothing configured runs.
 
@@ -95,18 +84,22 @@ def git_env(root: Path, identity: bool = True, carry: bool = True) -> dict[str, 
     process fewer), for a caller that lists no untracked file and asks again with it where git
     refuses the repository (see :class:`~orchardist.git.repo.Repo`).
     """
-    return git_setup(root, identity, carry).env
+    return git_setup(root, identity, carry)[0]
 
 
-def git_setup(root: Path, identity: bool = True, carry: bool = True) -> Setup:
-    """:func:`git_env`, with what the carried settings' process told of commit signing."""
+def git_setup(
+    root: Path, identity: bool = True, carry: bool = True
+) -> tuple[dict[str, str], bool | None]:
+    """:func:`git_env`, and whether commits are to be signed where the process that read the
+    carried settings could tell (None: ask git). A pair, not a record: every command imports
+    this module, and a dataclass costs a millisecond or two to make."""
     env = user_env()
-    read = carried_config(root, env) if carry else UserConfig([], False, None)
-    who = identity_env(root, env, read.same_roles) if identity else {}
+    carried, same_roles, signing = carried_config(root, env) if carry else ([], False, None)
+    who = identity_env(root, env, same_roles) if identity else {}
     env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null", GIT_ATTR_NOSYSTEM="1")
-    env.update(config_env([*FIXED_CONFIG, *read.carried]))
+    env.update(config_env([*FIXED_CONFIG, *carried]))
     env.update(who)
-    return Setup(env, read.signing)
+    return env, signing
 
 
 def user_env() -> dict[str, str]:
@@ -146,20 +139,12 @@ def identity_env(root: Path, env: Mapping[str, str], same_roles: bool = False) -
     return out
 
 
-@dataclass(frozen=True)
-class UserConfig:
-    """What one ``git config`` process told of the user's configuration: the settings of
-    CARRIED_CONFIG; whether git answered and named no ROLE_CONFIG setting (see
-    :func:`identity_env`); whether commits are to be signed (None: not told plainly)."""
-
-    carried: list[tuple[str, str]]
-    same_roles: bool
-    signing: bool | None
-
-
-def carried_config(root: Path, env: Mapping[str, str]) -> UserConfig:
-    """The settings of CARRIED_CONFIG as the user's git has them (system, global, includes),
-    with the few more facts of :class:`UserConfig`, in one git process."""
+def carried_config(
+    root: Path, env: Mapping[str, str]
+) -> tuple[list[tuple[str, str]], bool, bool | None]:
+    """The settings of CARRIED_CONFIG as the user's git has them (system, global, includes);
+    whether git answered and named no ROLE_CONFIG setting (see :func:`identity_env`); whether
+    commits are to be signed (None: not told plainly). One git process."""
     proc = subprocess.run(
         [GIT, "config", "-z", "--includes", "--show-scope", "--get-regexp", ASKED_CONFIG],
         cwd=root,
@@ -185,7 +170,7 @@ def carried_config(root: Path, env: Mapping[str, str]) -> UserConfig:
                 if not _regular_file(value):  # a FIFO there would hang every ls-files
                     continue
             carried.append((key, value))
-    return UserConfig(carried, told and not roles, signing)
+    return carried, told and not roles, signing
 
 
 def _plain_bool(value: str | None) -> bool | None:

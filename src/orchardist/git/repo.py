@@ -63,15 +63,13 @@ class Repo:
         untracked: bool = True,
     ) -> None:
         self.root = Path(root)
-        setup = git_setup(self.root, identity, carry=untracked)
-        self._env, self._signing = setup.env, setup.signing
+        self._env, self._signing = git_setup(self.root, identity, carry=untracked)
         asked = ["rev-parse", "--path-format=absolute", "--git-common-dir", "--show-object-format"]
         if resolve is not None:  # (printed after the facts; a bad one only makes the exit 1)
             asked += ["--verify", "--quiet", f"{resolve}^{{commit}}"]
         proc = self.run_git(*asked)
         if not untracked and proc.returncode == 128:  # refused: perhaps trusted, not owned
-            setup = git_setup(self.root, identity)
-            self._env, self._signing = setup.env, setup.signing
+            self._env, self._signing = git_setup(self.root, identity)
             proc = self.run_git(*asked)
         if proc.returncode not in ((0, 1) if resolve is not None else (0,)):
             cmd = " ".join(["git", *asked])
