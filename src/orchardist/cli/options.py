@@ -204,13 +204,3 @@ def check_selection(plan: Any, only: Sequence[str], skip: Sequence[str]) -> None
         both = sorted(set(only) & set(skip))
         why = f" (--only and --skip both name {', '.join(both)})" if both else ""
         raise UsageError(f"--only and --skip leave no task of {plan.path} to run{why}")
-
-
-def has_runs(path: Path) -> bool:
-    """Whether the repository at ``path`` has a store (reading never creates one)."""
-    from ..git.where import locate
-
-    found = locate(Path(path))
-    if found is None:
-        raise UsageError(f"{path} is not inside a git repository")
-    return (found[1] / "orchardist" / "state.db").exists()

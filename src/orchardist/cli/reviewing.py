@@ -72,9 +72,9 @@ def cmd_review(args: argparse.Namespace) -> int:
     if args.message and not (args.approve or args.reject):
         raise UsageError("-m goes with --approve or --reject (--changes takes its own text)")
     if not deciding:
-        from ..runs.review import pending_diff
+        from ..runs.review import pending_diff, reader
 
-        print(plain(pending_diff(ws.store, ws.repo, args.run, args.task)))
+        print(plain(pending_diff(ws.store, reader(ws.root), args.run, args.task)))
         return EXIT_OK
     return _decide(ws, args)
 

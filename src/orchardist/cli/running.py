@@ -32,7 +32,6 @@ from .options import (
     driving_args,
     duration,
     executor_args,
-    has_runs,
     load_plan,
     positive,
     positive_float,
@@ -109,12 +108,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if note and not args.quiet:
         print(note, file=sys.stderr, flush=True)
     # Read-only until every check passed: a refused run leaves nothing behind.
-    existing = Workspace.open(plan.repo) if has_runs(plan.repo) else None
+    where = Workspace.locate(plan.repo)  # (git asked once for both openings)
+    existing = Workspace.in_repo(where) if Workspace.stored(where) else None
     unfinished = [] if args.fresh or existing is None else unfinished_runs(existing, plan)
     checked = preflight(plan, quiet=args.quiet, resumable=unfinished)
     if checked.problems:
         raise PlanError(list(checked.problems))
-    ws = existing or Workspace.open(plan.repo)
+    ws = existing or Workspace.in_repo(where)
     if unfinished:
         old = unfinished[0]
         refuse_if_driven(ws, old)

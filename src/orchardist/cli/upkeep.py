@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from ..errors import UsageError
-from .options import EXIT_OK, Commands, duration, has_runs, repo_arg
+from .options import EXIT_OK, Commands, duration, repo_arg
 
 
 def add_gc(sub: Commands) -> None:
@@ -34,8 +34,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from ..runs.start import Workspace
 
     age_s = _age("--older-than", args.older_than)
-    if has_runs(args.repo):
-        ws = Workspace.open(args.repo)
+    ws = Workspace.existing(args.repo)  # (git asked once)
+    if ws is not None:
         report = collect(ws, age_s, branches=args.branches, dry_run=args.dry_run)
     else:  # nothing was ever run here: nothing to remove, and nothing to create
         report = {"runs": [], "bytes": 0, "refs": 0, "branches": 0, "baselines": 0}

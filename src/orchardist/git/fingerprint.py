@@ -43,14 +43,14 @@ def checkout_fingerprint(
         if count:  # only foreign moves show, so a changing watch list does not
             parts[f"run branch {ref.removeprefix('refs/heads/')}"] = str(count)
     head = repo.run_git("symbolic-ref", "-q", "HEAD").stdout.strip()
-    commit = repo.run_git("rev-parse", "-q", "--verify", "HEAD").stdout.strip()
-    refs = [
-        line
-        for line in repo.git(
-            "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", "refs/tags"
-        ).splitlines()
-        if not any(line.startswith(prefix) for prefix in ignore_refs)
-    ]
+    listed = repo.git(
+        "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads", "refs/tags"
+    ).splitlines()
+    # HEAD's commit is its branch's, listed (a ref name has no space); git is asked only for a
+    # detached HEAD, or one on a branch not listed (unborn, broken, elsewhere than heads)
+    tips = dict(line.rsplit(" ", 1) for line in listed if " " in line)
+    commit = tips.get(head) or repo.run_git("rev-parse", "-q", "--verify", "HEAD").stdout.strip()
+    refs = [line for line in listed if not any(line.startswith(p) for p in ignore_refs)]
     parts["HEAD"] = f"{head} {commit}"
     parts["files or index"] = _checkout_files(repo)
     parts["branches or tags"] = "\n".join(refs)

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import GitError
-from .env import GIT, git_env, identity_env, user_env
+from .diffstat import numstat_total, raw_and_numstat
+from .env import GIT, git_setup, identity_env, user_env
 
 if TYPE_CHECKING:
     from .snapshots import Checkout
@@ -62,13 +63,13 @@ class Repo:
         untracked: bool = True,
     ) -> None:
         self.root = Path(root)
-        self._env = git_env(self.root, identity, carry=untracked)
+        self._env, self._signing = git_setup(self.root, identity, carry=untracked)
         asked = ["rev-parse", "--path-format=absolute", "--git-common-dir", "--show-object-format"]
         if resolve is not None:  # (printed after the facts; a bad one only makes the exit 1)
             asked += ["--verify", "--quiet", f"{resolve}^{{commit}}"]
         proc = self.run_git(*asked)
         if not untracked and proc.returncode == 128:  # refused: perhaps trusted, not owned
-            self._env = git_env(self.root, identity)
+            self._env, self._signing = git_setup(self.root, identity)
             proc = self.run_git(*asked)
         if proc.returncode not in ((0, 1) if resolve is not None else (0,)):
             cmd = " ".join(["git", *asked])
@@ -79,6 +80,7 @@ class Repo:
         self.common_dir = Path(lines[0])
         self.object_format = lines[1].strip() or "sha1"
         self.resolved: str | None = lines[2].strip() if len(lines) > 2 else None
+        self._counted: dict[tuple[str, str], int] = {}  # see changed_lines
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -189,10 +191,12 @@ class Repo:
     @functools.cached_property
     def _native(self) -> tuple[str, str] | None:
         """``(author, committer)`` as ``Name <email>`` when commits may be written in-process;
-        asked on first use (a git process): commands that only read never write one."""
+        asked on first use (signing: told at set-up, else a git process)."""
         if self.object_format != "sha1":
             return None
-        if self.run_git("config", "--bool", "commit.gpgSign").stdout.strip() == "true":
+        if self._signing is None:
+            self._signing = self.run_git("config", "--bool", "commit.gpgSign").stdout == "true\n"
+        if self._signing:
             return None
         author, committer = (self.identity(role) for role in ("AUTHOR", "COMMITTER"))
         return f"{author[0]} <{author[1]}>", f"{committer[0]} <{committer[1]}>"
@@ -359,13 +363,15 @@ class Repo:
         return proc.stdout
 
     def changed_lines(self, old: str, new: str) -> int:
-        """Lines added plus lines removed between two commits (binary files count 1 each)."""
+        """Lines added plus lines removed between two commits (binary files count 1 each).
+
+        Counted already where :meth:`patch_problems` diffed the same two commits by id (the
+        answer is the commits', which never change): a git process fewer per attempt."""
+        counted = self._counted.pop((old, new), None)
+        if counted is not None:
+            return counted
         out = self.git("diff", *_PLAIN_DIFF, "--numstat", "--no-renames", old, new)
-        total = 0
-        for line in out.splitlines():
-            added, removed, _ = line.split("\t", 2)
-            total += 1 if added == "-" else int(added) + int(removed)
-        return total
+        return numstat_total(out.splitlines())
 
     def changed_files(self, old: str, new: str) -> list[str]:
         """Paths that differ between two commits."""
@@ -403,14 +409,12 @@ class Repo:
         symlink leaves the tree's links as the base has them (the user's own).
         """
         out = self.git(
-            "diff", *_PLAIN_DIFF, "--raw", "--no-renames", "-z", "--no-abbrev", base, patch
-        )
-        fields = out.split("\0")
-        changes = [
-            (meta.split(), path)
-            for meta, path in zip(fields[0::2], fields[1::2], strict=False)
-            if len(meta.split()) >= 5
-        ]
+            "diff", *_PLAIN_DIFF, "--raw", "--numstat", "--no-renames", "-z", "--no-abbrev",
+            base, patch,
+        )  # fmt: skip
+        changes, numstat = raw_and_numstat(out)
+        if _is_oid(base) and _is_oid(patch):  # for changed_lines, asked next
+            self._counted[(base, patch)] = numstat_total(numstat)
         problems = []
         if any("120000" in parts[:2] for parts, _ in changes):
             from .treehash import escaping_symlinks

@@ -75,14 +75,30 @@ class Workspace:
 
     @classmethod
     def _located(cls, path: Path, create: bool) -> Workspace | None:
+        found = cls.locate(path)
+        if not create and not cls.stored(found):
+            return None
+        return cls.in_repo(found)
+
+    @staticmethod
+    def locate(path: Path) -> tuple[Path, Path]:
+        """``(root, common_dir)`` of the repository containing ``path``, asked of git once: for
+        a command that opens the workspace later again (``run`` reads, checks, then creates)."""
         found = locate(Path(path))
         if found is None:
             raise UsageError(f"{path} is not inside a git repository")
+        return found
+
+    @staticmethod
+    def stored(found: tuple[Path, Path]) -> bool:
+        """Whether the repository :meth:`locate` found has a store (runs were made there)."""
+        return (found[1] / "orchardist" / "state.db").exists()
+
+    @classmethod
+    def in_repo(cls, found: tuple[Path, Path]) -> Workspace:
+        """The workspace of the repository :meth:`locate` found; its store made if need be."""
         root, common_dir = found
-        state_dir = common_dir / "orchardist"
-        if not create and not (state_dir / "state.db").exists():
-            return None
-        return cls(root, Store.for_repo(common_dir), state_dir)
+        return cls(root, Store.for_repo(common_dir), common_dir / "orchardist")
 
     def resolve_run(self, run_id: str | None) -> Run:
         """A run by id (or unique prefix), or the newest run when None."""

@@ -45,7 +45,8 @@ class Reads:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._store: Store | None = None
-        self.repo = Repo(settings.repo_root)
+        # diffs of commits only: no identity or excludes file asked of git (3 processes)
+        self.repo = Repo(settings.repo_root, identity=False, untracked=False)
         # run id -> (plan file version, (edges, critical path)): see _graph
         self._graphs: dict[str, tuple[tuple[int, int] | None, Any]] = {}
         self._docs: dict[str, RunPage] = {}  # run id -> its page: see run_page

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..git.repo import Repo
-from ..git.where import find_toplevel
+from ..git.where import find_toplevel, locate
 from .app import create_app
 from .reads import Settings
 
@@ -32,15 +31,15 @@ def _is_loopback(host: str) -> bool:
 
 def settings_for(repo_path: Path, host: str, port: int, token: str) -> Settings:
     """The app's settings for the repository at ``repo_path`` served on ``host:port``."""
-    root = find_toplevel(repo_path)
-    if root is None:
+    found = locate(repo_path)  # where the store is: one git process, not a Repo's set-up
+    if found is None:
         raise UsageError(f"{repo_path} is not inside a git repository")
-    repo = Repo(root)
+    root, common_dir = found
     names = {host, "localhost", "127.0.0.1", "[::1]"} if _is_loopback(host) else {host}
     hosts = {f"[{h}]" if ":" in h and not h.startswith("[") else h for h in names}
     return Settings(
         repo_root=root,
-        store_path=repo.common_dir / "orchardist" / "state.db",
+        store_path=common_dir / "orchardist" / "state.db",
         token=token,
         allowed_hosts=frozenset(f"{h}:{port}" for h in hosts),
     )
