@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchardist.plan.graph import Graph, Rank, ReadySet, find_cycles
+from orchardist.plan.cycles import find_cycles
+from orchardist.plan.graph import Graph, Rank, ReadySet
 
 FAST = settings(max_examples=150, deadline=None)
 

@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..agents import AgentContext, AgentResult, agent_class, scrubbed_env
+from ..agents import agent_class, scrubbed_env
+from ..agents.context import AgentContext, AgentResult
 from ..confine.isolation import Spec, writable_of
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken

@@ -15,7 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..agents import Agent, AgentResult, agent_class, command_words, make_agent
+from ..agents import Agent, agent_class, command_words, make_agent
+from ..agents.context import AgentResult
 from ..agents.sessions import Sessions
 from ..confine import caches, mounts
 from ..confine.confinement import Confinement, without
