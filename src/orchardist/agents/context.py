@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..confine.isolation import Spec
 from ..confine.paths import AttemptPaths
+from ..confine.spec import Spec
 from ..state.agentrecords import Failure, Usage
 
 if TYPE_CHECKING:  # the process machinery

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..confine.homes import fill_home, tool_homes
-from ..confine.isolation import Spec, wrap, writable_of
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken, new_marker
+from ..confine.spec import Spec, wrap, writable_of
 from ..specs import Plan
 from ..state.agentrecords import AgentProfile
 from . import agent_class, command_words, make_agent, scrubbed_env
