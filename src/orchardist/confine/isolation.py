@@ -65,13 +65,11 @@ class Probe:
 @cache
 def probe() -> Probe:
     """Find bwrap and check, once per process, that it can make the namespaces we use."""
-    from .spec import Spec, bwrap_base  # (what confines a process: not for validate)
-
     found = shutil.which("bwrap")
     if found is None:
         return Probe(None, False, reason="bwrap not found on PATH (install bubblewrap)")
     argv = [
-        *bwrap_base(found, Spec(writable=(), network=False)),
+        *namespaces(found, network=False, tmp=None),
         "--",
         "/bin/true",
     ]
@@ -89,6 +87,40 @@ def probe() -> Probe:
         why = said[-1] if said else f"exit {done.returncode}"
         return Probe(found, False, reason=f"bwrap cannot create namespaces here: {why}")
     return Probe(found, True, version=version)
+
+
+def namespaces(bwrap: str, network: bool, tmp: Path | None) -> list[str]:
+    """The namespaces and the read-only host, before a spec's own paths (:mod:`.spec`);
+    ``network`` False: loopback only; ``tmp`` None: an empty ``/tmp``.
+
+    No ``--new-session``: procs.py already starts each child in its own session without a
+    controlling terminal (so no TIOCSTI), and keeping the command in that process group lets
+    a timeout send it SIGTERM before the namespace is torn down.
+    """
+    argv = [
+        bwrap,
+        "--die-with-parent",  # the namespace's init dies with bwrap, and bwrap with us
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+    ]
+    if not network:
+        argv.append("--unshare-net")
+    if tmp is None:
+        argv += ["--tmpfs", "/tmp"]
+    else:
+        argv += ["--bind", str(tmp), "/tmp"]
+    return argv
 
 
 def _landlock_available() -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import IsolationError
-from .isolation import Mode, probe
+from .isolation import Mode, namespaces, probe
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def wrap(argv: Sequence[str], spec: Spec, cwd: Path | None = None) -> list[str]:
     found = probe()
     if not found.usable or found.bwrap is None:
         raise IsolationError(f"namespaces are unavailable: {found.reason}")
-    wrapped = bwrap_base(found.bwrap, spec)
+    wrapped = namespaces(found.bwrap, spec.network, spec.tmp)
     wrapped += _binds(spec)
     if spec.view is not None and cwd is not None:
         cwd = spec.view.inside(cwd)
@@ -86,39 +86,6 @@ def wrap(argv: Sequence[str], spec: Spec, cwd: Path | None = None) -> list[str]:
 def writable_of(spec: Spec) -> tuple[Path, ...]:
     """Everything a spec lets its processes write (for agents that tell their CLI so)."""
     return (*spec.writable, *(p for p in (spec.home, spec.tmp) if p is not None))
-
-
-def bwrap_base(bwrap: str, spec: Spec) -> list[str]:
-    """The namespaces and the read-only host, before the spec's own paths.
-
-    No ``--new-session``: procs.py already starts each child in its own session without a
-    controlling terminal (so no TIOCSTI), and keeping the command in that process group lets
-    a timeout send it SIGTERM before the namespace is torn down.
-    """
-    argv = [
-        bwrap,
-        "--die-with-parent",  # the namespace's init dies with bwrap, and bwrap with us
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--cap-drop",
-        "ALL",
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-    ]
-    if not spec.network:
-        argv.append("--unshare-net")
-    if spec.tmp is None:
-        argv += ["--tmpfs", "/tmp"]
-    else:
-        argv += ["--bind", str(spec.tmp), "/tmp"]
-    return argv
 
 
 def _binds(spec: Spec) -> list[str]:
