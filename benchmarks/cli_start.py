@@ -3,13 +3,16 @@
 against an older one, A/B interleaved in one run.
 
     python benchmarks/cli_start.py [--old PATH | --old-ref main] [--repeat 21] [--runs 20]
+                                   [--instructions]
 
 The repository is a throwaway one whose store holds ``--runs`` finished runs of 10 tasks (the
 newest is what ``status`` shows) and a one-task plan (what ``validate`` checks). ``--old PATH`` is
 a checkout whose ``src`` holds the older code (e.g. a worktree of main); without it, ``git archive``
 of ``--old-ref`` is unpacked. Printed: the median wall time of each command for both, their ratio,
 each against the target (100 ms on an idle 2-core machine), and ``python -c pass`` and
-``git status`` as the floor the machine gives at that moment.
+``git status`` as the floor the machine gives at that moment. ``--instructions``: instead, the
+instructions each command's Python process runs (valgrind's callgrind, once each; its git
+children not counted), which the machine's load does not change.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ def main() -> None:
     parser.add_argument("--old-ref", default="main", help="without --old: the ref to compare")
     parser.add_argument("--repeat", type=int, default=21)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--instructions", action="store_true", help="count, not time (valgrind)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cli-start-") as tmp:
         repo = Path(tmp) / "repo"
@@ -68,7 +72,37 @@ def main() -> None:
         for command in COMMANDS:  # once untimed: the bytecode caches get written
             for path in (old, None):
                 timed([sys.executable, "-m", "orchardist", *command], repo, path)
-        report(measure(repo, old, args.repeat), label, args.repeat)
+        if args.instructions:
+            counted(repo, old, label)
+        else:
+            report(measure(repo, old, args.repeat), label, args.repeat)
+
+
+def instructions(argv: list[str], cwd: Path, pythonpath: str | None) -> int:
+    """The instructions the process ``argv`` runs (its children not counted), by callgrind."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
+    }
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    tool = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    done = subprocess.run([*tool, *argv], cwd=cwd, env=env, capture_output=True, text=True)
+    found = [line for line in done.stderr.splitlines() if "Collected :" in line]
+    if done.returncode != 0 or not found:
+        raise SystemExit(f"{' '.join(argv)} under callgrind failed: {done.stderr[-2000:]}")
+    return int(found[-1].split(":")[-1])
+
+
+def counted(repo: Path, old: str, label: str) -> None:
+    """Each command's instructions from both trees, and ``python -c pass``'s, in millions."""
+    floor = instructions([sys.executable, "-c", "pass"], repo, None) / 1e6
+    print(f"instructions (millions), callgrind; python -c pass {floor:.1f}")
+    print(f"{'':30} {label + ' (before)':>20} {'this tree':>10} {'ratio':>6}")
+    for command in COMMANDS:
+        argv = [sys.executable, "-m", "orchardist", *command]
+        before, after = (instructions(argv, repo, path) / 1e6 for path in (old, None))
+        name = "orchardist " + " ".join(command)
+        print(f"{name:30} {before:20.1f} {after:10.1f} {before / after:5.2f}x")
 
 
 def measure(repo: Path, old: str, repeat: int) -> Times:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from orchardist.confine import isolation
+from orchardist.confine.spec import Spec, wrap
 
 PLAN = """\
 [run]
@@ -69,8 +70,8 @@ def run_once(tmp: Path, name: str, policy: str, tasks: int, env: dict[str, str])
 
 def bare_cost_ms(tmp: Path, rounds: int = 30) -> tuple[float, float]:
     """Median milliseconds of ``/bin/true`` and of it wrapped in the namespaces we use."""
-    spec = isolation.Spec(writable=(tmp,), network=False)
-    wrapped = isolation.wrap(["/bin/true"], spec, cwd=tmp)
+    spec = Spec(writable=(tmp,), network=False)
+    wrapped = wrap(["/bin/true"], spec, cwd=tmp)
     plain, confined = [], []
     for _ in range(rounds):
         for argv, into in ((["/bin/true"], plain), (wrapped, confined)):

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchardist.agents import AgentContext, agent_class, scrubbed_env
+from orchardist.agents import agent_class, scrubbed_env
+from orchardist.agents.context import AgentContext
 from orchardist.confine.procs import CancelToken, new_marker
 
 PROMPT = "- add hello.txt\nKeep 'quotes', $DOLLARS and `backticks` exactly as they are.\n"

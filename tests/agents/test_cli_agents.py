@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from agent_testing import PROMPT, fake_call, make_ctx
 
-from orchardist.agents import BASE_ENV, AgentContext, agent_class, make_agent
+from orchardist.agents import BASE_ENV, agent_class, make_agent
 from orchardist.agents.cli import MAX_ARG_BYTES
+from orchardist.agents.context import AgentContext
 from orchardist.agents.doctor import check_profile
 from orchardist.confine.procs import CancelToken
 from orchardist.state.agentrecords import AgentProfile, Failure, Usage

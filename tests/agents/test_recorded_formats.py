@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from orchardist.agents import AgentContext, AgentResult, make_agent
+from orchardist.agents import make_agent
 from orchardist.agents.cli import CliAgent, Seen
+from orchardist.agents.context import AgentContext, AgentResult
 from orchardist.confine.procs import CancelToken, ProcessResult
 from orchardist.state.agentrecords import AgentProfile, Failure
 from orchardist.terminal import plain

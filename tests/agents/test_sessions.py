@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 import pytest
 from agent_testing import fake_call, make_ctx
 
-from orchardist.agents import KINDS, AgentContext, AgentResult, agent_class, make_agent
+from orchardist.agents import KINDS, agent_class, make_agent
 from orchardist.agents import sessions as sessions_module
+from orchardist.agents.context import AgentContext, AgentResult
 from orchardist.agents.sessions import Saved, SessionKey, Sessions
 from orchardist.confine.paths import AttemptPaths
 from orchardist.executors import AttemptJob

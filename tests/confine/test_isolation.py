@@ -15,7 +15,7 @@ import pytest
 
 from ns_support import live, require_namespaces, wait_gone
 from orchardist.confine import isolation
-from orchardist.confine.isolation import Mode, Policy, Probe, Spec, choose, describe, wrap
+from orchardist.confine.isolation import Mode, Policy, Probe, choose, describe
 from orchardist.confine.procs import (
     MARKER_VAR,
     CancelToken,
@@ -23,6 +23,7 @@ from orchardist.confine.procs import (
     ProcessResult,
     run_process,
 )
+from orchardist.confine.spec import Spec, wrap
 from orchardist.errors import IsolationError, UsageError
 from run_support import orchardist as run_cli
 from support import processes_with_env, write_plan

@@ -9,7 +9,7 @@ import pytest
 from test_isolation import sh, spec_in
 
 from ns_support import require_namespaces
-from orchardist.confine.isolation import RepoView, Spec
+from orchardist.confine.spec import RepoView, Spec
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from orchardist.agents import KINDS, Agent, AgentContext, agent_class, make_agent, scrubbed_env
+from orchardist.agents import KINDS, Agent, agent_class, make_agent, scrubbed_env
+from orchardist.agents.context import AgentContext
 from orchardist.confine.procs import CancelToken, new_marker
 from orchardist.plan.loading import PROFILE_KEYS
 from orchardist.state.agentrecords import AgentProfile, Failure

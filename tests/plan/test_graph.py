@@ -8,7 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pytest
 
-from orchardist.plan.graph import Graph, Rank, ReadySet, find_cycles
+from orchardist.plan.cycles import find_cycles
+from orchardist.plan.graph import Graph, Rank, ReadySet
 
 Deps = dict[str, list[str]]
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchardist.plan.graph import Graph, Rank, ReadySet, find_cycles
+from orchardist.plan.cycles import find_cycles
+from orchardist.plan.graph import Graph, Rank, ReadySet
 
 # hypothesis's default 100 examples a property (it was 150, ~0.7 s more CPU in every quick loop):
 # the graphs have at most 9 tasks, where a handful of shapes (a chain, a fan-in, a diamond, a

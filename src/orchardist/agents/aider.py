@@ -34,8 +34,8 @@ from typing import Any, ClassVar
 
 from ..confine.procs import ProcessResult
 from ..state.agentrecords import Failure
-from . import AgentContext, AgentResult
 from .cli import CliAgent, Needs, Seen
+from .context import AgentContext, AgentResult
 
 _NUMBER = r"([\d.,]+)\s*([kKmM]?)"
 _TOKENS = re.compile(

@@ -31,8 +31,8 @@ from typing import Any, ClassVar
 from ..confine.procs import ProcessResult
 from ..safeio import read_capped
 from ..state.agentrecords import AgentProfile, Failure
-from . import AgentContext, AgentResult
 from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, str_list_problem
+from .context import AgentContext, AgentResult
 from .limits import classify, epoch_datetime
 
 PERMISSION_MODES = ("acceptEdits", "bypassPermissions", "default", "dontAsk", "plan")

@@ -33,7 +33,8 @@ from typing import Any, ClassVar
 from ..confine.procs import CancelToken, ProcessRequest, ProcessResult, run_process
 from ..state.agentrecords import AgentProfile, Failure, Usage
 from ..terminal import plain
-from . import BASE_ENV, AgentContext, AgentResult
+from . import BASE_ENV
+from .context import AgentContext, AgentResult
 from .limits import classify, retry_after_s
 
 COMMON_KEYS = frozenset(

@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 
 from ..confine.procs import ProcessResult
 from ..safeio import read_tail
-from . import AgentContext, AgentResult
 from .cli import SUMMARY_CHARS, CliAgent, Seen, check_choice
+from .context import AgentContext, AgentResult
 
 SANDBOX_MODES = ("auto", "read-only", "workspace-write", "danger-full-access")
 PROVIDER = "orchardist"  # the provider entry declared for OPENAI_BASE_URL

@@ -28,13 +28,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..confine.homes import fill_home, tool_homes
-from ..confine.isolation import Spec, wrap, writable_of
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken, new_marker
+from ..confine.spec import Spec, wrap, writable_of
 from ..specs import Plan
 from ..state.agentrecords import AgentProfile
-from . import AgentContext, agent_class, command_words, make_agent, scrubbed_env
+from . import agent_class, command_words, make_agent, scrubbed_env
 from .cli import Needs, home_path
+from .context import AgentContext
 
 VERSION_TIMEOUT_S = 15.0
 PROBE_TIMEOUT_S = 120.0

@@ -39,8 +39,8 @@ from typing import Any, ClassVar
 
 from ..confine.procs import ProcessResult
 from ..state.agentrecords import AgentProfile, Failure
-from . import AgentContext, AgentResult
 from .cli import COMMON_KEYS, CliAgent, Seen, check_choice, home_path, str_list_problem
+from .context import AgentContext, AgentResult
 
 APPROVAL_MODES = ("auto_edit", "yolo", "default")
 DEFAULT_TOOLS = ("run_shell_command",)

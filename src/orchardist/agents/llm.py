@@ -38,8 +38,8 @@ from ..confine.procs import ProcessRequest, run_process
 from ..safeio import read_capped, write_whole
 from ..specs import parse_duration
 from ..state.agentrecords import AgentProfile, Failure, Usage
-from . import AgentContext, AgentResult
 from .cli import BOTH_PRICES, Needs, narrow_env
+from .context import AgentContext, AgentResult
 from .limits import classify
 
 DONE = "ORCHARDIST_DONE"

@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..confine.procs import ProcessResult
-from . import AgentContext, AgentResult
 from .cli import CliAgent, Seen
+from .context import AgentContext, AgentResult
 
 DEFAULT_PERMISSION = {"edit": "allow", "bash": "allow", "external_directory": "deny"}
 REFUSED = "rule which prevents you"  # in the error of a tool call its permissions refused

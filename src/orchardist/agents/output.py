@@ -11,7 +11,7 @@ from typing import Any
 from ..confine.procs import ProcessRequest, ProcessResult, run_process
 from ..safeio import read_capped
 from ..state.agentrecords import SESSION_ID_CHARS, SUMMARY_CHARS, Failure, Usage, capped
-from . import AgentContext, AgentResult
+from .context import AgentContext, AgentResult
 
 MAX_OUTPUT_BYTES = 1024 * 1024  # it is a summary and a few numbers
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..state.agentrecords import AgentProfile
-from . import AgentContext, AgentResult
+from .context import AgentContext, AgentResult
 from .output import run_agent_process
 
 PLAYER = Path(__file__).with_name("scripted_step.py")  # runs as a script: see its docstring

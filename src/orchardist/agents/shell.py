@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..placeholders import AGENT_PLACEHOLDERS, fill, placeholder_problems
 from ..state.agentrecords import AgentProfile
-from . import AgentContext, AgentResult
+
+if TYPE_CHECKING:  # an attempt's records: validate, which only checks the command, makes none
+    from .context import AgentContext, AgentResult
 
 
 def render(template: str, ctx: AgentContext) -> str:

@@ -16,12 +16,13 @@ from ..git.repo import Repo
 from . import userlink
 from .exes import Reach, Scope, path_reach, private_files, reach
 from .homes import tool_homes
-from .isolation import Mode, RepoView, Spec, choose, hidden_by_tmp
+from .isolation import Mode, choose, hidden_by_tmp
 from .layout import Layout
 from .paths import AttemptPaths, workdir_root
 
 if TYPE_CHECKING:  # (a plan's fields are read, the module is not needed)
     from ..specs import Plan
+    from .spec import Spec
 
 # Folders (separated like PATH) shown to every confined process although the private /tmp would
 # hide them, read-only or writable: for test harnesses, and caches the user means to share.
@@ -90,7 +91,7 @@ class Confinement:
         With namespaces: writable only the attempt's tree, git directory, io folder, home and
         tmp (which becomes /tmp); the rest of the host read-only. The tree is seen both at its
         own path and at the repository's, which hides the user's checkout (see
-        :class:`RepoView`): the user's git directory is read at the layout's link to it (the
+        :class:`~.spec.RepoView`): the user's git directory is read at the layout's link to it (the
         private git directory reads its objects through alternates naming that link), and the
         ``[run] environment`` folders of the checkout read-only in their places. ``network``
         False leaves loopback only; ``hidden`` folders are shown empty. What the command line
@@ -98,6 +99,8 @@ class Confinement:
         exes.py; what cannot be, :meth:`refusals` names). ``user_git`` False: a tree with a
         git directory of its own (doctor's probe) needs no link to the user's.
         """
+        from .spec import RepoView, Spec  # (only where processes start: not for validate)
+
         if self.mode is Mode.NONE:
             return None
         if self.mode is Mode.LANDLOCK:

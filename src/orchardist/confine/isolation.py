@@ -6,7 +6,8 @@ With bubblewrap (``bwrap``) each confined process gets
   thread that started it dies): the kernel then kills everything left inside, daemons that
   called ``setsid`` or cleared their environment included. ``/proc`` inside shows only the
   namespace's own processes, so the orchestrator's environment cannot be read;
-- a read-only view of the host, with writable only the paths of its :class:`Spec` (the
+- a read-only view of the host, with writable only the paths of its
+  :class:`~.spec.Spec` (the
   attempt's tree, git dir, home, tmp and io folders), a private ``/tmp``, a minimal ``/dev``
   (null, zero, random, tty, ...: no block devices) and a fresh ``/proc``;
 - no capabilities, and no network but loopback unless the spec allows it.
@@ -14,7 +15,8 @@ With bubblewrap (``bwrap``) each confined process gets
 Where namespaces cannot be made (no ``bwrap``, user namespaces disabled), the older Landlock
 layer (:mod:`orchardist.confine.landlock`) confines writes only; :func:`choose` picks the mode from
 the
-plan's ``[run] isolation`` policy and :func:`describe` says which one a run got.
+plan's ``[run] isolation`` policy and :func:`describe` says which one a run got; :mod:`.spec`
+holds how one process is confined (:class:`~.spec.Spec`) and the command line that does it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
@@ -60,47 +62,6 @@ class Probe:
     reason: str = ""  # why not usable
 
 
-@dataclass(frozen=True)
-class Spec:
-    """How one process is confined: what it may write and see, and whether it has network."""
-
-    writable: tuple[Path, ...]  # bound read-write at the same path
-    readonly: tuple[Path, ...] = ()  # bound read-only at the same path (say, beneath /tmp)
-    home: Path | None = None  # the private HOME (bound read-write, $HOME points to it)
-    tmp: Path | None = None  # becomes /tmp ($TMPDIR=/tmp); None: an empty tmpfs
-    network: bool = True  # False: a private network namespace with loopback only
-    mode: Mode = Mode.NAMESPACES
-    view: RepoView | None = None  # the attempt's tree shown at the repository's own path
-    hidden: tuple[Path, ...] = ()  # shown empty (a tmpfs over each): the agent's own folders
-    symlinks: tuple[tuple[str, Path], ...] = ()  # (text, where): host links made again inside
-
-
-@dataclass(frozen=True)
-class RepoView:
-    """The attempt's tree shown at the repository's own path ``root``, so that whatever names
-    the repository by absolute path (editable installs, ``.pth`` files, configs) reads the
-    attempt's files, never the user's checkout (hidden beneath it).
-
-    ``environment`` are folders of the user's checkout shown read-only at the same place
-    inside (say ``root/.venv``); ``links`` are orchardist's symlinks ``(link, target)`` outside
-    the repository, each shown inside as ``target`` bound read-only at ``link`` (a bind onto a
-    symlink would follow it, into the hidden checkout): the attempts' git directories read the
-    user's objects through one.
-    """
-
-    root: Path  # the repository's absolute path
-    tree: Path  # the attempt's tree, shown there (writable when the spec's writable has it)
-    environment: tuple[Path, ...] = ()  # beneath root, bound read-only from the real checkout
-    links: tuple[tuple[Path, Path], ...] = ()
-
-    def inside(self, path: Path) -> Path:
-        """Where ``path`` (under the tree, say a task's workdir) is seen inside: under root."""
-        path = Path(path).absolute()
-        if path.is_relative_to(self.tree):
-            return self.root / path.relative_to(self.tree)
-        return path
-
-
 @cache
 def probe() -> Probe:
     """Find bwrap and check, once per process, that it can make the namespaces we use."""
@@ -108,7 +69,7 @@ def probe() -> Probe:
     if found is None:
         return Probe(None, False, reason="bwrap not found on PATH (install bubblewrap)")
     argv = [
-        *_base(found, Spec(writable=(), network=False)),
+        *namespaces(found, network=False, tmp=None),
         "--",
         "/bin/true",
     ]
@@ -126,6 +87,40 @@ def probe() -> Probe:
         why = said[-1] if said else f"exit {done.returncode}"
         return Probe(found, False, reason=f"bwrap cannot create namespaces here: {why}")
     return Probe(found, True, version=version)
+
+
+def namespaces(bwrap: str, network: bool, tmp: Path | None) -> list[str]:
+    """The namespaces and the read-only host, before a spec's own paths (:mod:`.spec`);
+    ``network`` False: loopback only; ``tmp`` None: an empty ``/tmp``.
+
+    No ``--new-session``: procs.py already starts each child in its own session without a
+    controlling terminal (so no TIOCSTI), and keeping the command in that process group lets
+    a timeout send it SIGTERM before the namespace is torn down.
+    """
+    argv = [
+        bwrap,
+        "--die-with-parent",  # the namespace's init dies with bwrap, and bwrap with us
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+    ]
+    if not network:
+        argv.append("--unshare-net")
+    if tmp is None:
+        argv += ["--tmpfs", "/tmp"]
+    else:
+        argv += ["--bind", str(tmp), "/tmp"]
+    return argv
 
 
 def _landlock_available() -> bool:
@@ -172,37 +167,6 @@ def describe(policy: Policy, mode: Mode, found: Callable[[], Probe] = probe) -> 
     return f"isolation off: no namespaces and no Landlock, writes only detected afterwards{why}"
 
 
-def wrap(argv: Sequence[str], spec: Spec, cwd: Path | None = None) -> list[str]:
-    """``argv`` run confined as ``spec`` says (unchanged when its mode is NONE)."""
-    if spec.mode is Mode.NONE:
-        return list(argv)
-    writable = [*spec.writable, *(p for p in (spec.home, spec.tmp) if p is not None)]
-    if spec.mode is Mode.LANDLOCK:
-        from . import landlock as sandbox
-
-        return sandbox.wrap(argv, writable)
-    found = probe()
-    if not found.usable or found.bwrap is None:
-        raise IsolationError(f"namespaces are unavailable: {found.reason}")
-    wrapped = _base(found.bwrap, spec)
-    wrapped += _binds(spec)
-    if spec.view is not None and cwd is not None:
-        cwd = spec.view.inside(cwd)
-    if spec.home is not None:
-        wrapped += ["--setenv", "HOME", str(spec.home)]
-    if spec.tmp is not None:
-        wrapped += ["--setenv", "TMPDIR", "/tmp"]
-    if cwd is not None:
-        # bwrap would silently start in $HOME when the directory is not visible inside
-        wrapped += ["--chdir", str(cwd)]
-    return [*wrapped, "--", *argv]
-
-
-def writable_of(spec: Spec) -> tuple[Path, ...]:
-    """Everything a spec lets its processes write (for agents that tell their CLI so)."""
-    return (*spec.writable, *(p for p in (spec.home, spec.tmp) if p is not None))
-
-
 def hidden_by_tmp(paths: Iterable[Path | str]) -> tuple[Path, ...]:
     """Those of ``paths`` that live under the host's ``/tmp``, resolved: the private ``/tmp``
     hides them, so whatever a confined process must still read there (the interpreter, tools
@@ -215,78 +179,3 @@ def hidden_by_tmp(paths: Iterable[Path | str]) -> tuple[Path, ...]:
         if real.is_relative_to("/tmp") and real != Path("/tmp"):
             found.append(real)
     return tuple(dict.fromkeys(found))
-
-
-def _base(bwrap: str, spec: Spec) -> list[str]:
-    """The namespaces and the read-only host, before the spec's own paths.
-
-    No ``--new-session``: procs.py already starts each child in its own session without a
-    controlling terminal (so no TIOCSTI), and keeping the command in that process group lets
-    a timeout send it SIGTERM before the namespace is torn down.
-    """
-    argv = [
-        bwrap,
-        "--die-with-parent",  # the namespace's init dies with bwrap, and bwrap with us
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--cap-drop",
-        "ALL",
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-    ]
-    if not spec.network:
-        argv.append("--unshare-net")
-    if spec.tmp is None:
-        argv += ["--tmpfs", "/tmp"]
-    else:
-        argv += ["--bind", str(spec.tmp), "/tmp"]
-    return argv
-
-
-def _binds(spec: Spec) -> list[str]:
-    """Bind mounts for the spec's paths, outer ones first so inner ones end up on top.
-
-    bwrap takes a bind's source from the host's root, so a source hidden inside by an earlier
-    mount (the user's checkout beneath the attempt's tree) is still the host's."""
-    mounts = [_mount(p, "--ro-bind-try", p) for p in spec.readonly]
-    mounts += [_mount(p, "--bind", p) for p in spec.writable]
-    if spec.home is not None:
-        mounts.append(_mount(spec.home, "--bind", spec.home))
-    if spec.view is not None:
-        mounts += _view_mounts(spec.view, writable=spec.view.tree in spec.writable)
-    mounts += [_mount(path, "--tmpfs", None) for path in spec.hidden]
-    # a host symlink the private /tmp hides, made again with its own text (a relative one
-    # must stay relative: its target is shown in turn)
-    mounts += [(len(w.parts), ["--symlink", text, str(w)]) for text, w in spec.symlinks]
-    argv: list[str] = []
-    for _, mount in sorted(mounts, key=lambda m: m[0]):  # stable: a folder before its contents
-        argv += mount
-    return argv
-
-
-def _mount(target: Path, flag: str, source: Path | None) -> tuple[int, list[str]]:
-    """One mount, keyed by its target's depth; ``source`` None for a tmpfs."""
-    where = Path(target).absolute()
-    argv = [flag] if source is None else [flag, str(Path(source).absolute())]
-    return len(where.parts), [*argv, str(where)]
-
-
-def _view_mounts(view: RepoView, writable: bool) -> list[tuple[int, list[str]]]:
-    """The mounts of a :class:`RepoView`: the tree at the root (made read-only after the
-    environment's mount points are in it, when the spec does not let it be written), the
-    environment above it, and each link's folder emptied, then given its target."""
-    found = [_mount(view.root, "--bind", view.tree)]
-    found += [_mount(path, "--ro-bind-try", path) for path in view.environment]
-    if not writable:
-        depth = 1 + max(len(Path(p).absolute().parts) for p in (view.root, *view.environment))
-        found.append((depth, ["--remount-ro", str(view.root)]))
-    for link, target in view.links:
-        found += [_mount(link.parent, "--tmpfs", None), _mount(link, "--ro-bind", target)]
-    return found

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from . import landlock as sandbox
 from .capped import CappedLog
-from .isolation import Mode, Spec, wrap
+from .isolation import Mode
+from .spec import Spec, wrap
 
 MARKER_VAR = "ORCHARDIST_PROCESS_MARK"
 DEFAULT_GRACE_S = 3.0

@@ -7,7 +7,8 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
-from ..agents import Agent, AgentContext, AgentResult
+from ..agents import Agent
+from ..agents.context import AgentContext, AgentResult
 from ..agents.sessions import Saved, SessionKey, Sessions, fresh
 from ..state.agentrecords import Failure
 from . import AttemptJob

@@ -15,15 +15,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..agents import Agent, AgentResult, agent_class, command_words, make_agent
+from ..agents import Agent, agent_class, command_words, make_agent
+from ..agents.context import AgentResult
 from ..agents.sessions import Sessions
 from ..confine import caches, mounts
 from ..confine.confinement import Confinement, without
 from ..confine.homes import empty_home, fill_home
-from ..confine.isolation import Mode, Policy, Spec, choose, writable_of
+from ..confine.isolation import Mode, Policy, choose
 from ..confine.layout import Layout
 from ..confine.paths import AttemptPaths, workdir_root
 from ..confine.procs import CancelToken
+from ..confine.spec import Spec, writable_of
 from ..errors import GitError, OrchardistError
 from ..git.repo import Repo
 from ..pipelines.stages import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage

@@ -18,7 +18,6 @@ import subprocess
 import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,20 +26,14 @@ from .diffstat import numstat_total, raw_and_numstat
 from .env import GIT, git_setup, identity_env, user_env
 
 if TYPE_CHECKING:
+    from .merges import MergeResult
     from .snapshots import Checkout
 
-# Snapshots, fingerprints and object writing are imported where they are used: a command that
-# only reads (validate) makes none, and their modules' records cost a millisecond each to make.
+# Snapshots, fingerprints, object writing and merges' outcomes are imported where they are used:
+# a command that only reads (validate) makes none, and their records cost a millisecond each to
+# make.
 
 TRAILER_PREFIX = "Orchardist-"
-
-
-@dataclass(frozen=True)
-class MergeResult:
-    """Outcome of a three-way tree merge: a tree id, or the conflicting paths."""
-
-    tree: str | None
-    conflicts: tuple[str, ...] = ()
 
 
 class Repo:
@@ -386,6 +379,8 @@ class Repo:
         on a commit that was later taken off the branch). So ``ours``'s tree is merged from a
         stand-in commit whose only parent is ``base``: then git's merge base is ``base``.
         """
+        from .merges import MergeResult
+
         stand_in = self.commit_tree(self.tree_of(ours), [base], "orchardist merge base\n")
         proc = self.run_git(
             "merge-tree", "--write-tree", "--name-only", "--no-messages", stand_in, theirs

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..confine.isolation import Spec
+from ..confine.spec import Spec
 from ..quoting import code_span, plain_data, quoted
 from ..safeio import read_capped
 from ..state.agentrecords import Failure

@@ -23,7 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..agents import BASE_ENV, Agent, AgentContext, AgentResult, agent_class, make_agent
+from ..agents import BASE_ENV, Agent, agent_class, make_agent
+from ..agents.context import AgentContext, AgentResult
 from ..config import PROFILE_WIDENING
 from ..confine.isolation import Policy
 from ..confine.procs import CancelToken, new_marker

@@ -18,8 +18,8 @@ from ..specs import (
     TaskSpec,
 )
 from ..state.agentrecords import AgentProfile
+from .cycles import find_cycles
 from .fields import Fields
-from .graph import find_cycles
 
 TASK_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 TASK_KEYS = {

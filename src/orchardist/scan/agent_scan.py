@@ -13,7 +13,8 @@ import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..agents import AgentContext, make_agent
+from ..agents import make_agent
+from ..agents.context import AgentContext
 from ..confine.procs import CancelToken, new_marker
 from ..state.agentrecords import AgentProfile
 from .findings import Finding, ScanJobError, ScanOutputError, ToolInfo, parse_findings_json

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ..confine.isolation import Spec
 from ..confine.procs import CancelToken, ProcessRequest, run_process
+from ..confine.spec import Spec
 from ..safeio import fresh_folder, open_folder, read_tail
 from .oracle import (
     CHECK_DOES_NOT_REPRODUCE,
