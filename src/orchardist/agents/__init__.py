@@ -8,7 +8,6 @@ lives in its own module and is picked by its short name from :data:`KINDS`.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,25 +32,6 @@ KINDS: dict[str, str] = {
     "opencode": "orchardist.agents.opencode:OpenCodeAgent",
     "llm": "orchardist.agents.llm:LlmAgent",
 }
-
-# What every agent process may see of the caller's environment; the rest is scrubbed.
-BASE_ENV = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "SHELL",
-    "LANG",
-    "LANGUAGE",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TERM",
-    "TMPDIR",
-    "TZ",
-    "VIRTUAL_ENV",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-)
 
 
 @dataclass(frozen=True)
@@ -167,11 +147,3 @@ def command_words(profile: AgentProfile) -> tuple[str, ...]:
         return tuple(shell_words(command))
     args = profile.options.get("args", [])
     return (command, *(a for a in args if isinstance(a, str)))
-
-
-def scrubbed_env(
-    allow: tuple[str, ...] = (), source: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """The base variables plus ``allow``, taken from ``source`` (the caller's environment)."""
-    source = os.environ if source is None else source
-    return {k: source[k] for k in (*BASE_ENV, *allow) if k in source}

@@ -31,9 +31,10 @@ from ..confine.homes import fill_home, tool_homes
 from ..confine.isolation import Spec, wrap, writable_of
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken, new_marker
+from ..confine.scrubbed import scrubbed_env
 from ..specs import Plan
 from ..state.agentrecords import AgentProfile
-from . import AgentContext, agent_class, command_words, make_agent, scrubbed_env
+from . import AgentContext, agent_class, command_words, make_agent
 from .cli import Needs, home_path
 
 VERSION_TIMEOUT_S = 15.0

@@ -10,10 +10,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..agents import AgentContext, AgentResult, agent_class, scrubbed_env
+from ..agents import AgentContext, AgentResult, agent_class
 from ..confine.isolation import Spec, writable_of
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken
+from ..confine.scrubbed import scrubbed_env
 from ..git.repo import Repo
 from ..state.agentrecords import AgentProfile, Failure, Usage
 from ..state.records import AttemptState

@@ -15,11 +15,11 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
-from ..agents import scrubbed_env
 from ..confine.isolation import Spec
 from ..confine.layout import Layout
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken
+from ..confine.scrubbed import scrubbed_env
 from ..safeio import flocked
 from ..state.store import Store
 from ..verify.oracle import CommandOutcome, baseline_key

@@ -23,10 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..agents import BASE_ENV, Agent, AgentContext, AgentResult, agent_class, make_agent
+from ..agents import Agent, AgentContext, AgentResult, agent_class, make_agent
 from ..config import PROFILE_WIDENING
 from ..confine.isolation import Policy
 from ..confine.procs import CancelToken, new_marker
+from ..confine.scrubbed import BASE_ENV
 from ..errors import PlanError, UsageError
 from ..specs import Plan, RunConfig
 from ..state.agentrecords import AgentProfile
