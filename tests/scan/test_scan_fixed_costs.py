@@ -6,6 +6,7 @@ no thread pool."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -102,3 +103,43 @@ def test_a_scan_of_one_scanner_process_starts_no_thread_pool(tmp_path: Path) -> 
     assert "orchardist.scan.engine" in imported
     assert "concurrent.futures" not in imported
     assert "logging" not in imported
+
+
+# What a first scan needs besides the scan's own modules: the plan's loader, the store, the
+# sandbox. Not the command line's parser (a plain scan's line is read by scan.hit), the agents'
+# package (no scanner here is an agent), nor the memo (nothing is cached without the cache).
+NOT_ON_A_FIRST_SCAN = {"argparse", "orchardist.cli", "orchardist.agents", "orchardist.scan.memo"}
+GIT_ON_A_FIRST_SCAN = ("--show-toplevel", "--git-common-dir", "status", "ls-tree", "read-tree")
+GIT_ON_A_FIRST_SCAN += ("checkout-index", "diff")
+
+
+def test_a_first_scan_imports_no_command_line_and_runs_seven_git_commands(tmp_path: Path) -> None:
+    # Given files scanned without the cache, git on PATH a shim that notes each command it ran
+    repo = make_repo(tmp_path / "repo", {f"src/m{i}.py": f"# TODO: {i}\n" for i in range(6)})
+    plan, log = todo_plan(repo, tmp_path)
+    shim, ran = tmp_path / "shim", tmp_path / "git.log"
+    shim.mkdir()
+    (shim / "git").write_text(f'#!/bin/sh\necho "$*" >> {ran}\nexec {shutil.which("git")} "$@"\n')
+    (shim / "git").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+
+    # When the scan runs in a new interpreter, its imports listed
+    argv = [sys.executable, "-X", "importtime", "-m", "orchardist", "scan", str(plan)]
+    done = subprocess.run(
+        [*argv, "--json", "--no-cache"], cwd=repo, env=env, capture_output=True, text=True
+    )
+
+    # Then the scanner ran and reported, with none of the command line's modules, the agents'
+    # or the memo's imported
+    assert json.loads(done.stdout)["findings"] == 6, done.stderr
+    assert len(invocations(log)) == 1
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "orchardist.scan.engine" in imported
+    assert imported & NOT_ON_A_FIRST_SCAN == set()
+    assert not [m for m in imported if m.startswith(("orchardist.cli.", "orchardist.agents."))]
+    # and git ran seven commands, none twice: the plan's repository found, orchardist's git
+    # set up with the base resolved, the checkout's status, the commit's files, the export
+    # (its index, its files) and its check
+    commands = ran.read_text().splitlines()
+    named = [next((w for w in c.split() if w in GIT_ON_A_FIRST_SCAN), c) for c in commands]
+    assert sorted(named) == sorted(GIT_ON_A_FIRST_SCAN), commands
