@@ -25,10 +25,9 @@ def main() -> int:
         code = answer(argv[1:])
         if code is not None:
             return code
-        gc.disable()  # while its modules load, as the command line's below
+        gc.disable()  # while its modules load, as below; cmd_scan turns it back on
         from orchardist.scan.cli import plain_scan
 
-        gc.enable()
         code = plain_scan(argv[1:])  # without the command line's parser: a plain scan's line
         if code is not None:
             return code

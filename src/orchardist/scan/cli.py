@@ -6,6 +6,7 @@ failed (its results are incomplete); 2 bad plan or usage.
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 from collections.abc import Sequence
@@ -124,6 +125,7 @@ def cmd_scan(args: Any, drive: DriveRun | None) -> int:
     from ..state.store import Store
     from .engine import Scanner
 
+    gc.enable()  # (off while the modules loaded: __main__) a scan may run for minutes
     plan = load_plan(_plan_path(args.plan), require_tasks=False)
     tell_ignored(plan.ignored)
     profiles = _chosen(args, plan)
