@@ -72,7 +72,7 @@ def answer(argv: Sequence[str]) -> int | None:
     try:
         found = _lookup(options)
     except KeyboardInterrupt:
-        return 130  # cli.options.EXIT_INTERRUPTED, whose module is not imported here
+        return 130  # errors.EXIT_INTERRUPTED, whose module is not imported here
     except Exception:  # a store, memo or git it cannot read: the full scan's to tell
         return None  # (nothing was committed: the transaction is rolled back with it)
     if found is None:

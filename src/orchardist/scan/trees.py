@@ -66,9 +66,8 @@ def changed_files(repo: Repo, folder: Path, exported: set[str] | None) -> list[s
     """
     env = _index_env(repo, folder)
     tree = folder / "tree"
-    asked = ("-c", "diff.autoRefreshIndex=true", "diff", "--no-ext-diff", "--no-renames")
-    asked += ("--name-only", "-z")
-    changed = repo.git(*asked, env=env, cwd=tree)
+    refreshed = ("-c", "diff.autoRefreshIndex=true", "diff", "--no-ext-diff", "--no-renames")
+    changed = repo.git(*refreshed, "--name-only", "-z", env=env, cwd=tree)
     differ = [p for p in changed.split("\0") if p]
     if exported is not None:  # an unexported file is "deleted"; one that appeared was written
         differ = [p for p in differ if p in exported or os.path.lexists(tree / p)]
