@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from scan_support import invocations
 from test_scan_engine import scan, todo_plan
 from test_scan_version import asked, version_tool
 
+from orchardist.cli import main
 from orchardist.git.repo import Repo
+from orchardist.scan.cli import plain_scan
 from orchardist.scan.engine import MIN_BATCH_FILES, scan_root
 from run_support import orchardist
 from support import make_repo
@@ -143,3 +147,53 @@ def test_a_first_scan_imports_no_command_line_and_runs_seven_git_commands(tmp_pa
     commands = ran.read_text().splitlines()
     named = [next((w for w in c.split() if w in GIT_ON_A_FIRST_SCAN), c) for c in commands]
     assert sorted(named) == sorted(GIT_ON_A_FIRST_SCAN), commands
+
+
+PLAIN_LINES = [
+    ["scan.toml", "--no-cache", "--json"],
+    ["scan.toml", "--no-cache", "--max-parallel", "2", "--format", "table", "--stats"],
+    ["scan.toml", "--no-cache", "-o", "out.sarif", "--fail-on=note"],
+    ["--no-cache", "--scanner", "nope", "scan.toml"],
+    ["missing.toml", "--no-cache"],
+    ["scan.toml", "--no-cache", "--base", "no-such-ref"],
+]
+
+
+@pytest.mark.parametrize("line", PLAIN_LINES, ids=" ".join)
+def test_a_plain_scan_line_is_run_as_the_whole_command_line_runs_it(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    line: list[str],
+) -> None:
+    # Given a repository and its scan plan, worked in
+    repo = make_repo(tmp_path / "repo", {f"src/m{i}.py": f"# TODO: {i}\n" for i in range(3)})
+    todo_plan(repo, tmp_path)
+    monkeypatch.chdir(repo)
+
+    # When the line is run without the command line's parser, then through it
+    def outcome(code: int | None) -> tuple[int | None, str, str, str | None]:
+        out, err = capsys.readouterr()
+        written = repo / "out.sarif"
+        text = written.read_text() if written.exists() else None
+        written.unlink(missing_ok=True)
+        return code, re.sub(r"scan-[0-9-]+-[0-9a-f]{6}", "ID", out), err, text
+
+    plain = outcome(plain_scan(line))
+    whole = outcome(main(["scan", *line]))
+
+    # Then both exit, print and write the same
+    assert plain == whole
+    assert plain[0] is not None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [["scan.toml", "--base", "-x"], ["scan.toml", "--fix"], ["--max-parallel", "0"], ["-h"]],
+    ids=" ".join,
+)
+def test_a_line_the_plain_scan_does_not_read_is_left_to_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: list[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert plain_scan(line) is None

@@ -107,9 +107,9 @@ def plain_options(argv: Sequence[str]) -> dict[str, Any] | None:
         name, eq, value = word.partition("=")
         if word in ("--stats", "--json", "--no-cache"):
             out[word[2:].replace("-", "_")] = True
-        elif name in valued and name.startswith("--") and (eq or words):
+        elif name in valued and name.startswith("--") and (eq or _value_next(words)):
             _set(out, valued[name], value if eq else words.pop(0))
-        elif word == "-o" and words:
+        elif word == "-o" and _value_next(words):
             out["output"] = words.pop(0)
         elif word.startswith("-") or out["plan"] is not None:
             return None
@@ -123,6 +123,12 @@ def plain_options(argv: Sequence[str]) -> dict[str, Any] | None:
     if out["output"] is not None:  # a name to put a temporary file beside
         good = good and os.path.basename(path_text(out["output"])) not in ("", "..")
     return out if good and out["base"] != "" else None
+
+
+def _value_next(words: Sequence[str]) -> bool:
+    """Whether the next word is an option's value as argparse reads it (``--base -x`` it
+    refuses: the full command line says so)."""
+    return bool(words) and not words[0].startswith("-")
 
 
 def _set(out: dict[str, Any], key: str, value: str) -> None:
