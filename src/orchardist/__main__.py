@@ -2,6 +2,7 @@
 
 A plain ``orchardist scan`` that the cache answers whole (:mod:`.scan.hit`) is answered here,
 before the command line's modules are imported: they take longer to load than that answer.
+Any other plain scan (:func:`.scan.cli.plain_scan`) runs without them too.
 """
 
 import gc
@@ -22,6 +23,12 @@ def main() -> int:
         from orchardist.scan.hit import answer
 
         code = answer(argv[1:])
+        if code is not None:
+            return code
+        gc.disable()  # while its modules load, as below; cmd_scan turns it back on
+        from orchardist.scan.cli import plain_scan
+
+        code = plain_scan(argv[1:])  # without the command line's parser: a plain scan's line
         if code is not None:
             return code
     gc.disable()

@@ -14,13 +14,19 @@
     └── RunLockedError         another orchestrator is driving the run
 
 The CLI maps PlanError, UsageError and RunLockedError to exit code 2, the others to 1, and
-prints them without a traceback.
+prints them without a traceback (:func:`reported`, shared by the whole command line and the
+plain scan's, which does not import it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+# the command line's exit codes (3, a run awaiting review, is cli.options.EXIT_REVIEW)
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class OrchardistError(Exception):
@@ -94,3 +100,29 @@ def unknown_key(key: str, allowed: Iterable[str]) -> str:
     close = difflib.get_close_matches(key, sorted(allowed), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return f"unknown key {key!r}{hint}"
+
+
+def reported(call: Callable[[], int]) -> int:
+    """``call``'s exit code; an error it raises on purpose printed on stderr, without a
+    traceback, and turned into its exit code (see the module's docstring)."""
+    try:
+        return call()
+    except BrokenPipeError:  # `orchardist status | head`: the reader left; so do we, quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except PlanError as exc:
+        from .terminal import visible
+
+        print(f"error: the plan has {len(exc.problems)} problem(s):", file=sys.stderr)
+        for problem in exc.problems:  # a key may hold escape sequences: shown, never obeyed
+            print(f"  {visible(str(problem))}", file=sys.stderr)
+        return EXIT_USAGE
+    except (UsageError, RunLockedError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OrchardistError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED

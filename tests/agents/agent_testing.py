@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchardist.agents import agent_class, scrubbed_env
+from orchardist.agents import agent_class
 from orchardist.agents.context import AgentContext
 from orchardist.confine.procs import CancelToken, new_marker
+from orchardist.confine.scrubbed import scrubbed_env
 
 PROMPT = "- add hello.txt\nKeep 'quotes', $DOLLARS and `backticks` exactly as they are.\n"
 

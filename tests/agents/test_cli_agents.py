@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 from agent_testing import PROMPT, fake_call, make_ctx
 
-from orchardist.agents import BASE_ENV, agent_class, make_agent
+from orchardist.agents import agent_class, make_agent
 from orchardist.agents.cli import MAX_ARG_BYTES
 from orchardist.agents.context import AgentContext
 from orchardist.agents.doctor import check_profile
 from orchardist.confine.procs import CancelToken
+from orchardist.confine.scrubbed import BASE_ENV
 from orchardist.state.agentrecords import AgentProfile, Failure, Usage
 from support import marked_processes
 

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from orchardist.agents import KINDS, Agent, agent_class, make_agent, scrubbed_env
+from orchardist.agents import KINDS, Agent, agent_class, make_agent
 from orchardist.agents.context import AgentContext
 from orchardist.confine.procs import CancelToken, new_marker
+from orchardist.confine.scrubbed import scrubbed_env
 from orchardist.plan.loading import PROFILE_KEYS
 from orchardist.state.agentrecords import AgentProfile, Failure
 

@@ -6,16 +6,21 @@ no thread pool."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from scan_support import invocations
 from test_scan_engine import scan, todo_plan
 from test_scan_version import asked, version_tool
 
+from orchardist.cli import main
 from orchardist.git.repo import Repo
+from orchardist.scan.cli import plain_scan
 from orchardist.scan.engine import MIN_BATCH_FILES, scan_root
 from run_support import orchardist
 from support import make_repo
@@ -102,3 +107,93 @@ def test_a_scan_of_one_scanner_process_starts_no_thread_pool(tmp_path: Path) -> 
     assert "orchardist.scan.engine" in imported
     assert "concurrent.futures" not in imported
     assert "logging" not in imported
+
+
+# What a first scan needs besides the scan's own modules: the plan's loader, the store, the
+# sandbox. Not the command line's parser (a plain scan's line is read by scan.hit), the agents'
+# package (no scanner here is an agent), nor the memo (nothing is cached without the cache).
+NOT_ON_A_FIRST_SCAN = {"argparse", "orchardist.cli", "orchardist.agents", "orchardist.scan.memo"}
+GIT_ON_A_FIRST_SCAN = ("--show-toplevel", "--git-common-dir", "status", "ls-tree", "read-tree")
+GIT_ON_A_FIRST_SCAN += ("checkout-index", "diff")
+
+
+def test_a_first_scan_imports_no_command_line_and_runs_seven_git_commands(tmp_path: Path) -> None:
+    # Given files scanned without the cache, git on PATH a shim that notes each command it ran
+    repo = make_repo(tmp_path / "repo", {f"src/m{i}.py": f"# TODO: {i}\n" for i in range(6)})
+    plan, log = todo_plan(repo, tmp_path)
+    shim, ran = tmp_path / "shim", tmp_path / "git.log"
+    shim.mkdir()
+    (shim / "git").write_text(f'#!/bin/sh\necho "$*" >> {ran}\nexec {shutil.which("git")} "$@"\n')
+    (shim / "git").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+
+    # When the scan runs in a new interpreter, its imports listed
+    argv = [sys.executable, "-X", "importtime", "-m", "orchardist", "scan", str(plan)]
+    done = subprocess.run(
+        [*argv, "--json", "--no-cache"], cwd=repo, env=env, capture_output=True, text=True
+    )
+
+    # Then the scanner ran and reported, with none of the command line's modules, the agents'
+    # or the memo's imported
+    assert json.loads(done.stdout)["findings"] == 6, done.stderr
+    assert len(invocations(log)) == 1
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "orchardist.scan.engine" in imported
+    assert imported & NOT_ON_A_FIRST_SCAN == set()
+    assert not [m for m in imported if m.startswith(("orchardist.cli.", "orchardist.agents."))]
+    # and git ran seven commands, none twice: the plan's repository found, orchardist's git
+    # set up with the base resolved, the checkout's status, the commit's files, the export
+    # (its index, its files) and its check
+    commands = ran.read_text().splitlines()
+    named = [next((w for w in c.split() if w in GIT_ON_A_FIRST_SCAN), c) for c in commands]
+    assert sorted(named) == sorted(GIT_ON_A_FIRST_SCAN), commands
+
+
+PLAIN_LINES = [
+    ["scan.toml", "--no-cache", "--json"],
+    ["scan.toml", "--no-cache", "--max-parallel", "2", "--format", "table", "--stats"],
+    ["scan.toml", "--no-cache", "-o", "out.sarif", "--fail-on=note"],
+    ["--no-cache", "--scanner", "nope", "scan.toml"],
+    ["missing.toml", "--no-cache"],
+    ["scan.toml", "--no-cache", "--base", "no-such-ref"],
+]
+
+
+@pytest.mark.parametrize("line", PLAIN_LINES, ids=" ".join)
+def test_a_plain_scan_line_is_run_as_the_whole_command_line_runs_it(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    line: list[str],
+) -> None:
+    # Given a repository and its scan plan, worked in
+    repo = make_repo(tmp_path / "repo", {f"src/m{i}.py": f"# TODO: {i}\n" for i in range(3)})
+    todo_plan(repo, tmp_path)
+    monkeypatch.chdir(repo)
+
+    # When the line is run without the command line's parser, then through it
+    def outcome(code: int | None) -> tuple[int | None, str, str, str | None]:
+        out, err = capsys.readouterr()
+        written = repo / "out.sarif"
+        text = written.read_text() if written.exists() else None
+        written.unlink(missing_ok=True)
+        return code, re.sub(r"scan-[0-9-]+-[0-9a-f]{6}", "ID", out), err, text
+
+    plain = outcome(plain_scan(line))
+    whole = outcome(main(["scan", *line]))
+
+    # Then both exit, print and write the same
+    assert plain == whole
+    assert plain[0] is not None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [["scan.toml", "--base", "-x"], ["scan.toml", "--fix"], ["--max-parallel", "0"], ["-h"]],
+    ids=" ".join,
+)
+def test_a_line_the_plain_scan_does_not_read_is_left_to_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: list[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert plain_scan(line) is None

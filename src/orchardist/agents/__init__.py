@@ -9,7 +9,6 @@ verification does. Each kind lives in its own module and is picked by its short 
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -30,25 +29,6 @@ KINDS: dict[str, str] = {
     "opencode": "orchardist.agents.opencode:OpenCodeAgent",
     "llm": "orchardist.agents.llm:LlmAgent",
 }
-
-# What every agent process may see of the caller's environment; the rest is scrubbed.
-BASE_ENV = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "SHELL",
-    "LANG",
-    "LANGUAGE",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TERM",
-    "TMPDIR",
-    "TZ",
-    "VIRTUAL_ENV",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-)
 
 
 class Agent(Protocol):
@@ -111,11 +91,3 @@ def command_words(profile: AgentProfile) -> tuple[str, ...]:
         return tuple(shell_words(command))
     args = profile.options.get("args", [])
     return (command, *(a for a in args if isinstance(a, str)))
-
-
-def scrubbed_env(
-    allow: tuple[str, ...] = (), source: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """The base variables plus ``allow``, taken from ``source`` (the caller's environment)."""
-    source = os.environ if source is None else source
-    return {k: source[k] for k in (*BASE_ENV, *allow) if k in source}

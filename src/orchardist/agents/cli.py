@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..confine.procs import CancelToken, ProcessRequest, ProcessResult, run_process
+from ..confine.scrubbed import BASE_ENV
 from ..state.agentrecords import AgentProfile, Failure, Usage
 from ..terminal import plain
-from . import BASE_ENV
 from .context import AgentContext, AgentResult
 from .limits import classify, retry_after_s
 

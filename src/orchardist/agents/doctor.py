@@ -30,10 +30,11 @@ from typing import Any, Protocol
 from ..confine.homes import fill_home, tool_homes
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken, new_marker
+from ..confine.scrubbed import scrubbed_env
 from ..confine.spec import Spec, wrap, writable_of
 from ..specs import Plan
 from ..state.agentrecords import AgentProfile
-from . import agent_class, command_words, make_agent, scrubbed_env
+from . import agent_class, command_words, make_agent
 from .cli import Needs, home_path
 from .context import AgentContext
 

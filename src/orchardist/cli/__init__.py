@@ -29,9 +29,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import OrchardistError, PlanError, RunLockedError, UsageError
-from ..terminal import visible
-from .options import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from ..errors import EXIT_USAGE, UsageError, reported
 from .parsing import build, parse
 
 __all__ = ["build_parser", "main"]
@@ -52,27 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "func"):
         parser.print_help()
         return EXIT_USAGE
-    try:
+
+    def command() -> int:
         _enter(args.chdir)
         code: int = args.func(args)
         return code
-    except BrokenPipeError:  # `orchardist status | head`: the reader left; so do we, quietly
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_OK
-    except PlanError as exc:
-        print(f"error: the plan has {len(exc.problems)} problem(s):", file=sys.stderr)
-        for problem in exc.problems:  # a key may hold escape sequences: shown, never obeyed
-            print(f"  {visible(str(problem))}", file=sys.stderr)
-        return EXIT_USAGE
-    except (UsageError, RunLockedError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except OrchardistError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+
+    return reported(command)
 
 
 def _enter(folder: Path | None) -> None:

@@ -15,17 +15,10 @@ from types import FrameType
 from typing import Any
 
 from ..engine.hooks import Hook, Hooks
-from ..errors import UsageError
+from ..errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
 from ..runs.control import CANCEL_SIGNAL, REVIEW_SIGNAL
 from ..state.records import RunState
-from .options import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_REVIEW,
-    load_plan,
-    with_executor,
-)
+from .options import EXIT_REVIEW, load_plan, with_executor
 from .summary import SUMMARY_ROWS, lock_held, print_next, print_summary
 
 

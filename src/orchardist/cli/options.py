@@ -13,7 +13,6 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     from ..specs import Plan
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_REVIEW = 3  # the run ended awaiting review: decide, then `orchardist resume RUN`
 GRAPH_FORMATS = ("text", "dot", "mermaid")  # what `graph` and `run --dry-run` draw with
 

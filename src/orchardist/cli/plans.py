@@ -10,11 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ..errors import PlanError, UsageError
+from ..errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PlanError, UsageError
 from .options import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
     GRAPH_FORMATS,
     Commands,
     check_tasks,

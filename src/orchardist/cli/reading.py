@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import EXIT_OK, UsageError
 from ..terminal import plain
-from .options import EXIT_OK, Commands, positive, repo_arg
+from .options import Commands, positive, repo_arg
 from .summary import elapsed, print_summary, shown_state, status_text, when
 
 

@@ -10,9 +10,9 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from ..errors import ReviewError, UsageError
+from ..errors import EXIT_OK, ReviewError, UsageError
 from ..terminal import plain
-from .options import EXIT_OK, Commands, repo_arg
+from .options import Commands, repo_arg
 from .summary import elapsed
 
 _PATH_LINE = re.compile(r"(.+):([0-9]+)")

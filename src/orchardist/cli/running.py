@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import PlanError, UsageError
+from ..errors import EXIT_FAILED, EXIT_OK, PlanError, UsageError
 from ..state.records import RunState
 from .drive import (
     checkout_note,
@@ -24,8 +24,6 @@ from .drive import (
     select,
 )
 from .options import (
-    EXIT_FAILED,
-    EXIT_OK,
     GRAPH_FORMATS,
     Commands,
     check_selection,

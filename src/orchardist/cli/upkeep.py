@@ -8,8 +8,8 @@ import json
 import re
 from pathlib import Path
 
-from ..errors import UsageError
-from .options import EXIT_OK, Commands, duration, repo_arg
+from ..errors import EXIT_OK, UsageError
+from .options import Commands, duration, repo_arg
 
 
 def add_gc(sub: Commands) -> None:

@@ -10,10 +10,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..agents import agent_class, scrubbed_env
+from ..agents import agent_class
 from ..agents.context import AgentContext, AgentResult
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken
+from ..confine.scrubbed import scrubbed_env
 from ..confine.spec import Spec, writable_of
 from ..git.repo import Repo
 from ..state.agentrecords import AgentProfile, Failure, Usage

@@ -15,10 +15,10 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
-from ..agents import scrubbed_env
 from ..confine.layout import Layout
 from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken
+from ..confine.scrubbed import scrubbed_env
 from ..confine.spec import Spec
 from ..safeio import flocked
 from ..state.store import Store

@@ -23,11 +23,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..agents import BASE_ENV, Agent, agent_class, make_agent
+from ..agents import Agent, agent_class, make_agent
 from ..agents.context import AgentContext, AgentResult
 from ..config import PROFILE_WIDENING
 from ..confine.isolation import Policy
 from ..confine.procs import CancelToken, new_marker
+from ..confine.scrubbed import BASE_ENV
 from ..errors import PlanError, UsageError
 from ..specs import Plan, RunConfig
 from ..state.agentrecords import AgentProfile

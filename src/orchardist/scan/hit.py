@@ -66,13 +66,13 @@ _SUMMARY = (
 def answer(argv: Sequence[str]) -> int | None:
     """The exit code of ``orchardist scan ARGV`` when the cache answers it whole (the outputs
     printed or written); None when the full scan must run, having done nothing."""
-    options = _options(argv)
-    if options is None:
+    options = plain_options(argv)
+    if options is None or options["no_cache"] or options["max_parallel"] is not None:
         return None
     try:
         found = _lookup(options)
     except KeyboardInterrupt:
-        return 130  # cli.options.EXIT_INTERRUPTED, whose module is not imported here
+        return 130  # errors.EXIT_INTERRUPTED, whose module is not imported here
     except Exception:  # a store, memo or git it cannot read: the full scan's to tell
         return None  # (nothing was committed: the transaction is rolled back with it)
     if found is None:
@@ -90,31 +90,45 @@ def answer(argv: Sequence[str]) -> int | None:
 # -- the command line --------------------------------------------------------------------
 
 
-def _options(argv: Sequence[str]) -> dict[str, Any] | None:
+def plain_options(argv: Sequence[str]) -> dict[str, Any] | None:
     """The options of a plain ``scan`` (plan, --scanner, -o, --format, --fail-on, --base,
-    --stats, --json); None for anything else (--fix, --no-cache, --help, abbreviations)."""
+    --max-parallel, --stats, --json, --no-cache), as ``scan.cli``'s parser would read them;
+    None for anything else (--fix, --help, abbreviations, a value it would refuse): the
+    command line's parser reads those, and says what is wrong."""
     out: dict[str, Any] = {"plan": None, "scanner": None, "output": None, "format": None}
     out.update({"fail_on": "error", "base": None, "stats": False, "json": False})
+    out.update({"no_cache": False, "max_parallel": None})
     valued = {"--scanner": "scanner", "-o": "output", "--output": "output"}
     valued.update({"--format": "format", "--fail-on": "fail_on", "--base": "base"})
+    valued["--max-parallel"] = "max_parallel"
     words = list(argv)
     while words:
         word = words.pop(0)
         name, eq, value = word.partition("=")
-        if word in ("--stats", "--json"):
-            out[word[2:]] = True
-        elif name in valued and name.startswith("--") and (eq or words):
+        if word in ("--stats", "--json", "--no-cache"):
+            out[word[2:].replace("-", "_")] = True
+        elif name in valued and name.startswith("--") and (eq or _value_next(words)):
             _set(out, valued[name], value if eq else words.pop(0))
-        elif word == "-o" and words:
+        elif word == "-o" and _value_next(words):
             out["output"] = words.pop(0)
         elif word.startswith("-") or out["plan"] is not None:
             return None
         else:
             out["plan"] = word
     good = out["format"] in (None, *FORMATS) and out["fail_on"] in FAIL_LEVELS
+    if out["max_parallel"] is not None:  # cli.options.positive's numbers, none of its errors
+        given = out["max_parallel"]
+        good = good and given.isascii() and given.isdigit() and int(given) > 0
+        out["max_parallel"] = int(given) if good else None
     if out["output"] is not None:  # a name to put a temporary file beside
         good = good and os.path.basename(path_text(out["output"])) not in ("", "..")
     return out if good and out["base"] != "" else None
+
+
+def _value_next(words: Sequence[str]) -> bool:
+    """Whether the next word is an option's value as argparse reads it (``--base -x`` it
+    refuses: the full command line says so)."""
+    return bool(words) and not words[0].startswith("-")
 
 
 def _set(out: dict[str, Any], key: str, value: str) -> None:

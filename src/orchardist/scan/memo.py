@@ -10,7 +10,6 @@ commit replaces it, so memos take no more room as commits go by.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import json
@@ -18,7 +17,7 @@ import marshal
 import os
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import CONFIG_NAME, tell_ignored, user_config
 from ..git.repo import Repo
@@ -29,6 +28,9 @@ from .findings import level_rank
 from .hit import MEMO_SCHEMA, code_stamp, file_stamp, where_key
 from .profiles import ScannerProfile
 from .sarif import Rendering, summary, summary_text
+
+if TYPE_CHECKING:  # a plain scan's options are read without argparse (scan.cli.plain_scan)
+    import argparse
 
 
 def remember(

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..confine.procs import CancelToken, ProcessRequest, run_process
+from ..confine.scrubbed import scrubbed_env
 from ..safeio import read_tail
 from ..state.agentrecords import AgentProfile
 from .findings import (
@@ -89,10 +90,10 @@ def scanner_env(
     agent: AgentProfile | None = None,
 ) -> dict[str, str]:
     """A scanner's environment: scrubbed, with its own HOME, TMPDIR and caches in ``folder``."""
-    from ..agents import agent_class, scrubbed_env
-
     allow: tuple[str, ...] = profile.env
-    if agent is not None:
+    if agent is not None:  # (the agents' package imported only for a scanner that is one)
+        from ..agents import agent_class
+
         allow = (*allow, *agent.env, *agent_class(agent.kind).env_keys)
     env = scrubbed_env(allow, environ)
     env.update(
