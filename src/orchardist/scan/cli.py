@@ -166,6 +166,12 @@ def cmd_scan(args: Any, drive: DriveRun | None) -> int:
 
         ws = Workspace.open(plan.repo)
         return fix_findings(args, plan, ws, scanner, profiles, result, drive)
+    return _report(args, result, rendering)
+
+
+def _report(args: Any, result: Any, rendering: Rendering) -> int:
+    """Write the scan's document and summary as ``args`` ask; its exit code (1 for a finding
+    at ``--fail-on`` or worse, or a failed scanner)."""
     fmt = args.format or ("sarif" if args.output else "table")
     document = rendering.document(fmt)
     if args.output is not None:
