@@ -15,6 +15,7 @@ SIGTERM and sleeps), ``flood_bytes`` n, ``binary_output`` true, ``output`` {json
 
 from __future__ import annotations
 
+import base64
 import marshal
 import sys
 from collections.abc import Mapping
@@ -90,6 +91,6 @@ class ScriptedAgent:
 
 
 def player_argv(step: Mapping[str, Any]) -> list[str]:
-    """The command that plays ``step``: the step as ``marshal`` bytes in hex, which the player
+    """The command that plays ``step``: the step as ``marshal`` bytes in base64, which the player
     reads back without importing ``json`` (and ``re`` with it), by the same interpreter."""
-    return [sys.executable, "-I", str(PLAYER), marshal.dumps(dict(step)).hex()]
+    return [sys.executable, "-I", str(PLAYER), base64.b64encode(marshal.dumps(dict(step))).decode()]
