@@ -19,7 +19,7 @@ from agent_testing import PROMPT, fake_call, make_ctx
 
 from orchardist.agents import agent_class, make_agent
 from orchardist.agents.cli import MAX_ARG_BYTES
-from orchardist.agents.context import AgentContext
+from orchardist.agents.context import AgentContext, AgentResult
 from orchardist.agents.doctor import check_profile
 from orchardist.confine.procs import CancelToken
 from orchardist.confine.scrubbed import BASE_ENV
@@ -188,17 +188,47 @@ def assert_usage(actual: Usage, expected: Usage) -> None:
 # -- success ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Success:
+    """What one successful run of an adapter left: read by the tests below, made once."""
+
+    ctx: AgentContext
+    result: AgentResult
+    call: dict[str, Any]  # what the fake tool received
+    log: str  # the attempt log
+    hello: str  # the file the tool wrote in the worktree
+
+
+@pytest.fixture(scope="module")
+def successes() -> dict[str, Success]:
+    return {}
+
+
+@pytest.fixture
+def success(case: Case, successes: dict[str, Success], request: pytest.FixtureRequest) -> Success:
+    """The adapter's successful run with a fake tool on PATH in a real repository, run by the
+    first test that asks for it (one tool process for the three tests that only read it)."""
+    if case.kind not in successes:
+        repo: Path = request.getfixturevalue("repo")
+        request.getfixturevalue("fake_bin")
+        ctx = make_ctx(repo, case.kind)
+        result = agent_for(case).run(ctx)
+        hello = (repo / "hello.txt").read_text()
+        successes[case.kind] = Success(
+            ctx, result, fake_call(case.kind), ctx.log.read_text(), hello
+        )
+    return successes[case.kind]
+
+
 @every_adapter
 def test_a_successful_run_edits_the_worktree_and_reads_back_usage(
-    case: Case, repo: Path, fake_bin: Path
+    case: Case, success: Success
 ) -> None:
-    # Given a fake tool on PATH and a real repository
-    ctx = make_ctx(repo, case.kind)
-    # When the adapter runs
-    result = agent_for(case).run(ctx)
+    # Given a fake tool on PATH and a real repository; when the adapter runs
+    result = success.result
     # Then the tool edited the worktree, and its usage and final answer were read back
     assert (result.failure, result.exit_code, result.cancelled) == (None, 0, False), result.detail
-    assert (repo / "hello.txt").read_text() == "hello from a fake agent\n"
+    assert success.hello == "hello from a fake agent\n"
     assert_usage(result.usage, case.usage)
     assert result.detail == case.summary
     assert result.retry_after_s is None
@@ -206,23 +236,17 @@ def test_a_successful_run_edits_the_worktree_and_reads_back_usage(
 
 @every_adapter
 def test_the_command_line_and_stdin_are_the_tools_headless_form(
-    case: Case, repo: Path, fake_bin: Path
+    case: Case, success: Success
 ) -> None:
-    ctx = make_ctx(repo, case.kind)
-    agent_for(case).run(ctx)
-    call = fake_call(case.kind)
-    assert call["argv"] == case.argv(ctx)
-    assert call["stdin"] == case.stdin
-    assert Path(call["cwd"]) == ctx.cwd
+    assert success.call["argv"] == case.argv(success.ctx)
+    assert success.call["stdin"] == case.stdin
+    assert Path(success.call["cwd"]) == success.ctx.cwd
 
 
 @every_adapter
-def test_the_output_streams_into_the_attempt_log(case: Case, repo: Path, fake_bin: Path) -> None:
-    ctx = make_ctx(repo, case.kind)
-    agent_for(case).run(ctx)
-    log = ctx.log.read_text()
-    assert "hello.txt" in log
-    assert len(log.splitlines()) >= 4
+def test_the_output_streams_into_the_attempt_log(case: Case, success: Success) -> None:
+    assert "hello.txt" in success.log
+    assert len(success.log.splitlines()) >= 4
 
 
 @every_adapter

@@ -18,7 +18,7 @@ from orchardist.agents import agent_class
 from orchardist.agents.llm import DONE, HISTORY, LlmAgent
 from orchardist.confine.procs import CancelToken
 from orchardist.state.agentrecords import AgentProfile, Failure
-from support import marked_processes
+from support import make_repo, marked_processes
 
 VERIFY = f"{shlex.quote(sys.executable)} -c 'import calc; assert calc.add(2, 3) == 5'"
 
@@ -28,12 +28,17 @@ def bash(command: str, thought: str = "Next step.") -> str:
 
 
 @pytest.fixture
-def calc_repo(repo: Path) -> Path:
-    """The shared repo, plus a calc.py whose add() subtracts."""
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    subprocess.run(["git", "add", "calc.py"], cwd=repo, check=True)
-    subprocess.run(["git", "commit", "-qm", "calc"], cwd=repo, check=True)
-    return repo
+def calc_repo(tmp_path: Path) -> Path:
+    """A repository whose calc.py has an add() that subtracts (made once per test process and
+    copied: no git add and commit per test)."""
+    return make_repo(
+        tmp_path / "repo",
+        {
+            "README.md": "hello\n",
+            ".gitignore": "__pycache__/\n.pytest_cache/\n",
+            "calc.py": "def add(a, b):\n    return a - b\n",
+        },
+    )
 
 
 def llm(server: ChatServer, sleeps: list[float] | None = None, **options: Any) -> LlmAgent:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import ast
-import json
 import subprocess
 import sys
 from pathlib import Path
 
-from orchardist.agents.scripted import PLAYER
+from orchardist.agents.scripted import PLAYER, player_argv
 
 
 def test_the_step_player_imports_only_the_standard_library() -> None:
@@ -40,7 +39,7 @@ def test_the_player_plays_a_step_as_a_script_in_isolated_mode(tmp_path: Path) ->
     }
     # When it is played the way the agent runs it: as a script, in isolated mode
     proc = subprocess.run(
-        [sys.executable, "-I", str(PLAYER), json.dumps(step)],
+        player_argv(step),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -52,3 +51,27 @@ def test_the_player_plays_a_step_as_a_script_in_isolated_mode(tmp_path: Path) ->
     assert (tmp_path / "pkg" / "new.py").read_text() == "X = 1\n"
     assert (tmp_path / "log.txt").read_text() == "a\nb\n"
     assert not (tmp_path / "old.txt").exists()
+
+
+def test_a_step_that_edits_and_prints_starts_nothing_the_interpreter_does_not_load_anyway(
+    tmp_path: Path,
+) -> None:
+    # Given a step that writes into a new folder, deletes, prints and exits with a code
+    step = {"write": {"a/b.txt": "x\n"}, "delete": ["gone.txt"], "print": "hi", "exit": 2}
+    # When it is played with Python listing every module it imports
+    argv = player_argv(step)
+    proc = subprocess.run(
+        [argv[0], "-X", "importtime", *argv[1:]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    # Then it did its work, and imported none of the modules that cost most of a step's start
+    assert (proc.returncode, proc.stdout) == (2, "hi\n")
+    assert (tmp_path / "a" / "b.txt").read_text() == "x\n"
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()}
+    assert "site" in imported  # the listing is there
+    heavy = {"re", "enum", "json", "pathlib", "subprocess", "typing", "signal"}
+    assert imported & heavy == set(), imported & heavy

@@ -1,10 +1,10 @@
 """``kind = "scripted"``: a deterministic fake agent for tests, demos and plan rehearsals.
 
 It runs as a real child process (``python -I scripted_step.py STEP``: a file that imports only
-the standard library, so it starts in a third of the time the package would take), so timeouts,
-cancellation and process-tree cleanup apply to it exactly as to a real agent CLI. A profile's
-``script`` maps ``"task/candidate"``, ``"task"`` or ``"*"`` to a step or a list of steps (one per
-attempt; the last repeats). A step is a table of any of:
+what the interpreter loads anyway, so it starts in a third of the time the package would take),
+so timeouts, cancellation and process-tree cleanup apply to it exactly as to a real agent CLI.
+A profile's ``script`` maps ``"task/candidate"``, ``"task"`` or ``"*"`` to a step or a list of
+steps (one per attempt; the last repeats). A step is a table of any of:
 
 ``write`` {path = text}, ``append`` {path = text}, ``delete`` [paths], ``print`` text,
 ``sleep`` seconds, ``hang`` true, ``spawn_daemon`` true (a ``setsid`` child that ignores
@@ -15,7 +15,8 @@ SIGTERM and sleeps), ``flood_bytes`` n, ``binary_output`` true, ``output`` {json
 
 from __future__ import annotations
 
-import json
+import base64
+import marshal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -86,5 +87,10 @@ class ScriptedAgent:
     def run(self, ctx: AgentContext) -> AgentResult:
         """Play the step in a child process."""
         step = self.step_for(ctx.task_id, ctx.candidate, ctx.attempt)
-        argv = [sys.executable, "-I", str(PLAYER), json.dumps(step)]
-        return run_agent_process(argv, ctx)
+        return run_agent_process(player_argv(step), ctx)
+
+
+def player_argv(step: Mapping[str, Any]) -> list[str]:
+    """The command that plays ``step``: the step as ``marshal`` bytes in base64, which the player
+    reads back without importing ``json`` (and ``re`` with it), by the same interpreter."""
+    return [sys.executable, "-I", str(PLAYER), base64.b64encode(marshal.dumps(dict(step))).decode()]
