@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -14,8 +16,8 @@ from typing import Any
 import pytest
 
 from orchardist.cli import main
-from shared_run_support import finished_run, isolated
-from support import alive, git, write_plan
+from shared_run_support import isolated
+from support import alive, git, make_repo, write_plan
 
 BROKEN = """
 [agents.fake]
@@ -58,6 +60,12 @@ depends_on = ["hello"]
 """
 
 
+# The module's finished run: its repository, `run --json`'s exit code and printed document
+Shared = tuple[Path, int, dict[str, Any]]
+# One task: enough for a run that lists (half the work of GOOD's two)
+ONE_TASK = GOOD[: GOOD.index('\n[[task]]\nid = "after"')] + "\n"
+
+
 @pytest.fixture
 def in_repo(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The repository, as the current directory."""
@@ -66,19 +74,28 @@ def in_repo(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """A repository where the GOOD plan ran to its end, and its status document (what
-    ``run --json`` prints): made once for the tests that only read it."""
-    with isolated(tmp_path_factory), finished_run(tmp_path_factory, GOOD) as done:
-        yield done.root, done.doc
+def finished(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Shared]:
+    """A repository where ``orchardist run plan.toml --json`` ran the GOOD plan to its end: its
+    exit code and the status document it printed. Made once for the tests that only read it."""
+    with isolated(tmp_path_factory), pytest.MonkeyPatch.context() as patch:
+        repo = make_repo(
+            tmp_path_factory.mktemp("shared") / "repo",
+            {"README.md": "hello\n", ".gitignore": "__pycache__/\n.pytest_cache/\n"},
+        )
+        write_plan(repo, GOOD)
+        patch.chdir(repo)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            code = main(["run", "plan.toml", "--json"])
+        yield repo, code, json.loads(printed.getvalue())
 
 
 @pytest.fixture
-def ran_good(
-    finished: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
-) -> dict[str, Any]:
+def ran_good(finished: Shared, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """The finished run's document, its repository the current directory."""
-    repo, doc = finished
+    repo, _, doc = finished
     monkeypatch.chdir(repo)
     return doc
 
@@ -166,17 +183,14 @@ def test_a_missing_plan_is_a_usage_error(in_repo: Path, capsys: pytest.CaptureFi
 # -- run and its reports -----------------------------------------------------------------------
 
 
-def test_run_json_prints_the_status_document(
-    in_repo: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    write_plan(in_repo, GOOD)
-
-    code, doc = run_json(capsys, "run", "plan.toml", "--json")
+def test_run_json_prints_the_status_document(finished: Shared) -> None:
+    # Given / When: `run plan.toml --json` of the GOOD plan (the module's run)
+    repo, code, doc = finished
 
     assert code == 0
     assert doc["state"] == "done"
     assert doc["branch"] == f"orchardist/{doc['run']}"
-    assert git(in_repo, "rev-parse", doc["branch"]) == doc["tasks"][-1]["commit"]
+    assert git(repo, "rev-parse", doc["branch"]) == doc["tasks"][-1]["commit"]
     assert [t["id"] for t in doc["tasks"]] == ["hello", "after"]
     assert all(t["state"] == "done" for t in doc["tasks"])
 
@@ -216,7 +230,7 @@ def test_status_text_names_the_branch_and_tasks(
 
 
 def test_runs_lists_runs_newest_first(in_repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_plan(in_repo, GOOD)
+    write_plan(in_repo, ONE_TASK)
     assert main(["run", "plan.toml", "--json"]) == 0
     first = json.loads(capsys.readouterr().out)["run"]
     assert main(["run", "plan.toml", "--json"]) == 0

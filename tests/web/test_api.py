@@ -61,6 +61,32 @@ def finished_plan(repo: Path) -> Path:
     return write_plan(repo, FINISHED)
 
 
+# Three tasks side by side, each with a log (the log test's run: FINISHED less its last task)
+THREE_LOGS = """
+[run]
+verify = "none"
+
+[agents.fake]
+kind = "scripted"
+[agents.fake.script]
+base = { write = { "base.txt" = "b\\n" } }
+left = { write = { "left.txt" = "l\\n" } }
+right = { write = { "right.txt" = "r\\n" } }
+
+[[task]]
+id = "base"
+agent = "fake"
+
+[[task]]
+id = "left"
+agent = "fake"
+
+[[task]]
+id = "right"
+agent = "fake"
+"""
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Finished, Dashboard]]:
     """A finished run of ``FINISHED`` and its dashboard, once for the tests that only read them."""
@@ -139,7 +165,8 @@ def test_a_log_an_agent_replaced_by_a_symlink_or_a_fifo_is_shown_as_not_availabl
 ) -> None:
     # Given: a finished run whose "base" log became a symlink to a secret outside, and whose
     # "left" log a FIFO no one writes to (an open of it would wait for good)
-    done = run_plan(finished_plan(repo))
+    done = run_plan(write_plan(repo, THREE_LOGS))
+    assert done.state.value == "done"
     secret = tmp_path / "secret.txt"
     secret.write_text("TOKEN-4242\n")
     logs = {a.task_id: Path(a.log_path) for a in done.ws.store.attempts(done.run.id)}

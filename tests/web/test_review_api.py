@@ -10,17 +10,32 @@ from pathlib import Path
 from run_support import status, wait_until
 from support import Finished, write_plan
 from web.dashboard import serving
-from web.test_api import finished_plan
 
 RunPlan = Callable[..., Finished]
 ACTION = {"X-Orchardist-Action": "1"}
+
+# One task that ends done, so nothing awaits review (one attempt, not test_api's four)
+DONE = """
+[run]
+verify = "none"
+
+[agents.fake]
+kind = "scripted"
+[agents.fake.script]
+base = { write = { "base.txt" = "b\\n" } }
+
+[[task]]
+id = "base"
+agent = "fake"
+"""
 
 
 def test_a_decision_is_checked_and_refused_where_no_review_is_awaited(
     repo: Path, run_plan: RunPlan
 ) -> None:
     # Given: a finished run (nothing awaits review)
-    done = run_plan(finished_plan(repo))
+    done = run_plan(write_plan(repo, DONE))
+    assert done.state.value == "done"
     url = f"/api/runs/{done.run.id}/tasks/base/review"
     with serving(repo) as dash, dash.client() as client:
         assert client.get("/api/review").json() == []
