@@ -19,7 +19,7 @@ from orchardist.confine.confinement import SHARE_READONLY_VAR, SHARE_WRITABLE_VA
 from orchardist.confine.paths import ROOT_VAR
 from orchardist.confine.procs import kill_by_env
 from run_support import forked
-from suite_order import slow_files_first, workers
+from suite_order import slow_files_first
 from support import Finished, make_repo
 
 
@@ -29,15 +29,6 @@ def pytest_configure(config: pytest.Config) -> None:
     Only this process's own imports are affected (the caches are ``__pycache__/*.pyc``, which
     git ignores); the processes the tests start keep the environment as it is."""
     sys.dont_write_bytecode = False
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto`` (addopts): four workers for the quick loop, six for the whole suite
-    (suite_order.py says why); xdist's own ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still wins."""
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None
-    return workers(str(config.option.markexpr or ""))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

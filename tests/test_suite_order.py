@@ -1,6 +1,6 @@
 """xdist hands the slow files to its workers first (suite_order.py): checked by running pytest
 with the project's own settings (addopts) on generated files, on one worker, and reading the
-order the tests ran in. And the number of workers the suite's hook gives ``-n auto``."""
+order the tests ran in."""
 
 from __future__ import annotations
 
@@ -8,9 +8,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
-
-import pytest
 
 TESTS = Path(__file__).resolve().parent
 PYPROJECT = TESTS.parent / "pyproject.toml"
@@ -75,26 +72,3 @@ def test_the_slow_file_runs_first_then_the_quick_files_most_tests_first(tmp_path
     # larger first, then the quick files, the larger first, each file's tests in their order
     quick = [f"test_quick_{n}" for n in range(4)]
     assert order == ["test_slower_0", "test_slower_1", "test_slow", *quick, "test_small"]
-
-
-def test_the_quick_loop_gets_four_workers_and_the_whole_suite_six(
-    pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Given the suite's hook for addopts' "-n auto" (tests/conftest.py, as pytest registered it:
-    # an import of "conftest" gets whichever folder's conftest.py was imported last), no override
-    conftest = pytestconfig.pluginmanager.get_plugin(str(TESTS / "conftest.py"))
-    assert conftest is not None
-    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
-
-    def asked(markexpr: str) -> int | None:
-        config = SimpleNamespace(option=SimpleNamespace(markexpr=markexpr))
-        return conftest.pytest_xdist_auto_num_workers(config)  # type: ignore[no-any-return]
-
-    # Then the quick loop runs on four workers (CPU-bound), and a run with the slow files on six
-    assert asked("not slow") == 4
-    assert asked("not slow and not hostile") == 4
-    assert asked("") == 6
-    assert asked("slow") == 6
-    # and xdist's own variable still decides when it is set
-    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "2")
-    assert asked("") is None
