@@ -88,27 +88,6 @@ def test_missed_files_share_processes_only_by_whole_batches(tmp_path: Path) -> N
     assert sorted(len(files) for files in invocations(log)) == [MIN_BATCH_FILES] * 2
 
 
-def test_a_scan_of_one_scanner_process_starts_no_thread_pool(tmp_path: Path) -> None:
-    # Given files too few to share processes, scanned without the cache
-    repo = make_repo(tmp_path / "repo", {f"src/m{i}.py": f"# TODO: {i}\n" for i in range(6)})
-    plan, log = todo_plan(repo, tmp_path)
-
-    # When the scan runs, its imports listed
-    argv = [sys.executable, "-X", "importtime", "-m", "orchardist", "scan", str(plan)]
-    done = subprocess.run(
-        [*argv, "--json", "--no-cache"], cwd=repo, capture_output=True, text=True, check=False
-    )
-
-    # Then its one scanner process ran and reported, and no thread pool (nor the logging it
-    # brings) was imported: the job ran on the scan's own thread
-    assert json.loads(done.stdout)["findings"] == 6, done.stderr
-    assert len(invocations(log)) == 1
-    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
-    assert "orchardist.scan.engine" in imported
-    assert "concurrent.futures" not in imported
-    assert "logging" not in imported
-
-
 # What a first scan needs besides the scan's own modules: the plan's loader, the store, the
 # sandbox. Not the command line's parser (a plain scan's line is read by scan.hit), the agents'
 # package (no scanner here is an agent), nor the memo (nothing is cached without the cache).
@@ -117,8 +96,11 @@ GIT_ON_A_FIRST_SCAN = ("--show-toplevel", "--git-common-dir", "status", "ls-tree
 GIT_ON_A_FIRST_SCAN += ("checkout-index", "diff")
 
 
-def test_a_first_scan_imports_no_command_line_and_runs_seven_git_commands(tmp_path: Path) -> None:
-    # Given files scanned without the cache, git on PATH a shim that notes each command it ran
+def test_a_first_scan_imports_no_command_line_nor_thread_pool_and_runs_seven_git_commands(
+    tmp_path: Path,
+) -> None:
+    # Given files too few to share processes, scanned without the cache, git on PATH a shim
+    # that notes each command it ran
     repo = make_repo(tmp_path / "repo", {f"src/m{i}.py": f"# TODO: {i}\n" for i in range(6)})
     plan, log = todo_plan(repo, tmp_path)
     shim, ran = tmp_path / "shim", tmp_path / "git.log"
@@ -141,6 +123,10 @@ def test_a_first_scan_imports_no_command_line_and_runs_seven_git_commands(tmp_pa
     assert "orchardist.scan.engine" in imported
     assert imported & NOT_ON_A_FIRST_SCAN == set()
     assert not [m for m in imported if m.startswith(("orchardist.cli.", "orchardist.agents."))]
+    # nor a thread pool (nor the logging it brings): the one scanner process's job ran on the
+    # scan's own thread
+    assert "concurrent.futures" not in imported
+    assert "logging" not in imported
     # and git ran seven commands, none twice: the plan's repository found, orchardist's git
     # set up with the base resolved, the checkout's status, the commit's files, the export
     # (its index, its files) and its check
