@@ -61,7 +61,8 @@ def finished_plan(repo: Path) -> Path:
     return write_plan(repo, FINISHED)
 
 
-# Three tasks side by side, each with a log (the log test's run: FINISHED less its last task)
+# Three independent tasks, each with a log (the log test's run: FINISHED's first three, with no
+# dependencies between them)
 THREE_LOGS = """
 [run]
 verify = "none"

@@ -22,7 +22,7 @@ GIT = shutil.which("git") or "git"
 # Data, not commands, kept from the user's global configuration: which files they ignore
 # everywhere (a snapshot must not commit them), and repositories they trust though another
 # user owns them.
-CARRIED_CONFIG = r"^(core\.excludesfile|safe\.directory)$"
+CARRIED_CONFIG = r"core\.excludesfile|safe\.directory"
 # The only settings by which git's author and committer identities differ in the environment
 # orchardist asks them in (which has no ``GIT_AUTHOR_*``/``GIT_COMMITTER_*`` variable): asked
 # with CARRIED_CONFIG, in the same process; where none is set, one ``git var`` tells both.
@@ -30,7 +30,8 @@ ROLE_CONFIG = r"(author|committer)\.(name|email)"
 # Whether commits are to be signed, as orchardist's git reads it (the repository's own config:
 # local and worktree scopes), asked in the same process too (see Repo._native).
 SIGNING = "commit.gpgsign"
-ASKED_CONFIG = rf"^(core\.excludesfile|safe\.directory|{ROLE_CONFIG}|commit\.gpgsign)$"
+# what the one ``git config`` process of :func:`carried_config` asks
+ASKED_CONFIG = rf"^({CARRIED_CONFIG}|{ROLE_CONFIG}|{re.escape(SIGNING)})$"
 REPO_SCOPES = ("local", "worktree")
 
 
