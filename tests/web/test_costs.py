@@ -18,10 +18,10 @@ import pytest
 from orchardist.plan import loading as plan_module
 from orchardist.state import store as store_module
 from orchardist.state.agentrecords import Usage
+from orchardist.state.eventlog import Event
 from orchardist.state.records import (
     AttemptRecord,
     AttemptState,
-    Event,
     Run,
     RunState,
     TaskRecord,

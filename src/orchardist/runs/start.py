@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PlanError, Problem, RunLockedError, UsageError
 from ..git.where import locate
+from ..state.eventlog import Event
 from ..state.events import Kind, RunEvent
 from ..state.records import (
     RUN_START,
     TASK_START,
     UNFINISHED,
     AttemptState,
-    Event,
     Run,
     RunState,
     TaskRecord,
