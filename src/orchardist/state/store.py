@@ -5,8 +5,9 @@ tree. WAL mode with a busy timeout lets ``orchardist status`` read while a run w
 state change goes through :meth:`Store.transaction`, which opens an immediate transaction and
 rolls back on error, so a crash at any instant leaves the last committed step, never half of one.
 A run's, task's or attempt's state changes only along its transition table (records.py).
-The tables themselves are in :mod:`orchardist.state.dbschema`, how rows become records in
-:mod:`orchardist.state.tables`.
+The tables are :mod:`.dbschema`'s; the records and how rows become them (:mod:`.tables`) are
+imported by the methods that read or write runs: a scan, which opens the store to log its events
+and use its cache, never does (six dataclasses, the states and their transition tables: ~8 ms).
 """
 
 from __future__ import annotations
@@ -28,9 +29,6 @@ from .agentrecords import Usage
 from .dbschema import SCHEMA, migrate
 from .eventlog import Event
 
-# The run, task and attempt records and their rows are imported by the methods that write or
-# read them: a scan opens the store to log its events and use its cache, and importing them
-# (six dataclasses, the states and their transition tables) took longer than that (~8 ms).
 if TYPE_CHECKING:  # verification's records: imported by the code that verifies, not by readers
     from ..verify.oracle import CommandOutcome
     from .records import (
@@ -211,11 +209,8 @@ class Transaction:
         if row is not None:  # (no row: the update that follows says so)
             from . import records
 
-            kind = {
-                "runs": records.RunState,
-                "tasks": records.TaskState,
-                "attempts": records.AttemptState,
-            }[table]
+            states = {"runs": records.RunState, "tasks": records.TaskState}
+            kind = states.get(table, records.AttemptState)  # (the attempts table)
             what = f"{table[:-1]} {'/'.join(str(v) for v in key.values())}"
             records.moved(kind(row[0]), kind(new), what)
 
@@ -329,10 +324,8 @@ class Store:
         """All runs, newest first."""
         from . import tables
 
-        return [
-            tables.run_of(r)
-            for r in self._rows("select * from runs order by created_at desc, id desc")
-        ]
+        rows = self._rows("select * from runs order by created_at desc, id desc")
+        return [tables.run_of(r) for r in rows]
 
     def task(self, run_id: str, task_id: str) -> TaskRecord | None:
         """One task of a run, or None."""
