@@ -100,7 +100,7 @@ GIT_ON_A_FIRST_SCAN = ("--show-toplevel", "--git-common-dir", "status", "ls-tree
 GIT_ON_A_FIRST_SCAN += ("checkout-index", "diff")
 
 
-def test_a_first_scan_imports_no_command_line_nor_run_records_and_runs_seven_git_commands(
+def test_a_first_scan_imports_no_command_line_run_records_nor_pool_and_runs_seven_git_commands(
     tmp_path: Path,
 ) -> None:
     # Given files too few to share processes, scanned without the cache, git on PATH a shim
