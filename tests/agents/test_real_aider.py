@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow
 FIX = Text("calc.py\n```python\ndef add(a, b):\n    return a + b\n```\n")
 PRICE_IN, PRICE_OUT = 1.25, 10.0  # per million tokens; aider knows no price for the fake model
 CALL_USD = (INPUT_TOKENS * PRICE_IN + OUTPUT_TOKENS * PRICE_OUT) / 1e6
+PRICE_LIST = "/litellm/model_prices_and_context_window.json"
 
 
 @pytest.fixture
@@ -47,9 +48,15 @@ def run_aider(
         "command": str(aider),
         "model": "openai/gpt-fake-1",
         "args": ["--analytics-disable", "--no-show-model-warnings", *args, "calc.py"],
+        "env": ["LITELLM_MODEL_COST_MAP_URL"],
         **settings,
     }
-    env = {"OPENAI_API_BASE": f"{api.url}/v1", "OPENAI_API_KEY": "sk-fake-key"}
+    env = {
+        "OPENAI_API_BASE": f"{api.url}/v1",
+        "OPENAI_API_KEY": "sk-fake-key",
+        # where LiteLLM would download its price list from: the fake API, which records it
+        "LITELLM_MODEL_COST_MAP_URL": f"{api.url}{PRICE_LIST}",
+    }
     return run_task(project, profile, env, tmp_path)
 
 
@@ -75,6 +82,8 @@ def test_aider_fixes_the_bug_and_the_fix_merges_with_its_reported_tokens(
     assert "release-notes" not in log_of(attempt), log_of(attempt)
     # and the commit holds the fix alone, not aider's repository-map cache
     assert git(project, "show", "--name-only", "--format=", task["commit"]).split() == ["calc.py"]
+    # and LiteLLM read the price list installed with it: it did not download it as aider started
+    assert [r.path for r in api.requests if r.path.startswith(PRICE_LIST)] == []
 
 
 def test_a_refused_key_is_an_auth_error(aider: Path, project: Path, tmp_path: Path) -> None:
