@@ -109,6 +109,7 @@ CASES = [
             "--no-gitignore",
             "--no-check-update",
             "--no-show-release-notes",
+            "--no-analytics",
             "--chat-history-file",
             str(ctx.home / ".aider" / "chat.history.md"),
             "--input-history-file",

@@ -27,6 +27,7 @@ FIX = Text("calc.py\n```python\ndef add(a, b):\n    return a + b\n```\n")
 PRICE_IN, PRICE_OUT = 1.25, 10.0  # per million tokens; aider knows no price for the fake model
 CALL_USD = (INPUT_TOKENS * PRICE_IN + OUTPUT_TOKENS * PRICE_OUT) / 1e6
 PRICE_LIST = "/litellm/model_prices_and_context_window.json"
+ANALYTICS = "/posthog"  # where a test's aider config sends its analytics, if aider sends any
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def run_aider(
         "kind": "aider",
         "command": str(aider),
         "model": "openai/gpt-fake-1",
-        "args": ["--analytics-disable", "--no-show-model-warnings", *args, "calc.py"],
+        "args": ["--no-show-model-warnings", *args, "calc.py"],
         "env": ["LITELLM_MODEL_COST_MAP_URL"],
         **settings,
     }
@@ -89,11 +90,19 @@ def test_aider_fixes_the_bug_and_the_fix_merges_with_its_reported_tokens(
 def test_a_refused_key_is_an_auth_error(aider: Path, project: Path, tmp_path: Path) -> None:
     # Given an API that refuses the key (401): aider exits 0, the error line fails it
     with OpenAiServer(fail=refused_key()) as api:
+        # and a user's aider config that would have aider ask whether to send its analytics
+        # (to the fake API), a question --yes-always would answer yes
+        config = f"analytics: true\nanalytics-posthog-host: {api.url}{ANALYTICS}\n"
+        (tmp_path / "home").mkdir()
+        (tmp_path / "home" / ".aider.conf.yml").write_text(config)
         task = run_aider(project, aider, api, tmp_path)
     (attempt,) = task["attempts"]
     assert (task["state"], attempt["failure"]) == ("failed", "auth_error"), task
     # and the profile's circuit breaker opened at once: a refused key will not get better
     assert breaker_states(project) == ["open"]
+    # and aider, told --no-analytics, sent none: orchardist consents to nothing for the user
+    assert api.model_calls, "aider never ran"
+    assert [r.path for r in api.requests if r.path.startswith(ANALYTICS)] == []
 
 
 def test_an_edit_aider_refuses_fails_the_attempt_with_no_changes(

@@ -100,8 +100,9 @@ class AiderAgent(CliAgent):
         argv = [self.command, "--message-file", str(ctx.prompt_file)]
         argv += ["--yes-always", "--no-auto-commits", "--no-stream", "--no-pretty"]
         # every attempt's home is new, so every run is aider's "first run": with --yes-always it
-        # would open its release notes in a browser
-        argv += ["--no-gitignore", "--no-check-update", "--no-show-release-notes"]
+        # would open its release notes in a browser, and say yes when it asks whether to send
+        # analytics (it asks a tenth of new homes, and any whose config says `analytics: true`)
+        argv += ["--no-gitignore", "--no-check-update", "--no-show-release-notes", "--no-analytics"]
         private = ctx.output_file.parent
         argv += ["--chat-history-file", str(ctx.home / CHAT_HISTORY)]
         argv += ["--input-history-file", str(private / "aider.input.history")]
