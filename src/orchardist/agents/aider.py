@@ -118,10 +118,10 @@ class AiderAgent(CliAgent):
 
         LiteLLM fetches its price list (about 1.3 MB, from GitHub, with a 5 s timeout) while
         aider imports it, and every attempt's home is new, so nothing of it is cached: a download
-        per attempt, or a 5 s stall where the network drops packets. aider downloads the same
-        list itself for the models it lacks (``~/.aider/caches/``), so a new model still gets
-        its price. A profile that passes ``LITELLM_LOCAL_MODEL_COST_MAP`` in ``env`` keeps its
-        own value."""
+        per attempt, or a 5 s stall where the network drops packets. A model the installed
+        LiteLLM knows is then priced as it was released; for one it does not, aider still
+        downloads the same list itself (``~/.aider/caches/``). A profile that passes
+        ``LITELLM_LOCAL_MODEL_COST_MAP`` in ``env`` keeps its own value."""
         identity = {"user.name": "orchardist agent", "user.email": "agent@orchardist.invalid"}
         env = {"GIT_CONFIG_COUNT": str(len(identity))}
         for n, (key, value) in enumerate(identity.items()):
