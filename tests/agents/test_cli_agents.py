@@ -109,6 +109,7 @@ CASES = [
             "--no-gitignore",
             "--no-check-update",
             "--no-show-release-notes",
+            "--no-analytics",
             "--chat-history-file",
             str(ctx.home / ".aider" / "chat.history.md"),
             "--input-history-file",
@@ -122,7 +123,11 @@ CASES = [
         summary="",
         retry_after_s=20,
         extra_env=frozenset(
-            {"GIT_CONFIG_COUNT", *(f"GIT_CONFIG_{w}_{n}" for w in ("KEY", "VALUE") for n in (0, 1))}
+            {
+                "GIT_CONFIG_COUNT",
+                *(f"GIT_CONFIG_{w}_{n}" for w in ("KEY", "VALUE") for n in (0, 1)),
+                "LITELLM_LOCAL_MODEL_COST_MAP",
+            }
         ),
     ),
     Case(
@@ -403,6 +408,20 @@ def test_aider_recovering_from_a_rate_limit_still_succeeds(
 def test_aider_reads_the_prompt_file(repo: Path, fake_bin: Path) -> None:
     agent_for(BY_KIND["aider"]).run(make_ctx(repo, "aider"))
     assert (Path.home() / ".fake-agents" / "aider.message").read_text() == PROMPT
+
+
+def test_aider_reads_litellms_installed_price_list_unless_the_profile_passes_its_own(
+    repo: Path, fake_bin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a profile that says nothing of it: LiteLLM is told not to download its price list
+    agent_for(BY_KIND["aider"]).run(make_ctx(repo, "aider"))
+    assert fake_call("aider")["env"]["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+    # Given a profile that passes its own value (empty: LiteLLM downloads it), that value
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "")
+    passed = ("LITELLM_LOCAL_MODEL_COST_MAP",)
+    ctx = make_ctx(repo, "aider", env=dict(os.environ), profile_env=passed)
+    make_agent(AgentProfile("p", "aider", env=passed, options=BY_KIND["aider"].options)).run(ctx)
+    assert fake_call("aider")["env"]["LITELLM_LOCAL_MODEL_COST_MAP"] == ""
 
 
 @pytest.mark.parametrize(
