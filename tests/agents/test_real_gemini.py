@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from egress import EgressProxy
 from real_runs import events, only_task, reported, run_fix
 
 from e2e_support import log_of
@@ -82,7 +83,12 @@ def test_gemini_fixes_a_failing_test_and_its_fix_is_merged(
     # Given a model that fixes add(), and asks for a shell command that counts the Gemini CLI
     # processes it runs under
     script = [*FIX[:2], ToolUse("run_shell_command", {"command": COUNT_GEMINIS}), FIX[2]]
-    doc, api = _run(tmp_path, gemini, monkeypatch, script)
+    # And a proxy the profile passes for every HTTPS connection beyond the model's API
+    with EgressProxy() as proxy:
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        passed = 'env = ["HTTPS_PROXY", "NO_PROXY"]'
+        doc, api = _run(tmp_path, gemini, monkeypatch, script, profile=passed)
     task = only_task(doc)
     assert task["state"] == "done", task
     (attempt,) = task["attempts"]
@@ -100,6 +106,9 @@ def test_gemini_fixes_a_failing_test_and_its_fix_is_merged(
     # the CLI starts itself again as a child, a second start of the whole bundle
     shell = [e for e in log_events(attempt) if e.get("type") == "tool_result"][-1]
     assert shell["output"].strip() == "gemini processes: 1", log_of(attempt)[-3000:]
+    # and it went nowhere but the model's API: no usage statistics (orchardist turns them off
+    # where the user's settings do not say), which probe the GPU and post to play.googleapis.com
+    assert proxy.asked() == []
 
 
 def log_events(attempt: dict[str, Any]) -> list[dict[str, Any]]:
