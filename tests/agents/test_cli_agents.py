@@ -70,7 +70,13 @@ CASES = [
         summary="Created hello.txt.",
         retry_after_s=3600,
         stdin=PROMPT,
-        extra_env=frozenset({"CLAUDE_CODE_MAX_RETRIES", "DISABLE_AUTOUPDATER"}),
+        extra_env=frozenset(
+            {
+                "CLAUDE_CODE_MAX_RETRIES",
+                "DISABLE_AUTOUPDATER",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+            }
+        ),
     ),
     Case(
         kind="codex",
@@ -485,6 +491,29 @@ def test_gemini_keeps_the_users_own_settings_under_orchardists_keys(
         "general": {"maxAttempts": 3, "vimMode": True},
         "model": {"maxSessionTurns": 4},
     }
+
+
+@pytest.mark.parametrize(
+    ("given", "statistics"),
+    [(None, False), ('{"privacy": {"usageStatisticsEnabled": true}}', True)],
+    ids=["unsaid", "turned-on"],
+)
+def test_gemini_sends_no_usage_statistics_unless_the_users_settings_turn_them_on(
+    repo: Path, fake_bin: Path, given: str | None, statistics: bool
+) -> None:
+    # Given a user whose settings.json says nothing of usage statistics, or turns them on
+    user = Path.home()  # a fresh one (conftest)
+    (user / ".gemini").mkdir(parents=True)
+    if given is not None:
+        (user / ".gemini" / "settings.json").write_text(given)
+    env = {"PATH": os.environ["PATH"], "HOME": str(user), "GEMINI_API_KEY": "k"}
+    # When gemini runs
+    agent_for(BY_KIND["gemini"]).run(make_ctx(repo, "gemini", env=env))
+    # Then its settings turn them off, unless the user's say otherwise (the real gemini's
+    # connections: test_real_gemini.py)
+    home = Path(fake_call("gemini")["env"]["GEMINI_CLI_HOME"])
+    settings = json.loads((home / ".gemini" / "settings.json").read_text())
+    assert settings["privacy"] == {"usageStatisticsEnabled": statistics}
 
 
 def test_opencode_gets_its_permission_table(repo: Path, fake_bin: Path) -> None:
