@@ -95,10 +95,16 @@ class Workspace:
         return (found[1] / "orchardist" / "state.db").exists()
 
     @classmethod
-    def in_repo(cls, found: tuple[Path, Path]) -> Workspace:
-        """The workspace of the repository :meth:`locate` found; its store made if need be."""
+    def in_repo(cls, found: tuple[Path, Path], repo: Repo | None = None) -> Workspace:
+        """The workspace of the repository :meth:`locate` found; its store made if need be.
+
+        ``repo``: that repository's git, already set up (``run`` set it up for its checks):
+        :attr:`repo` is then it, not a second set-up's git processes."""
         root, common_dir = found
-        return cls(root, Store.for_repo(common_dir), common_dir / "orchardist")
+        ws = cls(root, Store.for_repo(common_dir), common_dir / "orchardist")
+        if repo is not None:
+            ws.__dict__["repo"] = repo  # where the cached property keeps what it made
+        return ws
 
     def resolve_run(self, run_id: str | None) -> Run:
         """A run by id (or unique prefix), or the newest run when None."""
@@ -280,14 +286,19 @@ def create_run(
     ws: Workspace, plan: Plan, clock: Callable[[], float] = time.time, run_id: str | None = None
 ) -> Run:
     """Resolve the base, create the run branch, and record the run with its tasks pending."""
+    from ..specs import DEFAULT_BRANCH  # (plans' records: not for the commands that read)
+
+    made_here = run_id is None
     run_id = run_id or new_run_id(clock)
     shown = str(plan.path)
-    base = ws.repo.try_rev_parse(plan.run.base)
+    base = ws.repo.commit_of(plan.run.base)
     if base is None:
         problem = f"{plan.run.base!r} does not name a commit in {ws.repo.root}"
         raise PlanError([Problem(shown, problem, field="run.base")])
     branch = plan.run.branch.replace("{run}", run_id)
-    if ws.repo.run_git("check-ref-format", "--branch", branch).returncode != 0:
+    # the default pattern with an id made here (digits, dashes, hex) is a valid name
+    valid = made_here and plan.run.branch == DEFAULT_BRANCH
+    if not valid and ws.repo.run_git("check-ref-format", "--branch", branch).returncode != 0:
         raise PlanError(
             [Problem(shown, f"{branch!r} is not a valid branch name", field="run.branch")]
         )
