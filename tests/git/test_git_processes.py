@@ -118,9 +118,7 @@ def test_a_one_task_run_asks_git_each_question_once(tmp_path: Path, logged: GitL
     assert asked(calls, "config") == 1, calls
     assert asked(calls, "diff", "--no-ext-diff") == 1, calls
     assert asked(calls, "rev-parse", "-q", "--verify", "HEAD") == 0, calls  # HEAD's on main
-    # and the default branch pattern with the run's own id needs no check-ref-format
-    assert asked(calls, "check-ref-format") == 0, calls
-    assert len(calls) <= 21, "\n".join(calls)
+    assert len(calls) <= 22, "\n".join(calls)
 
     # When its old runs are collected
     done, calls = logged.cli(repo, "gc")

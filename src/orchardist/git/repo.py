@@ -42,8 +42,8 @@ class Repo:
     ``identity=False``: for checks that only read (``validate``'s preflight), without the
     user's identity, which only commits and reflogs carry; asking git for it is two processes.
     ``resolve``: a commit to look up with the repository's own facts, in the same git process
-    (``validate`` and ``run`` ask for their base); its id is ``resolved``, None where it names
-    no commit, and :meth:`commit_of` gives it again without asking git.
+    (``validate`` and ``run`` ask for their base); its id is ``resolved`` (:meth:`commit_of`),
+    None where it names no commit.
     ``untracked=False``: for a caller that lists no untracked or ignored file (validate's
     preflight), the user's ``core.excludesfile`` and ``safe.directory`` are asked only if git
     refuses the repository without them (another user owns it): a git process fewer.
@@ -128,12 +128,9 @@ class Repo:
         return proc.stdout.strip() if proc.returncode == 0 else None
 
     def commit_of(self, ref: str) -> str | None:
-        """The commit id ``ref`` names, or None: the set-up's answer where it was asked for
-        ``ref`` (``run`` checks the base, then starts from the commit it checked, without a
-        second git process), else git's now."""
-        if ref == self._resolving:
-            return self.resolved
-        return self.try_rev_parse(ref)
+        """The commit id ``ref`` names, or None: the set-up's answer if it was asked for ``ref``
+        (``run`` starts from the base its checks saw, without asking git again)."""
+        return self.resolved if ref == self._resolving else self.try_rev_parse(ref)
 
     def tree_of(self, commit: str) -> str:
         """The tree id of a commit."""
