@@ -117,6 +117,9 @@ class RayCluster:
                 f"--temp-dir={temp}",
                 f"--dashboard-port={_free_port()}",
                 "--include-dashboard=false",
+                # the autoscaler's monitor, a Python process polling the GCS every few seconds:
+                # this cluster has no autoscaler (ray start's hidden flag)
+                "--no-monitor",
             ],
         )
         for n in range(1, workers + 1):
@@ -233,6 +236,10 @@ class RayCluster:
                     kept.mkdir(exist_ok=True)
                     with contextlib.suppress(OSError):
                         shutil.copy2(log, kept / log.name)
+
+    def processes_of(self, name: str) -> set[int]:
+        """Live processes of one node (its Ray workers among them)."""
+        return processes_with_env(NODE_VAR, f"{self.marker}-{name}")
 
     def leftovers(self) -> set[int]:
         """Live processes of the cluster."""

@@ -50,6 +50,8 @@ class RayHarness:
     """Jobs as Ray tasks on the cluster's worker node; the test process is the Ray driver."""
 
     def __init__(self, cluster: RayCluster, tmp_path: Path) -> None:
+        self.cluster = cluster
+        self.head = cluster.processes_of("head")
         root = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
         self.repo = Repo(root)
         self.base = self.repo.rev_parse("HEAD")
@@ -89,6 +91,9 @@ class RayHarness:
         # Then, on every node: no process of these jobs is left (a cancel reached the node)
         for marker in self.markers:
             assert processes_with_env(MARKER_VAR, marker) == set()
+        # And the head (no CPUs) started no process for them: these jobs ask no baseline (no
+        # board, a Ray worker process there), and a cancel goes only to the nodes with CPUs
+        assert self.cluster.processes_of("head") - self.head == set()
 
 
 class TestRayExecutor(ExecutorContract):
