@@ -175,7 +175,7 @@ def test_the_schema_documents_cpus_and_memory_per_profile(
 
 
 def test_only_a_job_that_may_ask_a_baseline_needs_the_runs_baseline_board() -> None:
-    # Given an attempt verified by a command, with a base to judge its failures against
+    # Given an attempt verified by pytest, with a base to judge its failures against
     from orchardist.executors.ray import may_ask_baselines
 
     base = "b" * 40
@@ -202,8 +202,10 @@ def test_only_a_job_that_may_ask_a_baseline_needs_the_runs_baseline_board() -> N
     assert may_ask_baselines(replace(job, verify=(), check="python repro.py", check_baseline=base))
     assert may_ask_baselines(replace(job, verify=(), auto_verify=True))
 
-    # And without commands, or without a base commit, it cannot (no board is started for it)
+    # And without commands, with commands that run no pytest (a failure fails whatever the
+    # base did), or without a base commit, it cannot: no board is started for it
     assert not may_ask_baselines(replace(job, verify=()))
+    assert not may_ask_baselines(replace(job, verify=("test -f done.txt", "make lint")))
     assert not may_ask_baselines(replace(job, baseline=None))
     merge = VerifyJob(
         purpose="merge",

@@ -41,6 +41,7 @@ from ..specs import RunConfig
 from ..state.agentrecords import NUM_CPUS, AgentProfile, Failure
 from ..state.records import AttemptState
 from ..state.store import MEMORY, Store
+from ..verify.oracle import looks_like_pytest
 from . import AttemptJob, Job, Notify, Outcome, Phase, Stacker
 from .rayconnect import connect, first_line, import_ray
 from .raynode import (
@@ -83,11 +84,16 @@ def job_nodes(nodes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def may_ask_baselines(job: Job) -> bool:
-    """Whether a job's verification may ask a baseline: it runs commands (its verify, the
-    tests found for it, its check) and has a commit to judge them against."""
-    check = isinstance(job, AttemptJob) and (job.check or job.auto_verify)
-    base = job.baseline or (job.check_baseline if isinstance(job, AttemptJob) else None)
-    return bool((job.verify or check) and base)
+    """Whether a job's verification may ask a baseline: it has a check (judged on its base
+    first), or tests found for it, or a verify command that runs pytest, and a commit to judge
+    them against. A failing command that runs no pytest fails whatever the base did (the
+    verifier does not ask: its ``_base``), so a run of such commands needs no board."""
+    if isinstance(job, AttemptJob):
+        if job.check and (job.check_baseline or job.baseline):
+            return True
+        if job.auto_verify and job.baseline:
+            return True
+    return bool(job.baseline) and any(looks_like_pytest(command) for command in job.verify)
 
 
 def reclaim(address: str, run_id: str) -> int:
