@@ -42,6 +42,11 @@ RAY_GAVE_UP = "timed out during startup"  # ray start's words when it did
 #   instead of Ray's 15: the rest of the suite runs beside this cluster at 0, and Linux gives a
 #   process at 15 a weight of 36 against 1024 at 0, so while both cores were busy the Ray tests,
 #   which bound the suite's time, were the last to get CPU.
+# - a raylet starts one Python worker at a time, not as many as it has CPUs: for a job's first
+#   task Ray started workers for every CPU of the node at once (measured: two on a node of two
+#   CPUs for a driver with one task), ~0.75 s of CPU each, and a run's workers end with it: a
+#   run with fewer tasks on a node than it has CPUs started workers that ran nothing. A second
+#   task on the node waits for the first worker to register.
 RAY_SETTINGS = {
     "RAY_health_check_initial_delay_ms": "1000",
     "RAY_health_check_period_ms": "500",
@@ -51,6 +56,7 @@ RAY_SETTINGS = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_enable_metrics_collection": "0",
     "RAY_worker_niceness": "0",
+    "RAY_worker_maximum_startup_concurrency": "1",
 }
 
 
@@ -117,6 +123,9 @@ class RayCluster:
                 f"--temp-dir={temp}",
                 f"--dashboard-port={_free_port()}",
                 "--include-dashboard=false",
+                # the autoscaler's monitor, a Python process polling the GCS every few seconds:
+                # this cluster has no autoscaler (ray start's hidden flag)
+                "--no-monitor",
             ],
         )
         for n in range(1, workers + 1):
@@ -233,6 +242,10 @@ class RayCluster:
                     kept.mkdir(exist_ok=True)
                     with contextlib.suppress(OSError):
                         shutil.copy2(log, kept / log.name)
+
+    def processes_of(self, name: str) -> set[int]:
+        """Live processes of one node (its Ray workers among them)."""
+        return processes_with_env(NODE_VAR, f"{self.marker}-{name}")
 
     def leftovers(self) -> set[int]:
         """Live processes of the cluster."""

@@ -7,6 +7,7 @@ Where Ray is not installed the tests skip, and fail under CI (Ray is in the dev 
 
 from __future__ import annotations
 
+import importlib
 import os
 import select
 import time
@@ -50,6 +51,8 @@ class RayHarness:
     """Jobs as Ray tasks on the cluster's worker node; the test process is the Ray driver."""
 
     def __init__(self, cluster: RayCluster, tmp_path: Path) -> None:
+        self.cluster = cluster
+        self.head = cluster.processes_of("head")
         root = make_repo(tmp_path / "repo", {"README.md": "hello\n"})
         self.repo = Repo(root)
         self.base = self.repo.rev_parse("HEAD")
@@ -82,13 +85,29 @@ class RayHarness:
     def finish(self, heard: Heard, job_id: str) -> None:
         assert heard.done[job_id].wait(WAIT_S), f"{job_id} never reported"
 
+    def actors(self) -> list[dict[str, object]]:
+        """The actors Ray's GCS holds for this driver's job (none once a test closed the
+        executor, which disconnected: asking then would start a local Ray)."""
+        ray = importlib.import_module("ray")
+        if not ray.is_initialized():
+            return []
+        job = ray.get_runtime_context().get_job_id()
+        table = importlib.import_module("ray._private.state").actors()
+        return [actor for actor in table.values() if actor["JobID"] == job]
+
     def close(self) -> None:
+        actors = self.actors()
         self.executor.close()
         self.store.close()
         self.fifo.unlink(missing_ok=True)
         # Then, on every node: no process of these jobs is left (a cancel reached the node)
         for marker in self.markers:
             assert processes_with_env(MARKER_VAR, marker) == set()
+        # And Ray holds no actor of this driver's job: these jobs ask no baseline, so the run's
+        # baseline board never started; and the head (no CPUs) started no process for them
+        # (a board or a kill is a Python worker there; a cancel goes to nodes with CPUs)
+        assert actors == []
+        assert self.cluster.processes_of("head") - self.head == set()
 
 
 class TestRayExecutor(ExecutorContract):

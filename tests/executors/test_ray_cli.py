@@ -1,16 +1,18 @@
-"""Choosing the Ray executor on the command line and in the plan (no cluster needed)."""
+"""Choosing the Ray executor on the command line and in the plan, and what the executor sends
+where (no cluster needed)."""
 
 from __future__ import annotations
 
 import socket
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from orchardist.cli import main
-from orchardist.executors import executor_class
+from orchardist.executors import AttemptJob, VerifyJob, executor_class
 from orchardist.plan.loading import load_plan
 from support import write_plan
 
@@ -170,3 +172,68 @@ def test_the_schema_documents_cpus_and_memory_per_profile(
     out = capsys.readouterr().out
     assert '"num_cpus"' in out
     assert '"memory_mb"' in out
+
+
+def test_only_a_job_that_may_ask_a_baseline_needs_the_runs_baseline_board() -> None:
+    # Given an attempt verified by pytest, with a base to judge its failures against
+    from orchardist.executors.ray import may_ask_baselines
+
+    base = "b" * 40
+    job = AttemptJob(
+        id="t.1",
+        run_id="r",
+        task_id="t",
+        attempt=1,
+        candidate=0,
+        base_commit=base,
+        title="t",
+        prompt="p",
+        profile=None,
+        verify=("python -m pytest -q",),
+        workdir=".",
+        timeout_s=60.0,
+        message="t\n",
+        marker="m",
+        baseline=base,
+    )
+
+    # Then it may ask a baseline, as may one with only a check or found tests to run
+    assert may_ask_baselines(job)
+    assert may_ask_baselines(replace(job, verify=(), check="python repro.py", check_baseline=base))
+    assert may_ask_baselines(replace(job, verify=(), auto_verify=True))
+
+    # And without commands, with commands that run no pytest (a failure fails whatever the
+    # base did), or without a base commit, it cannot: no board is started for it
+    assert not may_ask_baselines(replace(job, verify=()))
+    assert not may_ask_baselines(replace(job, verify=("test -f done.txt", "make lint")))
+    assert not may_ask_baselines(replace(job, baseline=None))
+    merge = VerifyJob(
+        purpose="merge",
+        id="m.1",
+        run_id="r",
+        task_id="t",
+        attempt=1,
+        candidate=0,
+        base_commit=base,
+        verify=("python -m pytest -q",),
+        workdir=".",
+        timeout_s=60.0,
+        marker="m",
+    )
+    assert not may_ask_baselines(merge)
+    assert may_ask_baselines(replace(merge, baseline=base))
+
+
+def test_kills_go_only_to_the_live_nodes_that_may_run_a_job() -> None:
+    # Given a head without CPUs, a worker node, and a worker node Ray lists as dead
+    from orchardist.executors.ray import job_nodes
+
+    nodes = [
+        {"NodeID": "head", "Alive": True, "Resources": {"memory": 1e9, "object_store_memory": 1e8}},
+        {"NodeID": "one", "Alive": True, "Resources": {"CPU": 2.0, "memory": 1e9}},
+        {"NodeID": "gone", "Alive": False, "Resources": {"CPU": 2.0}},
+    ]
+
+    # Then only the live node with CPUs is sent a kill (a task on the head would start a
+    # Python worker there for nothing)
+    assert [node["NodeID"] for node in job_nodes(nodes)] == ["one"]

@@ -25,7 +25,6 @@ import contextlib
 import importlib
 import shutil
 import socket
-import sys
 import tempfile
 import threading
 import time
@@ -42,6 +41,7 @@ from ..specs import RunConfig
 from ..state.agentrecords import NUM_CPUS, AgentProfile, Failure
 from ..state.records import AttemptState
 from ..state.store import MEMORY, Store
+from ..verify.oracle import looks_like_pytest
 from . import AttemptJob, Job, Notify, Outcome, Phase, Stacker
 from .rayconnect import connect, first_line, import_ray
 from .raynode import (
@@ -53,7 +53,6 @@ from .raynode import (
     bundle_bytes,
     kill_marked,
     kill_run,
-    reap,
     run_on_node,
 )
 
@@ -77,9 +76,30 @@ def _amount(kind: str, value: float) -> str:
     return f"{value / 1024 / 1024:g} MiB" if kind == "memory" else f"{value:g}"
 
 
+def job_nodes(nodes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The live nodes that may run a job: those with CPUs (every job holds at least one, the
+    profile's ``num_cpus`` being positive). A kill sent to a node without CPUs, such as a head
+    started with ``--num-cpus 0``, would start a Python worker there for nothing."""
+    return [n for n in nodes if n.get("Alive") and n.get("Resources", {}).get("CPU")]
+
+
+def may_ask_baselines(job: Job) -> bool:
+    """Whether a job's verification may ask a baseline: it has a check (judged on its base
+    first), or tests found for it, or a verify command that runs pytest, and a commit to judge
+    them against. A failing command that runs no pytest fails whatever the base did (the
+    verifier does not ask: its ``_base``), so a run of such commands needs no board."""
+    if isinstance(job, AttemptJob):
+        if job.check and (job.check_baseline or job.baseline):
+            return True
+        if job.auto_verify and job.baseline:
+            return True
+    return bool(job.baseline) and any(looks_like_pytest(command) for command in job.verify)
+
+
 def reclaim(address: str, run_id: str) -> int:
-    """Kill the run's processes on every live node of the cluster at ``address`` (``resume``
-    after the orchestrator died: Ray ends a dead driver's tasks in its own time); how many."""
+    """Kill the run's processes on every node of the cluster at ``address`` that may run a job
+    (``resume`` after the orchestrator died: Ray ends a dead driver's tasks in its own time);
+    how many."""
     ray = import_ray()
     connect(ray, address)
     try:
@@ -92,8 +112,7 @@ def reclaim(address: str, run_id: str) -> int:
                     node["NodeID"], soft=False
                 ),
             ).remote(run_id)
-            for node in ray.nodes()
-            if node.get("Alive")
+            for node in job_nodes(ray.nodes())
         ]
         killed = 0
         for task in tasks:
@@ -131,7 +150,8 @@ class RayExecutor:
             connect(self.ray, address)
         self._remote = self.ray.remote(max_retries=0, retry_exceptions=False)(run_on_node)
         self._killer = self.ray.remote(max_retries=0)(kill_marked)
-        self.board = self._start_board(store_path)
+        self._store_path = store_path
+        self._board: Any = None  # the run's BaselineBoard, started when a job may ask it
         self._lock = threading.Lock()
         self._threads: dict[str, threading.Thread] = {}
         self.stacker: Stacker | None = None  # unused: a node verifies on the attempt's base
@@ -158,16 +178,23 @@ class RayExecutor:
             repo, state_dir, settings, clock, settings.ray_address, store.path if on_disk else None
         )
 
-    def _start_board(self, store_path: Path | None) -> Any:
-        """The run's BaselineBoard, on this node (it opens the store here), holding no CPU."""
-        strategies = importlib.import_module("ray.util.scheduling_strategies")
-        here = self.ray.get_runtime_context().get_node_id()
-        actor = self.ray.remote(BaselineBoard).options(
-            num_cpus=0,
-            max_restarts=0,
-            scheduling_strategy=strategies.NodeAffinitySchedulingStrategy(here, soft=False),
-        )
-        return actor.remote(str(store_path) if store_path else None)
+    def _board_for(self, job: Job) -> Any:
+        """The run's BaselineBoard for a job that may ask a baseline, started on this node (it
+        opens the store here, holding no CPU) the first time one does; None for a job that
+        cannot: an actor is a Python worker process on the head, ~1 s of CPU to start."""
+        if not may_ask_baselines(job):
+            return None
+        with self._lock:
+            if self._board is None:
+                strategies = importlib.import_module("ray.util.scheduling_strategies")
+                here = self.ray.get_runtime_context().get_node_id()
+                actor = self.ray.remote(BaselineBoard).options(
+                    num_cpus=0,
+                    max_restarts=0,
+                    scheduling_strategy=strategies.NodeAffinitySchedulingStrategy(here, soft=False),
+                )
+                self._board = actor.remote(str(self._store_path) if self._store_path else None)
+            return self._board
 
     def submit(self, job: Job, notify: Notify) -> None:
         """Start the job's thread, which sends it to the cluster and waits for it."""
@@ -194,12 +221,11 @@ class RayExecutor:
             self._kill_everywhere(self._markers[job_id])
 
     def _kill_everywhere(self, marker: str) -> None:
-        """Kill the processes carrying ``marker`` on every live node (does not wait)."""
+        """Kill the processes carrying ``marker`` on every node that may run a job (does not
+        wait)."""
         strategies = importlib.import_module("ray.util.scheduling_strategies")
         with contextlib.suppress(Exception):  # a node that just died has nothing left
-            for node in self.ray.nodes():
-                if not node.get("Alive"):
-                    continue
+            for node in job_nodes(self.ray.nodes()):
                 pinned = strategies.NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
                 self._killer.options(num_cpus=0, scheduling_strategy=pinned).remote(marker)
 
@@ -242,7 +268,8 @@ class RayExecutor:
         if short:
             return self._failed(job, started, log, short)
         bundles = self._bundles_for(job)
-        spec = NodeJob(job, self.repo_key, self.identity, self.settings, bundles, board=self.board)
+        board = self._board_for(job)
+        spec = NodeJob(job, self.repo_key, self.identity, self.settings, bundles, board=board)
         with self._lock:
             if job.id in self._cancelled:
                 return Outcome(job, AttemptState.CANCELLED, started, self.clock(), log_path="")
@@ -378,7 +405,7 @@ def check_cluster(address: str, profiles: Sequence[AgentProfile]) -> dict[str, A
     try:
         strategies = importlib.import_module("ray.util.scheduling_strategies")
         remote = ray.remote(max_retries=0)(node_report)
-        nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU")]
+        nodes = job_nodes(ray.nodes())
         tasks = [
             remote.options(
                 num_cpus=0,
@@ -435,9 +462,3 @@ def render_cluster(report: dict[str, Any]) -> str:
 
 
 __all__ = ["NodeJob", "NodeResult", "RayExecutor", "import_ray", "run_on_node"]
-
-
-if __name__ == "__main__":  # python -m orchardist.executors.ray reap MARKER (see _start_reaper)
-    if sys.argv[1:2] != ["reap"] or len(sys.argv) != 3:
-        sys.exit("usage: python -m orchardist.executors.ray reap MARKER")
-    sys.exit(reap(sys.argv[2]))

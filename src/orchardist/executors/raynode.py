@@ -20,6 +20,7 @@ from typing import Any
 
 from ..confine.paths import workdir_root
 from ..confine.procs import MARKER_VAR, CancelToken, kill_by_env
+from ..confine.reaper import JOB_ENDED
 from ..errors import GitError
 from ..git.repo import Repo
 from ..safeio import flocked
@@ -30,7 +31,6 @@ from . import Job, Outcome, Phase
 from .rayconnect import import_ray
 
 MAX_LOG_BYTES = 2 * 1024 * 1024  # of an attempt's log sent back (its head and its tail)
-JOB_ENDED = b"ended"  # what a worker tells its reaper when the job ended normally
 LOST_GRACE_S = 300.0  # past its timeout, a job whose task never reports is given up
 RUN_VAR = "ORCHARDIST_RUN"  # every process of a run carries it (see runs.reconcile)
 
@@ -132,7 +132,7 @@ def _start_reaper(marker: str) -> subprocess.Popen[bytes]:
     """A process of its own session that kills the job's processes (by their marker) when
     this Ray worker dies before the job ended: its end of our pipe closes either way."""
     return subprocess.Popen(
-        [sys.executable, "-m", "orchardist.executors.ray", "reap", marker],
+        [sys.executable, "-m", "orchardist.confine.reaper", marker],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -148,15 +148,6 @@ def _stop_reaper(reaper: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(OSError):
         reaper.stdin.write(JOB_ENDED)
         reaper.stdin.close()
-
-
-def reap(marker: str) -> int:
-    """The reaper's body: wait for the worker's pipe to close; unless the job ended, kill
-    every process carrying the job's marker."""
-    said = sys.stdin.buffer.read()
-    if said != JOB_ENDED:
-        kill_by_env(MARKER_VAR, marker)
-    return 0
 
 
 def kill_marked(marker: str) -> int:
