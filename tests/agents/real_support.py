@@ -5,14 +5,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from npm_registry import NpmRegistry
 
 from orchardist import Workspace
+from orchardist.confine.confinement import SHARE_READONLY_VAR
 from realtools import TOOLS
 from run_support import ORCHARDIST, only_run, status
 from support import make_repo, toml_str, write_plan
@@ -31,6 +34,29 @@ HOME_STATE = (
     ".bun",
     ".aider",
 )
+
+
+def copy_tree(source: Path, target: Path) -> None:
+    """``source`` copied to ``target`` as hard links, symlinks kept as they are; where links
+    cannot be made (another file system), each top-level entry is a symlink to its source."""
+    try:
+        shutil.copytree(source, target, symlinks=True, copy_function=os.link)
+    except (OSError, shutil.Error):
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        for entry in source.iterdir():
+            (target / entry.name).symlink_to(entry.resolve())
+
+
+def npm_links_first(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The npm CLIs of ``.ci/tools`` copied under ``folder`` (in the host's /tmp, which attempts
+    do not see: the suite's sharing of its temporary folders is turned off), their ``.bin``
+    first on PATH; that ``.bin``."""
+    monkeypatch.delenv(SHARE_READONLY_VAR, raising=False)
+    copy_tree(TOOLS / "node_modules", folder / "node_modules")
+    bin_dir = folder / "node_modules" / ".bin"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return bin_dir
 
 
 def buggy_project(tmp_path: Path) -> Path:

@@ -9,12 +9,12 @@ set.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from real_support import BUGGY, breaker_states, buggy_project, requeued, run_task
+from real_support import BUGGY, breaker_states, buggy_project, npm_links_first, requeued, run_task
 
 from e2e_support import log_of
 from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, Call, OpenAiServer, Text, rate_limited
@@ -63,18 +63,53 @@ def run_opencode(
     return run_task(project, profile, env, tmp_path, task_keys)
 
 
+@dataclass(frozen=True)
+class Fixed:
+    """A finished run of the fix task: its task's status, and the fake API it talked to."""
+
+    task: dict[str, Any]
+    api: OpenAiServer
+
+
+@pytest.fixture(scope="module")
+def _runs() -> dict[str, Fixed]:
+    """The module's runs that several tests only read, made once (each costs an OpenCode
+    start, ~7 s of CPU)."""
+    return {}
+
+
 @pytest.fixture
-def api() -> Iterator[OpenAiServer]:
-    with OpenAiServer([FIX, Text("Fixed add().")]) as server:
-        yield server
+def fixed(
+    _runs: dict[str, Fixed],
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Fixed:
+    """One run of the fix task with opencode installed under the host's /tmp (which attempts do
+    not see) and started by name from npm's ``.bin`` link on PATH, against a fake OpenAI API
+    that answers with a shell command fixing add(), then a message. Made by the first test that
+    asks (in its environment: the suite's git, its attempt folders), read by the others."""
+    if "fix" not in _runs:
+        require_tool("opencode")
+        folder = tmp_path_factory.mktemp("opencode-fix")
+        bin_dir = npm_links_first(folder / "tools", monkeypatch)
+        assert (bin_dir / "opencode").is_symlink()
+        with OpenAiServer([FIX, Text("Fixed add().")]) as api:
+            task = run_opencode(buggy_project(folder), Path("opencode"), api, folder)
+        _runs["fix"] = Fixed(task, api)
+    return _runs["fix"]
 
 
-def test_opencode_fixes_the_bug_and_the_fix_merges_with_its_reported_cost(
-    project: Path, opencode: Path, api: OpenAiServer, tmp_path: Path
-) -> None:
+def test_opencode_from_npm_links_under_tmp_fixes_and_merges(fixed: Fixed) -> None:
+    # Given opencode from npm's links under /tmp, started by name (the fixture's run)
+    # Then the fix merged: orchardist showed the attempt the install it does not otherwise see
+    assert fixed.task["state"] == "done", fixed.task
+    assert [a["state"] for a in fixed.task["attempts"]] == ["merged"], fixed.task
+
+
+def test_opencode_fixes_the_bug_and_the_fix_merges_with_its_reported_cost(fixed: Fixed) -> None:
     # Given a fake OpenAI API that answers with a shell command fixing add(), then a message
-    # When orchardist runs opencode on the task
-    task = run_opencode(project, opencode, api, tmp_path)
+    # When orchardist runs opencode on the task (the fixture's run)
+    task, api = fixed.task, fixed.api
     # Then the fix is merged, with the tokens and cost opencode reported for its steps
     (attempt,) = task["attempts"]
     assert (task["state"], attempt["state"]) == ("done", "merged"), task
