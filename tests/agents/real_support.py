@@ -99,22 +99,35 @@ def run_task(
     document, with the run's output under ``"output"``.
     """
     with local_npm(profile) as (profile, npm):
-        return _run_task(project, profile, {**env, **npm}, tmp_path, task_keys, retries)
+        (task,) = _run_plan(project, profile, {**env, **npm}, tmp_path, task_keys, retries, "")
+    return task
 
 
-def _run_task(
+def run_tasks(
+    project: Path, profile: dict[str, Any], env: dict[str, str], tmp_path: Path, more: str
+) -> dict[str, dict[str, Any]]:
+    """As :func:`run_task`, with ``more`` of the plan after the fix task (other profiles, other
+    tasks, in one run); every task's status document by its id. A profile of ``more`` that
+    runs OpenCode passes ``NPM_CONFIG_REGISTRY`` (``env = ["NPM_CONFIG_REGISTRY"]``)."""
+    with local_npm(profile) as (profile, npm):
+        tasks = _run_plan(project, profile, {**env, **npm}, tmp_path, "", 0, more)
+    return {task["id"]: task for task in tasks}
+
+
+def _run_plan(
     project: Path,
     profile: dict[str, Any],
     env: dict[str, str],
     tmp_path: Path,
     task_keys: str,
     retries: int,
-) -> dict[str, Any]:
+    more: str,
+) -> list[dict[str, Any]]:
     table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in profile.items())
     plan = (
         f'[agents.tool]\ntimeout = "120s"\n{table}\n\n'
         f'[[task]]\nid = "fix"\nagent = "tool"\nretries = {retries}\nprompt = {toml_str(PROMPT)}\n'
-        f"verify = {toml_str(VERIFY)}\n{task_keys}"
+        f"verify = {toml_str(VERIFY)}\n{task_keys}\n{more}"
     )
     write_plan(project, plan)
     home = tmp_path / "home"
@@ -130,9 +143,10 @@ def _run_task(
         timeout=400,
         check=False,
     )
-    (task,) = status(project, only_run(project))["tasks"]
-    task["output"] = proc.stdout + proc.stderr
-    return task
+    tasks: list[dict[str, Any]] = status(project, only_run(project))["tasks"]
+    for task in tasks:
+        task["output"] = proc.stdout + proc.stderr
+    return tasks
 
 
 def run_events(project: Path, kind: str) -> list[dict[str, Any]]:
