@@ -5,14 +5,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from npm_registry import NpmRegistry
 
 from orchardist import Workspace
+from orchardist.confine.confinement import SHARE_READONLY_VAR
 from realtools import TOOLS
 from run_support import ORCHARDIST, only_run, status
 from support import make_repo, toml_str, write_plan
@@ -31,6 +34,29 @@ HOME_STATE = (
     ".bun",
     ".aider",
 )
+
+
+def copy_tree(source: Path, target: Path) -> None:
+    """``source`` copied to ``target`` as hard links, symlinks kept as they are; where links
+    cannot be made (another file system), each top-level entry is a symlink to its source."""
+    try:
+        shutil.copytree(source, target, symlinks=True, copy_function=os.link)
+    except (OSError, shutil.Error):
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        for entry in source.iterdir():
+            (target / entry.name).symlink_to(entry.resolve())
+
+
+def npm_links_first(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The npm CLIs of ``.ci/tools`` copied under ``folder`` (in the host's /tmp, which attempts
+    do not see: the suite's sharing of its temporary folders is turned off), their ``.bin``
+    first on PATH; that ``.bin``."""
+    monkeypatch.delenv(SHARE_READONLY_VAR, raising=False)
+    copy_tree(TOOLS / "node_modules", folder / "node_modules")
+    bin_dir = folder / "node_modules" / ".bin"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return bin_dir
 
 
 def buggy_project(tmp_path: Path) -> Path:
@@ -73,22 +99,35 @@ def run_task(
     document, with the run's output under ``"output"``.
     """
     with local_npm(profile) as (profile, npm):
-        return _run_task(project, profile, {**env, **npm}, tmp_path, task_keys, retries)
+        (task,) = _run_plan(project, profile, {**env, **npm}, tmp_path, task_keys, retries, "")
+    return task
 
 
-def _run_task(
+def run_tasks(
+    project: Path, profile: dict[str, Any], env: dict[str, str], tmp_path: Path, more: str
+) -> dict[str, dict[str, Any]]:
+    """As :func:`run_task`, with ``more`` of the plan after the fix task (other profiles, other
+    tasks, in one run); every task's status document by its id. A profile of ``more`` that
+    runs OpenCode passes ``NPM_CONFIG_REGISTRY`` (``env = ["NPM_CONFIG_REGISTRY"]``)."""
+    with local_npm(profile) as (profile, npm):
+        tasks = _run_plan(project, profile, {**env, **npm}, tmp_path, "", 0, more)
+    return {task["id"]: task for task in tasks}
+
+
+def _run_plan(
     project: Path,
     profile: dict[str, Any],
     env: dict[str, str],
     tmp_path: Path,
     task_keys: str,
     retries: int,
-) -> dict[str, Any]:
+    more: str,
+) -> list[dict[str, Any]]:
     table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in profile.items())
     plan = (
         f'[agents.tool]\ntimeout = "120s"\n{table}\n\n'
         f'[[task]]\nid = "fix"\nagent = "tool"\nretries = {retries}\nprompt = {toml_str(PROMPT)}\n'
-        f"verify = {toml_str(VERIFY)}\n{task_keys}"
+        f"verify = {toml_str(VERIFY)}\n{task_keys}\n{more}"
     )
     write_plan(project, plan)
     home = tmp_path / "home"
@@ -104,9 +143,10 @@ def _run_task(
         timeout=400,
         check=False,
     )
-    (task,) = status(project, only_run(project))["tasks"]
-    task["output"] = proc.stdout + proc.stderr
-    return task
+    tasks: list[dict[str, Any]] = status(project, only_run(project))["tasks"]
+    for task in tasks:
+        task["output"] = proc.stdout + proc.stderr
+    return tasks
 
 
 def run_events(project: Path, kind: str) -> list[dict[str, Any]]:

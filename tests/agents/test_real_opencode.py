@@ -9,17 +9,28 @@ set.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from real_support import BUGGY, breaker_states, buggy_project, requeued, run_task
+from real_support import (
+    BUGGY,
+    PROMPT,
+    VERIFY,
+    breaker_states,
+    buggy_project,
+    npm_links_first,
+    requeued,
+    run_task,
+    run_tasks,
+)
 
 from e2e_support import log_of
 from modelapi.openai import INPUT_TOKENS, OUTPUT_TOKENS, Call, OpenAiServer, Text, rate_limited
 from modelapi.openai import unauthorized as refused_key
 from realtools import require_tool
+from support import toml_str
 
 pytestmark = pytest.mark.slow
 
@@ -47,34 +58,78 @@ def run_opencode(
     **settings: Any,
 ) -> dict[str, Any]:
     """``orchardist run`` of the fix task with opencode against ``api``; the task's status."""
+    profile = {"kind": "opencode", "command": str(opencode), "model": "fake/gpt-fake-1", **settings}
+    return run_task(project, profile, opencode_env(fake=api), tmp_path, task_keys)
+
+
+def opencode_env(**apis: OpenAiServer) -> dict[str, str]:
+    """The environment that declares each fake API as a provider of that name (the models'
+    prices told, so that opencode reports a cost), with the key they expect."""
     model = {"name": "Fake", "cost": {"input": PRICE_IN, "output": PRICE_OUT}}
-    provider = {
-        "npm": "@ai-sdk/openai-compatible",
-        "name": "Fake",
-        "options": {"baseURL": f"{api.url}/v1", "apiKey": "{env:OPENAI_API_KEY}"},
-        "models": {"gpt-fake-1": model},
+    providers = {
+        name: {
+            "npm": "@ai-sdk/openai-compatible",
+            "name": "Fake",
+            "options": {"baseURL": f"{api.url}/v1", "apiKey": "{env:OPENAI_API_KEY}"},
+            "models": {"gpt-fake-1": model},
+        }
+        for name, api in apis.items()
     }
-    env = {
+    return {
         "OPENAI_API_KEY": "sk-fake-key",
-        "OPENCODE_CONFIG_CONTENT": json.dumps({"provider": {"fake": provider}}),
+        "OPENCODE_CONFIG_CONTENT": json.dumps({"provider": providers}),
         "OPENCODE_DISABLE_MODELS_FETCH": "1",
     }
-    profile = {"kind": "opencode", "command": str(opencode), "model": "fake/gpt-fake-1", **settings}
-    return run_task(project, profile, env, tmp_path, task_keys)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """A finished run of the fix task: its task's status, and the fake API it talked to."""
+
+    task: dict[str, Any]
+    api: OpenAiServer
+
+
+@pytest.fixture(scope="module")
+def _runs() -> dict[str, Any]:
+    """The module's runs that several tests only read, made once (each costs an OpenCode
+    start, ~7 s of CPU)."""
+    return {}
 
 
 @pytest.fixture
-def api() -> Iterator[OpenAiServer]:
-    with OpenAiServer([FIX, Text("Fixed add().")]) as server:
-        yield server
+def fixed(
+    _runs: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Fixed:
+    """One run of the fix task with opencode installed under the host's /tmp (which attempts do
+    not see) and started by name from npm's ``.bin`` link on PATH, against a fake OpenAI API
+    that answers with a shell command fixing add(), then a message. Made by the first test that
+    asks (in its environment: the suite's git, its attempt folders), read by the others."""
+    if "fix" not in _runs:
+        require_tool("opencode")
+        folder = tmp_path_factory.mktemp("opencode-fix")
+        bin_dir = npm_links_first(folder / "tools", monkeypatch)
+        assert (bin_dir / "opencode").is_symlink()
+        with OpenAiServer([FIX, Text("Fixed add().")]) as api:
+            task = run_opencode(buggy_project(folder), Path("opencode"), api, folder)
+        _runs["fix"] = Fixed(task, api)
+    fix: Fixed = _runs["fix"]
+    return fix
 
 
-def test_opencode_fixes_the_bug_and_the_fix_merges_with_its_reported_cost(
-    project: Path, opencode: Path, api: OpenAiServer, tmp_path: Path
-) -> None:
+def test_opencode_from_npm_links_under_tmp_fixes_and_merges(fixed: Fixed) -> None:
+    # Given opencode from npm's links under /tmp, started by name (the fixture's run)
+    # Then the fix merged: orchardist showed the attempt the install it does not otherwise see
+    assert fixed.task["state"] == "done", fixed.task
+    assert [a["state"] for a in fixed.task["attempts"]] == ["merged"], fixed.task
+
+
+def test_opencode_fixes_the_bug_and_the_fix_merges_with_its_reported_cost(fixed: Fixed) -> None:
     # Given a fake OpenAI API that answers with a shell command fixing add(), then a message
-    # When orchardist runs opencode on the task
-    task = run_opencode(project, opencode, api, tmp_path)
+    # When orchardist runs opencode on the task (the fixture's run)
+    task, api = fixed.task, fixed.api
     # Then the fix is merged, with the tokens and cost opencode reported for its steps
     (attempt,) = task["attempts"]
     assert (task["state"], attempt["state"]) == ("done", "merged"), task
@@ -149,14 +204,59 @@ def test_an_edit_opencode_refuses_fails_the_attempt_with_no_changes(
     assert (project / "calc.py").read_text() == BUGGY
 
 
+@dataclass(frozen=True)
+class Stopped:
+    """A finished budget stop: the task's status, and the model calls opencode made for it."""
+
+    task: dict[str, Any]
+    calls: int
+
+
+@pytest.fixture
+def stopped(
+    _runs: dict[str, Any], opencode: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Stopped]:
+    """One run of two tasks whose model reads calc.py forever, each against a fake API of its
+    own: ``fix`` on a profile whose ``max_cost_usd`` covers one and a half steps, ``capped`` on
+    a profile with no budget, but whose own ``max_cost_usd`` covers as much. Made by the first
+    test that asks, read by both (one ``orchardist run`` instead of two); by task id."""
+    if "stopped" not in _runs:
+        folder = tmp_path_factory.mktemp("opencode-budgets")
+        read = Call("read", {"filePath": "calc.py"})
+        with OpenAiServer([read] * 20) as api, OpenAiServer([read] * 20) as other:
+            profile = {
+                "kind": "opencode",
+                "command": str(opencode),
+                "model": "fake/gpt-fake-1",
+                "max_cost_usd": STEP_USD * 1.5,
+            }
+            more = (
+                f'[agents.unbounded]\nkind = "opencode"\ncommand = {toml_str(opencode)}\n'
+                'model = "other/gpt-fake-1"\ntimeout = "120s"\nenv = ["NPM_CONFIG_REGISTRY"]\n\n'
+                f'[[task]]\nid = "capped"\nagent = "unbounded"\nretries = 0\n'
+                f"prompt = {toml_str(PROMPT)}\nverify = {toml_str(VERIFY)}\n"
+                f"max_cost_usd = {STEP_USD * 1.5}\n"
+            )
+            env = opencode_env(fake=api, other=other)
+            tasks = run_tasks(buggy_project(folder), profile, env, folder, more)
+        _runs["stopped"] = {
+            "fix": Stopped(tasks["fix"], steps_asked(api)),
+            "capped": Stopped(tasks["capped"], steps_asked(other)),
+        }
+    stops: dict[str, Stopped] = _runs["stopped"]
+    return stops
+
+
+def steps_asked(api: OpenAiServer) -> int:
+    """The model calls opencode made for its steps (not for a title, say)."""
+    return len([r for r in api.model_calls if r.body.get("tools")])
+
+
 def test_a_budget_stop_ends_opencode_and_keeps_the_usage_it_reported(
-    opencode: Path, project: Path, tmp_path: Path
+    stopped: dict[str, Stopped],
 ) -> None:
     # Given a model that reads the file forever, and a budget that covers two of its steps
-    read = Call("read", {"filePath": "calc.py"})
-    with OpenAiServer([read] * 20) as api:
-        task = run_opencode(project, opencode, api, tmp_path, max_cost_usd=STEP_USD * 1.5)
-        calls = len([r for r in api.model_calls if r.body.get("tools")])
+    task, calls = stopped["fix"].task, stopped["fix"].calls
     # Then orchardist stopped it once its reported cost reached the budget
     (attempt,) = task["attempts"]
     assert (task["state"], attempt["failure"]) == ("failed", "agent_error"), task
@@ -177,14 +277,10 @@ def log_events(attempt: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_the_tasks_max_cost_usd_stops_a_running_opencode_too(
-    opencode: Path, project: Path, tmp_path: Path
+    stopped: dict[str, Stopped],
 ) -> None:
     # Given no budget in the profile, but a task whose max_cost_usd covers less than two steps
-    read = Call("read", {"filePath": "calc.py"})
-    with OpenAiServer([read] * 20) as api:
-        task_keys = f"max_cost_usd = {STEP_USD * 1.5}\n"
-        task = run_opencode(project, opencode, api, tmp_path, task_keys)
-        calls = len([r for r in api.model_calls if r.body.get("tools")])
+    task, calls = stopped["capped"].task, stopped["capped"].calls
     # Then the attempt was stopped at the task's budget, and no other attempt started
     (attempt,) = task["attempts"]
     assert attempt["failure"] == "agent_error", attempt

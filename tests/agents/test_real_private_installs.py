@@ -4,29 +4,27 @@ PATH: each fix merges, and ``doctor --probe`` passes as the run does.
 
 The installs are copies of ``.ci/tools`` made of hard links (a symlinked copy where /tmp is
 another file system), so nothing of them is seen inside unless orchardist shows it.
-Skipped when a tool is not installed; failed instead under CI.
+Skipped when a tool is not installed; failed instead under CI. OpenCode's is in
+test_real_opencode.py, where it shares its run with the test of the cost that run reports.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from real_runs import only_task, run_fix
-from real_support import buggy_project
+from real_support import buggy_project, copy_tree, npm_links_first
 from test_real_aider import FIX as AIDER_FIX
 from test_real_aider import run_aider
 from test_real_claude import FIX as CLAUDE_FIX
 from test_real_codex import FIX as CODEX_FIX
 from test_real_codex import run_codex
 from test_real_gemini import FIX as GEMINI_FIX
-from test_real_opencode import FIX as OPENCODE_FIX
-from test_real_opencode import run_opencode
 
 from modelapi.anthropic import AnthropicServer
 from modelapi.gemini import GeminiServer
@@ -39,33 +37,20 @@ from support import git, write_plan
 pytestmark = pytest.mark.slow
 
 
-def copy_tree(source: Path, target: Path) -> None:
-    """``source`` copied to ``target`` as hard links, symlinks kept as they are; where links
-    cannot be made (another file system), each top-level entry is a symlink to its source."""
-    try:
-        shutil.copytree(source, target, symlinks=True, copy_function=os.link)
-    except (OSError, shutil.Error):
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        for entry in source.iterdir():
-            (target / entry.name).symlink_to(entry.resolve())
-
-
 @pytest.fixture
 def private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
     """Put a CLI installed under /tmp first on PATH: ``install(name)``. Attempts see nothing
     of the host's /tmp (the suite shares its own temporary folders with them: not here)."""
-    monkeypatch.delenv(SHARE_READONLY_VAR, raising=False)
 
     def install(name: str) -> None:
         require_tool(name)
         if name == "aider":
+            monkeypatch.delenv(SHARE_READONLY_VAR, raising=False)
             bin_dir = venv_copy(tmp_path / "tools")
+            monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
         else:
-            copy_tree(TOOLS / "node_modules", tmp_path / "tools" / "node_modules")
-            bin_dir = tmp_path / "tools" / "node_modules" / ".bin"
-        assert (bin_dir / name).is_symlink() or name == "aider"
-        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+            bin_dir = npm_links_first(tmp_path / "tools", monkeypatch)
+            assert (bin_dir / name).is_symlink()
 
     return install
 
@@ -118,16 +103,6 @@ def test_codex_from_npm_links_under_tmp_fixes_and_merges(
     project = buggy_project(tmp_path)
     with OpenAiServer([CODEX_FIX, Text("Fixed add().")]) as api:
         task = run_codex(project, Path("codex"), api, tmp_path)
-    assert merged(task), task
-
-
-def test_opencode_from_npm_links_under_tmp_fixes_and_merges(
-    tmp_path: Path, private: Callable[[str], None]
-) -> None:
-    private("opencode")
-    project = buggy_project(tmp_path)
-    with OpenAiServer([OPENCODE_FIX, Text("Fixed add().")]) as api:
-        task = run_opencode(project, Path("opencode"), api, tmp_path)
     assert merged(task), task
 
 

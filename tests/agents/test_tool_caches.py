@@ -32,7 +32,13 @@ FIX = Call("bash", {"command": "sed -i 's/a - b/a + b/' calc.py", "description":
 
 
 def opencode_version(exe: Path) -> str:
-    """The version opencode asks the registry for (its plugin package is pinned to it)."""
+    """The version opencode asks the registry for (its plugin package is pinned to it): its npm
+    package's, else the one it prints (a start of its runtime, ~1 s of CPU)."""
+    package = exe.resolve().parent.parent / "package.json"
+    if package.is_file():
+        about = json.loads(package.read_text())
+        if about.get("name") == "opencode-ai":
+            return str(about["version"])
     out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, check=True)
     return out.stdout.strip().splitlines()[-1]
 
