@@ -2,7 +2,8 @@
 
 A plain ``orchardist scan`` that the cache answers whole (:mod:`.scan.hit`) is answered here,
 before the command line's modules are imported: they take longer to load than that answer.
-Any other plain scan (:func:`.scan.cli.plain_scan`) runs without them too.
+Any other plain scan (:func:`.scan.cli.plain_scan`), and a plain ``validate``, ``runs`` or
+``status`` (:func:`.cli.plain.plain`), run without the command line's parser.
 """
 
 import gc
@@ -32,6 +33,11 @@ def main() -> int:
         if code is not None:
             return code
     gc.disable()
+    from orchardist.cli.plain import plain
+
+    code = plain(argv)  # a plain validate, runs or status (no --watch): read and end at once
+    if code is not None:
+        return code
     from orchardist.cli import main as cli_main
     from orchardist.cli.parsing import command_in
 
