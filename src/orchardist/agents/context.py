@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from ..confine.paths import AttemptPaths
 from ..confine.spec import Spec
-from ..state.agentrecords import Failure, Usage
+from ..state.agentrecords import Failure
+from ..state.usage import Usage
 
 if TYPE_CHECKING:  # the process machinery
     from ..confine.procs import CancelToken

@@ -17,8 +17,9 @@ from ..confine.procs import CancelToken
 from ..confine.scrubbed import scrubbed_env
 from ..confine.spec import Spec, writable_of
 from ..git.repo import Repo
-from ..state.agentrecords import AgentProfile, Failure, Usage
+from ..state.agentrecords import AgentProfile, Failure
 from ..state.records import AttemptState
+from ..state.usage import Usage
 from ..verify.discovery import auto_commands, discover_tests
 from . import AttemptJob, Job, Outcome, Stacked, Stacker
 

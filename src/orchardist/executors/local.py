@@ -31,9 +31,10 @@ from ..git.repo import Repo
 from ..pipelines.stages import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
 from ..safeio import read_capped, read_tail
 from ..specs import RunConfig
-from ..state.agentrecords import AgentProfile, Failure, Usage
+from ..state.agentrecords import AgentProfile, Failure
 from ..state.records import UNFINISHED, AttemptState
 from ..state.store import Store
+from ..state.usage import Usage
 from ..verify import reports
 from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier, VerifyRequest
 from . import AttemptJob, Job, Notify, Outcome, Phase, Stacked, Stacker

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import StoreError
 from . import counts
-from .agentrecords import Usage
 from .records import (
     AttemptChanges,
     AttemptRecord,
@@ -49,6 +48,7 @@ from .tables import (
     run_of,
     task_of,
 )
+from .usage import Usage
 
 if TYPE_CHECKING:  # verification's records: imported by the code that verifies, not by readers
     from ..verify.oracle import CommandOutcome
