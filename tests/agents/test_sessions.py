@@ -19,7 +19,7 @@ from orchardist.agents import KINDS, agent_class, make_agent
 from orchardist.agents import sessions as sessions_module
 from orchardist.agents.context import AgentContext, AgentResult
 from orchardist.agents.sessions import Saved, SessionKey, Sessions
-from orchardist.confine.paths import AttemptPaths
+from orchardist.confine.attemptpaths import AttemptPaths
 from orchardist.executors import AttemptJob
 from orchardist.executors.continuing import run_continuing
 from orchardist.state.agentrecords import AgentProfile, Failure

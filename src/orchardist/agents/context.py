@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..confine.paths import AttemptPaths
+from ..confine.attemptpaths import AttemptPaths
 from ..confine.spec import Spec
 from ..state.agentrecords import Failure
 from ..state.usage import Usage

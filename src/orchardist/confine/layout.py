@@ -43,10 +43,11 @@ from typing import TYPE_CHECKING
 from ..errors import OrchardistError
 from ..git.repo import Repo
 from . import mounts, userlink
-from .paths import AttemptPaths, repo_key
+from .paths import repo_key
 
 if TYPE_CHECKING:
     from ..git.snapshots import Checkout
+    from .attemptpaths import AttemptPaths
     from .pristine import Pristine
 
 LISTING = "listing.git"  # in a run folder; job ids end in ".<number>", so none is named so
@@ -99,10 +100,14 @@ class Layout:
 
     def attempt(self, run_id: str, job_id: str) -> AttemptPaths:
         """The folders of a run's job (not created)."""
+        from .attemptpaths import AttemptPaths  # (its record: not made by validate's look)
+
         return AttemptPaths.under(self.run_folder(run_id) / job_id)
 
     def baseline(self, name: str) -> AttemptPaths:
         """The folders of a baseline run (not created)."""
+        from .attemptpaths import AttemptPaths
+
         return AttemptPaths.under(self.folder / "baselines" / name)
 
     def run_folder(self, run_id: str) -> Path:

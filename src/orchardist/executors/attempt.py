@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..agents import agent_class
 from ..agents.context import AgentContext, AgentResult
-from ..confine.paths import AttemptPaths
+from ..confine.attemptpaths import AttemptPaths
 from ..confine.procs import CancelToken
 from ..confine.scrubbed import scrubbed_env
 from ..confine.spec import Spec, writable_of

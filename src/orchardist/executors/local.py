@@ -19,11 +19,12 @@ from ..agents import Agent, agent_class, command_words, make_agent
 from ..agents.context import AgentResult
 from ..agents.sessions import Sessions
 from ..confine import caches, mounts
+from ..confine.attemptpaths import AttemptPaths
 from ..confine.confinement import Confinement, without
 from ..confine.homes import empty_home, fill_home
 from ..confine.isolation import Mode, Policy, choose
 from ..confine.layout import Layout
-from ..confine.paths import AttemptPaths, workdir_root
+from ..confine.paths import workdir_root
 from ..confine.procs import CancelToken
 from ..confine.spec import Spec, writable_of
 from ..errors import GitError, OrchardistError
