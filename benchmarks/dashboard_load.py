@@ -144,10 +144,10 @@ PAGE_TARGETS_MS = {
 def fill_store(root: Path, runs: int, big_tasks: int) -> str:
     """A repository whose store holds ``runs`` finished runs of 10 tasks and one run of
     ``big_tasks`` tasks (an attempt and four events each), with its plan on disk; its id."""
+    from orchardist.state.eventlog import Event
     from orchardist.state.records import (
         AttemptRecord,
         AttemptState,
-        Event,
         Run,
         RunState,
         TaskRecord,
@@ -242,7 +242,7 @@ def old_source(ref: str, into: Path) -> str:
 
 def pages(old_ref: str, requests: int) -> None:
     """Median request times of both code paths, A/B interleaved on one store."""
-    from orchardist.state.records import Event
+    from orchardist.state.eventlog import Event
     from orchardist.state.store import Store
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -290,7 +290,7 @@ def cpu_child(repo: Path, big: str, requests: int) -> None:
     request's work, JSON encoding included, medians printed as JSON."""
     import json
 
-    from orchardist.state.records import Event
+    from orchardist.state.eventlog import Event
     from orchardist.state.store import Store
     from orchardist.web.reads import Reads, Settings
 

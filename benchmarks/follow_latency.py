@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from orchardist import Workspace
-from orchardist.state.records import Event, Run, RunState
+from orchardist.state.eventlog import Event
+from orchardist.state.records import Run, RunState
 
 HOLD = """
 import sys

@@ -6,9 +6,12 @@ in a temporary folder; nothing touches the repository the tests live in.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import fcntl
 import functools
 import gc
+import importlib
 import logging
 import os
 import select
@@ -62,6 +65,7 @@ def orchardist(
         files[0].write_text(stdin or "")
         fds = [os.open(files[0], os.O_RDONLY)]
         fds += [os.open(f, os.O_WRONLY | os.O_CREAT, 0o600) for f in files[1:]]
+        _import_what_forks_imported()
         for stream in (sys.stdout, sys.stderr):  # nothing of the test's is written twice
             stream.flush()
         try:
@@ -118,6 +122,7 @@ def _forked_main(
     and exit with its code, never returning into the test that forked it."""
     code = 1
     inherited = (sys.stdout, sys.stderr)
+    had = set(sys.modules)
     try:
         gc.freeze()  # the test's objects are its own: never finalized (closed) in here
         for target, fd in enumerate(fds):
@@ -141,7 +146,39 @@ def _forked_main(
         for stream in (*inherited, sys.stdout, sys.stderr):
             with contextlib.suppress(BaseException):  # exiting whatever happens
                 stream.flush()
+        with contextlib.suppress(BaseException):
+            _tell_what_was_imported(set(sys.modules) - had)
         os._exit(code & 0xFF)
+
+
+# A forked command imports what its command needs (the run loop, the sandbox, the display) that
+# the test process had not: ~0.08 s of CPU of a one-task run's ~0.25 s, paid again by each fork.
+# Each fork leaves the names of orchardist's modules it imported here (its pid, at its exit);
+# the test process imports them before its next fork, which then starts with them, as every
+# fork after it does. What a command imports in a new interpreter is tested with new
+# interpreters (tests/cli/test_cli_startup.py, test_cli.py), never with these forks. Ray's
+# modules are left to the forks: a Ray client does not survive a fork.
+_IMPORTED = Path(tempfile.mkdtemp(prefix="orchardist-forks-imported-"))
+atexit.register(shutil.rmtree, _IMPORTED, True)  # (the forks leave by os._exit: not theirs)
+_NOT_PRELOADED = ("orchardist.executors.ray",)
+
+
+def _tell_what_was_imported(names: set[str]) -> None:
+    """In a forked child at its exit: the orchardist modules it imported, for its parent."""
+    wanted = sorted(n for n in names if n.startswith("orchardist.") and sys.modules.get(n))
+    if wanted:
+        (_IMPORTED / str(os.getpid())).write_text("\n".join(wanted))
+
+
+def _import_what_forks_imported() -> None:
+    """Import in this process the modules earlier forks imported (see above)."""
+    for told in list(_IMPORTED.iterdir()):
+        names = told.read_text().split()
+        told.unlink()
+        for name in names:
+            if name not in sys.modules and not name.startswith(_NOT_PRELOADED):
+                with contextlib.suppress(Exception):
+                    importlib.import_module(name)
 
 
 def _fresh_interpreter_state(args: Sequence[str]) -> None:
@@ -259,6 +296,7 @@ class Forked(subprocess.Popen[Any]):
                 restore_signals, gid, gids, uid, umask, start_new_session, process_group,
             )  # fmt: skip
         fds = [fd if fd != -1 else n for n, fd in enumerate((p2cread, c2pwrite, errwrite))]
+        _import_what_forks_imported()
         for stream in (sys.stdout, sys.stderr):  # nothing of the test's is written twice
             stream.flush()
         pid = os.fork()
@@ -294,6 +332,26 @@ def spawn(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+class Gate:
+    """A gate scripted agents wait at without spinning: the test holds an exclusive lock on a
+    file from the start, and ``flock -s -w LIMIT_S FILE true`` in a script blocks in the
+    kernel until :meth:`open` lets every waiter through, at once and for good. (A loop testing
+    for a file costs ~0.055 s of CPU per second waited: a ``sleep`` every 10-50 ms.)"""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def open(self) -> None:
+        """Let the waiters through; forks of this process holding the file share its lock,
+        which this unlocks for all of them (closing this copy would not)."""
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        os.close(self._fd)
 
 
 def wait_until(what: str, condition: Callable[[], bool], timeout_s: float = 20.0) -> None:

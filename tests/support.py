@@ -22,7 +22,8 @@ from typing import Any
 
 from orchardist import RunState, Workspace
 from orchardist.confine.procs import MARKER_VAR
-from orchardist.state.records import Event, Run
+from orchardist.state.eventlog import Event
+from orchardist.state.records import Run
 
 
 def git(repo: Path, *args: str) -> str:

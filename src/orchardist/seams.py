@@ -32,10 +32,10 @@ from typing import Protocol, Unpack
 
 from .agents import Agent
 from .executors import Executor
+from .state.eventlog import Event
 from .state.records import (
     AttemptChanges,
     AttemptRecord,
-    Event,
     Run,
     RunChanges,
     StoredDecision,

@@ -71,7 +71,13 @@ CASES = [
         summary="Created hello.txt.",
         retry_after_s=3600,
         stdin=PROMPT,
-        extra_env=frozenset({"CLAUDE_CODE_MAX_RETRIES", "DISABLE_AUTOUPDATER"}),
+        extra_env=frozenset(
+            {
+                "CLAUDE_CODE_MAX_RETRIES",
+                "DISABLE_AUTOUPDATER",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+            }
+        ),
     ),
     Case(
         kind="codex",
@@ -110,6 +116,7 @@ CASES = [
             "--no-gitignore",
             "--no-check-update",
             "--no-show-release-notes",
+            "--no-analytics",
             "--chat-history-file",
             str(ctx.home / ".aider" / "chat.history.md"),
             "--input-history-file",
@@ -123,7 +130,11 @@ CASES = [
         summary="",
         retry_after_s=20,
         extra_env=frozenset(
-            {"GIT_CONFIG_COUNT", *(f"GIT_CONFIG_{w}_{n}" for w in ("KEY", "VALUE") for n in (0, 1))}
+            {
+                "GIT_CONFIG_COUNT",
+                *(f"GIT_CONFIG_{w}_{n}" for w in ("KEY", "VALUE") for n in (0, 1)),
+                "LITELLM_LOCAL_MODEL_COST_MAP",
+            }
         ),
     ),
     Case(
@@ -406,6 +417,20 @@ def test_aider_reads_the_prompt_file(repo: Path, fake_bin: Path) -> None:
     assert (Path.home() / ".fake-agents" / "aider.message").read_text() == PROMPT
 
 
+def test_aider_reads_litellms_installed_price_list_unless_the_profile_passes_its_own(
+    repo: Path, fake_bin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a profile that says nothing of it: LiteLLM is told not to download its price list
+    agent_for(BY_KIND["aider"]).run(make_ctx(repo, "aider"))
+    assert fake_call("aider")["env"]["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+    # Given a profile that passes its own value (empty: LiteLLM downloads it), that value
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "")
+    passed = ("LITELLM_LOCAL_MODEL_COST_MAP",)
+    ctx = make_ctx(repo, "aider", env=dict(os.environ), profile_env=passed)
+    make_agent(AgentProfile("p", "aider", env=passed, options=BY_KIND["aider"].options)).run(ctx)
+    assert fake_call("aider")["env"]["LITELLM_LOCAL_MODEL_COST_MAP"] == ""
+
+
 @pytest.mark.parametrize(
     ("mode", "words"),
     [("turn_limit", "turn limit exceeded (exit 53)"), ("input_error", "input error")],
@@ -467,6 +492,29 @@ def test_gemini_keeps_the_users_own_settings_under_orchardists_keys(
         "general": {"maxAttempts": 3, "vimMode": True},
         "model": {"maxSessionTurns": 4},
     }
+
+
+@pytest.mark.parametrize(
+    ("given", "statistics"),
+    [(None, False), ('{"privacy": {"usageStatisticsEnabled": true}}', True)],
+    ids=["unsaid", "turned-on"],
+)
+def test_gemini_sends_no_usage_statistics_unless_the_users_settings_turn_them_on(
+    repo: Path, fake_bin: Path, given: str | None, statistics: bool
+) -> None:
+    # Given a user whose settings.json says nothing of usage statistics, or turns them on
+    user = Path.home()  # a fresh one (conftest)
+    (user / ".gemini").mkdir(parents=True)
+    if given is not None:
+        (user / ".gemini" / "settings.json").write_text(given)
+    env = {"PATH": os.environ["PATH"], "HOME": str(user), "GEMINI_API_KEY": "k"}
+    # When gemini runs
+    agent_for(BY_KIND["gemini"]).run(make_ctx(repo, "gemini", env=env))
+    # Then its settings turn them off, unless the user's say otherwise (the real gemini's
+    # connections: test_real_gemini.py)
+    home = Path(fake_call("gemini")["env"]["GEMINI_CLI_HOME"])
+    settings = json.loads((home / ".gemini" / "settings.json").read_text())
+    assert settings["privacy"] == {"usageStatisticsEnabled": statistics}
 
 
 def test_opencode_gets_its_permission_table(repo: Path, fake_bin: Path) -> None:

@@ -26,6 +26,12 @@ pytestmark = pytest.mark.slow
 FIX = Text("calc.py\n```python\ndef add(a, b):\n    return a + b\n```\n")
 PRICE_IN, PRICE_OUT = 1.25, 10.0  # per million tokens; aider knows no price for the fake model
 CALL_USD = (INPUT_TOKENS * PRICE_IN + OUTPUT_TOKENS * PRICE_OUT) / 1e6
+PRICE_LIST = "/litellm/model_prices_and_context_window.json"
+ANALYTICS = "/posthog"  # where a test's aider config sends its analytics, if aider sends any
+# for the tests whose point is not the edit aider makes: no repository map (pygments' lexers,
+# tree-sitter, the tokenizer) and no flake8 run on the edited file, ~1 s of CPU of the ~6 s of
+# each aider start (5.1 against 5.9-6.8 s, measured loaded); the fix test keeps both
+LEAN = ("--map-tokens", "0", "--no-auto-lint")
 
 
 @pytest.fixture
@@ -46,10 +52,16 @@ def run_aider(
         "kind": "aider",
         "command": str(aider),
         "model": "openai/gpt-fake-1",
-        "args": ["--analytics-disable", "--no-show-model-warnings", *args, "calc.py"],
+        "args": ["--no-show-model-warnings", *args, "calc.py"],
+        "env": ["LITELLM_MODEL_COST_MAP_URL"],
         **settings,
     }
-    env = {"OPENAI_API_BASE": f"{api.url}/v1", "OPENAI_API_KEY": "sk-fake-key"}
+    env = {
+        "OPENAI_API_BASE": f"{api.url}/v1",
+        "OPENAI_API_KEY": "sk-fake-key",
+        # where LiteLLM would download its price list from: the fake API, which records it
+        "LITELLM_MODEL_COST_MAP_URL": f"{api.url}{PRICE_LIST}",
+    }
     return run_task(project, profile, env, tmp_path)
 
 
@@ -75,16 +87,26 @@ def test_aider_fixes_the_bug_and_the_fix_merges_with_its_reported_tokens(
     assert "release-notes" not in log_of(attempt), log_of(attempt)
     # and the commit holds the fix alone, not aider's repository-map cache
     assert git(project, "show", "--name-only", "--format=", task["commit"]).split() == ["calc.py"]
+    # and LiteLLM read the price list installed with it: it did not download it as aider started
+    assert [r.path for r in api.requests if r.path.startswith(PRICE_LIST)] == []
 
 
 def test_a_refused_key_is_an_auth_error(aider: Path, project: Path, tmp_path: Path) -> None:
     # Given an API that refuses the key (401): aider exits 0, the error line fails it
     with OpenAiServer(fail=refused_key()) as api:
-        task = run_aider(project, aider, api, tmp_path)
+        # and a user's aider config that would have aider ask whether to send its analytics
+        # (to the fake API), a question --yes-always would answer yes
+        config = f"analytics: true\nanalytics-posthog-host: {api.url}{ANALYTICS}\n"
+        (tmp_path / "home").mkdir()
+        (tmp_path / "home" / ".aider.conf.yml").write_text(config)
+        task = run_aider(project, aider, api, tmp_path, *LEAN)
     (attempt,) = task["attempts"]
     assert (task["state"], attempt["failure"]) == ("failed", "auth_error"), task
     # and the profile's circuit breaker opened at once: a refused key will not get better
     assert breaker_states(project) == ["open"]
+    # and aider, told --no-analytics, sent none: orchardist consents to nothing for the user
+    assert api.model_calls, "aider never ran"
+    assert [r.path for r in api.requests if r.path.startswith(ANALYTICS)] == []
 
 
 def test_an_edit_aider_refuses_fails_the_attempt_with_no_changes(
@@ -93,7 +115,7 @@ def test_an_edit_aider_refuses_fails_the_attempt_with_no_changes(
     # Given a model whose only edit is to a file the repository ignores (__pycache__/)
     ignored = Text("__pycache__/notes.py\n```python\nx = 1\n```\n")
     with OpenAiServer([ignored], side_requests=False) as api:
-        task = run_aider(project, aider, api, tmp_path)
+        task = run_aider(project, aider, api, tmp_path, *LEAN)
     # Then aider skipped it, and the attempt failed for changing nothing, saying why
     (attempt,) = task["attempts"]
     assert (task["state"], attempt["failure"]) == ("failed", "no_changes"), task
@@ -110,7 +132,7 @@ def test_a_budget_stop_ends_aider_and_keeps_the_tokens_it_reported(
     prices = {"price_in": PRICE_IN, "price_out": PRICE_OUT, "max_cost_usd": CALL_USD * 1.5}
     with OpenAiServer([wrong], side_requests=False) as api:
         task = run_aider(
-            project, aider, api, tmp_path, "--auto-test", "--test-cmd", VERIFY, **prices
+            project, aider, api, tmp_path, *LEAN, "--auto-test", "--test-cmd", VERIFY, **prices
         )
         calls = len(api.model_calls)
     # Then orchardist stopped aider at its second call's summary line, before its last retry

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from real_support import requeued
-from test_real_aider import FIX, aider, project, run_aider
+from test_real_aider import FIX, LEAN, aider, project, run_aider
 
 from e2e_support import log_of
 from modelapi.openai import OpenAiServer, rate_limited
@@ -32,7 +32,7 @@ def test_a_rate_limit_pauses_and_the_task_is_retried_without_spending_a_retry(
     # a task with no retries
     limit = rate_limited(1, should_retry=False)
     with OpenAiServer([FIX], limit, side_requests=False, failures=AIDER_TRIES) as api:
-        task = run_aider(project, aider, api, tmp_path)
+        task = run_aider(project, aider, api, tmp_path, *LEAN)
     # Then the first attempt was rate limited with the reset time aider printed, the second merged
     first, second = task["attempts"]
     assert first["failure"] == "rate_limited", first

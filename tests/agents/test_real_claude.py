@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from egress import EgressProxy
 from real_runs import events, only_task, reported, run_fix
 
 from e2e_support import log_of
@@ -66,7 +67,16 @@ def _run(
 def test_claude_fixes_a_failing_test_and_its_fix_is_merged(
     tmp_path: Path, claude: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    doc, api = _run(tmp_path, claude, monkeypatch, FIX)
+    # Given a proxy the profile passes for every HTTPS connection beyond the model's API
+    with EgressProxy() as proxy:
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        passed = 'env = ["HTTPS_PROXY", "NO_PROXY"]'
+        doc, api = _run(tmp_path, claude, monkeypatch, FIX, profile=passed)
+    # Claude Code went nowhere but the model's API: no telemetry, error reports or update
+    # checks (orchardist sets CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC), each a connection to
+    # api.anthropic.com and a third of its CPU for a short session
+    assert proxy.asked() == []
     # Claude Code refuses every edit under .git: it worked in a folder outside the repository's
     (cwd,) = api.working_directories()
     git_dir = Path(doc["_repo"]).resolve() / ".git"

@@ -7,15 +7,23 @@ Skipped with the reason when the tool is not installed; failed under CI.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from egress import EgressProxy
 from real_runs import events, only_task, reported, run_fix
 
 from e2e_support import log_of
 from modelapi.anthropic import ApiError, Text, ToolUse
-from modelapi.gemini import GeminiServer, Step, rate_limited, unauthorized
+from modelapi.gemini import (
+    GeminiServer,
+    Step,
+    capacity_exhausted,
+    rate_limited,
+    unauthorized,
+)
 from orchardist.agents.gemini import MAX_ATTEMPTS
 from realtools import require_tool
 from support import git
@@ -82,7 +90,12 @@ def test_gemini_fixes_a_failing_test_and_its_fix_is_merged(
     # Given a model that fixes add(), and asks for a shell command that counts the Gemini CLI
     # processes it runs under
     script = [*FIX[:2], ToolUse("run_shell_command", {"command": COUNT_GEMINIS}), FIX[2]]
-    doc, api = _run(tmp_path, gemini, monkeypatch, script)
+    # And a proxy the profile passes for every HTTPS connection beyond the model's API
+    with EgressProxy() as proxy:
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        passed = 'env = ["HTTPS_PROXY", "NO_PROXY"]'
+        doc, api = _run(tmp_path, gemini, monkeypatch, script, profile=passed)
     task = only_task(doc)
     assert task["state"] == "done", task
     (attempt,) = task["attempts"]
@@ -100,6 +113,9 @@ def test_gemini_fixes_a_failing_test_and_its_fix_is_merged(
     # the CLI starts itself again as a child, a second start of the whole bundle
     shell = [e for e in log_events(attempt) if e.get("type") == "tool_result"][-1]
     assert shell["output"].strip() == "gemini processes: 1", log_of(attempt)[-3000:]
+    # and it went nowhere but the model's API: no usage statistics (orchardist turns them off
+    # where the user's settings do not say), which probe the GPU and post to play.googleapis.com
+    assert proxy.asked() == []
 
 
 def log_events(attempt: dict[str, Any]) -> list[dict[str, Any]]:
@@ -138,12 +154,37 @@ def test_a_refused_key_is_an_auth_error_that_opens_the_breaker(
     assert [e["state"] for e in events(doc, "breaker")] == ["open"]
 
 
+class BusyThenOverQuota(GeminiServer):
+    """As many 429s as Gemini CLI tries by itself, then answers: the model without capacity for
+    all but the last try (a reply Gemini CLI retries after the 1 s it names), then the quota
+    spent (one it would retry only after 5 s). A try more than :data:`MAX_ATTEMPTS` would be
+    answered, within the attempt. (Gemini CLI retries "no capacity" silently at most three
+    times, whatever its maxAttempts: the last 429 is the quota one, which obeys maxAttempts.)"""
+
+    def __init__(self, script: list[Step]) -> None:
+        super().__init__(script)
+        self.errors = [capacity_exhausted(1)] * (MAX_ATTEMPTS - 1) + [rate_limited(1)]
+
+    def failing(self, body: Mapping[str, Any]) -> ApiError | None:
+        """The next 429 for a turn's request, until there are none left."""
+        if not body.get("tools"):
+            return None
+        with self.lock:
+            return self.errors.pop(0) if self.errors else None
+
+
 def test_a_rate_limit_pauses_and_relaunches_without_counting_a_retry(
     tmp_path: Path, gemini: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a backend that answers 429 as often as Gemini CLI tries by itself, and no retries
-    doc, _ = _run(tmp_path, gemini, monkeypatch, FIX, fail=rate_limited(1), failures=MAX_ATTEMPTS)
+    # (no capacity, then the quota: about 2 s of its own waiting, where three quota replies
+    # took 15-18 s of its 5 s, 10 s back-off)
+    api = BusyThenOverQuota(FIX)
+    settings = f'kind = "gemini"\ncommand = {json.dumps(str(gemini))}\nmodel = "gemini-2.5-pro"\n'
+    doc = run_fix(tmp_path, monkeypatch, api, "GOOGLE_GEMINI_BASE_URL", settings)
     task = only_task(doc)
+    # Then Gemini CLI gave up after its own tries (orchardist caps them), and the attempt was
+    # rate limited
     assert task["attempts"][0]["failure"] == "rate_limited", task
     assert task["state"] == "done", task
     # paused for the delay the API suggested ("Suggested retry after 1s."), not counted

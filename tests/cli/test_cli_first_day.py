@@ -401,8 +401,8 @@ def test_the_progress_names_the_agent_an_attempt_runs_on_and_counts_tries_not_ca
     from orchardist.runs.display import LiveTable
     from orchardist.specs import Plan, RunConfig, TaskSpec
     from orchardist.state.agentrecords import AgentProfile
+    from orchardist.state.eventlog import Event
     from orchardist.state.events import Kind
-    from orchardist.state.records import Event
     from orchardist.state.report import describe
 
     profiles = {"bot": AgentProfile("bot", "shell", fallback="spare"), "spare": AgentProfile(

@@ -118,8 +118,8 @@ def test_the_live_table_of_a_large_plan_draws_the_tasks_under_way_and_counts_the
     from orchardist.runs.display import LiveTable
     from orchardist.specs import Plan, RunConfig, TaskSpec
     from orchardist.state.agentrecords import AgentProfile
+    from orchardist.state.eventlog import Event
     from orchardist.state.events import Kind
-    from orchardist.state.records import Event
 
     # Given a plan of 2,000 tasks: 1,990 done, 3 running, the rest pending
     ids = [f"t{n:04d}" for n in range(2000)]
@@ -159,8 +159,8 @@ def test_the_live_table_shows_a_reason_an_agent_wrote_as_text_without_escapes() 
     from orchardist.runs.display import LiveTable
     from orchardist.specs import Plan, RunConfig, TaskSpec
     from orchardist.state.agentrecords import AgentProfile
+    from orchardist.state.eventlog import Event
     from orchardist.state.events import Kind
-    from orchardist.state.records import Event
 
     # Given: a task failed for a reason quoting an agent: rich markup and a title escape
     tasks = (TaskSpec("t", "t", "", "bot", 0),)

@@ -9,12 +9,15 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from orchardist import Workspace
 from run_support import (
+    Gate,
     has_run,
     leftovers,
     only_run,
@@ -39,10 +42,10 @@ else
 fi
 cp "$ORCHARDIST_PROMPT_FILE" "$SYNC/a-prompt-$ORCHARDIST_ATTEMPT"
 """
-# ``slow`` keeps the orchestrator busy until the test touches $SYNC/release (60 s at most)
+# ``slow`` keeps the orchestrator busy until the test opens the gate $SYNC/release (60 s at
+# most; ``release``)
 SLOW_SH = """
-i=0
-until [ -f "$SYNC/release" ]; do i=$((i + 1)); [ "$i" -lt 1200 ] || exit 9; sleep 0.05; done
+flock -s -w 60 "$SYNC/release" true || exit 9
 echo slow > slow.txt
 """
 
@@ -104,6 +107,15 @@ def scripts(shell_scripts: Scripts, **more: str) -> str:
         **more,
     }
     return shell_scripts(**bodies)
+
+
+@pytest.fixture
+def release(sync: Path) -> Iterator[Gate]:
+    """The gate ``slow`` waits at, shut until the test opens it."""
+    gate = Gate(sync / "release")
+    yield gate
+    gate.open()
+    gate.close()
 
 
 def states(doc: dict[str, Any]) -> dict[str, str]:
@@ -321,7 +333,7 @@ def live_run_at_review(
 
 
 def test_an_approval_reaches_the_live_orchestrator_which_merges_at_once(
-    repo: Path, sync: Path, shell_scripts: Scripts, launch: Launch
+    repo: Path, sync: Path, shell_scripts: Scripts, launch: Launch, release: Gate
 ) -> None:
     # Given: a live run whose reviewed task awaits review while another task is at work
     plan(repo, scripts(shell_scripts), SLOW_TASK)
@@ -334,7 +346,7 @@ def test_an_approval_reaches_the_live_orchestrator_which_merges_at_once(
     assert "the orchestrator driving the run acts on it now" in approved.stdout
     wait_until("a to merge", lambda: states(status(repo, run_id))["b"] == "done", timeout_s=60)
     assert proc.poll() is None
-    (sync / "release").touch()
+    release.open()
     assert proc.wait(timeout=60) == 0
     doc = status(repo, run_id)
     trailers = task_trailers(repo, doc["base"], doc["branch"])
@@ -344,7 +356,7 @@ def test_an_approval_reaches_the_live_orchestrator_which_merges_at_once(
 
 
 def test_a_rejection_reaches_the_live_orchestrator(
-    repo: Path, sync: Path, shell_scripts: Scripts, launch: Launch
+    repo: Path, sync: Path, shell_scripts: Scripts, launch: Launch, release: Gate
 ) -> None:
     plan(repo, scripts(shell_scripts), SLOW_TASK)
     proc, run_id = live_run_at_review(repo, sync, launch)
@@ -353,7 +365,7 @@ def test_a_rejection_reaches_the_live_orchestrator(
 
     wait_until("a to fail", lambda: states(status(repo, run_id))["b"] == "blocked", timeout_s=60)
     assert proc.poll() is None
-    (sync / "release").touch()
+    release.open()
     assert proc.wait(timeout=60) == 1
     assert states(status(repo, run_id)) == {
         "a": "failed",
@@ -364,7 +376,7 @@ def test_a_rejection_reaches_the_live_orchestrator(
 
 
 def test_a_change_request_reaches_the_live_orchestrator_and_comes_back_to_review(
-    repo: Path, sync: Path, shell_scripts: Scripts, launch: Launch
+    repo: Path, sync: Path, shell_scripts: Scripts, launch: Launch, release: Gate
 ) -> None:
     plan(repo, scripts(shell_scripts), SLOW_TASK)
     proc, run_id = live_run_at_review(repo, sync, launch)
@@ -378,7 +390,7 @@ def test_a_change_request_reaches_the_live_orchestrator_and_comes_back_to_review
         timeout_s=60,
     )
     assert proc.poll() is None
-    (sync / "release").touch()
+    release.open()
     assert proc.wait(timeout=60) == 3  # only the review is left
     prompt = (sync / "a-prompt-2").read_text()
     assert "Add four." in prompt
@@ -389,7 +401,7 @@ def test_a_change_request_reaches_the_live_orchestrator_and_comes_back_to_review
 
 
 def test_an_approval_whose_merge_verification_is_killed_is_merged_once_on_resume(
-    repo: Path, sync: Path, shell_scripts: Scripts, launch: Launch
+    repo: Path, sync: Path, shell_scripts: Scripts, launch: Launch, release: Gate
 ) -> None:
     # Given: a's merge onto the moved tip (c landed since a's base) hangs in its verify, once
     once = sync / "merge-verify"
@@ -406,7 +418,7 @@ def test_an_approval_whose_merge_verification_is_killed_is_merged_once_on_resume
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert states(status(repo, run_id))["a"] == "merging"
-    (sync / "release").touch()
+    release.open()
     resumed = orchardist(repo, "resume", run_id)
 
     # Then: the approval was applied once: one commit of a, its one attempt, one applied event
@@ -419,7 +431,7 @@ def test_an_approval_whose_merge_verification_is_killed_is_merged_once_on_resume
 
 
 def test_a_change_request_whose_attempt_is_killed_runs_one_new_attempt_on_resume(
-    repo: Path, sync: Path, shell_scripts: Scripts, launch: Launch
+    repo: Path, sync: Path, shell_scripts: Scripts, launch: Launch, release: Gate
 ) -> None:
     # Given: a's second attempt (the change request's) hangs the first time it runs
     a_sh = A_SH.replace(
@@ -435,7 +447,7 @@ def test_a_change_request_whose_attempt_is_killed_runs_one_new_attempt_on_resume
     wait_until("the change request's attempt", (sync / "a-2").exists, timeout_s=60)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    (sync / "release").touch()
+    release.open()
     resumed = orchardist(repo, "resume", run_id)
 
     # Then: one new attempt ran, told the same request, and a awaits review again

@@ -11,10 +11,10 @@ import pytest
 from orchardist.errors import StoreError
 from orchardist.seams import Store
 from orchardist.state.agentrecords import Failure
+from orchardist.state.eventlog import Event
 from orchardist.state.records import (
     AttemptRecord,
     AttemptState,
-    Event,
     LineComment,
     ReviewDecision,
     Run,

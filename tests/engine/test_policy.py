@@ -24,7 +24,7 @@ from orchardist.engine.hooks import Hook, Hooks
 from orchardist.engine.policy import Backoff, BreakerState, CircuitBreaker, FreeRetries, RateGate
 from orchardist.engine.scheduler import Scheduler
 from orchardist.state.agentrecords import Failure
-from orchardist.state.records import Event
+from orchardist.state.eventlog import Event
 from run_support import only_run, orchardist, status
 from support import Finished, toml_str, write_plan
 

@@ -18,7 +18,7 @@ import pytest
 from orchardist import RunState, Workspace
 from orchardist.cli import main
 from orchardist.engine.hooks import Hook, Hooks
-from orchardist.state.records import Event
+from orchardist.state.eventlog import Event
 from support import Finished, git, make_repo, running_with_arg, toml_str, write_plan
 
 RunPlan = Callable[..., Finished]

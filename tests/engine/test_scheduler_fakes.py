@@ -18,9 +18,9 @@ from orchardist.executors import Job, Notify, Outcome, Phase
 from orchardist.executors.inline import InlineExecutor
 from orchardist.specs import Plan, Review, RunConfig, TaskSpec
 from orchardist.state.agentrecords import AgentProfile, Failure
+from orchardist.state.eventlog import Event
 from orchardist.state.records import (
     AttemptState,
-    Event,
     ReviewDecision,
     Run,
     RunState,

@@ -15,7 +15,7 @@ import pytest
 from orchardist import RunState
 from orchardist.engine.hooks import Hook, Hooks
 from orchardist.engine.scheduler import Scheduler
-from orchardist.state.records import Event
+from orchardist.state.eventlog import Event
 from run_support import orchardist
 from support import Finished, git, toml_str, write_plan
 from userstate import assert_untouched, user_ground

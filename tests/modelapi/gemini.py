@@ -39,6 +39,18 @@ def rate_limited(reset_in_s: int) -> ApiError:
     )
 
 
+def capacity_exhausted(reset_in_s: int) -> ApiError:
+    """429 RESOURCE_EXHAUSTED for a model without capacity (``ErrorInfo`` reason
+    ``MODEL_CAPACITY_EXHAUSTED``) with a RetryInfo delay: Gemini CLI waits that delay between its
+    own tries, not its 5 s, 10 s... back-off of a quota error."""
+    return ApiError(
+        429,
+        "RESOURCE_EXHAUSTED",
+        f"You have exhausted your capacity on this model. Please retry in {reset_in_s}s.",
+        {"retry-delay": f"{reset_in_s}s", "reason": "MODEL_CAPACITY_EXHAUSTED"},
+    )
+
+
 class GeminiServer(ScriptedServer):
     """``with GeminiServer(script) as api:`` serves on ``api.url`` until the block ends."""
 
@@ -101,5 +113,9 @@ def _error(fail: ApiError) -> Reply:
     if "retry-delay" in fail.headers:
         retry = {"@type": "type.googleapis.com/google.rpc.RetryInfo"}
         details.append({**retry, "retryDelay": fail.headers["retry-delay"]})
+    if "reason" in fail.headers:
+        info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo"}
+        domain = "generativelanguage.googleapis.com"
+        details.append({**info, "reason": fail.headers["reason"], "domain": domain})
     body = {"code": fail.status, "message": fail.message, "status": fail.type, "details": details}
     return Reply.json({"error": body}, status=fail.status)

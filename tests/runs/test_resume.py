@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -25,6 +25,7 @@ import pytest
 from orchardist import RunLockedError, RunState, Workspace, create_run, load_plan
 from orchardist.runs.start import reconcile, run_lock
 from run_support import (
+    Gate,
     attempt_states,
     leftovers,
     only_run,
@@ -82,8 +83,8 @@ def printed(tmp_path: Path) -> str:
 
 
 def waiting_plan(repo: Path, sync: Path, scripts: Path) -> Path:
-    """Tasks a and b (independent) and c (after a); a's and b's first attempts wait for
-    ``sync/release``."""
+    """Tasks a and b (independent) and c (after a); a's and b's first attempts wait at the
+    gate ``sync/release`` (``release``)."""
     agent = scripts / "agent.sh"
     agent.write_text(
         f"""\
@@ -92,7 +93,7 @@ SYNC={shlex.quote(str(sync))}
 echo "$ORCHARDIST_TASK" > "$ORCHARDIST_TASK.txt"
 if [ "$ORCHARDIST_ATTEMPT" = 1 ] && [ "$ORCHARDIST_TASK" != c ]; then
   touch "$SYNC/started-$ORCHARDIST_TASK"
-  until [ -e "$SYNC/release" ]; do sleep 0.02; done
+  flock -s "$SYNC/release" true
 fi
 """
     )
@@ -124,9 +125,18 @@ fi
 
 
 @pytest.fixture
-def dirs(sync: Path, tmp_path: Path) -> tuple[Path, Path]:
-    """The ``sync`` folder agents leave evidence in (writable inside the namespaces too), and a
-    folder for agent scripts."""
+def release(sync: Path) -> Iterator[Gate]:
+    """The gate the waiting plan's first attempts wait at, shut until the test opens it."""
+    gate = Gate(sync / "release")
+    yield gate
+    gate.open()
+    gate.close()
+
+
+@pytest.fixture
+def dirs(sync: Path, tmp_path: Path, release: Gate) -> tuple[Path, Path]:
+    """The ``sync`` folder agents leave evidence in (writable inside the namespaces too), with
+    its gate shut, and a folder for agent scripts."""
     scripts = tmp_path / "scripts"
     scripts.mkdir()
     return sync, scripts
@@ -134,7 +144,12 @@ def dirs(sync: Path, tmp_path: Path) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_stops_the_run_cleanly_and_a_resume_finishes_it(
-    repo: Path, dirs: tuple[Path, Path], tmp_path: Path, launch: Launch, sig: signal.Signals
+    repo: Path,
+    dirs: tuple[Path, Path],
+    tmp_path: Path,
+    launch: Launch,
+    release: Gate,
+    sig: signal.Signals,
 ) -> None:
     # Given: a run whose two first attempts are at work
     sync, scripts = dirs
@@ -163,7 +178,7 @@ def test_a_signal_stops_the_run_cleanly_and_a_resume_finishes_it(
     assert task_trailers(repo, doc["base"], doc["branch"]) == []
 
     # When: the agents may now finish, and the run is resumed
-    (sync / "release").touch()
+    release.open()
     resumed = orchardist(repo, "resume", run_id)
 
     # Then: it finishes, each task merged once
@@ -225,7 +240,7 @@ exec {real_git} "$@"
 
 
 def test_a_second_orchestrator_is_refused_while_the_first_drives_the_run(
-    repo: Path, dirs: tuple[Path, Path], tmp_path: Path, launch: Launch
+    repo: Path, dirs: tuple[Path, Path], tmp_path: Path, launch: Launch, release: Gate
 ) -> None:
     # Given: a run being driven, its agents at work
     sync, scripts = dirs
@@ -251,7 +266,7 @@ def test_a_second_orchestrator_is_refused_while_the_first_drives_the_run(
     assert attempt_states(status(repo, run_id), "a") == ["running"]
 
     # When: the agents are let go
-    (sync / "release").touch()
+    release.open()
 
     # Then: the first orchestrator finishes, its first attempts merged
     assert first.wait(timeout=60) == 0, printed(tmp_path)
@@ -477,7 +492,7 @@ def test_a_finished_run_is_not_resumed(repo: Path, run_plan: RunPlan) -> None:
 
 
 def test_run_offers_to_resume_an_unfinished_run_and_the_flags_decide(
-    repo: Path, dirs: tuple[Path, Path], tmp_path: Path, launch: Launch
+    repo: Path, dirs: tuple[Path, Path], tmp_path: Path, launch: Launch, release: Gate
 ) -> None:
     # Given: an unfinished (killed) run of the plan
     sync, scripts = dirs
@@ -487,7 +502,7 @@ def test_run_offers_to_resume_an_unfinished_run_and_the_flags_decide(
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     run_id = only_run(repo)
-    (sync / "release").touch()
+    release.open()
 
     # When: run without a terminal to ask on, and without a flag
     asked = orchardist(repo, "run", str(plan))

@@ -90,13 +90,17 @@ def test_missed_files_share_processes_only_by_whole_batches(tmp_path: Path) -> N
 
 # What a first scan needs besides the scan's own modules: the plan's loader, the store, the
 # sandbox. Not the command line's parser (a plain scan's line is read by scan.hit), the agents'
-# package (no scanner here is an agent), nor the memo (nothing is cached without the cache).
+# package (no scanner here is an agent), nor the memo (nothing is cached without the cache);
+# nor the run, task and attempt records and their rows (the store logs the scan's events and
+# reads no run), nor a process Spec (a scanner is confined by Landlock alone, not bwrap).
 NOT_ON_A_FIRST_SCAN = {"argparse", "orchardist.cli", "orchardist.agents", "orchardist.scan.memo"}
+NOT_ON_A_FIRST_SCAN |= {"orchardist.state.records", "orchardist.state.tables"}
+NOT_ON_A_FIRST_SCAN |= {"orchardist.confine.spec"}
 GIT_ON_A_FIRST_SCAN = ("--show-toplevel", "--git-common-dir", "status", "ls-tree", "read-tree")
 GIT_ON_A_FIRST_SCAN += ("checkout-index", "diff")
 
 
-def test_a_first_scan_imports_no_command_line_nor_thread_pool_and_runs_seven_git_commands(
+def test_a_first_scan_imports_no_command_line_run_records_nor_pool_and_runs_seven_git_commands(
     tmp_path: Path,
 ) -> None:
     # Given files too few to share processes, scanned without the cache, git on PATH a shim
@@ -115,8 +119,8 @@ def test_a_first_scan_imports_no_command_line_nor_thread_pool_and_runs_seven_git
         [*argv, "--json", "--no-cache"], cwd=repo, env=env, capture_output=True, text=True
     )
 
-    # Then the scanner ran and reported, with none of the command line's modules, the agents'
-    # or the memo's imported
+    # Then the scanner ran and reported, with none of the command line's modules, the agents',
+    # the memo's, the run records' or the bwrap confinement's imported
     assert json.loads(done.stdout)["findings"] == 6, done.stderr
     assert len(invocations(log)) == 1
     imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
@@ -133,6 +137,37 @@ def test_a_first_scan_imports_no_command_line_nor_thread_pool_and_runs_seven_git
     commands = ran.read_text().splitlines()
     named = [next((w for w in c.split() if w in GIT_ON_A_FIRST_SCAN), c) for c in commands]
     assert sorted(named) == sorted(GIT_ON_A_FIRST_SCAN), commands
+
+
+def test_a_first_scan_leaves_what_its_start_up_loaded_out_of_the_collectors_passes(
+    tmp_path: Path,
+) -> None:
+    # Given a scan run in a new interpreter that says, as it exits, how many objects the
+    # cyclic collector was told to skip (gc.freeze) and how many it examined in its passes
+    repo = make_repo(tmp_path / "repo", {f"src/m{i}.py": f"# TODO: {i}\n" for i in range(3)})
+    plan, _log = todo_plan(repo, tmp_path)
+    said = tmp_path / "gc.json"
+    program = (
+        "import atexit, gc, json, runpy, sys\n"
+        "seen = [0]\n"
+        "gc.callbacks.append(lambda phase, info: phase == 'stop' or seen.__setitem__(0, seen[0]"
+        " + sum(len(gc.get_objects(g)) for g in range(info['generation'] + 1))))\n"
+        f"atexit.register(lambda: open({str(said)!r}, 'w').write(json.dumps("
+        "[gc.get_freeze_count(), seen[0]])))\n"
+        f"sys.argv = ['orchardist', 'scan', {str(plan)!r}, '--json', '--no-cache']\n"
+        "runpy.run_module('orchardist', run_name='__main__')\n"
+    )
+
+    # When it scans
+    done = subprocess.run([sys.executable, "-c", program], cwd=repo, capture_output=True, text=True)
+
+    # Then it found what is there, and the modules and records its start-up loaded (tens of
+    # thousands of objects, all alive until it exits) were frozen, so that its collections
+    # examined fewer objects than that, not all of them again in each pass
+    assert json.loads(done.stdout)["findings"] == 3, done.stderr
+    frozen, examined = json.loads(said.read_text())
+    assert frozen > 10_000
+    assert examined < frozen
 
 
 PLAIN_LINES = [

@@ -19,18 +19,18 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from orchardist.state.counts import RunCounts
+from orchardist.state.dbschema import SCHEMA, migrate
+from orchardist.state.eventlog import Event
 from orchardist.state.records import (
     TASK_MOVES,
     AttemptRecord,
     AttemptState,
-    Event,
     Run,
     RunState,
     TaskRecord,
     TaskState,
 )
 from orchardist.state.store import MEMORY, Store, Transaction
-from orchardist.state.tables import SCHEMA, migrate
 from orchardist.state.usage import Usage
 from run_support import only_run, orchardist, wait_until
 from support import toml_str, write_plan

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from orchardist.cli.summary import print_summary, rate_limit_wait, when
-from orchardist.state.records import Event, Run, RunState, TaskRecord, TaskState
+from orchardist.state.eventlog import Event
+from orchardist.state.records import Run, RunState, TaskRecord, TaskState
 from orchardist.state.report import status_document
 from orchardist.state.store import Store
 

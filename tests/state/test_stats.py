@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from orchardist import Workspace
-from orchardist.state.records import Event
+from orchardist.state.eventlog import Event
 from orchardist.state.stats import compute, durations
 from support import Finished, make_repo, write_plan
 

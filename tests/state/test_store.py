@@ -17,11 +17,11 @@ from orchardist.errors import StoreError, TransitionError
 from orchardist.runs.follow import Watch
 from orchardist.state import scancache
 from orchardist.state.agentrecords import Failure
+from orchardist.state.eventlog import Event
 from orchardist.state.records import (
     AttemptChanges,
     AttemptRecord,
     AttemptState,
-    Event,
     Run,
     RunChanges,
     RunState,

@@ -32,7 +32,8 @@ class Dashboard:
 @contextmanager
 def serving(repo: Path, *args: str) -> Iterator[Dashboard]:
     """Start the dashboard of ``repo`` on a free port, in a fork of this process (``Forked``);
-    stop it (and check it stops) after."""
+    stop it with SIGINT after, as Ctrl-C does, and check that it stopped by itself: with pages
+    still open on its live streams, within 30 s (it ends them as it stops)."""
     proc = Forked(
         [*ORCHARDIST, "serve", "--port", "0", "-C", str(repo), *args],
         stdout=subprocess.PIPE,
@@ -51,16 +52,25 @@ def serving(repo: Path, *args: str) -> Iterator[Dashboard]:
         base, _, token = url.partition("/?token=")
         yield Dashboard(base, token, proc)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        stopped = _stop(proc)
+    assert stopped, "the dashboard did not stop within 30 s of SIGINT: killed"
+
+
+def _stop(proc: subprocess.Popen[str]) -> bool:
+    """SIGINT, then SIGKILL after 30 s; whether it stopped without the SIGKILL."""
+    stopped = True
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            stopped = False
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    return stopped
 
 
 @contextmanager

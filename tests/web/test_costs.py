@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from orchardist.plan import loading as plan_module
-from orchardist.state import store as store_module
+from orchardist.state import tables as tables_module
+from orchardist.state.eventlog import Event
 from orchardist.state.records import (
     AttemptRecord,
     AttemptState,
-    Event,
     Run,
     RunState,
     TaskRecord,
@@ -190,7 +190,7 @@ def one_run(store: Store, run_id: str, tasks: int) -> None:
 def records_read(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The task and attempt records the store makes from its rows inside the block."""
     made: list[str] = []
-    real_task, real_attempts = store_module.task_of, store_module.attempts_of
+    real_task, real_attempts = tables_module.task_of, tables_module.attempts_of
 
     def task_of(row: Any) -> Any:
         made.append("task")
@@ -201,8 +201,8 @@ def records_read(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         return real_attempts(rows)
 
     with monkeypatch.context() as patch:
-        patch.setattr(store_module, "task_of", task_of)
-        patch.setattr(store_module, "attempts_of", attempts_of)
+        patch.setattr(tables_module, "task_of", task_of)
+        patch.setattr(tables_module, "attempts_of", attempts_of)
         yield made
 
 

@@ -1,11 +1,15 @@
-"""``orchardist serve``'s socket: what the connections it accepts are set to."""
+"""``orchardist serve``'s socket: what the connections it accepts are set to; and how it stops."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
+from pathlib import Path
 
 from orchardist.web.serve import _listen
+from web.dashboard import serving
 
 
 def test_connections_the_dashboard_accepts_send_small_responses_without_waiting() -> None:
@@ -34,3 +38,20 @@ def test_connections_the_dashboard_accepts_send_small_responses_without_waiting(
     # Then: its connection has Nagle's algorithm off: a response's body, written after its
     # headers, is not held until the client acknowledges them (up to 40 ms of delayed ACK)
     assert nodelay and nodelay[0] != 0
+
+
+def test_ctrl_c_stops_the_dashboard_while_a_page_follows_it(repo: Path) -> None:
+    # Given: a dashboard, and a client following the store's changes as an open page does
+    with (
+        serving(repo) as dash,
+        dash.client() as client,
+        client.stream("GET", "/api/changes") as response,
+    ):
+        lines = response.iter_lines()
+        assert next(lines) == "retry: 1000"  # the stream is open
+        # When: the person presses Ctrl-C, the page still open
+        os.killpg(dash.proc.pid, signal.SIGINT)
+        # Then: the server ends the stream and exits (before, it waited for the page to close,
+        # then for the stream's next keep-alive)
+        assert dash.proc.wait(timeout=30) == 130  # interrupted, as the CLI says
+        assert list(lines) == [""]  # the rest of the stream: its end, and nothing more

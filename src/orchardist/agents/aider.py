@@ -51,6 +51,7 @@ _SCALE = {"": 1, "k": 1_000, "m": 1_000_000}
 LOCAL_PREFIXES = ("ollama/", "ollama_chat/", "lm_studio/")
 TAGS_CACHE = ".aider.tags.cache.v4"  # aider's repository-map cache, at the repository's root
 CHAT_HISTORY = ".aider/chat.history.md"  # in its HOME: its session, kept for the next attempt
+LOCAL_PRICES = "LITELLM_LOCAL_MODEL_COST_MAP"  # LiteLLM reads its installed price list, no fetch
 
 
 class AiderAgent(CliAgent):
@@ -99,8 +100,9 @@ class AiderAgent(CliAgent):
         argv = [self.command, "--message-file", str(ctx.prompt_file)]
         argv += ["--yes-always", "--no-auto-commits", "--no-stream", "--no-pretty"]
         # every attempt's home is new, so every run is aider's "first run": with --yes-always it
-        # would open its release notes in a browser
-        argv += ["--no-gitignore", "--no-check-update", "--no-show-release-notes"]
+        # would open its release notes in a browser, and say yes when it asks whether to send
+        # analytics (it asks a tenth of new homes, and any whose config says `analytics: true`)
+        argv += ["--no-gitignore", "--no-check-update", "--no-show-release-notes", "--no-analytics"]
         private = ctx.output_file.parent
         argv += ["--chat-history-file", str(ctx.home / CHAT_HISTORY)]
         argv += ["--input-history-file", str(private / "aider.input.history")]
@@ -111,11 +113,21 @@ class AiderAgent(CliAgent):
         return argv + self.args
 
     def extra_env(self, ctx: AgentContext) -> dict[str, str]:
-        """A git identity for aider's check (it never commits: ``--no-auto-commits``)."""
+        """A git identity for aider's check (it never commits: ``--no-auto-commits``), and
+        LiteLLM's installed price list instead of a download at every start.
+
+        LiteLLM fetches its price list (about 1.3 MB, from GitHub, with a 5 s timeout) while
+        aider imports it, and every attempt's home is new, so nothing of it is cached: a download
+        per attempt, or a 5 s stall where the network drops packets. A model the installed
+        LiteLLM knows is then priced as it was released; for one it does not, aider still
+        downloads the same list itself (``~/.aider/caches/``). A profile that passes
+        ``LITELLM_LOCAL_MODEL_COST_MAP`` in ``env`` keeps its own value."""
         identity = {"user.name": "orchardist agent", "user.email": "agent@orchardist.invalid"}
         env = {"GIT_CONFIG_COUNT": str(len(identity))}
         for n, (key, value) in enumerate(identity.items()):
             env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"] = key, value
+        if LOCAL_PRICES not in self.profile.env:
+            env[LOCAL_PRICES] = "True"
         return env
 
     def run(self, ctx: AgentContext) -> AgentResult:

@@ -15,9 +15,13 @@ Its home: ``GEMINI_CLI_HOME`` points at a folder of the attempt's own, where orc
 choices, for one; comments dropped) with orchardist's keys put in (``security.auth.selectedType``
 from the credentials given: headless runs need it; ``general.maxAttempts`` so a refused request is
 not retried ten times; ``model.maxSessionTurns`` from ``max_turns``: it exits 53 there, its final
-``result`` still carrying the tokens spent, which the attempt keeps). It writes the policy file
-too, and copies the user's Google login files if there are any. ``--skip-trust``: the
-worktree is a folder Gemini has never seen, and untrusted folders exit 55.
+``result`` still carrying the tokens spent, which the attempt keeps). Under the user's settings
+it puts ``privacy.usageStatisticsEnabled = false`` unless they set it: with statistics on, every
+attempt's gemini probes the machine's GPU (lspci, clinfo, xdpyinfo, xrandr) and sends them to
+play.googleapis.com over TLS, about 0.15 s of CPU and a connection outside the model's API per
+attempt. It writes the policy file too, and copies the user's Google login files if there are
+any. ``--skip-trust``: the worktree is a folder Gemini has never seen, and untrusted folders
+exit 55.
 Variables it reads: ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``, Vertex's), ``GOOGLE_GEMINI_BASE_URL``
 (``GOOGLE_VERTEX_BASE_URL`` for Vertex).
 
@@ -56,6 +60,8 @@ GEMINI_HOME = "gemini-home"  # GEMINI_CLI_HOME, in the attempt's HOME
 REFUSAL = re.compile(r"not in workspace|denied|policy", re.IGNORECASE)  # a refused tool call
 MAX_ATTEMPTS = 3  # its own tries of one request (default 10, with long waits on a 429)
 LOGIN_FILES = ("oauth_creds.json", "google_accounts.json")  # copied from the user's ~/.gemini
+# Under the user's settings: no usage statistics (module docstring), unless they say otherwise
+DEFAULT_SETTINGS: dict[str, Any] = {"privacy": {"usageStatisticsEnabled": False}}
 # A JSON string (kept) or a comment (dropped): Gemini's settings.json may carry comments
 JSONC = re.compile(r'("(?:\\.|[^"\\])*")|//[^\n]*|/\*.*?\*/', re.DOTALL)
 
@@ -152,7 +158,7 @@ class GeminiAgent(CliAgent):
         }
         if self.max_turns is not None:
             ours["model"] = {"maxSessionTurns": self.max_turns}
-        settings = _merged(_user_settings(ctx.env), ours)
+        settings = _merged(_merged(DEFAULT_SETTINGS, _user_settings(ctx.env)), ours)
         (folder / "settings.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
         tools = self.allowed_tools
         rules = [

@@ -66,14 +66,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def preflight(plan: Any, quiet: bool = False, resumable: Sequence[Any] = ()) -> Any:
+def preflight(
+    plan: Any, quiet: bool = False, resumable: Sequence[Any] = (), repo: Any = None
+) -> Any:
     """The checks ``validate`` and ``run`` share; warnings go to stderr (unless ``quiet``).
 
-    A branch that exists because it is a resumable run's own is no problem.
+    A branch that exists because it is a resumable run's own is no problem. ``repo``: the
+    plan's repository as ``run`` set it up (see :func:`plan.preflight.preflight`).
     """
     from ..plan.preflight import Preflight, preflight
 
-    checked = preflight(plan)
+    checked = preflight(plan, repo=repo)
     own = {f"branch {r.branch!r} already exists" for r in resumable}
     problems = tuple(p for p in checked.problems if p.message not in own)
     if not quiet:

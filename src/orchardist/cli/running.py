@@ -92,6 +92,7 @@ def add_run(sub: Commands) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``orchardist run PLAN``."""
+    from ..git.repo import Repo
     from ..runs.start import Workspace, create_run, unfinished_runs
 
     if args.format != "text" and not args.dry_run:  # a drawing was asked for, not a run
@@ -105,14 +106,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     note = checkout_note(plan)  # an editable install verify would test instead of the attempt
     if note and not args.quiet:
         print(note, file=sys.stderr, flush=True)
-    # Read-only until every check passed: a refused run leaves nothing behind.
-    where = Workspace.locate(plan.repo)  # (git asked once for both openings)
-    existing = Workspace.in_repo(where) if Workspace.stored(where) else None
+    # Read-only until every check passed: a refused run leaves nothing behind. The repository
+    # is set up once, for the checks, the workspace and the run (plan.repo is its top level).
+    repo = Repo(plan.repo, resolve=plan.run.base)
+    where = (plan.repo, repo.common_dir)
+    existing = Workspace.in_repo(where, repo) if Workspace.stored(where) else None
     unfinished = [] if args.fresh or existing is None else unfinished_runs(existing, plan)
-    checked = preflight(plan, quiet=args.quiet, resumable=unfinished)
+    checked = preflight(plan, quiet=args.quiet, resumable=unfinished, repo=repo)
     if checked.problems:
         raise PlanError(list(checked.problems))
-    ws = existing or Workspace.in_repo(where)
+    ws = existing or Workspace.in_repo(where, repo)
     if unfinished:
         old = unfinished[0]
         refuse_if_driven(ws, old)

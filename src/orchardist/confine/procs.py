@@ -27,11 +27,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import landlock as sandbox
 from .capped import CappedLog
 from .isolation import Mode
-from .spec import Spec, wrap
+
+if TYPE_CHECKING:  # made by what confines with bwrap (a run); a scan gives what is writable
+    from .spec import Spec
 
 MARKER_VAR = "ORCHARDIST_PROCESS_MARK"
 DEFAULT_GRACE_S = 3.0
@@ -193,16 +196,16 @@ def _confined(
 ) -> tuple[Sequence[str], bool, Sequence[Path] | None]:
     """``argv`` wrapped in its confinement, whether its leader (bwrap) is to be spared, and
     what it may write when Landlock (applied by the thread that starts it) confines it."""
-    if confine is None and writable is not None:
-        confine = Spec(tuple(writable), mode=Mode.LANDLOCK)
-    if confine is not None and confine.mode is Mode.LANDLOCK:
+    if confine is None:  # Landlock alone (a scan's), or nothing: no Spec made nor imported
+        return argv, False, None if writable is None else tuple(writable)
+    if confine.mode is Mode.LANDLOCK:
         home_tmp = (p for p in (confine.home, confine.tmp) if p is not None)
         return argv, False, (*confine.writable, *home_tmp)
-    if confine is not None:
-        argv = wrap(argv, confine, cwd=cwd)
+    from .spec import wrap
+
     # bwrap dies of SIGTERM at once and takes its namespace along: spare it until SIGKILL,
     # so that the command inside gets its grace period.
-    return argv, confine is not None and confine.mode is Mode.NAMESPACES, None
+    return wrap(argv, confine, cwd=cwd), confine.mode is Mode.NAMESPACES, None
 
 
 def _start(

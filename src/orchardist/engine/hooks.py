@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
-from ..state.records import Event
+from ..state.eventlog import Event
 
 log = logging.getLogger("orchardist")
 

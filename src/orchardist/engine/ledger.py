@@ -15,12 +15,12 @@ from typing import Unpack
 
 from ..executors import Job, Outcome
 from ..seams import Store, Transaction
+from ..state.eventlog import Event
 from ..state.events import Kind, MergeEvent, RegressionEvent
 from ..state.records import (
     AttemptChanges,
     AttemptRecord,
     AttemptState,
-    Event,
     RunChanges,
     RunState,
     TaskChanges,

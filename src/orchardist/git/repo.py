@@ -42,7 +42,8 @@ class Repo:
     ``identity=False``: for checks that only read (``validate``'s preflight), without the
     user's identity, which only commits and reflogs carry; asking git for it is two processes.
     ``resolve``: a commit to look up with the repository's own facts, in the same git process
-    (``validate`` asks for its base); its id is ``resolved``, None where it names no commit.
+    (``validate`` and ``run`` ask for their base); its id is ``resolved`` (:meth:`commit_of`),
+    None where it names no commit.
     ``untracked=False``: for a caller that lists no untracked or ignored file (validate's
     preflight), the user's ``core.excludesfile`` and ``safe.directory`` are asked only if git
     refuses the repository without them (another user owns it): a git process fewer.
@@ -73,6 +74,7 @@ class Repo:
         self.common_dir = Path(lines[0])
         self.object_format = lines[1].strip() or "sha1"
         self.resolved: str | None = lines[2].strip() if len(lines) > 2 else None
+        self._resolving = resolve
         self._counted: dict[tuple[str, str], int] = {}  # see changed_lines
 
     # -- plumbing ------------------------------------------------------------------------
@@ -124,6 +126,11 @@ class Repo:
         """The commit id ``ref`` names, or None."""
         proc = self.run_git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
         return proc.stdout.strip() if proc.returncode == 0 else None
+
+    def commit_of(self, ref: str) -> str | None:
+        """The commit id ``ref`` names, or None: the set-up's answer if it was asked for ``ref``
+        (``run`` starts from the base its checks saw, without asking git again)."""
+        return self.resolved if ref == self._resolving else self.try_rev_parse(ref)
 
     def tree_of(self, commit: str) -> str:
         """The tree id of a commit."""

@@ -30,15 +30,22 @@ class Preflight:
     warnings: tuple[str, ...]
 
 
-def preflight(plan: Plan, environ: Mapping[str, str] | None = None) -> Preflight:
-    """Check the plan's repository, base, branch and agent CLIs; note what the user may miss."""
+def preflight(
+    plan: Plan, environ: Mapping[str, str] | None = None, repo: Repo | None = None
+) -> Preflight:
+    """Check the plan's repository, base, branch and agent CLIs; note what the user may miss.
+
+    ``repo``: the plan's repository already set up with ``resolve=plan.run.base`` (``run``
+    sets it up once, for these checks and then for the run); else one is set up to read only.
+    """
     shown = str(plan.path)
-    # it only reads, lists no untracked file, and asks for the base with the repository's
-    # facts: each git process is ~3 ms of validate's
-    repo = Repo(plan.repo, identity=False, resolve=plan.run.base, untracked=False)
+    if repo is None:
+        # it only reads, lists no untracked file, and asks for the base with the repository's
+        # facts: each git process is ~3 ms of validate's
+        repo = Repo(plan.repo, identity=False, resolve=plan.run.base, untracked=False)
     problems: list[Problem] = []
     warnings: list[str] = []
-    base = repo.resolved
+    base = repo.commit_of(plan.run.base)
     if base is None and plan.run.base == "HEAD":
         problems.append(Problem(shown, f"{repo.root} has no commits yet", None, BASE))
     elif base is None:

@@ -16,8 +16,9 @@ from rich.text import Text
 
 from ..engine.hooks import Hook
 from ..specs import Plan
+from ..state.eventlog import Event
 from ..state.events import Kind
-from ..state.records import Event, TaskState
+from ..state.records import TaskState
 from ..state.report import describe
 from ..terminal import plain
 

@@ -34,8 +34,9 @@ from typing import Any
 
 from ..confine.procs import ProcessRequest, run_process
 from ..plan.fields import is_url
+from ..state.eventlog import Event
 from ..state.events import Kind, NotifyEvent
-from ..state.records import Event, Run, RunState, TaskState
+from ..state.records import Run, RunState, TaskState
 from ..state.report import status_document
 from ..state.store import Store
 

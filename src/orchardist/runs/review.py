@@ -20,12 +20,12 @@ from pathlib import Path
 from ..engine.review import quote_lines
 from ..errors import ReviewError
 from ..git.repo import Repo
+from ..state.eventlog import Event
 from ..state.events import Kind, ReviewEvent
 from ..state.records import (
     UNFINISHED,
     AttemptRecord,
     AttemptState,
-    Event,
     LineComment,
     ReviewDecision,
     Run,

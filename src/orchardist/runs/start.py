@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PlanError, Problem, RunLockedError, UsageError
 from ..git.where import locate
+from ..state.eventlog import Event
 from ..state.events import Kind, RunEvent
 from ..state.records import (
     RUN_START,
     TASK_START,
     UNFINISHED,
     AttemptState,
-    Event,
     Run,
     RunState,
     TaskRecord,
@@ -49,19 +49,17 @@ class Workspace:
 
     @functools.cached_property
     def repo(self) -> Repo:
-        """The repository's git, set up on first use: commands that only read the store
-        (status, runs) never start the six git processes that setting it up takes."""
+        """The repository's git, set up on first use (or by ``run``'s checks): commands that
+        only read the store (status, runs) never start the git processes of its set-up."""
         from ..git.repo import Repo
 
         return Repo(self.root)
 
     @classmethod
     def open(cls, path: Path, create: bool = True) -> Workspace:
-        """The workspace of the repository containing ``path``.
-
-        With ``create=False`` (commands that only read) nothing is written: a repository
-        without a store has no runs yet, a UsageError.
-        """
+        """The workspace of the repository containing ``path``. With ``create=False`` (commands
+        that only read) nothing is written: a repository without a store (no runs yet) is a
+        UsageError."""
         found = cls._located(path, create)
         if found is None:
             raise UsageError("no runs yet in this repository")
@@ -82,8 +80,7 @@ class Workspace:
 
     @staticmethod
     def locate(path: Path) -> tuple[Path, Path]:
-        """``(root, common_dir)`` of the repository containing ``path``, asked of git once: for
-        a command that opens the workspace later again (``run`` reads, checks, then creates)."""
+        """``(root, common_dir)`` of the repository containing ``path``, asked of git once."""
         found = locate(Path(path))
         if found is None:
             raise UsageError(f"{path} is not inside a git repository")
@@ -95,10 +92,13 @@ class Workspace:
         return (found[1] / "orchardist" / "state.db").exists()
 
     @classmethod
-    def in_repo(cls, found: tuple[Path, Path]) -> Workspace:
-        """The workspace of the repository :meth:`locate` found; its store made if need be."""
-        root, common_dir = found
-        return cls(root, Store.for_repo(common_dir), common_dir / "orchardist")
+    def in_repo(cls, found: tuple[Path, Path], repo: Repo | None = None) -> Workspace:
+        """The workspace of the repository :meth:`locate` found; its store made if need be;
+        its git, :attr:`repo`, is ``repo`` where one is set up already (by ``run``'s checks)."""
+        ws = cls(found[0], Store.for_repo(found[1]), found[1] / "orchardist")
+        if repo is not None:
+            vars(ws)["repo"] = repo  # where the cached property keeps what it makes
+        return ws
 
     def resolve_run(self, run_id: str | None) -> Run:
         """A run by id (or unique prefix), or the newest run when None."""
@@ -219,12 +219,11 @@ def _merged_on_branch(ws: Workspace, run: Run) -> dict[str, tuple[str, int]]:
     tip = _trusted_tip(ws, run, ref, tip)
     recorded = ws.store.branch_commits(run.id)
     recorded.update({t.commit: (t.task_id, 0) for t in ws.store.tasks(run.id) if t.commit})
-    merged = {
+    return {
         recorded[commit][0]: (commit, recorded[commit][1])
         for commit in ws.repo.first_parents(run.base_commit, tip)
         if commit in recorded
     }
-    return merged
 
 
 def _reconcile_task(
@@ -282,7 +281,7 @@ def create_run(
     """Resolve the base, create the run branch, and record the run with its tasks pending."""
     run_id = run_id or new_run_id(clock)
     shown = str(plan.path)
-    base = ws.repo.try_rev_parse(plan.run.base)
+    base = ws.repo.commit_of(plan.run.base)
     if base is None:
         problem = f"{plan.run.base!r} does not name a commit in {ws.repo.root}"
         raise PlanError([Problem(shown, problem, field="run.base")])

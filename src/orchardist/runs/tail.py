@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..safeio import read_tail
-from ..state.records import Event, Run
+from ..state.eventlog import Event
+from ..state.records import Run
 from ..terminal import plain
 from .follow import follow
 

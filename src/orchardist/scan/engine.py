@@ -31,7 +31,7 @@ from ..errors import UsageError
 from ..git.repo import Repo
 from ..state import scancache
 from ..state.agentrecords import AgentProfile
-from ..state.records import Event
+from ..state.eventlog import Event
 from ..state.store import Store
 from .findings import Finding, ScanJobError, ToolInfo
 from .globs import compile_globs, select_files

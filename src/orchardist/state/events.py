@@ -1,6 +1,6 @@
 """The event log's vocabulary: every kind of event, and the states each kind reports.
 
-An event is one row of the store's append-only log (:class:`~orchardist.state.records.Event`): a
+An event is one row of the store's append-only log (:class:`~orchardist.state.eventlog.Event`): a
 ``kind``, an optional task and attempt, and ``data`` whose ``state`` says what happened. The
 names live here, once, as string enums, so they compare equal to what the store holds and to
 what older runs wrote; the writers (the scheduler, ``runs``), the readers (the progress

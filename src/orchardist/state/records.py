@@ -202,19 +202,6 @@ class AttemptRecord:
         return None if self.ended_at is None else self.ended_at - self.started_at
 
 
-@dataclass(frozen=True)
-class Event:
-    """One line of a run's append-only event log."""
-
-    run_id: str
-    kind: str
-    ts: float
-    task_id: str | None = None
-    attempt: int | None = None
-    data: Mapping[str, Any] = field(default_factory=dict)
-    seq: int = 0  # assigned by the store
-
-
 class Verdict(enum.StrEnum):
     """What a person decided about a patch that awaits review (docs/review.md)."""
 

@@ -7,8 +7,9 @@ from collections import Counter
 from typing import Any
 
 from ..terminal import plain
+from .eventlog import Event
 from .events import AttemptEvent, Kind, ReviewEvent
-from .records import AttemptRecord, AttemptState, Event, Run, TaskRecord
+from .records import AttemptRecord, AttemptState, Run, TaskRecord
 from .store import Store
 
 

@@ -14,8 +14,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from .eventlog import Event
 from .events import AttemptEvent, Kind, RoundEvent
-from .records import AttemptRecord, AttemptState, Event, Run, TaskState
+from .records import AttemptRecord, AttemptState, Run, TaskState
 from .store import Store
 
 _ENDED = {

@@ -5,7 +5,9 @@ tree. WAL mode with a busy timeout lets ``orchardist status`` read while a run w
 state change goes through :meth:`Store.transaction`, which opens an immediate transaction and
 rolls back on error, so a crash at any instant leaves the last committed step, never half of one.
 A run's, task's or attempt's state changes only along its transition table (records.py).
-The tables themselves, and how rows become records, are in :mod:`orchardist.state.tables`.
+The tables are :mod:`.dbschema`'s; the records and how rows become them (:mod:`.tables`) are
+imported by the methods that read or write runs: a scan, which opens the store to log its events
+and use its cache, never does (six dataclasses, the states and their transition tables: ~8 ms).
 """
 
 from __future__ import annotations
@@ -23,39 +25,24 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import StoreError
 from . import counts
-from .records import (
-    AttemptChanges,
-    AttemptRecord,
-    AttemptState,
-    Event,
-    Run,
-    RunChanges,
-    RunState,
-    StoredDecision,
-    TaskChanges,
-    TaskRecord,
-    TaskState,
-    moved,
-)
-from .tables import (
-    SCHEMA,
-    USAGE_FIELDS,
-    attempt_row,
-    attempts_of,
-    decision_of,
-    decision_row,
-    migrate,
-    run_of,
-    task_of,
-)
+from .dbschema import SCHEMA, migrate
+from .eventlog import Event
 from .usage import Usage
 
 if TYPE_CHECKING:  # verification's records: imported by the code that verifies, not by readers
     from ..verify.oracle import CommandOutcome
+    from .records import (
+        AttemptChanges,
+        AttemptRecord,
+        Run,
+        RunChanges,
+        StoredDecision,
+        TaskChanges,
+        TaskRecord,
+    )
 
 MEMORY = ":memory:"  # the path of an in-memory store
 BELL_SUFFIX = "-bell"  # the file whose times each commit touches (see Store.transaction)
-_STATES = {"runs": RunState, "tasks": TaskState, "attempts": AttemptState}  # a table's state
 
 
 class Transaction:
@@ -115,7 +102,9 @@ class Transaction:
 
     def add_attempt(self, attempt: AttemptRecord) -> None:
         """Insert an attempt."""
-        row = attempt_row(attempt)
+        from . import tables
+
+        row = tables.attempt_row(attempt)
         marks = ",".join("?" * len(row))
         self._conn.execute(
             f"insert into attempts ({','.join(row)}) values ({marks})", tuple(row.values())
@@ -125,10 +114,12 @@ class Transaction:
         self, run_id: str, task_id: str, n: int, **changes: Unpack[AttemptChanges]
     ) -> None:
         """Update columns of an attempt; a ``usage`` value is spread over its columns."""
+        from . import tables
+
         columns: dict[str, Any] = dict(changes)
         usage = columns.pop("usage", None)
         if isinstance(usage, Usage):
-            columns.update({k: getattr(usage, k) for k in USAGE_FIELDS})
+            columns.update({k: getattr(usage, k) for k in tables.USAGE_FIELDS})
         self._update("attempts", {"run_id": run_id, "task_id": task_id, "n": n}, columns)
 
     def put_baseline(self, key: str, commit: str, outcome: CommandOutcome, now: float) -> None:
@@ -157,8 +148,11 @@ class Transaction:
 
     def add_decision(self, decision: StoredDecision) -> bool:
         """Record a review decision; False when the attempt has one already (decided twice)."""
+        from . import tables
+
         cur = self._conn.execute(
-            "insert or ignore into reviews values (?,?,?,?,?,?,?,?,?,?)", decision_row(decision)
+            "insert or ignore into reviews values (?,?,?,?,?,?,?,?,?,?)",
+            tables.decision_row(decision),
         )
         return cur.rowcount == 1
 
@@ -213,9 +207,12 @@ class Transaction:
         sql = f"select state from {table} where {where}"
         row = self._conn.execute(sql, tuple(key.values())).fetchone()
         if row is not None:  # (no row: the update that follows says so)
-            kind = _STATES[table]
+            from . import records
+
+            states = {"runs": records.RunState, "tasks": records.TaskState}
+            kind = states.get(table, records.AttemptState)  # (the attempts table)
             what = f"{table[:-1]} {'/'.join(str(v) for v in key.values())}"
-            moved(kind(row[0]), kind(new), what)
+            records.moved(kind(row[0]), kind(new), what)
 
 
 class Store:
@@ -318,34 +315,43 @@ class Store:
 
     def run(self, run_id: str) -> Run | None:
         """A run by id, or None."""
+        from . import tables
+
         rows = self._rows("select * from runs where id = ?", (run_id,))
-        return run_of(rows[0]) if rows else None
+        return tables.run_of(rows[0]) if rows else None
 
     def runs(self) -> list[Run]:
         """All runs, newest first."""
-        return [
-            run_of(r) for r in self._rows("select * from runs order by created_at desc, id desc")
-        ]
+        from . import tables
+
+        rows = self._rows("select * from runs order by created_at desc, id desc")
+        return [tables.run_of(r) for r in rows]
 
     def task(self, run_id: str, task_id: str) -> TaskRecord | None:
         """One task of a run, or None."""
+        from . import tables
+
         rows = self._rows("select * from tasks where run_id = ? and task_id = ?", (run_id, task_id))
-        return task_of(rows[0]) if rows else None
+        return tables.task_of(rows[0]) if rows else None
 
     def tasks(self, run_id: str, written_after: int | None = None) -> list[TaskRecord]:
         """A run's tasks in plan order (a pipeline's stages share their task's ``idx``: they
         come in the order they were added, the pipeline's, not by name); only those written
         after run version ``written_after``, if given (see :meth:`run_version`)."""
+        from . import tables
+
         sql, args = "select * from tasks where run_id = ?", list[Any]([run_id])
         if written_after is not None:
             sql, args = sql + " and version > ?", [run_id, written_after]
-        return [task_of(r) for r in self._rows(sql + " order by idx, rowid", args)]
+        return [tables.task_of(r) for r in self._rows(sql + " order by idx, rowid", args)]
 
     def attempts(
         self, run_id: str, task_id: str | None = None, written_after: int | None = None
     ) -> list[AttemptRecord]:
         """A run's attempts (of one task, if given; written after run version
         ``written_after``, if given), oldest first."""
+        from . import tables
+
         sql = "select * from attempts where run_id = ?"
         args: list[Any] = [run_id]
         if task_id is not None:
@@ -354,7 +360,7 @@ class Store:
         if written_after is not None:
             sql += " and version > ?"
             args.append(written_after)
-        return attempts_of(self._rows(sql + " order by started_at, n", args))
+        return tables.attempts_of(self._rows(sql + " order by started_at, n", args))
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -407,10 +413,14 @@ class Store:
 
     def decisions(self, run_id: str, task_id: str | None = None) -> list[StoredDecision]:
         """A run's review decisions (of one task, if given), oldest first."""
+        from . import tables
+
         sql, args = "select * from reviews where run_id = ?", [run_id]
         if task_id is not None:
             sql, args = sql + " and task_id = ?", [run_id, task_id]
-        return [decision_of(r) for r in self._rows(sql + " order by decided_at, attempt", args)]
+        return [
+            tables.decision_of(r) for r in self._rows(sql + " order by decided_at, attempt", args)
+        ]
 
     def baseline(self, key: str) -> CommandOutcome | None:
         """A cached baseline outcome, or None."""

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -41,7 +42,7 @@ from ..state.store import Store
 from .decisions import decision_of, pending_rows, record
 from .metrics import prometheus_text
 from .reads import LOG_TAIL_BYTES, Reads, Settings
-from .watch import StoreWatcher
+from .watch import StoreWatcher, Streams
 
 COOKIE = "orchardist_token"
 ACTION_HEADER = "x-orchardist-action"  # required on POSTs: see _same_site
@@ -112,6 +113,7 @@ class _Endpoints:
         self.settings = settings
         self.data = Reads(settings)
         self.watcher = StoreWatcher(settings.store_path.parent)
+        self.streams = Streams()
 
     async def page(self, request: Request) -> Response:
         return Response(_static("index.html"), media_type="text/html; charset=utf-8")
@@ -183,7 +185,7 @@ class _Endpoints:
             )
 
         return StreamingResponse(
-            _log_stream(Path(attempt.log_path), ended, request.is_disconnected),
+            _log_stream(Path(attempt.log_path), ended, request.is_disconnected, self.streams),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -287,14 +289,21 @@ class _Endpoints:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        await self.watcher.start()
-        try:
+        async with self.streams.watching(self.watcher):
             yield
-        finally:
-            self.watcher.stop()
 
 
-def create_app(settings: Settings) -> Starlette:
+@dataclass(frozen=True)
+class App:
+    """The dashboard's ASGI app, and what its server calls as it begins to stop: the live
+    streams never end by themselves, and a stopping server waits for every response to end
+    (with a tab open, ``orchardist serve`` ignored Ctrl-C until the tab was closed)."""
+
+    asgi: Starlette
+    end_streams: Callable[[], Awaitable[None]]
+
+
+def create_app(settings: Settings) -> App:
     """The dashboard for one repository."""
     from starlette.middleware import Middleware
     from starlette.middleware.base import BaseHTTPMiddleware
@@ -320,11 +329,12 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/runs/{run}/tasks/{task}/review", ends.review, methods=["POST"]),
         Route("/metrics", ends.metrics),
     ]
-    return Starlette(
+    asgi = Starlette(
         routes=routes,
         middleware=[Middleware(BaseHTTPMiddleware, dispatch=ends.guard)],
         lifespan=ends.lifespan,
     )
+    return App(asgi, ends.streams.end)
 
 
 def _last_event_id(request: Request) -> int:
@@ -353,6 +363,8 @@ async def _event_stream(
         if await disconnected():
             return
         newer = await watcher.wait_newer(seen, KEEPALIVE_S)
+        if watcher.ended:
+            return
         if newer == seen:
             yield KEEPALIVE
         seen = newer
@@ -366,17 +378,21 @@ async def _change_stream(
     seen = watcher.generation
     while not await disconnected():
         newer = await watcher.wait_newer(seen, KEEPALIVE_S)
+        if watcher.ended:
+            return
         yield KEEPALIVE if newer == seen else f"event: change\ndata: {newer}\n\n"
         seen = newer
 
 
 async def _log_stream(
-    path: Path, ended: Callable[[], bool], disconnected: Callable[[], Awaitable[bool]]
+    path: Path,
+    ended: Callable[[], bool],
+    disconnected: Callable[[], Awaitable[bool]],
+    streams: Streams,
 ) -> AsyncIterator[str]:
-    """A log's tail, then every byte appended to it, until its attempt has ended."""
-    watcher = StoreWatcher(path.parent)
-    await watcher.start()
-    try:
+    """A log's tail, then every byte appended to it, until its attempt has ended (or the
+    server stops)."""
+    async with streams.watching(StoreWatcher(path.parent)) as watcher:
         offset = max(0, _size(path) - LOG_TAIL_BYTES)
         seen = watcher.generation
         while True:
@@ -391,11 +407,11 @@ async def _log_stream(
             if await disconnected():
                 return
             newer = await watcher.wait_newer(seen, KEEPALIVE_S)
+            if watcher.ended:
+                return
             if newer == seen:
                 yield KEEPALIVE
             seen = newer
-    finally:
-        watcher.stop()
 
 
 def _size(path: Path) -> int:

@@ -80,8 +80,17 @@ def _server(repo_path: Path, host: str, port: int, token: str | None) -> tuple[A
         sock.close()
         raise
     shown = f"[{host}]" if ":" in host else host
-    config = uvicorn.Config(create_app(settings), log_level="warning", lifespan="on")
-    return uvicorn.Server(config), sock, f"http://{shown}:{port}/?token={token}"
+    app = create_app(settings)
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, which ends the dashboard's live streams as it begins to stop."""
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            await app.end_streams()
+            await super().shutdown(sockets)
+
+    config = uvicorn.Config(app.asgi, log_level="warning", lifespan="on")
+    return Server(config), sock, f"http://{shown}:{port}/?token={token}"
 
 
 def serve(repo_path: Path, host: str, port: int, token: str | None) -> int:
