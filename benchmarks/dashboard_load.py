@@ -144,7 +144,6 @@ PAGE_TARGETS_MS = {
 def fill_store(root: Path, runs: int, big_tasks: int) -> str:
     """A repository whose store holds ``runs`` finished runs of 10 tasks and one run of
     ``big_tasks`` tasks (an attempt and four events each), with its plan on disk; its id."""
-    from orchardist.state.agentrecords import Usage
     from orchardist.state.eventlog import Event
     from orchardist.state.records import (
         AttemptRecord,
@@ -155,6 +154,7 @@ def fill_store(root: Path, runs: int, big_tasks: int) -> str:
         TaskState,
     )
     from orchardist.state.store import Store
+    from orchardist.state.usage import Usage
 
     plan = make_repo(root, big_tasks, 4)
     store = Store.for_repo(root / ".git")

@@ -2,7 +2,8 @@
 
 A plain ``orchardist scan`` that the cache answers whole (:mod:`.scan.hit`) is answered here,
 before the command line's modules are imported: they take longer to load than that answer.
-Any other plain scan (:func:`.scan.cli.plain_scan`) runs without them too.
+Any other plain scan (:func:`.scan.cli.plain_scan`), and a plain ``validate``, ``runs`` or
+``status`` (:func:`.cli.plain.plain`), run without the command line's parser.
 """
 
 import gc
@@ -12,7 +13,7 @@ import sys
 # start-up allocates (modules, classes, a plan's records) lives until they exit, so the cyclic
 # collector's passes over it find nothing to free: ~30 passes, 6-8 ms of validate's ~110 ms.
 # The others, some of which run for hours, get the collector back once the command line's
-# modules are in.
+# modules are in; a plain ``status`` line (no --watch: cli.plain) also reads and ends at once.
 BRIEF = frozenset({"validate", "runs", None})
 
 
@@ -32,6 +33,11 @@ def main() -> int:
         if code is not None:
             return code
     gc.disable()
+    from orchardist.cli.plain import plain
+
+    code = plain(argv)  # a plain validate, runs or status (no --watch): read and end at once
+    if code is not None:
+        return code
     from orchardist.cli import main as cli_main
     from orchardist.cli.parsing import command_in
 

@@ -20,7 +20,8 @@ from .config import Ignored
 from .confine.isolation import Policy
 from .state.agentrecords import AgentProfile
 
-if TYPE_CHECKING:  # a plan's scanners' records: made only for a plan that has scanners
+if TYPE_CHECKING:  # made only for a plan that has them: a task's stages, the scanners
+    from .pipelines.overrides import StageSpec
     from .scan.profiles import ScannerProfile
 
 MAX_TASK_ID = 64  # task ids name refs and folders: keep them short
@@ -37,17 +38,6 @@ class Review(enum.StrEnum):
 
     AUTO = "auto"  # the merge train, as soon as it won
     HUMAN = "human"  # a person, with ``orchardist review`` (docs/review.md)
-
-
-@dataclass(frozen=True)
-class StageSpec:
-    """``stages.NAME`` of a pipeline task: what overrides the task's own routing for a stage."""
-
-    name: str  # one of STAGE_NAMES
-    agents: tuple[str, ...] = ()  # one profile per candidate; empty: the task's agent(s)
-    timeout_s: float | None = None  # None: the task's timeout
-    retries: int | None = None  # None: the task's retries
-    candidates: int | None = None  # None: 1 (the fix stage: the task's candidates)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from modelapi.openai import Call, OpenAiServer, Text, rate_limited, unauthorized
 from modelapi.server import ModelServer  # noqa: E402
 from orchardist.agents import make_agent  # noqa: E402
 from orchardist.agents.context import AgentContext  # noqa: E402
-from orchardist.confine.paths import AttemptPaths  # noqa: E402
+from orchardist.confine.attemptpaths import AttemptPaths  # noqa: E402
 from orchardist.confine.procs import CancelToken, new_marker  # noqa: E402
 from orchardist.confine.scrubbed import scrubbed_env  # noqa: E402
 from orchardist.state.agentrecords import AgentProfile  # noqa: E402

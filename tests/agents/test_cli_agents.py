@@ -23,7 +23,8 @@ from orchardist.agents.context import AgentContext, AgentResult
 from orchardist.agents.doctor import check_profile
 from orchardist.confine.procs import CancelToken
 from orchardist.confine.scrubbed import BASE_ENV
-from orchardist.state.agentrecords import AgentProfile, Failure, Usage
+from orchardist.state.agentrecords import AgentProfile, Failure
+from orchardist.state.usage import Usage
 from support import marked_processes
 
 

@@ -19,10 +19,11 @@ from orchardist.agents import KINDS, agent_class, make_agent
 from orchardist.agents import sessions as sessions_module
 from orchardist.agents.context import AgentContext, AgentResult
 from orchardist.agents.sessions import Saved, SessionKey, Sessions
-from orchardist.confine.paths import AttemptPaths
+from orchardist.confine.attemptpaths import AttemptPaths
 from orchardist.executors import AttemptJob
 from orchardist.executors.continuing import run_continuing
-from orchardist.state.agentrecords import AgentProfile, Failure, Usage
+from orchardist.state.agentrecords import AgentProfile, Failure
+from orchardist.state.usage import Usage
 from support import write_plan
 
 SESSION_FILE = ".tool/sessions/s-1.jsonl"

@@ -21,6 +21,7 @@ from test_cli_inputs import orchardist
 
 from orchardist.cli import main
 from orchardist.cli.parsing import COMMANDS, build, parse
+from orchardist.cli.plain import plain
 from realtools import require
 from shared_run_support import finished_run, isolated
 
@@ -37,10 +38,10 @@ def noting(cls, *args, **kwargs):
     made.append(f"{cls.__module__}.{cls.__qualname__}")
     return process_class(cls, *args, **kwargs)
 dataclasses._process_class = noting
-from orchardist.cli import main
+from orchardist.__main__ import main  # as the console script starts
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
     try:
-        code = main(sys.argv[1:])
+        code = main()
     except SystemExit as exc:
         code = exc.code
 print(json.dumps([code, sorted(sys.modules), made]))
@@ -135,7 +136,9 @@ def test_help_imports_no_command_and_still_lists_every_one(repo: Path) -> None:
     assert code == 0
     assert modules <= {
         "orchardist",
+        "orchardist.__main__",
         "orchardist.cli",
+        "orchardist.cli.plain",
         "orchardist.cli.options",
         "orchardist.cli.parsing",
         "orchardist.errors",
@@ -196,7 +199,12 @@ def test_validate_makes_the_plans_records_and_not_the_run_machinerys(finished: P
     # or a ready task's rank (nothing is scheduled)
     unused = ("AgentContext", "AgentResult", "Spec", "RepoView", "MergeResult", "Rank")
     assert not [m for m in made if m.rsplit(".", 1)[1] in unused], made
-    assert len(made) <= 16, made
+    # nor what an agent reports spending (no agent runs), a pipeline stage's overrides (the
+    # plan has no pipeline task), an attempt's folders nor a pristine checkout for overlays (no
+    # attempt is made), nor what looking for bwrap found (its commands need no second look)
+    shunned = ("Usage", "StageSpec", "AttemptPaths", "Pristine", "_Pristine", "Probe")
+    assert not [m for m in made if m.rsplit(".", 1)[1] in shunned], made
+    assert len(made) <= 11, made
 
 
 def test_a_quiet_run_does_not_import_the_display_it_does_not_show(repo: Path) -> None:
@@ -209,6 +217,87 @@ def test_a_quiet_run_does_not_import_the_display_it_does_not_show(repo: Path) ->
     assert code == 0
     assert "orchardist.engine.scheduler" in modules  # (it did drive a run)
     assert "orchardist.runs.display" not in modules
+
+
+# What a plain line of a command that reads and ends at once does without: the command line's
+# parser (argparse, the gettext it imports, the parsers built: ~8 ms of a 100 ms budget)
+PARSER = {"argparse", "gettext", "orchardist.cli.parsing"}
+
+
+def test_plain_lines_of_validate_runs_and_status_import_no_argument_parser(
+    finished: Path,
+) -> None:
+    # Given a repository with a finished run and its plan
+    for command in ("validate plan.toml", "validate --json plan.toml", "runs", "status --json"):
+        # When a plain line of a command that reads runs as the console script starts it
+        code, modules, _ = loaded(finished, *command.split())
+
+        # Then it worked without the command line's parser
+        assert code == 0, command
+        assert PARSER & modules == set(), command
+
+    # while a line with an option is read by the parser (which the count above would see)
+    code, modules, _ = loaded(finished, "runs", "-C", ".")
+    assert code == 0
+    assert modules >= PARSER
+
+
+BAD_PLAN = '[[task]]\nid = "a"\nagent = "nobody"\nverify = "none"\n'
+READ_PLAINLY = [
+    ["validate", "plan.toml"],
+    ["validate", "plan.toml", "--json"],
+    ["validate", "--json", "bad.toml"],
+    ["validate", "bad.toml"],
+    ["validate", "missing.toml"],
+    ["runs"],
+    ["runs", "--json"],
+    ["status"],
+    ["status", "--json"],
+    ["status", "RUN"],
+    ["status", "--json", "nope"],
+]
+LEFT_TO_THE_PARSER = [
+    ["validate"],
+    ["validate", "--help"],
+    ["validate", "plan.toml", "-q"],
+    ["validate", "--js", "plan.toml"],
+    ["validate", "plan.toml", "bad.toml"],
+    ["validate", "plan.toml", "--json", "--json"],
+    ["validate", ""],
+    ["validate", "-"],
+    ["runs", "extra"],
+    ["runs", "-C", "."],
+    ["status", "-w"],
+    ["status", "RUN", "other"],
+    ["status", "--json", "--help"],
+    ["run", "plan.toml"],
+    [],
+]
+
+
+def test_a_plain_line_runs_as_the_command_line_runs_it_and_any_other_is_left_to_it(
+    ran: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a repository with a finished run, its plan, and a plan naming no agent it has
+    (ran / "bad.toml").write_text(BAD_PLAN)
+    monkeypatch.chdir(ran)
+    run_id = json.loads(orchardist(ran, "runs", "--json").stdout)[0]["run"]
+
+    def outcome(code: int | None) -> tuple[int | None, str, str]:
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    for line in READ_PLAINLY:
+        line = [run_id[:8] if word == "RUN" else word for word in line]
+        # When a plain line is run without the command line's parser, then through it
+        alone, whole = outcome(plain(line)), outcome(main(line))
+
+        # Then both exit with the same code and print the same
+        assert alone == whole, line
+        assert alone[0] is not None and (alone[1] or alone[2]), line
+    # and every other line is left to the parser, nothing done or printed
+    for line in LEFT_TO_THE_PARSER:
+        assert outcome(plain(line)) == (None, "", ""), line
 
 
 COLLECTED = """

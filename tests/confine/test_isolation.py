@@ -15,7 +15,8 @@ import pytest
 
 from ns_support import live, require_namespaces, wait_gone
 from orchardist.confine import isolation
-from orchardist.confine.isolation import Mode, Policy, Probe, choose, describe
+from orchardist.confine.bwrapprobe import Probe
+from orchardist.confine.isolation import Mode, Policy, choose, describe
 from orchardist.confine.procs import (
     MARKER_VAR,
     CancelToken,

@@ -10,8 +10,9 @@ from orchardist.agents import KINDS
 from orchardist.clocks import FakeClock
 from orchardist.engine.policy import Budgets, Pools
 from orchardist.plan.loading import load_plan
-from orchardist.state.agentrecords import AgentProfile, Failure, Usage
+from orchardist.state.agentrecords import AgentProfile, Failure
 from orchardist.state.records import AttemptState
+from orchardist.state.usage import Usage
 from support import write_plan
 
 

@@ -8,8 +8,9 @@ import math
 import pytest
 
 from orchardist.executors import AttemptJob, Outcome
-from orchardist.state.agentrecords import Failure, Usage
+from orchardist.state.agentrecords import Failure
 from orchardist.state.records import AttemptState
+from orchardist.state.usage import Usage
 
 JOB = AttemptJob("t.1", "r", "t", 1, 0, "b" * 40, "t", "", None, (), ".", 60.0, "t: msg", "m")
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from orchardist.confine import mounts
+from orchardist.confine.attemptpaths import AttemptPaths
 from orchardist.confine.layout import Layout
-from orchardist.confine.paths import AttemptPaths
 from orchardist.git.repo import Repo
 from orchardist.git.treehash import escaping_symlinks, refused_path
 from orchardist.safeio import remove_tree

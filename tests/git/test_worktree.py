@@ -15,9 +15,10 @@ import pytest
 from orchardist import Workspace, load_plan, safeio
 from orchardist.agents import KINDS, agent_class
 from orchardist.confine import isolation, mounts
+from orchardist.confine.attemptpaths import AttemptPaths
 from orchardist.confine.homes import empty_home, fill_home, tool_homes
 from orchardist.confine.layout import Layout
-from orchardist.confine.paths import ROOT_VAR, AttemptPaths, repo_key, workdir_root
+from orchardist.confine.paths import ROOT_VAR, repo_key, workdir_root
 from orchardist.errors import PlanError
 from orchardist.git.repo import Repo
 from orchardist.runs.folders import recorded_run_folder

@@ -18,7 +18,6 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from orchardist.state.agentrecords import Usage
 from orchardist.state.counts import RunCounts
 from orchardist.state.dbschema import SCHEMA, migrate
 from orchardist.state.eventlog import Event
@@ -32,6 +31,7 @@ from orchardist.state.records import (
     TaskState,
 )
 from orchardist.state.store import MEMORY, Store, Transaction
+from orchardist.state.usage import Usage
 from run_support import only_run, orchardist, wait_until
 from support import toml_str, write_plan
 

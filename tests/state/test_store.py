@@ -16,7 +16,7 @@ import pytest
 from orchardist.errors import StoreError, TransitionError
 from orchardist.runs.follow import Watch
 from orchardist.state import scancache
-from orchardist.state.agentrecords import Failure, Usage
+from orchardist.state.agentrecords import Failure
 from orchardist.state.eventlog import Event
 from orchardist.state.records import (
     AttemptChanges,
@@ -31,6 +31,7 @@ from orchardist.state.records import (
 )
 from orchardist.state.store import Store
 from orchardist.state.tables import USAGE_FIELDS
+from orchardist.state.usage import Usage
 
 
 @pytest.fixture

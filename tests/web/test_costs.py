@@ -17,7 +17,6 @@ import pytest
 
 from orchardist.plan import loading as plan_module
 from orchardist.state import tables as tables_module
-from orchardist.state.agentrecords import Usage
 from orchardist.state.eventlog import Event
 from orchardist.state.records import (
     AttemptRecord,
@@ -29,6 +28,7 @@ from orchardist.state.records import (
 )
 from orchardist.state.report import status_document
 from orchardist.state.store import Store
+from orchardist.state.usage import Usage
 from orchardist.web.reads import Reads, Settings
 from support import Finished, make_repo
 from web.test_api import finished_plan

@@ -32,7 +32,8 @@ from typing import Any, ClassVar
 
 from ..confine.procs import CancelToken, ProcessRequest, ProcessResult, run_process
 from ..confine.scrubbed import BASE_ENV
-from ..state.agentrecords import AgentProfile, Failure, Usage
+from ..state.agentrecords import AgentProfile, Failure
+from ..state.usage import Usage
 from ..terminal import plain
 from .context import AgentContext, AgentResult
 from .limits import classify, retry_after_s

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..confine.paths import AttemptPaths
+from ..confine.attemptpaths import AttemptPaths
 from ..confine.spec import Spec
-from ..state.agentrecords import Failure, Usage
+from ..state.agentrecords import Failure
+from ..state.usage import Usage
 
 if TYPE_CHECKING:  # the process machinery
     from ..confine.procs import CancelToken

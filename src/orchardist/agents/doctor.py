@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..confine.attemptpaths import AttemptPaths
 from ..confine.homes import fill_home, tool_homes
-from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken, new_marker
 from ..confine.scrubbed import scrubbed_env
 from ..confine.spec import Spec, wrap, writable_of

@@ -37,7 +37,8 @@ import httpx
 from ..confine.procs import ProcessRequest, run_process
 from ..safeio import read_capped, write_whole
 from ..specs import parse_duration
-from ..state.agentrecords import AgentProfile, Failure, Usage
+from ..state.agentrecords import AgentProfile, Failure
+from ..state.usage import Usage
 from .cli import BOTH_PRICES, Needs, narrow_env
 from .context import AgentContext, AgentResult
 from .limits import classify

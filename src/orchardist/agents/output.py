@@ -10,7 +10,8 @@ from typing import Any
 
 from ..confine.procs import ProcessRequest, ProcessResult, run_process
 from ..safeio import read_capped
-from ..state.agentrecords import SESSION_ID_CHARS, SUMMARY_CHARS, Failure, Usage, capped
+from ..state.agentrecords import SESSION_ID_CHARS, SUMMARY_CHARS, Failure, capped
+from ..state.usage import Usage
 from .context import AgentContext, AgentResult
 
 MAX_OUTPUT_BYTES = 1024 * 1024  # it is a summary and a few numbers
@@ -26,7 +27,7 @@ def read_output(path: Path) -> tuple[Usage, str]:
 
     Recognised keys: ``cost_usd``, ``input_tokens``, ``output_tokens``, ``turns``,
     ``session_id`` and ``summary``; anything else is ignored, and so is a figure that is not
-    a number. Numbers are passed on as written: ``agentrecords.checked_usage`` drops those out of
+    a number. Numbers are passed on as written: ``usage.checked_usage`` drops those out of
     range (noting it), and the strings are capped there. Raises :class:`OutputError` when
     something is there but is not a JSON object in a regular file of at most
     ``MAX_OUTPUT_BYTES`` (a FIFO, a symlink, a huge file, a nesting bomb, not JSON).

@@ -11,6 +11,7 @@ its parser, ``cmd_NAME`` runs it.
 
     parsing.py   the top-level parser, with every command in the order ``--help`` lists them;
                  only the chosen command's parser is built
+    plain.py     the plain lines of validate, runs and status, read without the parser
     options.py   exit codes and the options several commands share
     running.py   run, resume, retry, cancel
     reviewing.py review
@@ -23,14 +24,16 @@ its parser, ``cmd_NAME`` runs it.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import EXIT_USAGE, UsageError, reported
-from .parsing import build, parse
+
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = ["build_parser", "main"]
 
@@ -42,6 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .completion import ids
 
         return ids(argv[1:])
+    from .parsing import parse  # argparse: a plain validate's line is read without it
+
     parser, args = parse(main, argv)
     if args.verbose:
         import logging
@@ -71,4 +76,6 @@ def _enter(folder: Path | None) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line's parser (commands that run a plan call back into ``main``)."""
+    from .parsing import build
+
     return build(main)

@@ -1,8 +1,12 @@
-"""Exit codes, the top-level parser's own options, and the options several commands share."""
+"""Exit codes, the top-level parser's own options, and the options several commands share.
+
+``argparse`` (with the ``gettext`` and ``locale`` it imports, ~8 ms) is imported where a parser
+is built or a value refused: a plain ``validate``'s line is read without it
+(:func:`.plans.plain_validate`), and this module's ``load_plan`` serves it.
+"""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -11,6 +15,8 @@ from .. import __version__
 from ..errors import UsageError
 
 if TYPE_CHECKING:
+    import argparse
+
     from ..specs import Plan
 
 EXIT_REVIEW = 3  # the run ended awaiting review: decide, then `orchardist resume RUN`
@@ -21,6 +27,8 @@ Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 def root_parser() -> argparse.ArgumentParser:
     """``orchardist`` itself, before any command is added."""
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="orchardist",
         description="Run coding agents in parallel git worktrees; keep only what real runs prove.",
@@ -166,9 +174,9 @@ def positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise _refused(f"expected a number, got {text!r}") from None
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError("must be a positive number")
+        raise _refused("must be a positive number")
     return value
 
 
@@ -176,10 +184,18 @@ def positive(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        raise _refused(f"expected a whole number, got {text!r}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
+        raise _refused("must be at least 1")
     return value
+
+
+def _refused(message: str) -> Exception:
+    """What an argument's type raises for argparse to say ``message`` (only a parser calls
+    one: argparse is imported already)."""
+    import argparse
+
+    return argparse.ArgumentTypeError(message)
 
 
 def check_tasks(plan: Any, tasks: Sequence[str]) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 from collections.abc import Callable, Sequence
@@ -23,6 +22,8 @@ from .options import (
 )
 
 if TYPE_CHECKING:
+    import argparse
+
     from ..config import Config
 
 Main: TypeAlias = Callable[[Sequence[str]], int]

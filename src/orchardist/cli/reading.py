@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EXIT_OK, UsageError
 from ..terminal import plain
 from .options import Commands, positive, repo_arg
 from .summary import elapsed, print_summary, shown_state, status_text, when
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def add_show(sub: Commands) -> None:

@@ -18,10 +18,11 @@ from .exes import Reach, Scope, path_reach, private_files, reach
 from .homes import tool_homes
 from .isolation import Mode, choose, hidden_by_tmp
 from .layout import Layout
-from .paths import AttemptPaths, workdir_root
+from .paths import workdir_root
 
 if TYPE_CHECKING:  # (a plan's fields are read, the module is not needed)
     from ..specs import Plan
+    from .attemptpaths import AttemptPaths
     from .spec import Spec
 
 # Folders (separated like PATH) shown to every confined process although the private /tmp would

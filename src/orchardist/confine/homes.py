@@ -7,8 +7,10 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .paths import AttemptPaths
+if TYPE_CHECKING:
+    from .attemptpaths import AttemptPaths
 
 # Toolchain roots that default to a folder in HOME (variable: folder in the real home).
 TOOL_HOMES = {

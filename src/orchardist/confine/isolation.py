@@ -25,12 +25,15 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import IsolationError
+
+if TYPE_CHECKING:
+    from .bwrapprobe import Probe
 
 PROBE_TIMEOUT_S = 10.0
 
@@ -52,19 +55,11 @@ class Mode(StrEnum):
     NONE = "none"  # nothing confined
 
 
-@dataclass(frozen=True)
-class Probe:
-    """Whether namespaces can be made here, and why not when they cannot."""
-
-    bwrap: str | None  # the bwrap binary found on PATH
-    usable: bool
-    version: str = ""
-    reason: str = ""  # why not usable
-
-
 @cache
 def probe() -> Probe:
     """Find bwrap and check, once per process, that it can make the namespaces we use."""
+    from .bwrapprobe import Probe  # (made only where it is asked: validate asks only if need be)
+
     found = shutil.which("bwrap")
     if found is None:
         return Probe(None, False, reason="bwrap not found on PATH (install bubblewrap)")

@@ -37,18 +37,18 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import OrchardistError
 from ..git.repo import Repo
 from . import mounts, userlink
-from .paths import AttemptPaths, repo_key
+from .paths import repo_key
 
 if TYPE_CHECKING:
-    from ..git.indexfile import IndexFile
     from ..git.snapshots import Checkout
+    from .attemptpaths import AttemptPaths
+    from .pristine import Pristine
 
 LISTING = "listing.git"  # in a run folder; job ids end in ".<number>", so none is named so
 PRISTINE = "pristine"  # in a run folder, likewise
@@ -75,20 +75,6 @@ _LISTING_CONFIG = """[core]
 _LISTING_ATTRIBUTES = "* -text -filter -ident -working-tree-encoding\n"
 
 
-@dataclass
-class _Pristine:
-    """A checkout of one base commit that overlays share; changed only while none uses it."""
-
-    root: Path  # tree/ and git/
-    commit: str
-    users: int = 1
-    index: bytes = b""  # its git index, as the checkout wrote it
-    digest: bytes = b""  # the index's sha256 (hashed once, not once per attempt)
-    parsed: IndexFile | None = None  # the index, parsed once, moved with the checkout
-    ready: threading.Event = field(default_factory=threading.Event)
-    failed: bool = False
-
-
 class Layout:
     """The attempt folders of one repository, and how to make and remove them."""
 
@@ -103,8 +89,8 @@ class Layout:
         self._recorded: set[str] = set()
         self._lock = threading.Lock()
         self._indexes: dict[Path, bytes] = {}  # digest of each attempt's checkout.index
-        self._pristines: list[_Pristine] = []
-        self._lowers: dict[Path, _Pristine] = {}  # attempt root -> the pristine under it
+        self._pristines: list[Pristine] = []
+        self._lowers: dict[Path, Pristine] = {}  # attempt root -> the pristine under it
         self._removing: dict[Path, threading.Event] = {}  # attempt roots being removed
         self._skeletons: set[Path] = set()  # removed overlaid attempts: their empty tree/ left
 
@@ -114,10 +100,14 @@ class Layout:
 
     def attempt(self, run_id: str, job_id: str) -> AttemptPaths:
         """The folders of a run's job (not created)."""
+        from .attemptpaths import AttemptPaths  # (its record: not made by validate's look)
+
         return AttemptPaths.under(self.run_folder(run_id) / job_id)
 
     def baseline(self, name: str) -> AttemptPaths:
         """The folders of a baseline run (not created)."""
+        from .attemptpaths import AttemptPaths
+
         return AttemptPaths.under(self.folder / "baselines" / name)
 
     def run_folder(self, run_id: str) -> Path:
@@ -177,7 +167,7 @@ class Layout:
             self._indexes[paths.root] = base.digest
         return True
 
-    def _pristine(self, run_id: str, commit: str) -> _Pristine | None:
+    def _pristine(self, run_id: str, commit: str) -> Pristine | None:
         """A pristine checkout of ``commit``, in use by the caller until :meth:`_release`:
         one already there, else an unused one moved to ``commit``, else a new one."""
         from ..safeio import (
@@ -212,20 +202,23 @@ class Layout:
         base.ready.set()
         return base
 
-    def _claim(self, run_id: str, commit: str) -> tuple[_Pristine, str | None]:
+    def _claim(self, run_id: str, commit: str) -> tuple[Pristine, str | None]:
         """An unused pristine, now for ``commit``, and the commit it holds (None: a new one,
         empty). Called with the lock held."""
         idle = next((p for p in self._pristines if p.users == 0), None)
         if idle is None:
+            # (its record is made where overlays are: validate's look at a layout makes none)
+            from .pristine import Pristine
+
             name = os.urandom(4).hex()  # never a resumed run's leftover
-            idle = _Pristine(self.run_folder(run_id) / PRISTINE / name, commit)
+            idle = Pristine(self.run_folder(run_id) / PRISTINE / name, commit)
             self._pristines.append(idle)
             return idle, None
         old = idle.commit
         idle.commit, idle.users, idle.ready = commit, 1, threading.Event()
         return idle, old
 
-    def _fill_pristine(self, base: _Pristine, old: str | None) -> bytes:
+    def _fill_pristine(self, base: Pristine, old: str | None) -> bytes:
         """Check ``base.commit`` out in its folder: all of it, or from ``old`` only what
         differs (by orchardist, see indexfile.py; by git where that cannot)."""
         git, tree, commit = base.root / "git", base.root / "tree", base.commit
@@ -258,7 +251,7 @@ class Layout:
         (git / "HEAD").write_text(f"{commit}\n")
         return moved
 
-    def _release(self, base: _Pristine) -> None:
+    def _release(self, base: Pristine) -> None:
         with self._lock:
             base.users -= 1
 

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..state.agentrecords import AgentProfile, Failure, Usage
+from ..state.agentrecords import AgentProfile, Failure
 from ..state.records import AttemptState
+from ..state.usage import Usage
 
 # Failures that count against a task's ``retries``; the others have their own budgets.
 COUNTED = {

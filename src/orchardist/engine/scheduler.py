@@ -28,9 +28,10 @@ from ..pipelines.expand import Pipelines
 from ..plan.graph import Graph
 from ..seams import Integrator, Store
 from ..specs import Plan, Review, TaskSpec
-from ..state.agentrecords import Failure, checked_usage
+from ..state.agentrecords import Failure
 from ..state.events import AttemptEvent, BreakerEvent, Kind, MergeEvent, RegressionEvent, RunEvent
 from ..state.records import AttemptState, Run, RunState, TaskState
+from ..state.usage import checked_usage
 from .hooks import Hooks
 from .jobs import Briefs, log_path, started
 from .ledger import Ledger, Writes

@@ -23,11 +23,10 @@ from ..state.agentrecords import (
     SUMMARY_CHARS,
     AgentProfile,
     Failure,
-    Usage,
     capped,
-    checked_usage,
 )
 from ..state.records import AttemptState
+from ..state.usage import Usage, checked_usage
 
 if TYPE_CHECKING:  # plan.py validates [run] executor against EXECUTORS: no import at run time
     from ..git.repo import Repo

@@ -12,13 +12,14 @@ from pathlib import Path
 
 from ..agents import agent_class
 from ..agents.context import AgentContext, AgentResult
-from ..confine.paths import AttemptPaths
+from ..confine.attemptpaths import AttemptPaths
 from ..confine.procs import CancelToken
 from ..confine.scrubbed import scrubbed_env
 from ..confine.spec import Spec, writable_of
 from ..git.repo import Repo
-from ..state.agentrecords import AgentProfile, Failure, Usage
+from ..state.agentrecords import AgentProfile, Failure
 from ..state.records import AttemptState
+from ..state.usage import Usage
 from ..verify.discovery import auto_commands, discover_tests
 from . import AttemptJob, Job, Outcome, Stacked, Stacker
 

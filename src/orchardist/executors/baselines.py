@@ -15,8 +15,8 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
+from ..confine.attemptpaths import AttemptPaths
 from ..confine.layout import Layout
-from ..confine.paths import AttemptPaths
 from ..confine.procs import CancelToken
 from ..confine.scrubbed import scrubbed_env
 from ..confine.spec import Spec

@@ -19,11 +19,12 @@ from ..agents import Agent, agent_class, command_words, make_agent
 from ..agents.context import AgentResult
 from ..agents.sessions import Sessions
 from ..confine import caches, mounts
+from ..confine.attemptpaths import AttemptPaths
 from ..confine.confinement import Confinement, without
 from ..confine.homes import empty_home, fill_home
 from ..confine.isolation import Mode, Policy, choose
 from ..confine.layout import Layout
-from ..confine.paths import AttemptPaths, workdir_root
+from ..confine.paths import workdir_root
 from ..confine.procs import CancelToken
 from ..confine.spec import Spec, writable_of
 from ..errors import GitError, OrchardistError
@@ -31,9 +32,10 @@ from ..git.repo import Repo
 from ..pipelines.stages import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
 from ..safeio import read_capped, read_tail
 from ..specs import RunConfig
-from ..state.agentrecords import AgentProfile, Failure, Usage
+from ..state.agentrecords import AgentProfile, Failure
 from ..state.records import UNFINISHED, AttemptState
 from ..state.store import Store
+from ..state.usage import Usage
 from ..verify import reports
 from ..verify.verifier import FEEDBACK_BYTES, CommandVerifier, VerifyRequest
 from . import AttemptJob, Job, Notify, Outcome, Phase, Stacked, Stacker

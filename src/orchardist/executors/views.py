@@ -20,8 +20,8 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+from ..confine.attemptpaths import AttemptPaths
 from ..confine.layout import VIEWS, Layout
-from ..confine.paths import AttemptPaths
 from ..errors import OrchardistError
 from ..git.indexfile import IndexFile, write_changes
 from ..git.repo import Repo

@@ -25,10 +25,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..specs import MAX_TASK_ID, StageSpec, TaskSpec
+from ..specs import MAX_TASK_ID, TaskSpec
 from ..state.agentrecords import AgentProfile, Failure
 from ..state.events import EscalationEvent, Kind
 from ..state.records import AttemptRecord, AttemptState, TaskState
+from .overrides import StageSpec
 from .stages import (
     AUDIT,
     ESCALATING,

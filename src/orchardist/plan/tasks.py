@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import unknown_key
 from ..specs import (
@@ -14,12 +14,14 @@ from ..specs import (
     MAX_DURATION_S,
     MAX_TASK_ID,
     RunConfig,
-    StageSpec,
     TaskSpec,
 )
 from ..state.agentrecords import AgentProfile
 from .cycles import find_cycles
 from .fields import Fields
+
+if TYPE_CHECKING:
+    from ..pipelines.overrides import StageSpec
 
 TASK_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 TASK_KEYS = {
@@ -249,6 +251,10 @@ class TaskChecks(Fields):
     ) -> tuple[dict[str, StageSpec], bool]:
         """``stages.NAME.{agent,timeout,retries,candidates}`` and ``stages.audit = false``."""
         table = self._table(raw.get("stages", {}), "stages", label)
+        if not table:  # most plans: StageSpec is made only for one that has stages
+            return {}, True
+        from ..pipelines.overrides import StageSpec
+
         stages: dict[str, StageSpec] = {}
         audit = True
         for name, value in table.items():

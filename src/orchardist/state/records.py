@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict, TypeVar
 
 from ..errors import TransitionError
-from .agentrecords import Failure, Usage
+from .agentrecords import Failure
+from .usage import Usage
 
 
 class RunState(enum.StrEnum):

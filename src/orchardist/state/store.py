@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from ..errors import StoreError
 from . import counts
-from .agentrecords import Usage
 from .dbschema import SCHEMA, migrate
 from .eventlog import Event
+from .usage import Usage
 
 if TYPE_CHECKING:  # verification's records: imported by the code that verifies, not by readers
     from ..verify.oracle import CommandOutcome

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from .agentrecords import Failure, Usage
+from .agentrecords import Failure
 from .records import (
     AttemptRecord,
     AttemptState,
@@ -22,6 +22,7 @@ from .records import (
     TaskState,
     Verdict,
 )
+from .usage import Usage
 
 USAGE_FIELDS = [f.name for f in fields(Usage)]
 
