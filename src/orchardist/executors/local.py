@@ -1,9 +1,9 @@
 """Run jobs as local processes, one thread and one attempt folder (see worktree.py) per job.
 
 An attempt's steps: make its tree, run its agent, take its work as a patch (refusing what it
-must not do), then verify it (or, for a judged pipeline stage, judge its handoff). How its
-processes are confined is :mod:`.confinement`'s, the checkout guard :mod:`.guard`'s, and the
-base's outcomes of verify commands :mod:`.baselines`'."""
+must not do: :mod:`.patches`), then verify it (or, for a judged pipeline stage, judge its
+handoff). How its processes are confined is :mod:`.confinement`'s, the checkout guard
+:mod:`.guard`'s, and the base's outcomes of verify commands :mod:`.baselines`'."""
 
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ from ..confine.layout import Layout
 from ..confine.paths import workdir_root
 from ..confine.procs import CancelToken
 from ..confine.spec import Spec, writable_of
-from ..errors import GitError, OrchardistError
+from ..errors import OrchardistError
 from ..git.repo import Repo
 from ..pipelines.stages import JUDGED_STAGES, READ_ONLY_STAGES, StageRun, judge_stage
-from ..safeio import read_capped, read_tail
+from ..safeio import read_tail
 from ..specs import RunConfig
 from ..state.agentrecords import AgentProfile, Failure
 from ..state.records import UNFINISHED, AttemptState
@@ -52,15 +52,8 @@ from .baselines import LocalBaselines as LocalBaselines
 from .baselines import keeper, verifying
 from .continuing import run_continuing
 from .guard import CheckoutGuard
+from .patches import NO_CHANGES, NO_CHANGES_FEEDBACK, Contained, git_file, take_patch, unchanged
 from .views import fresh_view, needs_view, view_paths
-
-NO_CHANGES = "the agent changed no file"
-NO_CHANGES_FEEDBACK = (
-    "The previous attempt ended without changing any file in the working tree, so there was "
-    "nothing to verify. Make the change in the files themselves; edits that were refused, "
-    "only described, or written outside the working tree do not count."
-)
-GIT_FILE_MAX_BYTES = 4096  # the worktree's .git file: one "gitdir: ..." line
 
 
 class LocalExecutor:
@@ -262,9 +255,7 @@ class LocalExecutor:
         agent_spec = self.confine(paths, network=True, words=command_words(job.profile))
         if job.stage in READ_ONLY_STAGES and agent_spec is not None:
             agent_spec = without(agent_spec, paths.tree)
-        gitfile = (read_capped(paths.tree / ".git", GIT_FILE_MAX_BYTES) or b"").decode(
-            errors="replace"
-        )
+        gitfile = git_file(paths)
         env = self._env(job, paths, job.profile)
         kind = agent_class(job.profile.kind)
         fill_home(paths, self.confinement.real_home(), kind.home_files, kind.home_state)
@@ -303,12 +294,13 @@ class LocalExecutor:
     def _work(self, a: Attempt, gitfile: str, result: AgentResult, usage: Usage) -> Outcome | Work:
         """The agent's work as a patch, unless it must not be kept or changed nothing."""
         job, summary = a.agent_job, result.detail
+        log = self.log_path(job.run_id, job.id)
         try:
-            patch = self._take_patch(job, a.paths, gitfile)
-        except _Contained as exc:
+            patch = take_patch(self.repo, self.layout, self.guard, job, a.paths, gitfile, log)
+        except Contained as exc:
             return a.end(AttemptState.FAILED, Failure.AGENT_ERROR, usage=usage, detail=str(exc))
         changed = self.repo.changed_lines(job.base_commit, patch)
-        if not job.allow_empty and self._unchanged(job, patch):
+        if not job.allow_empty and unchanged(self.repo, job, patch):
             # Verify would judge the base itself: "already failing on the base" would
             # merge an empty commit as verified.
             return a.end(
@@ -341,7 +333,7 @@ class LocalExecutor:
                 writable,
                 spec,
             ),
-            unchanged=self._unchanged(job, work.patch),
+            unchanged=unchanged(self.repo, job, work.patch),
         )
         done: dict[str, Any] = {
             "patch_commit": work.patch,
@@ -430,35 +422,6 @@ class LocalExecutor:
             **common,
         )
 
-    def _take_patch(self, job: AttemptJob, paths: AttemptPaths, gitfile: str) -> str:
-        """Snapshot the agent's work, refusing what it must not do or produce."""
-        worktree = paths.tree
-        # Never a plain open: the agent may have left a FIFO there (an open would block for good).
-        intact = read_capped(worktree / ".git", GIT_FILE_MAX_BYTES) == gitfile.encode()
-        if not intact:
-            raise _Contained("the agent deleted or damaged its worktree")
-        reason = self.guard.suspect(job.id, self.log_path(job.run_id, job.id))
-        if reason is not None:
-            raise _Contained(reason)
-        try:
-            checkout = self.layout.checkout(paths, job.run_id)
-            patch = self.repo.snapshot(worktree, job.start, job.message, checkout)
-            if job.start != job.base_commit:  # what the worktree started with is part of the patch
-                patch = self.repo.commit_tree(
-                    self.repo.tree_of(patch), [job.base_commit], job.message
-                )
-        except GitError as exc:
-            raise _Contained(f"the agent left a worktree git cannot read: {exc}") from exc
-        problems = self.repo.patch_problems(job.base_commit, patch, job.max_patch_bytes)
-        if problems:
-            raise _Contained("patch refused: " + "; ".join(problems))
-        self.repo.set_ref(f"refs/orchardist/runs/{job.run_id}/{job.id}", patch)
-        return patch
-
-    def _unchanged(self, job: Job, patch: str) -> bool:
-        """Whether the patch's tree is the one the worktree started from."""
-        return self.repo.tree_of(patch) == self.repo.tree_of(job.start)
-
     def _fingerprint(self) -> dict[str, str]:
         ignore = ["refs/heads/orchardist/"]
         watch = []
@@ -496,7 +459,3 @@ class LocalExecutor:
         """How a process of the attempt at ``paths`` is confined (see :mod:`.confinement`);
         ``words``: the agent's command line, whose files are shown wherever they are."""
         return self.confinement.spec(paths, network, hidden, words)
-
-
-class _Contained(Exception):
-    """The agent did something an attempt may not do; the attempt fails with this reason."""
