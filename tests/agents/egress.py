@@ -13,58 +13,17 @@ nothing leaves the machine::
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from modelapi.server import ModelServer, Reply, Request
 
 
-class EgressProxy:
-    """``with EgressProxy() as proxy:`` serves on ``proxy.url`` until the block ends."""
+class EgressProxy(ModelServer):
+    """``with EgressProxy() as proxy:`` serves on ``proxy.url`` (the value for
+    ``HTTPS_PROXY``) until the block ends, refusing every request."""
 
-    def __init__(self) -> None:
-        self._lines: list[str] = []
-        self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``, the value for ``HTTPS_PROXY``."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+    def answer(self, request: Request) -> Reply:
+        return Reply(403, {"connection": "close"})
 
     def asked(self) -> list[str]:
         """The request lines received, in order (``CONNECT play.googleapis.com:443``)."""
-        with self._lock:
-            return list(self._lines)
-
-    def record(self, line: str) -> None:
-        with self._lock:
-            self._lines.append(line)
-
-    def __enter__(self) -> EgressProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=10)
-
-
-def _handler_for(proxy: EgressProxy) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def _refuse(self) -> None:
-            proxy.record(f"{self.command} {self.path}")
-            self.send_response(403)
-            self.send_header("content-length", "0")
-            self.send_header("connection", "close")
-            self.end_headers()
-
-        do_CONNECT = do_GET = do_POST = do_PUT = do_HEAD = _refuse
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # quiet: the request lines are recorded
-
-    return Handler
+        with self.lock:
+            return [f"{r.method} {r.path}" for r in self.requests]

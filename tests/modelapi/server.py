@@ -111,12 +111,6 @@ def _handler_for(server: ModelServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_GET(self) -> None:
-            self._serve()
-
-        def do_POST(self) -> None:
-            self._serve()
-
         def _serve(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
@@ -143,6 +137,9 @@ def _handler_for(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(b"0\r\n\r\n")
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
+
+        # Every method is recorded and answered alike (a proxy's CONNECT too: egress.py).
+        do_GET = do_POST = do_PUT = do_HEAD = do_CONNECT = _serve
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # quiet: the requests are recorded
