@@ -96,6 +96,8 @@ def test_missed_files_share_processes_only_by_whole_batches(tmp_path: Path) -> N
 NOT_ON_A_FIRST_SCAN = {"argparse", "orchardist.cli", "orchardist.agents", "orchardist.scan.memo"}
 NOT_ON_A_FIRST_SCAN |= {"orchardist.state.records", "orchardist.state.tables"}
 NOT_ON_A_FIRST_SCAN |= {"orchardist.confine.spec"}
+# nor an attempt's usage nor the run counts read back: the store writes no attempt and reads no run
+NOT_ON_A_FIRST_SCAN |= {"orchardist.state.usage", "orchardist.state.runcounts"}
 GIT_ON_A_FIRST_SCAN = ("--show-toplevel", "--git-common-dir", "status", "ls-tree", "read-tree")
 GIT_ON_A_FIRST_SCAN += ("checkout-index", "diff")
 
@@ -168,6 +170,40 @@ def test_a_first_scan_leaves_what_its_start_up_loaded_out_of_the_collectors_pass
     frozen, examined = json.loads(said.read_text())
     assert frozen > 10_000
     assert examined < frozen
+
+
+MADE = """
+import dataclasses, runpy, sys
+made = []  # each dataclass the scan's modules define, as it is made
+process_class = dataclasses._process_class
+def noting(cls, *args, **kwargs):
+    made.append(f"{cls.__module__}.{cls.__qualname__}")
+    return process_class(cls, *args, **kwargs)
+dataclasses._process_class = noting
+sys.argv = ["orchardist", *sys.argv[1:]]
+try:
+    runpy.run_module("orchardist", run_name="__main__")
+finally:
+    print("\\n".join(made), file=sys.stderr)
+"""
+
+
+def test_a_first_scan_makes_no_record_of_runs_attempts_or_their_counts(tmp_path: Path) -> None:
+    # Given a scan without the cache, in a new interpreter that notes each dataclass made
+    # (each costs about a millisecond: its methods are compiled from source)
+    repo = make_repo(tmp_path / "repo", {f"src/m{i}.py": f"# TODO: {i}\n" for i in range(3)})
+    plan, _log = todo_plan(repo, tmp_path)
+    argv = [sys.executable, "-c", MADE, "scan", str(plan), "--json", "--no-cache"]
+
+    # When it scans
+    done = subprocess.run(argv, cwd=repo, capture_output=True, text=True)
+
+    # Then it found what is there, and made neither an attempt's usage nor a run's counts
+    # (the store it logs to writes no attempt and reads no run), 19 dataclasses in all
+    assert json.loads(done.stdout)["findings"] == 3, done.stderr
+    made = [line for line in done.stderr.splitlines() if line.startswith("orchardist.")]
+    assert not [m for m in made if m.endswith((".Usage", ".RunCounts"))], made
+    assert len(made) <= 19, made
 
 
 PLAIN_LINES = [

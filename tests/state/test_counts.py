@@ -18,7 +18,6 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from orchardist.state.counts import RunCounts
 from orchardist.state.dbschema import SCHEMA, migrate
 from orchardist.state.eventlog import Event
 from orchardist.state.records import (
@@ -30,6 +29,7 @@ from orchardist.state.records import (
     TaskRecord,
     TaskState,
 )
+from orchardist.state.runcounts import RunCounts
 from orchardist.state.store import MEMORY, Store, Transaction
 from orchardist.state.usage import Usage
 from run_support import only_run, orchardist, wait_until

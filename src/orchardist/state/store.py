@@ -27,7 +27,6 @@ from ..errors import StoreError
 from . import counts
 from .dbschema import SCHEMA, migrate
 from .eventlog import Event
-from .usage import Usage
 
 if TYPE_CHECKING:  # verification's records: imported by the code that verifies, not by readers
     from ..verify.oracle import CommandOutcome
@@ -40,6 +39,7 @@ if TYPE_CHECKING:  # verification's records: imported by the code that verifies,
         TaskChanges,
         TaskRecord,
     )
+    from .runcounts import RunCounts
 
 MEMORY = ":memory:"  # the path of an in-memory store
 BELL_SUFFIX = "-bell"  # the file whose times each commit touches (see Store.transaction)
@@ -114,12 +114,12 @@ class Transaction:
         self, run_id: str, task_id: str, n: int, **changes: Unpack[AttemptChanges]
     ) -> None:
         """Update columns of an attempt; a ``usage`` value is spread over its columns."""
-        from . import tables
+        from . import tables, usage  # (a scan's store writes no attempt)
 
         columns: dict[str, Any] = dict(changes)
-        usage = columns.pop("usage", None)
-        if isinstance(usage, Usage):
-            columns.update({k: getattr(usage, k) for k in tables.USAGE_FIELDS})
+        used = columns.pop("usage", None)
+        if isinstance(used, usage.Usage):
+            columns.update({k: getattr(used, k) for k in tables.USAGE_FIELDS})
         self._update("attempts", {"run_id": run_id, "task_id": task_id, "n": n}, columns)
 
     def put_baseline(self, key: str, commit: str, outcome: CommandOutcome, now: float) -> None:
@@ -374,13 +374,15 @@ class Store:
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("commit")
 
-    def run_counts(self) -> dict[str, counts.RunCounts]:
+    def run_counts(self) -> dict[str, RunCounts]:
         """Every run's tasks by state and its attempts' total cost, as the store keeps them
         (counts.py): two queries over a row a run and state, no task or attempt read
         (counted from the rows in a store only older versions wrote)."""
+        from . import runcounts  # (a scan's store reads no run: runcounts.py)
+
         if not self._keeps_counts():
-            return counts.counted(self._rows(counts.RECOUNT))
-        return counts.kept(self._rows(counts.KEPT_TASKS), self._rows(counts.KEPT_RUNS))
+            return runcounts.counted(self._rows(runcounts.RECOUNT))
+        return runcounts.kept(self._rows(runcounts.KEPT_TASKS), self._rows(runcounts.KEPT_RUNS))
 
     def _keeps_counts(self) -> bool:
         """Whether the store keeps run counts and versions (a writer of this version opened

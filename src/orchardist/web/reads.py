@@ -17,9 +17,9 @@ from typing import Any
 from ..errors import OrchardistError, StoreError
 from ..git.repo import Repo
 from ..safeio import read_tail
-from ..state.counts import RunCounts
 from ..state.records import Run
 from ..state.report import rate_limit_wait, task_entry
+from ..state.runcounts import RunCounts
 from ..state.store import Store
 from .runpage import RunPage, build, current
 from .taskdoc import attempt_extras, finding, review_history, winner_first
