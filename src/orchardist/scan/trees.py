@@ -13,7 +13,6 @@ import os
 import shutil
 import stat
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from ..git.repo import Repo
@@ -109,5 +108,5 @@ def with_sources(findings: Iterable[Finding], tree: Path) -> list[Finding]:
             done.append(finding)
         else:
             source = source_of(lines, finding.start_line, finding.end_line)
-            done.append(replace(finding, source=source))
+            done.append(finding.with_source(source))
     return done
