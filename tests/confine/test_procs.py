@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
+from orchardist.confine import proctable
 from orchardist.confine.procs import (
     MARKER_VAR,
     CancelToken,
     ProcessRequest,
     ProcessResult,
-    _members,
     _parents_first,
     kill_tree,
     new_marker,
@@ -537,7 +537,7 @@ def test_sigterm_reaches_a_parent_before_its_children(tmp_path: Path) -> None:
     )
     try:
         assert chain.stdout is not None and chain.stdout.readline() == b"started\n"
-        members = _members(chain.pid, None)
+        members = proctable.members(chain.pid, None)
         # When the processes are put in signalling order, in every order a set may hold them
         for ordering in (sorted(members), sorted(members, reverse=True)):
             # Then each comes after its parent

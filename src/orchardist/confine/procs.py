@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import landlock as sandbox
+from . import proctable
 from .capped import CappedLog
 from .isolation import Mode
 
@@ -357,7 +358,7 @@ def kill_tree(
     for them on pidfds, not by polling.
     """
     needle = f"{MARKER_VAR}={marker}".encode() if marker else None
-    born = _start_ticks(leader) if descendants else 0
+    born = proctable.start_ticks(leader) if descendants else 0
     return _kill(leader, needle, grace_s, spare_leader, born)
 
 
@@ -369,7 +370,7 @@ def kill_by_env(name: str, value: str, grace_s: float = DEFAULT_GRACE_S) -> int:
 def _kill(
     leader: int, needle: bytes | None, grace_s: float, spare_leader: bool = False, born: int = 0
 ) -> int:
-    targets = _members(leader, needle, born)
+    targets = proctable.members(leader, needle, born)
     if not targets:
         return 0
     told = _told(leader, targets, spare_leader) if grace_s > 0 else set()
@@ -377,10 +378,10 @@ def _kill(
         _signal_all(told, signal.SIGTERM, -1 if spare_leader else leader)
         survivors = _wait_gone(targets, grace_s)
         if survivors:
-            _signal_all(survivors | _members(leader, needle, born), signal.SIGKILL, leader)
+            _signal_all(survivors | proctable.members(leader, needle, born), signal.SIGKILL, leader)
     else:
         _signal_all(targets, signal.SIGKILL, leader)
-    _wait_gone(_members(leader, needle, born) | targets, 5.0)
+    _wait_gone(proctable.members(leader, needle, born) | targets, 5.0)
     return len(targets)
 
 
@@ -390,17 +391,7 @@ def _told(leader: int, targets: set[int], spare_leader: bool) -> set[int]:
     it starts, a confined command has nothing else yet: a grace would wait for nothing."""
     if not spare_leader:
         return targets
-    return {pid for pid in targets - {leader} if _parent(pid) != leader}
-
-
-def _parent(pid: int) -> int:
-    """``pid``'s parent, 0 when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        return int(stat[stat.rindex(b")") + 2 :].split()[1])
-    except (OSError, ValueError):
-        return 0
+    return {pid for pid in targets - {leader} if proctable.parent(pid) != leader}
 
 
 def _signal_all(pids: set[int], sig: signal.Signals, leader: int) -> None:
@@ -419,7 +410,7 @@ def _parents_first(pids: set[int]) -> list[int]:
     may reap them and run to its end first, and its trap never runs (a set's order would do
     that whenever a child's pid hashes before its parent's).
     """
-    parent = {pid: _parent(pid) for pid in pids}
+    parent = {pid: proctable.parent(pid) for pid in pids}
 
     def depth(pid: int) -> int:
         seen = 0
@@ -458,43 +449,3 @@ def _wait_gone(pids: set[int], seconds: float) -> set[int]:
         for fd in fds:
             os.close(fd)
     return alive
-
-
-def _start_ticks(pid: int) -> int:
-    """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat``); 0 when unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        return int(stat[stat.rindex(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _members(leader: int, needle: bytes | None, born: int = 0) -> set[int]:
-    """Live (non-zombie) processes in ``leader``'s group, or whose environment holds ``needle``
-    (looked at only in processes that started at tick ``born`` or later)."""
-    found: set[int] = set()
-    me = os.getpid()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        if pid == me:
-            continue
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                stat = fh.read()
-            fields = stat[stat.rindex(b")") + 2 :].split()
-            state, pgrp = fields[0], int(fields[2])
-            if state in (b"Z", b"X"):
-                continue
-            if leader > 0 and pgrp == leader:
-                found.add(pid)
-                continue
-            if needle is not None and int(fields[19]) >= born:
-                with open(f"/proc/{pid}/environ", "rb") as fh:
-                    if needle in fh.read().split(b"\0"):
-                        found.add(pid)
-        except (OSError, ValueError):
-            continue
-    return found
