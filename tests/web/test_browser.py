@@ -23,8 +23,8 @@ RunPlan = Callable[..., Finished]
 WAIT_MS = 60_000  # a loaded 2-core machine: conditions normally hold within a second
 
 # Debian's chromium-headless-shell first: the headless-only build Playwright itself runs for
-# headless tests, the same Blink in fewer processes (a start, one page and a stop: 1.4-1.6 s of
-# CPU against 2.2-2.9 s for the whole browser, load ~24); the whole browser where it is missing.
+# headless tests, the same Blink in fewer processes and less CPU; the whole browser where it is
+# missing.
 CHROMIUM = next(
     filter(None, map(shutil.which, ("chromium-headless-shell", "chromium", "chromium-browser"))),
     None,
