@@ -253,3 +253,17 @@ class Stubborn:
     def grace_s(self, killed_at: float) -> float:
         """Seconds from the SIGTERM to ``killed_at`` (a ``time.time()``)."""
         return killed_at - float(self.term_file.read_text())
+
+
+# The start of a ``python -c`` program that notes each dataclass made, as it is made, in
+# ``made`` ("module.QualName"): each costs about a millisecond (its methods are compiled from
+# source), so the start-up tests bound how many a command makes.
+NOTING_DATACLASSES = """
+import dataclasses
+made = []
+process_class = dataclasses._process_class
+def noting(cls, *args, **kwargs):
+    made.append(f"{cls.__module__}.{cls.__qualname__}")
+    return process_class(cls, *args, **kwargs)
+dataclasses._process_class = noting
+"""

@@ -24,20 +24,17 @@ from orchardist.cli.parsing import COMMANDS, build, parse
 from orchardist.cli.plain import plain
 from realtools import require
 from shared_run_support import finished_run, isolated
+from support import NOTING_DATACLASSES
 
 # Layers a command that reads a run's record or a plan has no use for: the loop, where attempts
 # run, the agents, pipelines, the sandbox, verification, scanners, the dashboard.
 DRIVING = ("engine", "executors", "agents", "pipelines", "confine", "verify", "scan", "web")
 PLANS = ("plan", "specs", "config")
 
-IMPORTED = """
-import io, json, sys, contextlib, dataclasses
-made = []  # each dataclass the command's modules define, as it is made
-process_class = dataclasses._process_class
-def noting(cls, *args, **kwargs):
-    made.append(f"{cls.__module__}.{cls.__qualname__}")
-    return process_class(cls, *args, **kwargs)
-dataclasses._process_class = noting
+IMPORTED = (
+    NOTING_DATACLASSES
+    + """
+import io, json, sys, contextlib
 from orchardist.__main__ import main  # as the console script starts
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
     try:
@@ -46,6 +43,7 @@ with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.St
         code = exc.code
 print(json.dumps([code, sorted(sys.modules), made]))
 """
+)
 
 
 @functools.cache
