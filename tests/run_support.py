@@ -15,6 +15,7 @@ import importlib
 import logging
 import os
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -345,6 +346,10 @@ class Gate:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
 
+    def waited(self) -> str:
+        """The shell command that waits at the gate (for good: the test opens it in the end)."""
+        return f"flock -s {shlex.quote(str(self.path))} true"
+
     def open(self) -> None:
         """Let the waiters through; forks of this process holding the file share its lock,
         which this unlocks for all of them (closing this copy would not)."""
@@ -352,6 +357,14 @@ class Gate:
 
     def close(self) -> None:
         os.close(self._fd)
+
+    def __enter__(self) -> Gate:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Open (no waiter is left blocked, whatever the test did), then close."""
+        self.open()
+        self.close()
 
 
 def wait_until(what: str, condition: Callable[[], bool], timeout_s: float = 20.0) -> None:

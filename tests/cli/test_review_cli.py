@@ -112,10 +112,8 @@ def scripts(shell_scripts: Scripts, **more: str) -> str:
 @pytest.fixture
 def release(sync: Path) -> Iterator[Gate]:
     """The gate ``slow`` waits at, shut until the test opens it."""
-    gate = Gate(sync / "release")
-    yield gate
-    gate.open()
-    gate.close()
+    with Gate(sync / "release") as gate:
+        yield gate
 
 
 def states(doc: dict[str, Any]) -> dict[str, str]:

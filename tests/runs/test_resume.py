@@ -127,10 +127,8 @@ fi
 @pytest.fixture
 def release(sync: Path) -> Iterator[Gate]:
     """The gate the waiting plan's first attempts wait at, shut until the test opens it."""
-    gate = Gate(sync / "release")
-    yield gate
-    gate.open()
-    gate.close()
+    with Gate(sync / "release") as gate:
+        yield gate
 
 
 @pytest.fixture

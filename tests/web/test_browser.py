@@ -13,8 +13,9 @@ import pytest
 
 from orchardist.engine.scheduler import Scheduler
 from realtools import require
+from run_support import Gate
 from support import Finished, write_plan
-from web.browser_support import Gate, keep_screenshot
+from web.browser_support import keep_screenshot
 from web.dashboard import Dashboard, serving
 
 pytestmark = pytest.mark.slow
@@ -98,7 +99,7 @@ def test_a_live_run_in_the_browser(
 ) -> None:
     # Given: a run whose last task prints a line, waits, prints another, waits, then finishes
     with Gate(tmp_path / "one") as one, Gate(tmp_path / "two") as two:
-        gated = f"echo first line && read _ < {one.path} && echo second line && read _ < {two.path}"
+        gated = f"echo first line && {one.waited()} && echo second line && {two.waited()}"
         plan = write_plan(repo, PLAN.format(gated=json.dumps(gated + " && echo t > top.txt")))
         started = threading.Event()
         ids: list[str] = []

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from orchardist import Workspace
-from run_support import has_run, status, wait_until
+from run_support import Gate, has_run, status, wait_until
 from support import toml_str, write_plan
-from web.browser_support import Gate, keep_screenshot
+from web.browser_support import keep_screenshot
 from web.dashboard import serving
 from web.test_browser import WAIT_MS, browser
 
@@ -34,7 +34,7 @@ else
 fi
 """
 GATE = """
-read _ < "$SYNC/release"
+flock -s "$SYNC/release" true
 echo g > gate.txt
 """
 REQUEST = "Greet politely, with a capital letter."
