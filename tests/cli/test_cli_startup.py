@@ -11,10 +11,12 @@ import io
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_cli_inputs import orchardist
@@ -34,14 +36,16 @@ PLANS = ("plan", "specs", "config")
 IMPORTED = (
     NOTING_DATACLASSES
     + """
-import io, json, sys, contextlib
+import atexit, io, json, sys, contextlib
 from orchardist.__main__ import main  # as the console script starts
+# told at exit, which a function registered there makes the ordinary one (see __main__._end)
+ended = []
+atexit.register(lambda: print(json.dumps([*ended, sorted(sys.modules), made])))
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
     try:
-        code = main()
+        ended.append(main())
     except SystemExit as exc:
-        code = exc.code
-print(json.dumps([code, sorted(sys.modules), made]))
+        ended.append(exc.code)
 """
 )
 
@@ -335,6 +339,82 @@ def test_commands_that_read_and_end_at_once_make_no_collector_pass(
     # and a command that may run for hours has it back once its modules are in
     passes, enabled = collected(ran, tmp_path, "run", "plan.toml", "-q", "--fresh")
     assert enabled and passes, passes
+
+
+TORN_DOWN = """
+import os, runpy, sys
+class Finalized:  # freed, and its finalizer run, only by the interpreter's teardown
+    def __del__(self, mkdir=os.mkdir, marker=sys.argv[1]):
+        mkdir(marker)
+kept = Finalized()
+sys.argv = ["orchardist", *sys.argv[2:]]
+runpy.run_module("orchardist", run_name="__main__")
+"""
+
+
+def ended(
+    repo: Path, tmp: Path, *argv: str, **run: Any
+) -> tuple[subprocess.CompletedProcess[str], bool]:
+    """``orchardist ARGV`` run as the console script runs it, its output block-buffered as in
+    any pipe (PYTHONUNBUFFERED unset); and whether the interpreter's teardown ran (an object it
+    frees made its marker)."""
+    marker = tmp / "torn-down"
+    shutil.rmtree(marker, ignore_errors=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run(
+        [sys.executable, "-c", TORN_DOWN, str(marker), *argv], cwd=repo, env=env, text=True, **run
+    )
+    return done, marker.exists()
+
+
+def test_commands_that_read_end_without_the_teardown_their_output_whole_their_store_closed(
+    ran: Path, tmp_path: Path
+) -> None:
+    # Given a repository with a finished run, its store's WAL checkpointed (as a reader's
+    # close does: the run's process, a fork of the test's, ended without closing it)
+    store = ran / ".git" / "orchardist" / "state.db"
+    with contextlib.closing(sqlite3.connect(store)) as db:
+        db.execute("select count(*) from runs").fetchall()
+    for command in ("validate plan.toml", "runs --json", "status", "status --json", "--help"):
+        # When a command that reads and ends at once runs, its output into a pipe
+        done, torn_down = ended(ran, tmp_path, *command.split(), capture_output=True)
+        left = [p.name for p in store.parent.iterdir() if p.name.endswith(("-wal", "-shm"))]
+
+        # Then it ended without the interpreter's teardown (~23 M instructions of validate's
+        # ~285 M), having flushed all it wrote: the same as where the test's own process ends it
+        assert not torn_down, command
+        expected = orchardist(ran, *command.split())
+        assert (done.returncode, done.stdout, done.stderr) == (
+            expected.returncode,
+            expected.stdout,
+            expected.stderr,
+        ), command
+        assert done.stdout.strip(), command
+        # and the store it read was closed before: no -wal nor -shm left beside it
+        assert left == [], command
+
+    # while one with a function registered at exit (logging's, with -v) ends the ordinary way,
+    # which runs it and tears down (the proof that the marker above would have been made)
+    done, torn_down = ended(ran, tmp_path, "-v", "runs", capture_output=True)
+    assert done.returncode == 0 and done.stdout.startswith("RUN")
+    assert torn_down
+
+
+def test_a_command_whose_reader_left_ends_quietly(ran: Path, tmp_path: Path) -> None:
+    # Given a pipe whose reader has left (``orchardist runs | head -1``, head gone)
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        for command in ("runs", "validate plan.toml", "--help"):
+            # When a command that reads writes its lines into it, block-buffered
+            done, _ = ended(ran, tmp_path, *command.split(), stdout=write, stderr=subprocess.PIPE)
+
+            # Then it ends as a reader leaving mid-command has it end: quietly, exit 0 (not 120
+            # with "Exception ignored ... BrokenPipeError", the interpreter's last flush failing)
+            assert done.returncode == 0, (command, done.stderr)
+            assert "BrokenPipeError" not in done.stderr, command
+    finally:
+        os.close(write)
 
 
 def git_commands(repo: Path, tmp: Path, *argv: str) -> list[str]:

@@ -175,12 +175,11 @@ def test_a_first_scan_leaves_what_its_start_up_loaded_out_of_the_collectors_pass
 MADE = (
     NOTING_DATACLASSES
     + """
-import runpy, sys
+import atexit, runpy, sys
 sys.argv = ["orchardist", *sys.argv[1:]]
-try:
-    runpy.run_module("orchardist", run_name="__main__")
-finally:
-    print("\\n".join(made), file=sys.stderr)
+# at exit, which a function registered there makes the ordinary one (__main__._end)
+atexit.register(lambda: print("\\n".join(made), file=sys.stderr))
+runpy.run_module("orchardist", run_name="__main__")
 """
 )
 

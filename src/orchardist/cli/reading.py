@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -15,6 +16,8 @@ from .summary import elapsed, print_summary, shown_state, status_text, when
 
 if TYPE_CHECKING:
     import argparse
+
+    from ..runs.start import Workspace
 
 
 def add_show(sub: Commands) -> None:
@@ -155,15 +158,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     from ..state.report import status_document
 
     ws = Workspace.open(args.repo, create=False)
-    run = ws.resolve_run(args.run)
-    if args.watch:
-        from ..runs.tail import watch_status
+    with contextlib.closing(ws.store):  # now: this process may end without its teardown
+        run = ws.resolve_run(args.run)
+        if args.watch:
+            from ..runs.tail import watch_status
 
-        watch_status(ws, run, lambda r: status_text(ws, r, args.json))
-        return EXIT_OK
-    doc = status_document(ws.store, run)
-    doc["state"] = shown_state(ws, run)
-    doc["disk_bytes"] = run_disk_bytes(ws, run.id)
+            watch_status(ws, run, lambda r: status_text(ws, r, args.json))
+            return EXIT_OK
+        doc = status_document(ws.store, run)
+        doc["state"] = shown_state(ws, run)
+        doc["disk_bytes"] = run_disk_bytes(ws, run.id)
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -210,23 +214,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from ..runs.start import Workspace
 
     ws = Workspace.existing(args.repo)
-    runs = ws.store.runs() if ws is not None else []
-    counts = ws.store.run_counts() if ws is not None else {}  # one query, not one a run
     rows: list[dict[str, Any]] = []
-    for run in runs:
-        tasks = counts[run.id].tasks if run.id in counts else {}
-        rows.append(
-            {
-                "run": run.id,
-                "state": shown_state(ws, run),
-                "branch": run.branch,
-                "tasks": sum(tasks.values()),
-                "done": tasks.get("done", 0),
-                "plan": run.plan_path,
-                "created_at": run.created_at,
-                "finished_at": run.finished_at,
-            }
-        )
+    if ws is not None:
+        with contextlib.closing(ws.store):  # now: this process may end without its teardown
+            rows = run_rows(ws)
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
@@ -246,3 +237,24 @@ def cmd_runs(args: argparse.Namespace) -> int:
             f"{when(row['created_at'])}  {took:>8}  {row['branch']:<{wide}}  {row['plan']}"
         )
     return EXIT_OK
+
+
+def run_rows(ws: Workspace) -> list[dict[str, Any]]:
+    """A row of ``orchardist runs`` for each run in ``ws``'s store, the newest first."""
+    counts = ws.store.run_counts()  # one query, not one a run
+    rows: list[dict[str, Any]] = []
+    for run in ws.store.runs():
+        tasks = counts[run.id].tasks if run.id in counts else {}
+        rows.append(
+            {
+                "run": run.id,
+                "state": shown_state(ws, run),
+                "branch": run.branch,
+                "tasks": sum(tasks.values()),
+                "done": tasks.get("done", 0),
+                "plan": run.plan_path,
+                "created_at": run.created_at,
+                "finished_at": run.finished_at,
+            }
+        )
+    return rows

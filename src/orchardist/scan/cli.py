@@ -173,6 +173,7 @@ def cmd_scan(args: Any, drive: DriveRun | None) -> int:
 
         ws = Workspace.open(plan.repo)
         return fix_findings(args, plan, ws, scanner, profiles, result, drive)
+    store.close()  # now: a plain scan ends without the interpreter's teardown (__main__)
     return _report(args, result, rendering)
 
 
