@@ -128,6 +128,9 @@ def test_status_and_runs_make_only_the_records_they_read(finished: Path) -> None
         assert "orchardist.state.records.AttemptRecord" in made  # (it did make the records)
         assert len(made) <= 12, (command, made)
         assert {"concurrent.futures", "logging", "orchardist.safeio"} & modules == set(), command
+        # nor shutil, with the compression modules it imports (~7 M instructions): the store
+        # is found, read and closed without removing or copying a file
+        assert {"shutil", "bz2", "lzma"} & modules == set(), command
 
 
 def test_help_imports_no_command_and_still_lists_every_one(repo: Path) -> None:
@@ -194,6 +197,9 @@ def test_validate_makes_the_plans_records_and_not_the_run_machinerys(finished: P
     assert not [m for m in made if m.startswith(("orchardist.executors", "orchardist.git.index"))]
     assert "orchardist.confine.procs" not in modules
     assert {"concurrent.futures", "logging"} & modules == set()
+    # nor shutil, with the compression modules it imports (~7 M instructions): git, the
+    # agents' programs and bwrap are found on PATH by git.env.which
+    assert {"shutil", "bz2", "lzma"} & modules == set()
     # nor the store's records: the plan's agent profiles are not among them
     assert not [m for m in made if m.startswith("orchardist.state.records.")]
     # nor what an attempt gets and returns (the agents are only looked up), how one of its

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..git.env import which
 
 PRIVATE = (Path("/tmp"),)  # hidden from confined processes (each attempt's /tmp is its own)
 MAX_HOPS = 40  # symlinks followed for one path (the kernel's own limit)
@@ -201,7 +202,7 @@ def shell_words(command: str) -> list[str]:
 def _which(word: str, path_env: str) -> Path | None:
     if "/" in word:
         return Path(word) if os.path.isabs(word) and os.path.isfile(word) else None
-    found = shutil.which(word, path=path_env)
+    found = which(word, path=path_env)
     return Path(found) if found is not None and os.path.isabs(found) else None
 
 

@@ -4,7 +4,6 @@ real home named by their variables so that tools are still found."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +27,8 @@ def fill_home(
     """Fill an attempt's private HOME for an agent kind: the state folders it writes, and copies
     of the files it needs from the real home (credentials, settings). They are copies: nothing
     the agent writes to them reaches the real home. Returns the files copied."""
+    import shutil  # (an attempt's: not on validate's path, see git.env.which)
+
     for folder in state:
         (paths.home / folder).mkdir(parents=True, exist_ok=True)
     copied = []

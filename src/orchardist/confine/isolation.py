@@ -22,7 +22,6 @@ holds how one process is confined (:class:`~.spec.Spec`) and the command line th
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Callable, Iterable
 from enum import StrEnum
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import IsolationError
+from ..git.env import which
 
 if TYPE_CHECKING:
     from .bwrapprobe import Probe
@@ -60,7 +60,7 @@ def probe() -> Probe:
     """Find bwrap and check, once per process, that it can make the namespaces we use."""
     from .bwrapprobe import Probe  # (made only where it is asked: validate asks only if need be)
 
-    found = shutil.which("bwrap")
+    found = which("bwrap")
     if found is None:
         return Probe(None, False, reason="bwrap not found on PATH (install bubblewrap)")
     argv = [

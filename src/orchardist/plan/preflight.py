@@ -8,13 +8,13 @@ the run goes on. Only cheap, read-only checks: no agent or verify command is sta
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..confine.isolation import Mode, choose
 from ..errors import IsolationError, Problem
+from ..git.env import which
 from ..git.repo import Repo
 from ..specs import DEFAULT_BRANCH, Plan
 
@@ -134,7 +134,7 @@ def _missing_clis(plan: Plan, shown: str, environ: Mapping[str, str] | None) -> 
         if not hasattr(cls, "needs"):
             continue
         executable = cls.needs(profile.options).executable
-        if executable and shutil.which(executable, path=path) is None:
+        if executable and which(executable, path=path) is None:
             problems.append(
                 Problem(
                     shown,

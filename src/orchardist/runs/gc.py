@@ -4,7 +4,6 @@ scan results not used for as long."""
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -49,6 +48,8 @@ def collect(
     now: float | None = None,
 ) -> dict[str, Any]:
     """Remove what finished runs older than ``older_than_s`` left; the store keeps their history."""
+    from shutil import rmtree  # (not for status, which only counts: see git.env.which)
+
     now = time.time() if now is None else now
     report: dict[str, Any] = {
         "runs": [],
@@ -72,7 +73,7 @@ def collect(
         if dry_run:
             continue
         for kind in RUN_FOLDERS:
-            shutil.rmtree(ws.state_dir / kind / run.id, ignore_errors=True)
+            rmtree(ws.state_dir / kind / run.id, ignore_errors=True)
         forget_run(ws.state_dir, run.id)
         for name in names:
             ws.repo.delete_ref(name)
@@ -86,11 +87,13 @@ def collect(
 
 
 def _old_baselines(ws: Workspace, before: float, dry_run: bool) -> int:
+    from shutil import rmtree
+
     rows = ws.store.old_baselines(before)
     if not dry_run:
         for key in rows:
             folder = ws.state_dir / "logs" / "baselines"
             (folder / f"baseline-{key[:16]}.log").unlink(missing_ok=True)
-            shutil.rmtree(folder / f"baseline-{key[:16]}.io", ignore_errors=True)
+            rmtree(folder / f"baseline-{key[:16]}.io", ignore_errors=True)
         ws.store.forget_baselines(rows)
     return len(rows)

@@ -6,7 +6,6 @@ import contextlib
 import fcntl
 import functools
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -261,6 +260,8 @@ def _remove_worktrees(ws: Workspace, run_id: str) -> int:
             ws.repo.remove_worktree(path)
             removed += 1
     if root.exists():
+        import shutil  # (not for the commands that only read: see git.env.which)
+
         removed += sum(1 for _ in root.iterdir())
         shutil.rmtree(root, ignore_errors=True)
     ws.repo.prune_worktrees()
