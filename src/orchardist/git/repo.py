@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import time
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -241,6 +240,8 @@ class Repo:
         """``(type, body)`` of a loose object, or None (packed, missing, not a full id)."""
         if not _is_oid(oid):
             return None
+        import zlib  # (a run's: not on validate's path, which reads no object)
+
         try:
             data = zlib.decompress((self.common_dir / "objects" / oid[:2] / oid[2:]).read_bytes())
         except (OSError, zlib.error):
