@@ -11,8 +11,9 @@ a checkout whose ``src`` holds the older code (e.g. a worktree of main); without
 of ``--old-ref`` is unpacked. Printed: the median wall time of each command for both, their ratio,
 each against the target (100 ms on an idle 2-core machine), and ``python -c pass`` and
 ``git status`` as the floor the machine gives at that moment. ``--instructions``: instead, the
-instructions each command's Python process runs (valgrind's callgrind, once each; its git
-children not counted), which the machine's load does not change.
+instructions each command's Python process runs (valgrind's callgrind, the median of three with
+ASLR off and a fixed hash seed; its git children not counted), which the machine's load does
+not change.
 """
 
 from __future__ import annotations
@@ -79,18 +80,24 @@ def main() -> None:
 
 
 def instructions(argv: list[str], cwd: Path, pythonpath: str | None) -> int:
-    """The instructions the process ``argv`` runs (its children not counted), by callgrind."""
+    """The instructions the process ``argv`` runs (its children not counted), by callgrind:
+    the median of three, with the addresses not randomized and a fixed string hash seed (with
+    either random, dicts and sets of the same objects collide differently: ±5 M run to run)."""
     env = {
         k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")
     }
+    env["PYTHONHASHSEED"] = "0"
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    tool = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-    done = subprocess.run([*tool, *argv], cwd=cwd, env=env, capture_output=True, text=True)
-    found = [line for line in done.stderr.splitlines() if "Collected :" in line]
-    if done.returncode != 0 or not found:
-        raise SystemExit(f"{' '.join(argv)} under callgrind failed: {done.stderr[-2000:]}")
-    return int(found[-1].split(":")[-1])
+    tool = ["setarch", "-R", "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    counts = []
+    for _ in range(3):
+        done = subprocess.run([*tool, *argv], cwd=cwd, env=env, capture_output=True, text=True)
+        found = [line for line in done.stderr.splitlines() if "Collected :" in line]
+        if done.returncode != 0 or not found:
+            raise SystemExit(f"{' '.join(argv)} under callgrind failed: {done.stderr[-2000:]}")
+        counts.append(int(found[-1].split(":")[-1]))
+    return int(statistics.median(counts))
 
 
 def counted(repo: Path, old: str, label: str) -> None:

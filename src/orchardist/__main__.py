@@ -83,7 +83,8 @@ def _end(code: int) -> int:
         return code
     try:
         for stream in (sys.stdout, sys.stderr):
-            stream.flush()
+            if stream is not None:  # (None: started with that descriptor closed)
+                stream.flush()
     except BrokenPipeError:
         pass  # what is left unwritten had no reader
     except (OSError, ValueError):  # a full disk, a closed stream: the interpreter says so

@@ -422,6 +422,11 @@ def test_a_command_whose_reader_left_ends_quietly(ran: Path, tmp_path: Path) -> 
     finally:
         os.close(write)
 
+    # and one started with its output closed (``orchardist runs >&-``) ends as before: exit 0
+    closed = ["sh", "-c", 'exec "$0" -m orchardist runs >&-', sys.executable]
+    done = subprocess.run(closed, cwd=ran, stderr=subprocess.PIPE, text=True)
+    assert (done.returncode, done.stderr) == (0, "")
+
 
 def git_commands(repo: Path, tmp: Path, *argv: str) -> list[str]:
     """The git commands ``orchardist ARGV`` ran, each told by a git on ``PATH`` that notes its
