@@ -209,10 +209,11 @@ def test_validate_makes_the_plans_records_and_not_the_run_machinerys(finished: P
     assert not [m for m in made if m.rsplit(".", 1)[1] in unused], made
     # nor what an agent reports spending (no agent runs), a pipeline stage's overrides (the
     # plan has no pipeline task), an attempt's folders nor a pristine checkout for overlays (no
-    # attempt is made), nor what looking for bwrap found (its commands need no second look)
-    shunned = ("Usage", "StageSpec", "AttemptPaths", "Pristine", "_Pristine", "Probe")
+    # attempt is made), nor what looking for bwrap found (its commands need no second look),
+    # nor a refusal (none of its commands is refused)
+    shunned = ("Usage", "StageSpec", "AttemptPaths", "Pristine", "_Pristine", "Probe", "Refusal")
     assert not [m for m in made if m.rsplit(".", 1)[1] in shunned], made
-    assert len(made) <= 11, made
+    assert len(made) <= 10, made
 
 
 def test_a_quiet_run_does_not_import_the_display_it_does_not_show(repo: Path) -> None:

@@ -26,8 +26,12 @@ import shlex
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..git.env import which
+
+if TYPE_CHECKING:
+    from .refusal import Refusal
 
 PRIVATE = (Path("/tmp"),)  # hidden from confined processes (each attempt's /tmp is its own)
 MAX_HOPS = 40  # symlinks followed for one path (the kernel's own limit)
@@ -37,6 +41,13 @@ SHEBANG_BYTES = 256
 
 def _untracked(path: Path) -> bool:
     return False
+
+
+def _refusal(path: Path, reason: str, fix: str) -> Refusal:
+    """What cannot be shown and why, its record made only here (see :mod:`.refusal`)."""
+    from .refusal import Refusal
+
+    return Refusal(path, reason, fix)
 
 
 @dataclass(frozen=True)
@@ -57,7 +68,7 @@ class Scope:
             and not any(path.is_relative_to(env) for env in self.environment)
             and not self.tracked(path)
         ):
-            return Refusal(
+            return _refusal(
                 path,
                 f"it is inside the repository {self.repo}, where attempts see their own tree "
                 "and not your checkout's files",
@@ -65,7 +76,7 @@ class Scope:
             )
         for folder in self.forbidden:
             if path.is_relative_to(folder):
-                return Refusal(
+                return _refusal(
                     path,
                     f"it is inside orchardist's attempt folders {folder}, which attempts "
                     "must not see",
@@ -82,19 +93,6 @@ class Scope:
             if inner.is_relative_to(folder):
                 return f"{name} {inner}"
         return None
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """A path an attempt needs that cannot be shown safely."""
-
-    path: Path
-    reason: str
-    fix: str
-
-    def message(self, what: str) -> str:
-        """One line naming what needs the path, the path, why and what to do."""
-        return f"{what} needs {self.path}, which attempts cannot see: {self.reason}; {self.fix}"
 
 
 @dataclass(frozen=True)
@@ -259,7 +257,7 @@ def _placed(
             if holds is not None:
                 reason = f"showing {root} would show {holds}"
                 fix = "install it in a folder of its own"
-                refused += [Refusal(path, reason, fix)] if strict else []
+                refused += [_refusal(path, reason, fix)] if strict else []
             elif root == path and path in links:
                 symlinks.append((seen[str(path)] or "", path))
             else:

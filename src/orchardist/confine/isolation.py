@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import IsolationError
-from ..git.env import which
 
 if TYPE_CHECKING:
     from .bwrapprobe import Probe
@@ -58,6 +57,7 @@ class Mode(StrEnum):
 @cache
 def probe() -> Probe:
     """Find bwrap and check, once per process, that it can make the namespaces we use."""
+    from ..git.env import which  # (not imported with procs: a Ray node's reaper needs no git)
     from .bwrapprobe import Probe  # (made only where it is asked: validate asks only if need be)
 
     found = which("bwrap")
