@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import time
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,9 +28,8 @@ if TYPE_CHECKING:
     from .merges import MergeResult
     from .snapshots import Checkout
 
-# Snapshots, fingerprints, object writing and merges' outcomes are imported where they are used:
-# a command that only reads (validate) makes none, and their records cost a millisecond each to
-# make.
+# Snapshots, fingerprints, object writing, merges' outcomes and shutil are imported where used:
+# a command that only reads (validate) needs none (a record costs a millisecond to make).
 
 TRAILER_PREFIX = "Orchardist-"
 
@@ -240,8 +240,6 @@ class Repo:
         """``(type, body)`` of a loose object, or None (packed, missing, not a full id)."""
         if not _is_oid(oid):
             return None
-        import zlib  # (a run's: not on validate's path, which reads no object)
-
         try:
             data = zlib.decompress((self.common_dir / "objects" / oid[:2] / oid[2:]).read_bytes())
         except (OSError, zlib.error):
