@@ -65,7 +65,7 @@ def _brief(argv: list[str]) -> int | None:
 
 def _end(code: int) -> int:
     """End a command that has done its work: its output flushed, then ``os._exit(code)``,
-    without the interpreter's teardown (freeing every module and object one by one: ~23 M
+    without the interpreter's teardown (freeing every module and object one by one: ~22 M
     instructions, a tenth of validate's). Its command closed its store: no -wal or -shm is
     left, as the teardown leaves none.
 

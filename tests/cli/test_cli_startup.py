@@ -387,7 +387,7 @@ def test_commands_that_read_end_without_the_teardown_their_output_whole_their_st
         done, torn_down = ended(ran, tmp_path, *command.split(), capture_output=True)
         left = [p.name for p in store.parent.iterdir() if p.name.endswith(("-wal", "-shm"))]
 
-        # Then it ended without the interpreter's teardown (~23 M instructions of validate's
+        # Then it ended without the interpreter's teardown (~22 M instructions of validate's
         # ~285 M), having flushed all it wrote: the same as where the test's own process ends it
         assert not torn_down, command
         expected = orchardist(ran, *command.split())

@@ -241,9 +241,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def run_rows(ws: Workspace) -> list[dict[str, Any]]:
     """A row of ``orchardist runs`` for each run in ``ws``'s store, the newest first."""
+    runs = ws.store.runs()
     counts = ws.store.run_counts()  # one query, not one a run
     rows: list[dict[str, Any]] = []
-    for run in ws.store.runs():
+    for run in runs:
         tasks = counts[run.id].tasks if run.id in counts else {}
         rows.append(
             {
