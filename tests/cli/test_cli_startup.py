@@ -412,7 +412,7 @@ def test_a_command_whose_reader_left_ends_quietly(ran: Path, tmp_path: Path) -> 
     read, write = os.pipe()
     os.close(read)
     try:
-        for command in ("runs", "validate plan.toml", "--help"):
+        for command in ("runs", "status", "validate plan.toml", "--help"):
             # When a command that reads writes its lines into it, block-buffered
             done, _ = ended(ran, tmp_path, *command.split(), stdout=write, stderr=subprocess.PIPE)
 
