@@ -9,6 +9,8 @@ findings in each). The scanner is ruff (``python -m ruff``), file-scoped, throug
 Printed, each the median of ``--repeat`` tries:
 
 - ``direct``: ruff run once over all the files, SARIF to stdout (the baseline);
+- ``floor``: the least a first scan can do (``benchmarks/scan_floor.py``: export the committed
+  files, run ruff there, read its SARIF, write one), in the same interpreter;
 - ``cold``: ``orchardist scan --no-cache`` (export, batches in parallel, parse, merge, SARIF);
 - ``warm``: ``orchardist scan`` after a one-file change, with the cache filled before: only
   the changed file is scanned;
@@ -158,7 +160,11 @@ def one_round(
     seconds, used, out = timed(direct_argv, repo, env)
     row.setdefault("direct", []).append((seconds, used))
     expected = len(json.loads(out)["runs"][0]["results"])
-    found = []
+    floor = [sys.executable, str(Path(__file__).with_name("scan_floor.py")), "floor.sarif"]
+    floor += ["*.py", "pyproject.toml", *direct_argv[:-1]]
+    seconds, used, _ = timed(floor, repo, env)
+    row.setdefault("floor", []).append((seconds, used))
+    found = [len(json.loads((repo / "floor.sarif").read_text())["runs"][0]["results"])]
     for name, argv in (("cold", [*scan, "--no-cache"]), ("fill", scan), ("cached", scan)):
         seconds, used, out = timed(argv, repo, env)
         row.setdefault(name, []).append((seconds, used))
@@ -176,6 +182,7 @@ def one_round(
 
 LABELS = {
     "direct": "direct ruff, once over all files",
+    "floor": "floor: export, ruff, SARIF in and out",
     "cold": "orchardist scan, cold (--no-cache)",
     "cached": "orchardist scan, cached, no change",
     "warm": "orchardist scan, warm, 1 changed",
@@ -200,6 +207,11 @@ def report(
             ratio = "" if key == "direct" else f" {wall / direct:4.1f}x"
             cells.append(f"{wall:6.3f} {cpu:5.3f}{ratio:>6}")
         print(f"{label:36}" + "".join(f"{c:>20}" for c in cells))
+    floors = []
+    for side, row in times.items():
+        cold, floor = (statistics.median(x[0] for x in row[key]) for key in ("cold", "floor"))
+        floors.append(f"{side}: {cold / floor:.1f}x")
+    print("cold scan against the floor (wall): " + ", ".join(floors))
     print(f"same findings as ruff: {same}")
 
 
