@@ -29,21 +29,22 @@ from ..confine.paths import repo_key, workdir_root
 from ..confine.procs import CancelToken, ProcessRequest, run_process
 from ..errors import UsageError
 from ..git.repo import Repo
-from ..state import scancache
 from ..state.agentrecords import AgentProfile
-from ..state.eventlog import Event
-from ..state.store import Store
-from .findings import Finding, ScanJobError, ToolInfo
 from .globs import compile_globs, select_files
 from .profiles import ScannerProfile, Scope
 from .runner import run_scanner, scanner_env
-from .sarif import MergedFinding, ScannerReport, merge
 from .toolstamp import tool_stamp
 from .trees import changed_files, export, ls_tree, remove, with_sources
-from .waits import aside, result
+from .waits import aside, once, result, until
 
-if TYPE_CHECKING:  # the pool is imported by a scan that runs a scanner (it imports logging)
-    pass
+if TYPE_CHECKING:  # imported where used: what reads the scanners' results is imported while
+    # they run (Scanner._meanwhile), not before them; the store, where it is first opened
+    from ..state.store import Store
+    from .findings import Finding, ToolInfo
+    from .sarif import MergedFinding, ScannerReport
+
+# what reading, merging and rendering the scanners' results import (sarif imports findings)
+LATER_MODULES = ("orchardist.scan.sarif",)
 
 CACHE_SCHEMA = 1  # bump when what a cache entry holds changes
 MAX_CACHE_ENTRIES = 200_000
@@ -110,7 +111,7 @@ class Scanner:
     def __init__(
         self,
         repo: Repo,
-        store: Store,
+        store: Store | Callable[[], Store],
         agents: Mapping[str, AgentProfile] | None = None,
         *,
         max_parallel: int | None = None,
@@ -120,7 +121,7 @@ class Scanner:
         environ: Mapping[str, str] | None = None,
         workspace: Path | None = None,
     ) -> None:
-        self.repo, self.store, self.agents = repo, store, dict(agents or {})
+        self.repo, self._store, self.agents = repo, store, dict(agents or {})
         self.max_parallel = max_parallel or os.cpu_count() or 2
         self.use_cache, self.sandbox, self.clock = use_cache, sandbox, clock
         self.environ = dict(os.environ if environ is None else environ)
@@ -133,6 +134,15 @@ class Scanner:
         self.keys_used: list[str] = []
         self.stamped = True
 
+    @property
+    def store(self) -> Store:
+        """The store, opened at its first use when the scanner was given its opener: a scan
+        without the cache needs it only to log its events, which it does while its scanners
+        run (:meth:`_meanwhile`)."""
+        if callable(self._store):
+            self._store = self._store()
+        return self._store
+
     def scan(
         self,
         profiles: Sequence[ScannerProfile],
@@ -140,12 +150,14 @@ class Scanner:
         workdir: str = ".",
         *,
         commit: str | None = None,
+        meanwhile: Callable[[], None] | None = None,
     ) -> ScanResult:
         """Scan ``base`` with ``profiles``; findings deduplicated across scanners.
 
         Scanners run in ``workdir`` (relative to the repository): their globs and the paths
         they are given are relative to it; reported paths are relative to the repository.
-        ``commit``: the commit ``base`` names, when the caller has resolved it already.
+        ``commit``: the commit ``base`` names, when the caller has resolved it already;
+        ``meanwhile``: the caller's work, done while the scanners run (or once none will).
         """
         commit = commit or self.repo.try_rev_parse(base)
         if commit is None:
@@ -165,17 +177,21 @@ class Scanner:
         # from the cache writes no folder at all
         work = scan_root(self.repo, self.workspace) / scan_id
         names = [p.name for p in profiles]
-        self._emit(scan_id, "scan", state="started", base=commit, scanners=names)
+        # logged while the scanners run, or before the scan ends if none runs
+        side = once(partial(self._meanwhile, scan_id, self.clock(), commit, names, meanwhile))
         try:
             tallies = {p.name: _Tally() for p in profiles}
             jobs: list[_Job] = []
             for profile in profiles:
                 jobs += self._plan_jobs(profile, entries, tree, work, tallies[profile.name])
-            self._run_jobs(jobs, commit, tree, work, tallies)
+            self._run_jobs(jobs, commit, tree, work, tallies, side)
+            side()
         except BaseException:
             remove(work)
             raise
         removed = _removing(work)  # the scratch copy goes while the findings are merged, logged
+        from .sarif import merge
+
         try:
             reports = tuple(self._report(p, tallies[p.name], prefix) for p in profiles)
             merged = tuple(merge(reports))
@@ -184,10 +200,35 @@ class Scanner:
             removed()
         return ScanResult(commit, reports, merged, scan_id)
 
+    def _meanwhile(
+        self,
+        scan_id: str,
+        at: float,
+        commit: str,
+        names: list[str],
+        callers: Callable[[], None] | None,
+    ) -> None:
+        """What a scan does while its scanners run, off the path to their start: it logs its
+        start (at ``at``, when it started), opening the store if the cache has not opened it;
+        imports what reading their results needs; then does the caller's work."""
+        import importlib
+
+        from ..state.eventlog import Event
+
+        data = {"state": "started", "base": commit, "scanners": names}
+        with self.store.transaction() as tx:  # under the scan's id (scan-…), not a run's
+            tx.emit(Event(scan_id, "scan", at, data=data))
+        for name in LATER_MODULES:
+            importlib.import_module(name)
+        if callers is not None:
+            callers()
+
     def _finished(
         self, scan_id: str, reports: Sequence[ScannerReport], merged: Sequence[MergedFinding]
     ) -> None:
         """Each scanner's outcome and the scan's end, in one transaction."""
+        from ..state.eventlog import Event
+
         now = self.clock()
         with self.store.transaction() as tx:
             for r in reports:
@@ -202,11 +243,6 @@ class Scanner:
                 tx.emit(Event(scan_id, "scanner", now, task_id=r.name, data=data))
             end = {"state": "finished", "findings": len(merged)}
             tx.emit(Event(scan_id, "scan", now, data=end))
-
-    def _emit(self, scan_id: str, kind: str, scanner: str | None = None, **data: Any) -> None:
-        """One line of the event log, under the scan's id (``scan-…``) instead of a run's."""
-        with self.store.transaction() as tx:
-            tx.emit(Event(scan_id, kind, self.clock(), task_id=scanner, data=data))
 
     # -- cache lookups -------------------------------------------------------------------
 
@@ -226,13 +262,7 @@ class Scanner:
         else:
             keys = [_digest(config, "file", path, entries[path]) for path in files]
         self.keys_used += keys
-        cached = scancache.get(self.store, keys, self.clock()) if self.use_cache else {}
-        for value in cached.values():
-            entry = json.loads(value)
-            tally.findings += [Finding.from_json(f) for f in entry["findings"]]
-            if entry.get("tool"):
-                tally.tools.append(ToolInfo.from_json(entry["tool"]))
-        tally.hits = len(cached)
+        cached = self._cached(keys, tally) if self.use_cache else set()
         if profile.scope is Scope.TREE:
             return [] if cached else [_Job(profile, tuple(files), tuple(keys))]
         missed = [(path, key) for path, key in zip(files, keys, strict=True) if key not in cached]
@@ -244,6 +274,23 @@ class Scanner:
             _Job(profile, tuple(p for p, _ in chunk), tuple(k for _, k in chunk))
             for chunk in (missed[i : i + size] for i in range(0, len(missed), size))
         ]
+
+    def _cached(self, keys: list[str], tally: _Tally) -> set[str]:
+        """Add to ``tally`` what the cache holds for ``keys``; the keys it held."""
+        from ..state import scancache
+
+        cached = scancache.get(self.store, keys, self.clock())
+        if not cached:
+            return set()
+        from .findings import Finding, ToolInfo
+
+        for value in cached.values():
+            entry = json.loads(value)
+            tally.findings += [Finding.from_json(f) for f in entry["findings"]]
+            if entry.get("tool"):
+                tally.tools.append(ToolInfo.from_json(entry["tool"]))
+        tally.hits = len(cached)
+        return set(cached)
 
     def _config_key(self, profile: ScannerProfile, entries: Mapping[str, str], work: Path) -> str:
         """Everything but the scanned content that can change the results."""
@@ -266,6 +313,8 @@ class Scanner:
         """The output of the profile's version command (part of its cache key); remembered
         with the stamp of the tool's files, and asked again only when that changed."""
         assert profile.version is not None
+        from ..state import scancache
+
         stamp = tool_stamp(profile.version, self.environ.get("PATH"))
         env = {name: self.environ.get(name) for name in ("PATH", *profile.env)}
         key = _digest("version", profile.version, json.dumps(env, sort_keys=True), stamp or "")
@@ -304,7 +353,10 @@ class Scanner:
         tree: str,
         work: Path,
         tallies: Mapping[str, _Tally],
+        meanwhile: Callable[[], None],
     ) -> None:
+        """Export each scanner's tree, run the jobs (``meanwhile`` done once their processes
+        started), check the exports, cache the results."""
         if not jobs:
             return
         exports = {j.profile.name: work / j.profile.name for j in jobs}
@@ -323,11 +375,13 @@ class Scanner:
             if len(runs) == 1:  # no pool (nor its imports, logging's among them) for one job
                 job, scratch, folder = runs[0]
                 cwd = scratch / self.workdir
-                running = partial(self._run_job, job, cwd, folder, scratch)
-                ran = aside(running, lambda: self.cancel.cancel("scan interrupted"))
+                started = threading.Event()
+                running = partial(self._run_job, job, cwd, folder, scratch, started.set)
+                side = partial(_once_started, [started], meanwhile)
+                ran = aside(running, lambda: self.cancel.cancel("scan interrupted"), side)
                 self._collect(job, ran, cwd, tallies)
             else:
-                self._run_pooled(runs, tallies)
+                self._run_pooled(runs, tallies, meanwhile)
         except BaseException:
             self.cancel.cancel("scan interrupted")
             raise
@@ -345,6 +399,8 @@ class Scanner:
             for key, value in tally.fresh
         ]
         if rows and self.use_cache:
+            from ..state import scancache
+
             scancache.put(self.store, rows, self.clock(), MAX_CACHE_ENTRIES)
 
     def _export_sets(self, jobs: Sequence[_Job]) -> dict[str, set[str] | None]:
@@ -364,24 +420,35 @@ class Scanner:
         return sets
 
     def _run_pooled(
-        self, runs: Sequence[tuple[_Job, Path, Path]], tallies: Mapping[str, _Tally]
+        self,
+        runs: Sequence[tuple[_Job, Path, Path]],
+        tallies: Mapping[str, _Tally],
+        meanwhile: Callable[[], None],
     ) -> None:
         """Run jobs (each with its export's tree and its own folder) on a pool of
-        ``max_parallel`` threads; their results collected in order."""
+        ``max_parallel`` threads, ``meanwhile`` done once the first processes started; their
+        results collected in order."""
         from concurrent.futures import ThreadPoolExecutor
 
         pool = ThreadPoolExecutor(max_workers=self.max_parallel, thread_name_prefix="scan")
+        started = [threading.Event() for _ in runs]
         try:
             futures = [
                 (
                     job,
                     scratch,
-                    pool.submit(self._run_job, job, scratch / self.workdir, folder, scratch),
+                    pool.submit(
+                        self._run_job, job, scratch / self.workdir, folder, scratch, event.set
+                    ),
                 )
-                for job, scratch, folder in runs
+                for (job, scratch, folder), event in zip(runs, started, strict=True)
             ]
+            _once_started(started[: self.max_parallel], meanwhile)
             for job, scratch, future in futures:
                 self._collect(job, partial(result, future), scratch / self.workdir, tallies)
+        except BaseException:  # the pool's shutdown waits for its jobs: end them first
+            self.cancel.cancel("scan interrupted")
+            raise
         finally:
             pool.shutdown(wait=True)
 
@@ -393,6 +460,8 @@ class Scanner:
         tallies: Mapping[str, _Tally],
     ) -> None:
         """Add a finished job's findings to its scanner's tally, and its cache entries."""
+        from .findings import ScanJobError
+
         tally = tallies[job.profile.name]
         tally.invocations += 1
         tally.misses += len(job.keys)
@@ -428,21 +497,25 @@ class Scanner:
                 tally.fresh.append((key, value))
 
     def _run_job(
-        self, job: _Job, tree: Path, folder: Path, scratch: Path
+        self, job: _Job, tree: Path, folder: Path, scratch: Path, started: Callable[[], None]
     ) -> tuple[list[Finding], ToolInfo | None]:
         """Run one scanner process over its files in ``tree`` (inside its export, ``scratch``);
-        its findings and tool."""
+        its findings and tool. ``started`` is called once its process runs, or it ended."""
         agent = self.agents[job.profile.agent] if job.profile.agent is not None else None
-        return run_scanner(
-            job.profile,
-            job.files,
-            tree,
-            folder,
-            scanner_env(job.profile, folder, self.environ, agent),
-            self.cancel,
-            self._writable(folder, scratch),
-            agent,
-        )
+        try:
+            return run_scanner(
+                job.profile,
+                job.files,
+                tree,
+                folder,
+                scanner_env(job.profile, folder, self.environ, agent),
+                self.cancel,
+                self._writable(folder, scratch),
+                agent,
+                started=started,
+            )
+        finally:
+            started()  # (a job that never started its process must not be waited for)
 
     def _writable(self, *folders: Path) -> tuple[Path, ...] | None:
         """What a scanner may write under the sandbox: its folders, and ``/dev/null`` (the
@@ -456,6 +529,8 @@ class Scanner:
         return scanner_env(profile, folder, self.environ, agent)
 
     def _report(self, profile: ScannerProfile, tally: _Tally, prefix: str) -> ScannerReport:
+        from .sarif import ScannerReport
+
         tool = None
         if tally.tools:
             rules: dict[str, Any] = {}
@@ -475,6 +550,13 @@ class Scanner:
         )
 
 
+def _once_started(started: Sequence[threading.Event], work: Callable[[], None]) -> None:
+    """``work`` once each of ``started`` is set: not while the scanners' processes are being
+    started, whose threads would wait for the interpreter's lock while it ran."""
+    until(*started)
+    work()
+
+
 def _removing(work: Path) -> Callable[[], None]:
     """Start removing the scan folder ``work`` in a thread, if it was made; what waits for it."""
     if not os.path.lexists(work):  # a cache hit made none
@@ -488,4 +570,4 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-__all__ = ["ScanJobError", "ScanResult", "Scanner", "compile_globs", "scan_root", "select_files"]
+__all__ = ["ScanResult", "Scanner", "compile_globs", "scan_root", "select_files"]

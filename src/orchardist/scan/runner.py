@@ -4,22 +4,18 @@ own HOME, TMPDIR and caches; its output parsed into findings (or a clear ScanJob
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..confine.procs import CancelToken, ProcessRequest, run_process
 from ..confine.scrubbed import scrubbed_env
-from ..safeio import read_tail
 from ..state.agentrecords import AgentProfile
-from .findings import (
-    Finding,
-    ScanJobError,
-    ScanOutputError,
-    ToolInfo,
-    parse_findings_json,
-    parse_sarif,
-)
 from .profiles import Format, ScannerProfile
+
+if TYPE_CHECKING:  # what reads a scanner's output is imported once it ran (its process is
+    # started before them; the scan imports them while it runs: engine.Scanner._meanwhile)
+    from .findings import Finding, ToolInfo
 
 MAX_OUTPUT_BYTES = 64 << 20
 
@@ -33,9 +29,11 @@ def run_scanner(
     cancel: CancelToken,
     writable: tuple[Path, ...] | None,
     agent: AgentProfile | None = None,
+    started: Callable[[], None] | None = None,
 ) -> tuple[list[Finding], ToolInfo | None]:
     """Run one scanner process in ``cwd`` over ``files``; its findings (paths relative to
-    ``cwd``, without source) and tool. ``folder`` is its private, writable folder."""
+    ``cwd``, without source) and tool. ``folder`` is its private, writable folder;
+    ``started`` is called once the process runs."""
     for sub in ("home", "tmp", "cache"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     if profile.format is Format.AGENT:
@@ -58,8 +56,11 @@ def run_scanner(
             cancel=cancel,
             max_log_bytes=MAX_OUTPUT_BYTES,
             writable=writable,
+            on_start=started,
         )
     )
+    from .findings import ScanJobError, ScanOutputError, parse_findings_json, parse_sarif
+
     if proc.cancelled:
         raise ScanJobError(f"{profile.name}: cancelled")
     if proc.timed_out:
@@ -109,6 +110,8 @@ def scanner_env(
 
 def _tail(path: Path, limit: int = 400) -> str:
     """The end of a scanner's stderr, whitespace collapsed, starting at a whole word."""
+    from ..safeio import read_tail
+
     tail = read_tail(path, 0, limit, last=True)
     words = tail.text().split()
     if tail.start > 0 and words:

@@ -14,9 +14,12 @@ import shutil
 import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..git.repo import Repo
-from .findings import Finding, source_of
+
+if TYPE_CHECKING:  # imported once the scanner ran, by what reads its results
+    from .findings import Finding
 
 
 def ls_tree(repo: Repo, commit: str) -> dict[str, str]:
@@ -94,6 +97,8 @@ def remove(folder: Path) -> None:
 def with_sources(findings: Iterable[Finding], tree: Path) -> list[Finding]:
     """The findings with the normalized source of their lines, read from the tree; each file
     read and split once (ruff reports eight findings a file on the benchmark's modules)."""
+    from .findings import source_of
+
     lines_of: dict[str, list[str] | None] = {}
     done = []
     for finding in findings:

@@ -13,16 +13,22 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 if TYPE_CHECKING:  # the pool is imported by a scan that runs a scanner (it imports logging)
     from concurrent.futures import Future
 
-__all__ = ["SIGNAL_TICK_S", "aside", "result"]
+__all__ = ["SIGNAL_TICK_S", "aside", "once", "result", "until"]
 
 SIGNAL_TICK_S = 0.5
 _T = TypeVar("_T")
 
 
-def aside(work: Callable[[], _T], cancel: Callable[[], None]) -> Callable[[], _T]:
-    """Run ``work`` on a thread of its own and wait for it; its result (or its error) as a
-    function. A Ctrl-C reaches the main thread only: there it calls ``cancel`` and waits for
-    the work to end, so the processes the work started are killed and reaped by its thread."""
+def aside(
+    work: Callable[[], _T],
+    cancel: Callable[[], None],
+    meanwhile: Callable[[], None] | None = None,
+) -> Callable[[], _T]:
+    """Run ``work`` on a thread of its own and wait for it, calling ``meanwhile`` (if given)
+    on this thread first; the work's result (or its error) as a function. A Ctrl-C reaches
+    the main thread only: there it calls ``cancel`` and waits for the work to end, so the
+    processes the work started are killed and reaped by its thread; so does an error of
+    ``meanwhile``, which is then raised."""
     done: list[Callable[[], _T]] = []
     ended = threading.Event()
 
@@ -40,6 +46,8 @@ def aside(work: Callable[[], _T], cancel: Callable[[], None]) -> Callable[[], _T
     # On an Event, not Thread.join: a join that a KeyboardInterrupt cuts short marks the thread
     # as stopped while it still runs (CPython's bpo-45274 handling), and is_alive() then lies.
     try:
+        if meanwhile is not None:
+            meanwhile()
         while not ended.wait(SIGNAL_TICK_S):
             pass
     finally:
@@ -48,6 +56,24 @@ def aside(work: Callable[[], _T], cancel: Callable[[], None]) -> Callable[[], _T
             while not ended.wait(SIGNAL_TICK_S):
                 pass
     return done[0]
+
+
+def until(*events: threading.Event) -> None:
+    """Wait until each of ``events`` is set, in slices, as :func:`aside` waits."""
+    for event in events:
+        while not event.wait(SIGNAL_TICK_S):
+            pass
+
+
+def once(work: Callable[[], None]) -> Callable[[], None]:
+    """``work``, done by the first call of the function returned; later calls do nothing."""
+    todo = [work]
+
+    def call() -> None:
+        if todo:
+            todo.pop()()
+
+    return call
 
 
 def result(future: Future[_T]) -> _T:
