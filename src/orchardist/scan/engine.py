@@ -208,11 +208,13 @@ class Scanner:
         names: list[str],
         callers: Callable[[], None] | None,
     ) -> None:
-        """What a scan does while its scanners run, off the path to their start: it logs its
-        start (at ``at``, when it started), opening the store if the cache has not opened it;
-        imports what reading their results needs; then does the caller's work."""
+        """What a scan does while its scanners run, off the path to their start: the caller's
+        work; its start logged (at ``at``, when it started), the store opened if the cache has
+        not opened it; what reading the scanners' results needs imported."""
         import importlib
 
+        if callers is not None:
+            callers()
         from ..state.eventlog import Event
 
         data = {"state": "started", "base": commit, "scanners": names}
@@ -220,8 +222,6 @@ class Scanner:
             tx.emit(Event(scan_id, "scan", at, data=data))
         for name in LATER_MODULES:
             importlib.import_module(name)
-        if callers is not None:
-            callers()
 
     def _finished(
         self, scan_id: str, reports: Sequence[ScannerReport], merged: Sequence[MergedFinding]
