@@ -14,7 +14,6 @@ exports are :mod:`.trees`' and the file selection :mod:`.globs`'.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -26,14 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..confine.paths import repo_key, workdir_root
-from ..confine.procs import CancelToken, ProcessRequest, run_process
+from ..confine.procs import CancelToken
 from ..errors import UsageError
 from ..git.repo import Repo
 from ..state.agentrecords import AgentProfile
 from .globs import compile_globs, select_files
+from .keys import MAX_CACHE_ENTRIES, config_key, digest
 from .profiles import ScannerProfile, Scope
 from .runner import run_scanner, scanner_env
-from .toolstamp import tool_stamp
 from .trees import changed_files, export, ls_tree, remove, with_sources
 from .waits import aside, once, result, until
 
@@ -46,15 +45,12 @@ if TYPE_CHECKING:  # imported where used: what reads the scanners' results is im
 # what reading, merging and rendering the scanners' results import (sarif imports findings)
 LATER_MODULES = ("orchardist.scan.sarif",)
 
-CACHE_SCHEMA = 1  # bump when what a cache entry holds changes
-MAX_CACHE_ENTRIES = 200_000
 MAX_ENTRY_BYTES = 1 << 20  # a larger per-file result is not cached
 MAX_BATCH_FILES = 256
 # missed files are split into at most one batch per MIN_BATCH_FILES: a batch costs a
 # sandboxed process start (the tool's own start, its cleanup's sweep of /proc), more than a
 # linter's whole run over a hundred small files; splitting pays where files are many
 MIN_BATCH_FILES = 128
-VERSION_TIMEOUT_S = 60.0
 DEV_NULL = Path("/dev/null")
 
 
@@ -256,11 +252,11 @@ class Scanner:
     ) -> list[_Job]:
         """Use what the cache has; return jobs for what it has not."""
         files = select_files(entries, profile.include, profile.exclude)
-        config = self._config_key(profile, entries, work)
+        config = config_key(self, profile, entries, work)
         if profile.scope is Scope.TREE:
-            keys = [_digest(config, "tree", tree)]
+            keys = [digest(config, "tree", tree)]
         else:
-            keys = [_digest(config, "file", path, entries[path]) for path in files]
+            keys = [digest(config, "file", path, entries[path]) for path in files]
         self.keys_used += keys
         cached = self._cached(keys, tally) if self.use_cache else set()
         if profile.scope is Scope.TREE:
@@ -291,58 +287,6 @@ class Scanner:
                 tally.tools.append(ToolInfo.from_json(entry["tool"]))
         tally.hits = len(cached)
         return set(cached)
-
-    def _config_key(self, profile: ScannerProfile, entries: Mapping[str, str], work: Path) -> str:
-        """Everything but the scanned content that can change the results."""
-        configs = select_files(entries, profile.config, ()) if profile.config else []
-        identity: dict[str, Any] = {
-            "schema": CACHE_SCHEMA,
-            "workdir": self.workdir,
-            "profile": profile.cache_identity(),
-            "config": {path: entries[path] for path in configs},
-            "env": {name: self.environ.get(name) for name in profile.env},
-        }
-        if profile.version and self.use_cache:  # without the cache no key is ever used
-            identity["version"] = self._version(profile, work)
-        if profile.agent is not None:
-            agent = self.agents[profile.agent]
-            identity["agent"] = json.dumps(agent.__dict__, sort_keys=True, default=str)
-        return _digest(json.dumps(identity, sort_keys=True, default=str))
-
-    def _version(self, profile: ScannerProfile, work: Path) -> str:
-        """The output of the profile's version command (part of its cache key); remembered
-        with the stamp of the tool's files, and asked again only when that changed."""
-        assert profile.version is not None
-        from ..state import scancache
-
-        stamp = tool_stamp(profile.version, self.environ.get("PATH"))
-        env = {name: self.environ.get(name) for name in ("PATH", *profile.env)}
-        key = _digest("version", profile.version, json.dumps(env, sort_keys=True), stamp or "")
-        self.keys_used.append(key)
-        self.stamped = self.stamped and stamp is not None
-        if stamp is not None and self.use_cache:
-            known = scancache.get(self.store, [key], self.clock())
-            if key in known:
-                return known[key]
-        folder = work / f"{profile.name}.version"
-        folder.mkdir(parents=True)
-        log = folder / "out"
-        proc = run_process(
-            ProcessRequest(
-                argv=["/bin/sh", "-c", profile.version],
-                cwd=folder,
-                env=self._env(profile, folder),
-                log=log,
-                timeout_s=VERSION_TIMEOUT_S,
-                cancel=self.cancel,
-            )
-        )
-        version = f"{proc.exit_code}:{log.read_text(errors='replace')}"
-        if stamp is not None and self.use_cache and proc.exit_code == 0:
-            scancache.put(
-                self.store, [(key, profile.name, version)], self.clock(), MAX_CACHE_ENTRIES
-            )
-        return version
 
     # -- running -------------------------------------------------------------------------
 
@@ -524,10 +468,6 @@ class Scanner:
 
         return (*folders, DEV_NULL) if self.sandbox and sandbox.available() else None
 
-    def _env(self, profile: ScannerProfile, folder: Path) -> dict[str, str]:
-        agent = self.agents[profile.agent] if profile.agent is not None else None
-        return scanner_env(profile, folder, self.environ, agent)
-
     def _report(self, profile: ScannerProfile, tally: _Tally, prefix: str) -> ScannerReport:
         from .sarif import ScannerReport
 
@@ -564,10 +504,6 @@ def _removing(work: Path) -> Callable[[], None]:
     thread = threading.Thread(target=remove, args=(work,), name="scan-cleanup")
     thread.start()
     return thread.join
-
-
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 __all__ = ["ScanResult", "Scanner", "compile_globs", "scan_root", "select_files"]
