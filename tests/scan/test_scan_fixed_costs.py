@@ -165,9 +165,16 @@ with open(os.path.join(here, "to-status")) as gate:
 """
 
 
+# Modules a scan needs only once its scanner ran, seen from outside by their C libraries mapped
+# in the scan's process: SQLite (the store's) and lzma and bz2 (shutil's, which removes the
+# scratch copy; it used to be imported to find git and bwrap on PATH)
+LATER_LIBRARIES = ("_sqlite3", "_lzma", "_bz2")
+
+
 def gated_scan(repo: Path, here: Path) -> tuple[Path, dict[str, str]]:
     """A plan whose scanner first waits for the scan's git status (through FIFOs in ``here``),
-    notes whether the store exists then, and lets git status end; git's environment."""
+    notes whether the store exists then and which of ``LATER_LIBRARIES`` the scan's process
+    has loaded, and lets git status end; git's environment."""
     for fifo in ("to-scanner", "to-status"):
         os.mkfifo(here / fifo)
     (here / "gate.py").write_text(STATUS_GATE)
@@ -178,11 +185,13 @@ def gated_scan(repo: Path, here: Path) -> tuple[Path, dict[str, str]]:
     )
     shim.chmod(0o755)
     store = repo / ".git" / "orchardist" / "state.db"
-    noted = here / "store.txt"
+    noted, loaded = here / "store.txt", here / "loaded.txt"
     command, _log = logging_scanner(here)
     gate = (
         f"read go < {here / 'to-scanner'}; "
         f"if test -e {store}; then echo opened > {noted}; else echo unopened > {noted}; fi; "
+        f"for lib in {' '.join(LATER_LIBRARIES)}; do "
+        f'grep -q "/$lib[.]" /proc/$PPID/maps && echo $lib; done > {loaded}; '
         f"echo done > {here / 'to-status'}; {command} {{files}}"
     )
     plan = write_plan(
@@ -218,10 +227,12 @@ def test_a_first_scan_asks_git_status_and_opens_its_store_while_its_scanner_runs
 
     # Then it found what is there; git status was asked once the scanner's process ran, and
     # the store was not yet open when the scanner ran (the scan's start is logged meanwhile,
-    # not before: neither is on the path to the scanner's start)
+    # not before: neither is on the path to the scanner's start), nor SQLite, lzma or bz2
+    # loaded
     assert json.loads(done.stdout)["findings"] == 3, done.stderr
     assert (here / "status.txt").read_text() == "scanner running"
     assert (here / "store.txt").read_text() == "unopened\n"
+    assert (here / "loaded.txt").read_text() == ""
     # and the scan's start and end are in its log all the same, the start first
     with sqlite3.connect(repo / ".git" / "orchardist" / "state.db") as db:
         rows = db.execute("select kind, data from events order by seq").fetchall()

@@ -22,7 +22,6 @@ holds how one process is confined (:class:`~.spec.Spec`) and the command line th
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Callable, Iterable
 from enum import StrEnum
@@ -58,6 +57,8 @@ class Mode(StrEnum):
 @cache
 def probe() -> Probe:
     """Find bwrap and check, once per process, that it can make the namespaces we use."""
+    import shutil  # (here: with bz2 and lzma, ~2 ms of a scan's start, which needs no bwrap)
+
     from .bwrapprobe import Probe  # (made only where it is asked: validate asks only if need be)
 
     found = shutil.which("bwrap")

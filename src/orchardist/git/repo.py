@@ -13,7 +13,6 @@ import functools
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import time
 import zlib
@@ -291,6 +290,8 @@ class Repo:
     def _remove_worktree(self, path: Path) -> None:
         self.run_git("worktree", "remove", "--force", "--force", str(path))
         if path.exists():
+            import shutil  # (not at the top: a scan, which removes no worktree, never needs it)
+
             shutil.rmtree(path, ignore_errors=True)
         self.run_git("worktree", "prune")
 

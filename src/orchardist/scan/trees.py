@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -87,6 +86,8 @@ def _index_env(repo: Repo, folder: Path) -> dict[str, str]:
 
 def remove(folder: Path) -> None:
     """Delete a scan folder, read-only parts included."""
+    import shutil  # (imported while the scanner runs, or after: not on the path to its start)
+
     for root, dirs, _files in os.walk(folder):
         for name in dirs:
             with contextlib.suppress(OSError):
