@@ -13,6 +13,8 @@ Printed, each the median of ``--repeat`` tries:
 - ``warm``: ``orchardist scan`` after a one-file change, with the cache filled before: only
   the changed file is scanned;
 - ``cached``: ``orchardist scan`` of a tree it has scanned, nothing changed (all from the cache);
+- ``start``: how long a cold scan takes to start its scanner (wall), its scanner first noting
+  the time (``date``; unsandboxed, so that it may write it outside its tree);
 - each against ``direct`` (the ratio), and that every scan found what ruff found.
 
 Scans write SARIF to a file (``-o``). With ``--old PATH`` (a checkout; its ``src`` is imported)
@@ -79,6 +81,11 @@ config = ["pyproject.toml"]
 version = "{python} -m ruff --version"
 """
 
+# the same scan, its scanner first noting when it started: outside its tree, so unsandboxed
+STARTED_PLAN = PLAN.replace("[run]\n", "[run]\nsandbox = false\n").replace(
+    'command = "', 'command = "date +%s.%N > {started}; '
+)
+
 RUFF_CONFIG = '[tool.ruff.lint]\nselect = ["E", "F", "W", "B", "UP"]\n'
 
 
@@ -95,6 +102,13 @@ def make_repo(root: Path, files: int, max_parallel: int) -> Path:
     (repo / "pyproject.toml").write_text(RUFF_CONFIG)
     (repo / "scan.toml").write_text(
         PLAN.format(python=shlex.quote(sys.executable), max_parallel=max_parallel)
+    )
+    (repo / "start.toml").write_text(
+        STARTED_PLAN.format(
+            python=shlex.quote(sys.executable),
+            max_parallel=max_parallel,
+            started=shlex.quote(str(root / "started")),
+        )
     )
     git(repo, "init", "-q")
     git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "add", "-A")
@@ -163,6 +177,7 @@ def one_round(
         seconds, used, out = timed(argv, repo, env)
         row.setdefault(name, []).append((seconds, used))
         found.append(json.loads(out)["findings"])
+    row.setdefault("start", []).append((until_started(repo, env), 0.0))
     changed = repo / "pkg" / f"sub{n % 20}" / f"mod{n % 20}.py"
     changed.write_text(changed.read_text() + f"\n\nVALUE_{n} = {n}\n")
     git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qam", "edit")
@@ -174,11 +189,22 @@ def one_round(
     return all(f == expected for f in found)
 
 
+def until_started(repo: Path, env: dict[str, str]) -> float:
+    """Wall seconds from a cold scan's start to its scanner's (as the scanner notes it)."""
+    argv = [sys.executable, "-m", "orchardist", "scan", "start.toml", "--json", "--no-cache"]
+    started = repo.parent / "started"
+    started.unlink(missing_ok=True)
+    begun = time.time()
+    timed([*argv, "-o", "out.sarif"], repo, env)
+    return float(started.read_text()) - begun
+
+
 LABELS = {
     "direct": "direct ruff, once over all files",
     "cold": "orchardist scan, cold (--no-cache)",
     "cached": "orchardist scan, cached, no change",
     "warm": "orchardist scan, warm, 1 changed",
+    "start": "cold, until the scanner starts",
 }
 
 
@@ -197,8 +223,9 @@ def report(
         for row in times.values():
             wall, cpu = (statistics.median(x[i] for x in row[key]) for i in (0, 1))
             direct = statistics.median(x[0] for x in row["direct"])
-            ratio = "" if key == "direct" else f" {wall / direct:4.1f}x"
-            cells.append(f"{wall:6.3f} {cpu:5.3f}{ratio:>6}")
+            ratio = "" if key in ("direct", "start") else f" {wall / direct:4.1f}x"
+            shown = "    -" if key == "start" else f"{cpu:5.3f}"  # (wall only)
+            cells.append(f"{wall:6.3f} {shown}{ratio:>6}")
         print(f"{label:36}" + "".join(f"{c:>20}" for c in cells))
     print(f"same findings as ruff: {same}")
 
