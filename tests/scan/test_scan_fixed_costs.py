@@ -240,6 +240,50 @@ def test_a_first_scan_asks_git_status_and_opens_its_store_while_its_scanner_runs
     assert states == ["started", "finished"]
 
 
+def test_a_store_that_cannot_be_opened_ends_the_scan_and_the_scanner_it_started(
+    tmp_path: Path,
+) -> None:
+    # Given a scan whose store cannot be opened (a folder where its file goes), and a scanner
+    # that hands its pid to the scan's git status (a git shim reading a FIFO), then sleeps
+    repo = make_repo(tmp_path / "repo", {"src/m.py": "# TODO: one\n"})
+    (repo / ".git" / "orchardist" / "state.db").mkdir(parents=True)
+    here = tmp_path / "gate"
+    here.mkdir()
+    os.mkfifo(here / "pid")
+    shim = here / "git"
+    shim.write_text(
+        f'#!/bin/sh\ncase " $* " in *" status "*) '
+        f"timeout 60 cat {here / 'pid'} > {here / 'pid.txt'} ;; esac\n"
+        f'exec {shutil.which("git")} "$@"\n'
+    )
+    shim.chmod(0o755)
+    sleeper = f": {{files}}; echo $$ > {here / 'pid'}; exec sleep 600"
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = false  # the scanner writes outside its tree
+        [scanners.todo]
+        command = {json.dumps(sleeper)}
+        format = "json"
+        include = ["**/*.py"]
+        """,
+        name="scan.toml",
+    )
+    env = {**os.environ, "PATH": f"{here}{os.pathsep}{os.environ['PATH']}"}
+
+    # When it is scanned without the cache (the store opened while the scanner runs)
+    argv = [sys.executable, "-m", "orchardist", "scan", str(plan), "--no-cache"]
+    done = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+
+    # Then the scan failed with the store's error, at once, and the scanner it had started
+    # (it ran: its pid was handed over) is gone, not left sleeping
+    assert done.returncode == 1 and "cannot open the store" in done.stderr, done.stderr
+    handed = (here / "pid.txt").read_text()
+    assert handed.strip(), "the scanner never started"
+    assert not Path(f"/proc/{int(handed)}").exists()
+
+
 def test_a_first_scan_leaves_what_its_start_up_loaded_out_of_the_collectors_passes(
     tmp_path: Path,
 ) -> None:
