@@ -4,7 +4,7 @@ own HOME, TMPDIR and caches; its output parsed into findings (or a clear ScanJob
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ..confine.procs import CancelToken, ProcessRequest, run_process
@@ -15,6 +15,7 @@ from .findings import (
     Finding,
     ScanJobError,
     ScanOutputError,
+    SourceLines,
     ToolInfo,
     parse_findings_json,
     parse_sarif,
@@ -33,16 +34,30 @@ def run_scanner(
     cancel: CancelToken,
     writable: tuple[Path, ...] | None,
     agent: AgentProfile | None = None,
+    *,
+    sourced: bool = False,
+    ended: Callable[[], object] | None = None,
 ) -> tuple[list[Finding], ToolInfo | None]:
     """Run one scanner process in ``cwd`` over ``files``; its findings (paths relative to
-    ``cwd``, without source) and tool. ``folder`` is its private, writable folder."""
+    ``cwd``; with the source of their lines, read from ``cwd``, if ``sourced``) and tool.
+    ``folder`` is its private, writable folder. ``ended`` is called once the process (and
+    all it started) has ended, before its output is read: what checks the tree it ran in
+    (:func:`.trees.changed_files`) runs beside the parse."""
     for sub in ("home", "tmp", "cache"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     if profile.format is Format.AGENT:
         from .agent_scan import run_agent_scanner
+        from .trees import with_sources
 
         assert agent is not None
-        return run_agent_scanner(profile, agent, files, cwd, folder, env, cancel, writable)
+        try:
+            found, tool = run_agent_scanner(
+                profile, agent, files, cwd, folder, env, cancel, writable
+            )
+        finally:
+            if ended is not None:
+                ended()
+        return (with_sources(found, cwd) if sourced else found), tool
     output = folder / "output"
     command = profile.command.replace("{files}", " ".join(shlex.quote(f) for f in files))
     command = command.replace("{output}", shlex.quote(str(output)))
@@ -60,6 +75,8 @@ def run_scanner(
             writable=writable,
         )
     )
+    if ended is not None:
+        ended()
     if proc.cancelled:
         raise ScanJobError(f"{profile.name}: cancelled")
     if proc.timed_out:
@@ -73,9 +90,10 @@ def run_scanner(
             f"{profile.name}: exit {proc.exit_code} and no output" + (f": {tail}" if tail else "")
         )
     try:
+        source = SourceLines(cwd) if sourced else None
         if profile.format is Format.SARIF:
-            return parse_sarif(data, cwd)
-        return parse_findings_json(data, profile.fields), None
+            return parse_sarif(data, cwd, source)
+        return parse_findings_json(data, profile.fields, source), None
     except ScanOutputError as exc:
         raise ScanJobError(
             f"{profile.name}: exit {proc.exit_code}, unreadable output ({exc})"

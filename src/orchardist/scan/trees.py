@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..git.repo import Repo
-from .findings import Finding, source_of
+from .findings import Finding, SourceLines
 
 
 def ls_tree(repo: Repo, commit: str) -> dict[str, str]:
@@ -92,21 +92,10 @@ def remove(folder: Path) -> None:
 
 
 def with_sources(findings: Iterable[Finding], tree: Path) -> list[Finding]:
-    """The findings with the normalized source of their lines, read from the tree; each file
-    read and split once (ruff reports eight findings a file on the benchmark's modules)."""
-    lines_of: dict[str, list[str] | None] = {}
-    done = []
-    for finding in findings:
-        if finding.start_line >= 1 and finding.path not in lines_of:
-            try:
-                text = (tree / finding.path).read_text(encoding="utf-8", errors="replace")
-                lines_of[finding.path] = text.splitlines()
-            except OSError:
-                lines_of[finding.path] = None
-        lines = lines_of.get(finding.path) if finding.start_line >= 1 else None
-        if lines is None:
-            done.append(finding)
-        else:
-            source = source_of(lines, finding.start_line, finding.end_line)
-            done.append(finding.with_source(source))
-    return done
+    """The findings with the normalized source of their lines, read from the tree (a finding
+    made by a parser given :class:`.findings.SourceLines` has it already)."""
+    source = SourceLines(tree)
+    return [
+        f if f.start_line < 1 else f.with_source(source(f.path, f.start_line, f.end_line))
+        for f in findings
+    ]

@@ -1,0 +1,116 @@
+"""What a scan does after its scanner's process ends: the output read into findings, each made
+once with the source of its lines; the export's check (did the scanner change tracked files of
+its tree) run beside that reading, not after it; the findings merged and written."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scan_support import PYTHON
+from test_scan_engine import scan
+
+from orchardist.scan import engine, runner
+from orchardist.scan.findings import Finding
+from support import make_repo, write_plan
+
+# A real scanner process: a SARIF log of every line holding "TODO" in the files it is given,
+# with its rule's descriptor, as ruff writes them (no ruleIndex: the rule found by its id).
+SARIF_SCANNER = """\
+import json, sys
+results = []
+for path in sys.argv[1:]:
+    for n, line in enumerate(open(path), 1):
+        if "TODO" in line:
+            results.append({
+                "ruleId": "todo", "level": "warning", "message": {"text": "a TODO"},
+                "locations": [{"physicalLocation": {
+                    "artifactLocation": {"uri": path}, "region": {"startLine": n}}}],
+            })
+rule = {"id": "todo", "shortDescription": {"text": "TODO left"}}
+tool = {"driver": {"name": "todos", "version": "1", "rules": [rule]}}
+print(json.dumps({"version": "2.1.0", "runs": [{"tool": tool, "results": results}]}))
+"""
+
+WAIT_S = 10.0  # how long a parse waits for the check to start (it starts within milliseconds)
+
+
+def sarif_plan(tmp_path: Path, files: int) -> Path:
+    """A repository of ``files`` modules (two TODOs each) and a plan scanning them as SARIF."""
+    script = tmp_path / "sarif_scanner.py"
+    script.write_text(SARIF_SCANNER)
+    sources = {
+        f"src/m{i}.py": f"x = {i}\n#   TODO:   first  {i}\ny = 1  # TODO second\n"
+        for i in range(files)
+    }
+    repo = make_repo(tmp_path / "repo", sources)
+    return write_plan(
+        repo,
+        f"""
+        [scanners.todos]
+        command = "{PYTHON} {script} {{files}}"
+        format = "sarif"
+        include = ["**/*.py"]
+        """,
+        name="scan.toml",
+    )
+
+
+def test_each_finding_is_made_once_with_the_source_of_its_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: a SARIF scanner reporting two findings in each of 6 files, and every Finding
+    # made in this process counted
+    plan = sarif_plan(tmp_path, 6)
+    made: list[Finding] = []
+    init = Finding.__init__
+
+    def counted(self: Finding, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Finding, "__init__", counted)
+
+    # When: it is scanned, without the cache (nothing read back from it)
+    result = scan(plan, use_cache=False)
+
+    # Then: 12 findings, each with its flagged line's source, whitespace collapsed; and one
+    # Finding made per finding, not a second to add its source
+    assert result.failed == []
+    sources = sorted({m.finding.source for m in result.merged})
+    assert sources == [*(f"# TODO: first {i}" for i in range(6)), "y = 1 # TODO second"]
+    assert len(result.merged) == 12
+    assert len(made) == 12
+
+
+def test_the_export_is_checked_while_the_scanners_output_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: a scan whose export check notes when it starts, and whose SARIF parse waits
+    # (up to WAIT_S) for that check to have started before it reads the output
+    plan = sarif_plan(tmp_path, 3)
+    checking = threading.Event()
+    seen_by_parse: list[bool] = []
+    check, parse = engine.changed_files, runner.parse_sarif
+
+    def noted_check(*args: Any) -> list[str]:
+        checking.set()
+        return check(*args)
+
+    def waiting_parse(*args: Any) -> Any:
+        seen_by_parse.append(checking.wait(WAIT_S))
+        return parse(*args)
+
+    monkeypatch.setattr(engine, "changed_files", noted_check)
+    monkeypatch.setattr(runner, "parse_sarif", waiting_parse)
+
+    # When: it is scanned
+    result = scan(plan, use_cache=False)
+
+    # Then: the check had started before the output was parsed (its git process runs beside
+    # the parse), and the scan is whole
+    assert seen_by_parse == [True]
+    assert result.failed == [] and len(result.merged) == 6
+
