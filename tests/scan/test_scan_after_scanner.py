@@ -113,4 +113,3 @@ def test_the_export_is_checked_while_the_scanners_output_is_read(
     # the parse), and the scan is whole
     assert seen_by_parse == [True]
     assert result.failed == [] and len(result.merged) == 6
-
