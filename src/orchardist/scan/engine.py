@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -39,7 +38,7 @@ from .profiles import ScannerProfile, Scope
 from .runner import run_scanner, scanner_env
 from .sarif import MergedFinding, ScannerReport, merge
 from .toolstamp import tool_stamp
-from .trees import changed_files, export, ls_tree, remove
+from .trees import changed_files, export, ls_tree, remove, removing
 from .waits import aside, begin, result
 
 if TYPE_CHECKING:  # the pool is imported by a scan that runs a scanner (it imports logging)
@@ -510,12 +509,10 @@ class _Check:
 
 
 def _removing(work: Path) -> Callable[[], None]:
-    """Start removing the scan folder ``work`` in a thread, if it was made; what waits for it."""
+    """Start removing the scan folder ``work``, if it was made; what waits for it."""
     if not os.path.lexists(work):  # a cache hit made none
         return lambda: None
-    thread = threading.Thread(target=remove, args=(work,), name="scan-cleanup")
-    thread.start()
-    return thread.join
+    return removing(work)
 
 
 def _digest(*parts: str) -> str:
