@@ -4,7 +4,9 @@ its tree) run beside that reading, not after it; the findings merged and written
 
 from __future__ import annotations
 
+import io
 import threading
+from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,10 @@ import pytest
 from scan_support import PYTHON
 from test_scan_engine import scan
 
+from orchardist.git.repo import Repo
 from orchardist.scan import engine, runner
+from orchardist.scan.cli import plain_scan
+from orchardist.scan.engine import scan_root
 from orchardist.scan.findings import Finding
 from support import make_repo, write_plan
 
@@ -113,3 +118,36 @@ def test_the_export_is_checked_while_the_scanners_output_is_read(
     # the parse), and the scan is whole
     assert seen_by_parse == [True]
     assert result.failed == [] and len(result.merged) == 6
+
+
+def test_the_command_writes_its_outputs_while_the_scan_folder_is_removed_and_returns_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: a scan command writing SARIF to a file, and the wait for its scratch folder's
+    # removal noting whether the SARIF was already written when it began
+    plan = sarif_plan(tmp_path, 3)
+    output = tmp_path / "out.sarif"
+    written_before_the_wait: list[bool] = []
+    removing = engine.removing
+
+    def noted(folder: Path) -> Any:
+        waited = removing(folder)
+
+        def wait() -> None:
+            written_before_the_wait.append(output.exists())
+            waited()
+
+        return wait
+
+    monkeypatch.setattr(engine, "removing", noted)
+    monkeypatch.chdir(plan.parent)
+
+    # When: the command runs
+    with redirect_stdout(io.StringIO()):
+        code = plain_scan([str(plan), "--no-cache", "-o", str(output)])
+
+    # Then: its outputs were written before it waited for the removal, and when it returned
+    # the scan folders were gone (only the folder that holds them is left)
+    assert code == 0 and written_before_the_wait == [True]
+    scans = scan_root(Repo(plan.parent), None)
+    assert scans.is_dir() and list(scans.iterdir()) == []

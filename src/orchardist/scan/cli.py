@@ -157,10 +157,26 @@ def cmd_scan(args: Any, drive: DriveRun | None) -> int:
         sandbox=plan.run.sandbox,
         workspace=plan.run.workspace,
     )
-    try:
-        result = scanner.scan(profiles, base, plan.run.workdir, commit=commit)
+    try:  # the scan returns while its scratch folder is removed: waited for once all is written
+        try:
+            result = scanner.scan(profiles, base, plan.run.workdir, commit=commit, settle=False)
+        finally:
+            dirty.join()
+        return _finish(args, plan, repo, scanner, profiles, result, drive)
     finally:
-        dirty.join()
+        scanner.settle()
+
+
+def _finish(
+    args: Any,
+    plan: Any,
+    repo: Any,
+    scanner: Any,
+    profiles: list[Any],
+    result: Any,
+    drive: DriveRun | None,
+) -> int:
+    """After the scan: the memo for the next one, then its outputs, or the fix run."""
     rendering = Rendering(result, repo.root)
     if not args.no_cache:  # for the next scan of this commit (never without the cache)
         from .memo import remember

@@ -131,6 +131,12 @@ class Scanner:
         # whether every version it needed was stamped (else a later scan must ask it again)
         self.keys_used: list[str] = []
         self.stamped = True
+        self._removing: list[Callable[[], None]] = []  # scan folders still being removed
+
+    def settle(self) -> None:
+        """Wait until the scan folders of scans made with ``settle=False`` are gone."""
+        while self._removing:
+            self._removing.pop()()
 
     def scan(
         self,
@@ -139,12 +145,15 @@ class Scanner:
         workdir: str = ".",
         *,
         commit: str | None = None,
+        settle: bool = True,
     ) -> ScanResult:
         """Scan ``base`` with ``profiles``; findings deduplicated across scanners.
 
         Scanners run in ``workdir`` (relative to the repository): their globs and the paths
         they are given are relative to it; reported paths are relative to the repository.
         ``commit``: the commit ``base`` names, when the caller has resolved it already.
+        ``settle=False``: return while the scan folder is still being removed (the command
+        writes its outputs meanwhile); the caller must then call :meth:`settle`.
         """
         commit = commit or self.repo.try_rev_parse(base)
         if commit is None:
@@ -179,8 +188,13 @@ class Scanner:
             reports = tuple(self._report(p, tallies[p.name], prefix) for p in profiles)
             merged = tuple(merge(reports))
             self._finished(scan_id, reports, merged)
-        finally:
+        except BaseException:
             removed()
+            raise
+        if settle:
+            removed()
+        else:  # and written: the caller waits for it (settle)
+            self._removing.append(removed)
         return ScanResult(commit, reports, merged, scan_id)
 
     def _finished(
