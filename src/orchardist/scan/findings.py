@@ -252,7 +252,7 @@ def _sarif_result(
     source: Callable[[str, int, int], str] | None,
 ) -> Finding:
     rule_id = result.get("ruleId") or _get(result, "rule", "id")
-    index = result.get("ruleIndex", _get(result, "rule", "index"))
+    index = result["ruleIndex"] if "ruleIndex" in result else _get(result, "rule", "index")
     descriptor: Mapping[str, Any] = _NO_RULE
     if isinstance(index, int) and 0 <= index < len(rules):
         descriptor = rules[index]

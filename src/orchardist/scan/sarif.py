@@ -119,6 +119,7 @@ def to_sarif(
         mine = [m for m in merged if m.scanner == report.name]
         tool = report.tool or ToolInfo(report.name)
         rule_ids = list(dict.fromkeys(m.finding.rule for m in mine))
+        index = {rule: n for n, rule in enumerate(rule_ids)}  # looked up, not searched for
         rules = [_descriptor(rule, tool.rules.get(rule)) for rule in rule_ids]
         driver: dict[str, Any] = {"name": tool.name, "rules": rules}
         if tool.version:
@@ -136,7 +137,7 @@ def to_sarif(
                 "automationDetails": {"id": f"orchardist/{report.name}/"},
                 "originalUriBaseIds": {SRCROOT: {"uri": root.resolve().as_uri() + "/"}},
                 "invocations": [invocation],
-                "results": [_result(m, rule_ids.index(m.finding.rule)) for m in mine],
+                "results": [_result(m, index[m.finding.rule]) for m in mine],
                 "properties": _properties(report, base_commit),
             }
         )
