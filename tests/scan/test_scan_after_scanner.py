@@ -4,6 +4,7 @@ its tree) run beside that reading, not after it; the findings merged and written
 
 from __future__ import annotations
 
+import gc
 import io
 import threading
 from contextlib import redirect_stdout
@@ -42,12 +43,14 @@ print(json.dumps({"version": "2.1.0", "runs": [{"tool": tool, "results": results
 WAIT_S = 10.0  # how long a parse waits for the check to start (it starts within milliseconds)
 
 
-def sarif_plan(tmp_path: Path, files: int) -> Path:
-    """A repository of ``files`` modules (two TODOs each) and a plan scanning them as SARIF."""
+def sarif_plan(tmp_path: Path, files: int, more: int = 0) -> Path:
+    """A repository of ``files`` modules (two TODOs each, and ``more``) and a plan scanning
+    them as SARIF."""
     script = tmp_path / "sarif_scanner.py"
     script.write_text(SARIF_SCANNER)
     sources = {
         f"src/m{i}.py": f"x = {i}\n#   TODO:   first  {i}\ny = 1  # TODO second\n"
+        + "z = 2  # TODO more\n" * more
         for i in range(files)
     }
     repo = make_repo(tmp_path / "repo", sources)
@@ -151,3 +154,41 @@ def test_the_command_writes_its_outputs_while_the_scan_folder_is_removed_and_ret
     assert code == 0 and written_before_the_wait == [True]
     scans = scan_root(Repo(plan.parent), None)
     assert scans.is_dir() and list(scans.iterdir()) == []
+
+
+def test_a_scanners_output_is_read_without_the_cyclic_collectors_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given: a scanner reporting 600 findings (a SARIF log of ~6,000 JSON objects), the
+    # collector on, and its passes counted while that log is parsed
+    plan = sarif_plan(tmp_path, 30, more=18)
+    parsing = threading.Event()
+    passes: list[int] = []
+    parse = runner.parse_sarif
+
+    def noted_parse(*args: Any) -> Any:
+        parsing.set()
+        try:
+            return parse(*args)
+        finally:
+            parsing.clear()
+
+    def counted(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and parsing.is_set():
+            passes.append(info["generation"])
+
+    monkeypatch.setattr(runner, "parse_sarif", noted_parse)
+    assert gc.isenabled()
+
+    # When: it is scanned
+    gc.callbacks.append(counted)  # (the list the collector calls: changed in place)
+    try:
+        result = scan(plan, use_cache=False)
+    finally:
+        gc.callbacks.remove(counted)
+
+    # Then: every finding was read, no collection ran during the parse, and the collector
+    # is on again
+    assert len(result.merged) == 600
+    assert passes == []
+    assert gc.isenabled()
