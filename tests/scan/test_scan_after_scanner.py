@@ -17,7 +17,7 @@ from scan_support import PYTHON, validate_sarif
 from test_scan_engine import scan
 
 from orchardist.git.repo import Repo
-from orchardist.scan import engine, runner
+from orchardist.scan import engine, runner, trees
 from orchardist.scan.cli import plain_scan
 from orchardist.scan.engine import ScanResult, scan_root
 from orchardist.scan.findings import Finding, ToolInfo
@@ -103,7 +103,7 @@ def test_the_export_is_checked_while_the_scanners_output_is_read(
     plan = sarif_plan(tmp_path, 3)
     checking = threading.Event()
     seen_by_parse: list[bool] = []
-    check, parse = engine.changed_files, runner.parse_sarif
+    check, parse = trees.changed_files, runner.parse_sarif
 
     def noted_check(*args: Any) -> list[str]:
         checking.set()
@@ -113,7 +113,7 @@ def test_the_export_is_checked_while_the_scanners_output_is_read(
         seen_by_parse.append(checking.wait(WAIT_S))
         return parse(*args)
 
-    monkeypatch.setattr(engine, "changed_files", noted_check)
+    monkeypatch.setattr(trees, "changed_files", noted_check)
     monkeypatch.setattr(runner, "parse_sarif", waiting_parse)
 
     # When: it is scanned

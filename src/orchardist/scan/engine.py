@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from ..confine.paths import repo_key, workdir_root
 from ..confine.procs import CancelToken, ProcessRequest, run_process
@@ -38,11 +38,8 @@ from .profiles import ScannerProfile, Scope
 from .runner import run_scanner, scanner_env
 from .sarif import MergedFinding, ScannerReport, merge
 from .toolstamp import tool_stamp
-from .trees import changed_files, export, ls_tree, remove, removing
-from .waits import aside, begin, result
-
-if TYPE_CHECKING:  # the pool is imported by a scan that runs a scanner (it imports logging)
-    pass
+from .trees import Check, export, ls_tree, remove, removing
+from .waits import aside, result
 
 CACHE_SCHEMA = 1  # bump when what a cache entry holds changes
 MAX_CACHE_ENTRIES = 200_000
@@ -152,8 +149,7 @@ class Scanner:
         Scanners run in ``workdir`` (relative to the repository): their globs and the paths
         they are given are relative to it; reported paths are relative to the repository.
         ``commit``: the commit ``base`` names, when the caller has resolved it already.
-        ``settle=False``: return while the scan folder is still being removed (the command
-        writes its outputs meanwhile); the caller must then call :meth:`settle`.
+        ``settle=False``: return while the scan folder is being removed; then :meth:`settle`.
         """
         commit = commit or self.repo.try_rev_parse(base)
         if commit is None:
@@ -183,7 +179,7 @@ class Scanner:
         except BaseException:
             remove(work)
             raise
-        removed = _removing(work)  # the scratch copy goes while the findings are merged, logged
+        removed = removing(work)  # the scratch copy goes while the findings are merged, logged
         try:
             reports = tuple(self._report(p, tallies[p.name], prefix) for p in profiles)
             merged = tuple(merge(reports))
@@ -332,9 +328,7 @@ class Scanner:
             (job, exports[job.profile.name] / "tree", work / f"job{n}")
             for n, job in enumerate(ordered)
         ]
-        checks = {
-            name: _Check(self.repo, folder, exported[name]) for name, folder in exports.items()
-        }
+        checks = {n: Check(self.repo, f, exported[n]) for n, f in exports.items()}
         try:
             if len(runs) == 1:  # no pool (nor its imports, logging's among them) for one job
                 job, scratch, folder = runs[0]
@@ -497,36 +491,6 @@ class Scanner:
             misses=tally.misses,
             invocations=tally.invocations,
         )
-
-
-class _Check:
-    """Whether a scanner changed tracked files of its export (:func:`.trees.changed_files`):
-    started when its one process ends, to run beside the parse of its output (a git process,
-    ~7 ms on 64 files), or when asked for, after every process of the export ended."""
-
-    __slots__ = ("_args", "_waited")
-
-    def __init__(self, repo: Repo, folder: Path, exported: set[str] | None) -> None:
-        self._args = (repo, folder, exported)
-        self._waited: Callable[[], list[str]] | None = None
-
-    def start(self) -> None:
-        """Start the check, once (its export's processes have all ended)."""
-        if self._waited is None:
-            self._waited = begin(partial(changed_files, *self._args))
-
-    def changed(self) -> list[str]:
-        """The tracked paths the scanner changed (the check started if it was not)."""
-        self.start()
-        assert self._waited is not None
-        return self._waited()
-
-
-def _removing(work: Path) -> Callable[[], None]:
-    """Start removing the scan folder ``work``, if it was made; what waits for it."""
-    if not os.path.lexists(work):  # a cache hit made none
-        return lambda: None
-    return removing(work)
 
 
 def _digest(*parts: str) -> str:

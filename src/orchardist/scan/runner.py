@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from ..confine.procs import CancelToken, ProcessRequest, run_process
+from ..confine.procs import CancelToken, ProcessRequest, ProcessResult, run_process
 from ..confine.scrubbed import scrubbed_env
 from ..safeio import read_tail
 from ..state.agentrecords import AgentProfile
@@ -48,17 +48,12 @@ def run_scanner(
     for sub in ("home", "tmp", "cache"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     if profile.format is Format.AGENT:
-        from .agent_scan import run_agent_scanner
         from .trees import with_sources
 
         assert agent is not None
-        try:
-            found, tool = run_agent_scanner(
-                profile, agent, files, cwd, folder, env, cancel, writable
-            )
-        finally:
-            if ended is not None:
-                ended()
+        found, tool = _agent_scanner(
+            profile, agent, files, cwd, folder, env, cancel, writable, ended
+        )
         return (with_sources(found, cwd) if sourced else found), tool
     output = folder / "output"
     command = profile.command.replace("{files}", " ".join(shlex.quote(f) for f in files))
@@ -79,24 +74,10 @@ def run_scanner(
     )
     if ended is not None:
         ended()
-    if proc.cancelled:
-        raise ScanJobError(f"{profile.name}: cancelled")
-    if proc.timed_out:
-        raise ScanJobError(f"{profile.name}: timed out after {profile.timeout_s:g}s")
-    if proc.truncated:
-        raise ScanJobError(f"{profile.name}: output larger than {MAX_OUTPUT_BYTES} bytes")
-    data = (output if "{output}" in profile.command else stdout).read_bytes()
-    tail = _tail(stderr)
-    if not data.strip() and proc.exit_code != 0:
-        raise ScanJobError(
-            f"{profile.name}: exit {proc.exit_code} and no output" + (f": {tail}" if tail else "")
-        )
+    written = output if "{output}" in profile.command else stdout
+    data, tail = _output(profile, proc, written, stderr)
     try:
-        source = SourceLines(cwd) if sourced else None
-        with _collector_paused():
-            if profile.format is Format.SARIF:
-                return parse_sarif(data, cwd, source)
-            return parse_findings_json(data, profile.fields, source), None
+        return _parsed(profile, data, cwd, sourced)
     except ScanOutputError as exc:
         raise ScanJobError(
             f"{profile.name}: exit {proc.exit_code}, unreadable output ({exc})"
@@ -126,6 +107,58 @@ def scanner_env(
         ORCHARDIST_SCANNER=profile.name,
     )
     return env
+
+
+def _output(
+    profile: ScannerProfile, proc: ProcessResult, output: Path, stderr: Path
+) -> tuple[bytes, str]:
+    """What an ended scanner process wrote to ``output``, and the tail of its ``stderr``; a
+    ScanJobError if it was cancelled, timed out, wrote too much, or failed writing nothing."""
+    if proc.cancelled:
+        raise ScanJobError(f"{profile.name}: cancelled")
+    if proc.timed_out:
+        raise ScanJobError(f"{profile.name}: timed out after {profile.timeout_s:g}s")
+    if proc.truncated:
+        raise ScanJobError(f"{profile.name}: output larger than {MAX_OUTPUT_BYTES} bytes")
+    data = output.read_bytes()
+    tail = _tail(stderr)
+    if not data.strip() and proc.exit_code != 0:
+        raise ScanJobError(
+            f"{profile.name}: exit {proc.exit_code} and no output" + (f": {tail}" if tail else "")
+        )
+    return data, tail
+
+
+def _agent_scanner(
+    profile: ScannerProfile,
+    agent: AgentProfile,
+    files: Sequence[str],
+    cwd: Path,
+    folder: Path,
+    env: Mapping[str, str],
+    cancel: CancelToken,
+    writable: tuple[Path, ...] | None,
+    ended: Callable[[], object] | None,
+) -> tuple[list[Finding], ToolInfo | None]:
+    """An agent scanner's run (imported only for one); ``ended`` called when it ended."""
+    from .agent_scan import run_agent_scanner
+
+    try:
+        return run_agent_scanner(profile, agent, files, cwd, folder, env, cancel, writable)
+    finally:
+        if ended is not None:
+            ended()
+
+
+def _parsed(
+    profile: ScannerProfile, data: bytes, cwd: Path, sourced: bool
+) -> tuple[list[Finding], ToolInfo | None]:
+    """The findings and tool in a scanner's output (ScanOutputError if it is unreadable)."""
+    source = SourceLines(cwd) if sourced else None
+    with _collector_paused():
+        if profile.format is Format.SARIF:
+            return parse_sarif(data, cwd, source)
+        return parse_findings_json(data, profile.fields, source), None
 
 
 @contextlib.contextmanager
