@@ -181,7 +181,7 @@ class SourceLines:
         return "" if lines is None else source_of(lines, start_line, end_line)
 
     def _read(self, path: str) -> list[str] | None:
-        try:  # (not pathlib's read_text: a Path made and opened per file, twice the time)
+        try:  # (not pathlib's read_text, which makes a Path and a text wrapper per file)
             with open(os.path.join(self._tree, path), "rb") as file:
                 return file.read().decode("utf-8", errors="replace").splitlines()
         except OSError:

@@ -78,8 +78,8 @@ def changed_files(repo: Repo, folder: Path, exported: set[str] | None) -> list[s
 
 class Check:
     """Whether a scanner changed tracked files of its export (:func:`changed_files`):
-    started when its one process ends, to run beside the parse of its output (a git process,
-    ~7 ms on 64 files), or when asked for, after every process of the export ended."""
+    started when its one process ends, to run (a git process) beside the parse of its output,
+    or when asked for, after every process of the export ended."""
 
     __slots__ = ("_args", "_waited")
 
@@ -120,7 +120,7 @@ def remove(folder: Path) -> None:
 def removing(folder: Path) -> Callable[[], None]:
     """Start removing a scan folder, if there is one (a cache hit made none), on a thread of
     its own; what waits until it is gone. (A thread, not an ``rm`` process: the same CPU,
-    and on a loaded machine a new process waits for a core, ~20 ms where the thread took 7.)"""
+    and on a loaded machine a new process first waits for a core.)"""
     if not os.path.lexists(folder):
         return _nothing
     thread = threading.Thread(target=remove, args=(folder,), name="scan-cleanup")
