@@ -29,8 +29,7 @@ if TYPE_CHECKING:
     from .snapshots import Checkout
 
 # Snapshots, fingerprints, object writing and merges' outcomes are imported where they are used:
-# a command that only reads (validate) makes none, and their records cost a millisecond each to
-# make.
+# a command that only reads (validate) makes none; their records cost a millisecond each.
 
 TRAILER_PREFIX = "Orchardist-"
 

@@ -154,7 +154,25 @@ def cmd_scan(args: Any, drive: DriveRun | None) -> int:
     )
     # git status asked while the scanners run, not before them (a process, said when it answers)
     dirty = functools.partial(_warn_dirty, repo, base)
-    result = scanner.scan(profiles, base, plan.run.workdir, commit=commit, meanwhile=dirty)
+    try:  # the scan returns while its scratch folder is removed: waited for once all is written
+        result = scanner.scan(
+            profiles, base, plan.run.workdir, commit=commit, meanwhile=dirty, settle=False
+        )
+        return _finish(args, plan, repo, scanner, profiles, result, drive)
+    finally:
+        scanner.settle()
+
+
+def _finish(
+    args: Any,
+    plan: Any,
+    repo: Any,
+    scanner: Any,
+    profiles: list[Any],
+    result: Any,
+    drive: DriveRun | None,
+) -> int:
+    """After the scan: the memo for the next one, then its outputs, or the fix run."""
     from .sarif import Rendering  # (imported while the scanners ran: engine.LATER_MODULES)
 
     rendering = Rendering(result, repo.root)

@@ -14,7 +14,6 @@ exports are :mod:`.trees`' and the file selection :mod:`.globs`'.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -30,10 +29,10 @@ from ..errors import UsageError
 from ..git.repo import Repo
 from ..state.agentrecords import AgentProfile
 from .globs import compile_globs, select_files
-from .keys import MAX_CACHE_ENTRIES, config_key, digest
+from .keys import MAX_CACHE_ENTRIES, config_key, digest, encode_entry, read_entries
 from .profiles import ScannerProfile, Scope
 from .runner import run_scanner, scanner_env
-from .trees import changed_files, export, ls_tree, remove, with_sources
+from .trees import Check, export, ls_tree, remove, removing
 from .waits import aside, once, result, until
 
 if TYPE_CHECKING:  # imported where used: what reads the scanners' results is imported while
@@ -45,7 +44,6 @@ if TYPE_CHECKING:  # imported where used: what reads the scanners' results is im
 # what reading, merging and rendering the scanners' results import (sarif imports findings)
 LATER_MODULES = ("orchardist.scan.sarif",)
 
-MAX_ENTRY_BYTES = 1 << 20  # a larger per-file result is not cached
 MAX_BATCH_FILES = 256
 # missed files are split into at most one batch per MIN_BATCH_FILES: a batch costs a
 # sandboxed process start (the tool's own start, its cleanup's sweep of /proc), more than a
@@ -129,6 +127,12 @@ class Scanner:
         # whether every version it needed was stamped (else a later scan must ask it again)
         self.keys_used: list[str] = []
         self.stamped = True
+        self._removing: list[Callable[[], None]] = []  # scan folders still being removed
+
+    def settle(self) -> None:
+        """Wait until the scan folders of scans made with ``settle=False`` are gone."""
+        while self._removing:
+            self._removing.pop()()
 
     @property
     def store(self) -> Store:
@@ -147,25 +151,26 @@ class Scanner:
         *,
         commit: str | None = None,
         meanwhile: Callable[[], None] | None = None,
+        settle: bool = True,
     ) -> ScanResult:
         """Scan ``base`` with ``profiles``; findings deduplicated across scanners.
 
         Scanners run in ``workdir`` (relative to the repository): their globs and the paths
         they are given are relative to it; reported paths are relative to the repository.
         ``commit``: the commit ``base`` names, when the caller has resolved it already;
-        ``meanwhile``: the caller's work, done while the scanners run (or once none will).
+        ``meanwhile``: the caller's work, done while the scanners run (or once none will);
+        ``settle=False``: return while the scan folder is being removed; then :meth:`settle`.
         """
         commit = commit or self.repo.try_rev_parse(base)
         if commit is None:
             raise UsageError(f"--base {base!r} names no commit")
         prefix = "" if workdir.strip("/") in ("", ".") else workdir.strip("/") + "/"
         self.workdir = prefix.rstrip("/") or "."
-        entries = {
+        self._entries = entries = {
             path[len(prefix) :]: blob
             for path, blob in ls_tree(self.repo, commit).items()
             if path.startswith(prefix)
         }
-        self._entries = entries
         self.keys_used, self.stamped = [], True
         tree = self.repo.tree_of(commit)
         scan_id = f"scan-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
@@ -185,15 +190,18 @@ class Scanner:
         except BaseException:
             remove(work)
             raise
-        removed = _removing(work)  # the scratch copy goes while the findings are merged, logged
+        self._removing.append(removing(work))  # removed while the findings are merged, logged
         from .sarif import merge
 
         try:
             reports = tuple(self._report(p, tallies[p.name], prefix) for p in profiles)
             merged = tuple(merge(reports))
             self._finished(scan_id, reports, merged)
-        finally:
-            removed()
+        except BaseException:
+            self.settle()
+            raise
+        if settle:  # else the caller waits for it once it wrote the outputs too
+            self.settle()
         return ScanResult(commit, reports, merged, scan_id)
 
     def _meanwhile(
@@ -258,7 +266,10 @@ class Scanner:
         else:
             keys = [digest(config, "file", path, entries[path]) for path in files]
         self.keys_used += keys
-        cached = self._cached(keys, tally) if self.use_cache else set()
+        cached: set[str] = set()
+        if self.use_cache:
+            found, tools, cached = read_entries(self.store, keys, self.clock())
+            tally.findings, tally.tools, tally.hits = found, tools, len(cached)
         if profile.scope is Scope.TREE:
             return [] if cached else [_Job(profile, tuple(files), tuple(keys))]
         missed = [(path, key) for path, key in zip(files, keys, strict=True) if key not in cached]
@@ -270,23 +281,6 @@ class Scanner:
             _Job(profile, tuple(p for p, _ in chunk), tuple(k for _, k in chunk))
             for chunk in (missed[i : i + size] for i in range(0, len(missed), size))
         ]
-
-    def _cached(self, keys: list[str], tally: _Tally) -> set[str]:
-        """Add to ``tally`` what the cache holds for ``keys``; the keys it held."""
-        from ..state import scancache
-
-        cached = scancache.get(self.store, keys, self.clock())
-        if not cached:
-            return set()
-        from .findings import Finding, ToolInfo
-
-        for value in cached.values():
-            entry = json.loads(value)
-            tally.findings += [Finding.from_json(f) for f in entry["findings"]]
-            if entry.get("tool"):
-                tally.tools.append(ToolInfo.from_json(entry["tool"]))
-        tally.hits = len(cached)
-        return set(cached)
 
     # -- running -------------------------------------------------------------------------
 
@@ -315,12 +309,15 @@ class Scanner:
             (job, exports[job.profile.name] / "tree", work / f"job{n}")
             for n, job in enumerate(ordered)
         ]
+        checks = {n: Check(self.repo, f, exported[n]) for n, f in exports.items()}
         try:
             if len(runs) == 1:  # no pool (nor its imports, logging's among them) for one job
                 job, scratch, folder = runs[0]
                 cwd = scratch / self.workdir
                 started = threading.Event()
-                running = partial(self._run_job, job, cwd, folder, scratch, started.set)
+                # its export's check starts as the scanner ends, beside the parse
+                ended = checks[job.profile.name].start
+                running = partial(self._run_job, job, cwd, folder, scratch, started.set, ended)
                 side = partial(_once_started, [started], meanwhile)
                 ran = aside(running, lambda: self.cancel.cancel("scan interrupted"), side)
                 self._collect(job, ran, cwd, tallies)
@@ -329,8 +326,8 @@ class Scanner:
         except BaseException:
             self.cancel.cancel("scan interrupted")
             raise
-        for name, folder in exports.items():
-            changed = changed_files(self.repo, folder, exported[name])
+        for name, check in checks.items():
+            changed = check.changed()
             if changed:
                 tally = tallies[name]
                 shown = ", ".join(changed[:5]) + (" …" if len(changed) > 5 else "")
@@ -416,7 +413,6 @@ class Scanner:
             return
         if tool is not None:
             tally.tools.append(tool)
-        found = with_sources(found, tree)
         if job.profile.scope is Scope.FILE:
             wanted = set(job.files)
             found = [f for f in found if f.path in wanted]  # outside its files: out of scope
@@ -430,21 +426,22 @@ class Scanner:
         if not self.use_cache:  # nothing will be stored: no entry is encoded
             return
         for key, findings in entries:
-            rules = {f.rule for f in findings}
-            value = json.dumps(
-                {
-                    "findings": [f.to_json() for f in findings],
-                    "tool": tool.only(rules).to_json() if tool is not None else None,
-                }
-            )
-            if len(value) <= MAX_ENTRY_BYTES:
+            value = encode_entry(findings, tool)
+            if value is not None:
                 tally.fresh.append((key, value))
 
     def _run_job(
-        self, job: _Job, tree: Path, folder: Path, scratch: Path, started: Callable[[], None]
+        self,
+        job: _Job,
+        tree: Path,
+        folder: Path,
+        scratch: Path,
+        started: Callable[[], None],
+        ended: Callable[[], object] | None = None,
     ) -> tuple[list[Finding], ToolInfo | None]:
         """Run one scanner process over its files in ``tree`` (inside its export, ``scratch``);
-        its findings and tool. ``started`` is called once its process runs, or it ended."""
+        its findings, with their source, and tool. ``started`` is called once its process
+        runs, or it ended; ``ended``: when the process ended."""
         agent = self.agents[job.profile.agent] if job.profile.agent is not None else None
         try:
             return run_scanner(
@@ -457,6 +454,8 @@ class Scanner:
                 self._writable(folder, scratch),
                 agent,
                 started=started,
+                sourced=True,
+                ended=ended,
             )
         finally:
             started()  # (a job that never started its process must not be waited for)
@@ -495,15 +494,6 @@ def _once_started(started: Sequence[threading.Event], work: Callable[[], None]) 
     started, whose threads would wait for the interpreter's lock while it ran."""
     until(*started)
     work()
-
-
-def _removing(work: Path) -> Callable[[], None]:
-    """Start removing the scan folder ``work`` in a thread, if it was made; what waits for it."""
-    if not os.path.lexists(work):  # a cache hit made none
-        return lambda: None
-    thread = threading.Thread(target=remove, args=(work,), name="scan-cleanup")
-    thread.start()
-    return thread.join
 
 
 __all__ = ["ScanResult", "Scanner", "compile_globs", "scan_root", "select_files"]

@@ -1,7 +1,7 @@
 """A scan's cache keys: what besides the scanned content can change a scanner's results (its
 profile, its config files, the environment variables it reads, its tool's version: the output
 of the profile's version command, remembered with the stamp of the tool's files), hashed into
-the key its cached entries are filed under."""
+the key its cached entries are filed under; and those entries, encoded and read back."""
 
 from __future__ import annotations
 
@@ -17,12 +17,15 @@ from .runner import scanner_env
 from .toolstamp import tool_stamp
 
 if TYPE_CHECKING:
+    from ..state.store import Store
     from .engine import Scanner
+    from .findings import Finding, ToolInfo
     from .profiles import ScannerProfile
 
 CACHE_SCHEMA = 1  # bump when what a cache entry holds changes
 MAX_CACHE_ENTRIES = 200_000
 VERSION_TIMEOUT_S = 60.0
+MAX_ENTRY_BYTES = 1 << 20  # a larger per-file result is not cached
 
 
 def config_key(
@@ -91,3 +94,37 @@ def _env(scanner: Scanner, profile: ScannerProfile, folder: Path) -> dict[str, s
 def digest(*parts: str) -> str:
     """The sha256 of ``parts``, joined by NULs, in hex."""
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def encode_entry(findings: list[Finding], tool: ToolInfo | None) -> str | None:
+    """The cache entry of ``findings`` and ``tool`` (its rules those name); None if it is
+    larger than ``MAX_ENTRY_BYTES``."""
+    rules = {f.rule for f in findings}
+    value = json.dumps(
+        {
+            "findings": [f.to_json() for f in findings],
+            "tool": tool.only(rules).to_json() if tool is not None else None,
+        }
+    )
+    return value if len(value) <= MAX_ENTRY_BYTES else None
+
+
+def read_entries(
+    store: Store, keys: list[str], now: float
+) -> tuple[list[Finding], list[ToolInfo], set[str]]:
+    """What the cache holds for ``keys``: their findings, their tools, and the keys it held."""
+    from ..state import scancache
+
+    held = scancache.get(store, keys, now)
+    if not held:
+        return [], [], set()
+    from .findings import Finding, ToolInfo
+
+    findings: list[Finding] = []
+    tools: list[ToolInfo] = []
+    for value in held.values():
+        decoded = json.loads(value)
+        findings += [Finding.from_json(f) for f in decoded["findings"]]
+        if decoded.get("tool"):
+            tools.append(ToolInfo.from_json(decoded["tool"]))
+    return findings, tools, set(held)

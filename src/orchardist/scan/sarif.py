@@ -12,8 +12,10 @@ from __future__ import annotations
 import io
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -50,25 +52,47 @@ class MergedFinding:
 
 
 def merge(reports: Sequence[ScannerReport]) -> list[MergedFinding]:
-    """Deduplicated findings, grouped by scanner in the order given, then by place."""
+    """Deduplicated findings, grouped by scanner in the order given, then by place.
+
+    Each finding's place and identity are computed once; a group of one scanner's findings
+    (nearly all of them: few findings are reported by two scanners) skips the reporters'
+    bookkeeping. The findings are sorted by place once per scanner, and the merged ones by
+    scanner then place (stable: ties keep the groups' order)."""
     occurrences: dict[str, dict[str, list[Finding]]] = defaultdict(dict)
+    places: dict[int, tuple[Any, ...]] = {}  # id(finding) -> its place
     for report in reports:
         seen: set[tuple[Any, ...]] = set()
-        for finding in sorted(report.findings, key=_place):
-            if finding.identity() in seen:  # one scanner, overlapping scopes
+        placed = sorted(((_place(f), f) for f in report.findings), key=_first)
+        for place, finding in placed:
+            identity = finding.identity()
+            if identity in seen:  # one scanner, overlapping scopes
                 continue
-            seen.add(finding.identity())
+            seen.add(identity)
+            places[id(finding)] = place
             occurrences[finding.base_fingerprint()].setdefault(report.name, []).append(finding)
-    merged: list[MergedFinding] = []
     order = {report.name: i for i, report in enumerate(reports)}
+    alone = {report.name: (report.name,) for report in reports}
+    keyed: list[tuple[tuple[Any, ...], MergedFinding]] = []
     for base, by_scanner in occurrences.items():
+        if len(by_scanner) == 1:
+            ((name, found),) = by_scanner.items()
+            keyed += [
+                ((order[name], places[id(f)]), MergedFinding(name, f, f"{base}:{n}", alone[name]))
+                for n, f in enumerate(found)
+            ]
+            continue
         names = sorted(by_scanner, key=order.__getitem__)
         for n in range(max(len(found) for found in by_scanner.values())):
             reporters = tuple(name for name in names if n < len(by_scanner[name]))
-            first = reporters[0]
-            merged.append(MergedFinding(first, by_scanner[first][n], f"{base}:{n}", reporters))
-    merged.sort(key=lambda m: (order[m.scanner], _place(m.finding)))
-    return merged
+            first, finding = reporters[0], by_scanner[reporters[0]][n]
+            merged = MergedFinding(first, finding, f"{base}:{n}", reporters)
+            keyed.append(((order[first], places[id(finding)]), merged))
+    keyed.sort(key=_first)
+    return [m for _, m in keyed]
+
+
+def _first(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
 
 
 def _place(finding: Finding) -> tuple[Any, ...]:
@@ -90,34 +114,64 @@ def to_sarif(
     root: Path,
     base_commit: str,
 ) -> dict[str, Any]:
-    """One SARIF 2.1.0 log: a run per scanner with its tool, rules and results."""
-    runs = []
-    for report in reports:
-        mine = [m for m in merged if m.scanner == report.name]
-        tool = report.tool or ToolInfo(report.name)
-        rule_ids = list(dict.fromkeys(m.finding.rule for m in mine))
-        rules = [_descriptor(rule, tool.rules.get(rule)) for rule in rule_ids]
-        driver: dict[str, Any] = {"name": tool.name, "rules": rules}
-        if tool.version:
-            driver["version"] = tool.version
-        if tool.information_uri:
-            driver["informationUri"] = tool.information_uri
-        invocation: dict[str, Any] = {"executionSuccessful": report.error is None}
-        if report.error is not None:
-            invocation["toolExecutionNotifications"] = [
-                {"level": "error", "message": {"text": report.error}}
-            ]
-        runs.append(
-            {
-                "tool": {"driver": driver},
-                "automationDetails": {"id": f"orchardist/{report.name}/"},
-                "originalUriBaseIds": {SRCROOT: {"uri": root.resolve().as_uri() + "/"}},
-                "invocations": [invocation],
-                "results": [_result(m, rule_ids.index(m.finding.rule)) for m in mine],
-                "properties": _properties(report, base_commit),
-            }
-        )
-    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": runs}
+    """One SARIF 2.1.0 log: a run per scanner with its tool, rules and results (the text
+    :meth:`Rendering.sarif` writes, decoded)."""
+    log: dict[str, Any] = json.loads(
+        _sarif_text(_runs(reports, merged, root), reports, base_commit)
+    )
+    return log
+
+
+def _runs(
+    reports: Sequence[ScannerReport], merged: Sequence[MergedFinding], root: Path
+) -> list[str]:
+    """Each scanner's run, encoded up to its ``properties`` (the last key: written per
+    rendering, with its cache counts)."""
+    mine: dict[str, list[MergedFinding]] = {report.name: [] for report in reports}
+    for m in merged:
+        if m.scanner in mine:
+            mine[m.scanner].append(m)
+    uri = root.resolve().as_uri() + "/"
+    return [_run(report, mine[report.name], uri) for report in reports]
+
+
+def _run(report: ScannerReport, mine: Sequence[MergedFinding], uri: str) -> str:
+    """One scanner's run but its properties: its tool, the rules its findings name, and
+    its results, each written as text (a result is a fixed shape: no dictionary made and
+    encoded per finding)."""
+    tool = report.tool or ToolInfo(report.name)
+    rule_ids = list(dict.fromkeys(m.finding.rule for m in mine))
+    index = {rule: n for n, rule in enumerate(rule_ids)}  # looked up, not searched for
+    driver: dict[str, Any] = {
+        "name": tool.name,
+        "rules": [_descriptor(rule, tool.rules.get(rule)) for rule in rule_ids],
+    }
+    if tool.version:
+        driver["version"] = tool.version
+    if tool.information_uri:
+        driver["informationUri"] = tool.information_uri
+    invocation: dict[str, Any] = {"executionSuccessful": report.error is None}
+    if report.error is not None:
+        invocation["toolExecutionNotifications"] = [
+            {"level": "error", "message": {"text": report.error}}
+        ]
+    head = {
+        "tool": {"driver": driver},
+        "automationDetails": {"id": f"orchardist/{report.name}/"},
+        "originalUriBaseIds": {SRCROOT: {"uri": uri}},
+        "invocations": [invocation],
+    }
+    results = ",".join([_result(m, index[m.finding.rule]) for m in mine])
+    return _compact(head)[:-1] + ',"results":[' + results + '],"properties":'
+
+
+def _sarif_text(runs: Sequence[str], reports: Sequence[ScannerReport], base_commit: str) -> str:
+    """The whole log: each run (:func:`_runs`) closed with the properties of its report."""
+    bodies = [
+        run + _compact(_properties(report, base_commit)) + "}"
+        for run, report in zip(runs, reports, strict=True)
+    ]
+    return _HEAD + ",".join(bodies) + "]}"
 
 
 def _descriptor(rule: str, known: Any) -> dict[str, Any]:
@@ -127,27 +181,37 @@ def _descriptor(rule: str, known: Any) -> dict[str, Any]:
     return {"id": rule}
 
 
-def _result(m: MergedFinding, rule_index: int) -> dict[str, Any]:
+# a string as json.dumps writes it (ensure_ascii: the documents are ASCII); C-accelerated
+_str: Callable[[str], str] = encode_basestring_ascii
+_HEAD = '{"$schema":' + _str(SARIF_SCHEMA) + ',"version":"2.1.0","runs":['
+_LOCATION = '"locations":[{"physicalLocation":{"artifactLocation":{"uri":'
+_BASE_ID = ',"uriBaseId":' + _str(SRCROOT) + "}"
+_FINGERPRINT = '"partialFingerprints":{' + _str(FINGERPRINT_KEY) + ":"
+
+
+def _result(m: MergedFinding, rule_index: int) -> str:
+    """A SARIF result, as compact JSON: the text ``json.dumps`` makes of its object (its
+    fields are strings and ints, by :class:`Finding`'s types), without a dictionary made and
+    encoded per finding."""
     f = m.finding
-    physical: dict[str, Any] = {"artifactLocation": {"uri": f.path, "uriBaseId": SRCROOT}}
+    region = ""
     if f.start_line >= 1:
-        region: dict[str, Any] = {"startLine": f.start_line, "endLine": f.end_line}
+        region = f',"region":{{"startLine":{f.start_line:d},"endLine":{f.end_line:d}'
         if f.start_column:
-            region["startColumn"] = f.start_column
+            region += f',"startColumn":{f.start_column:d}'
         if f.end_column:
-            region["endColumn"] = f.end_column
+            region += f',"endColumn":{f.end_column:d}'
         if f.snippet:
-            region["snippet"] = {"text": f.snippet}
-        physical["region"] = region
-    return {
-        "ruleId": f.rule,
-        "ruleIndex": rule_index,
-        "level": f.level,
-        "message": {"text": f.message or f.rule},
-        "locations": [{"physicalLocation": physical}],
-        "partialFingerprints": {FINGERPRINT_KEY: m.fingerprint},
-        "properties": {"orchardist": {"reporters": list(m.reporters)}},
-    }
+            region += ',"snippet":{"text":' + _str(f.snippet) + "}"
+        region += "}"
+    reporters = ",".join(map(_str, m.reporters))
+    return (
+        f'{{"ruleId":{_str(f.rule)},"ruleIndex":{rule_index:d},"level":{_str(f.level)},'
+        f'"message":{{"text":{_str(f.message or f.rule)}}},'
+        f"{_LOCATION}{_str(f.path)}{_BASE_ID}{region}}}}}],"
+        f"{_FINGERPRINT}{_str(m.fingerprint)}}},"
+        f'"properties":{{"orchardist":{{"reporters":[{reporters}]}}}}}}'
+    )
 
 
 # -- JSON and table ------------------------------------------------------------------------
@@ -156,14 +220,21 @@ def _result(m: MergedFinding, rule_index: int) -> dict[str, Any]:
 def to_json(merged: Sequence[MergedFinding]) -> list[dict[str, Any]]:
     """Findings as plain objects (``--format json``)."""
     return [
-        {
-            "scanner": m.scanner,
-            "reporters": list(m.reporters),
-            "fingerprint": m.fingerprint,
-            **{k: v for k, v in m.finding.to_json().items() if k != "source"},
-        }
+        dict(
+            zip(
+                _JSON_KEYS,
+                (m.scanner, list(m.reporters), m.fingerprint, *_shown(m.finding)),
+                strict=True,
+            )
+        )
         for m in merged
     ]
+
+
+# a finding's fields but its source, read at once (not through Finding.to_json, then filtered)
+_SHOWN = tuple(name for name in Finding.__dataclass_fields__ if name != "source")
+_shown = attrgetter(*_SHOWN)
+_JSON_KEYS = ("scanner", "reporters", "fingerprint", *_SHOWN)
 
 
 def to_table(merged: Sequence[MergedFinding]) -> str:
@@ -206,17 +277,8 @@ class Rendering:
         """:func:`to_sarif`, compact, with the cache counts of ``reports`` (the result's, or
         the same scan's counted otherwise)."""
         if self._runs is None:
-            r = self.result
-            runs = to_sarif(r.reports, r.merged, self.root, r.base_commit)["runs"]
-            for run in runs:
-                del run["properties"]  # the last key: what follows is written per rendering
-            self._runs = [_compact(run)[:-1] + ',"properties":' for run in runs]
-        runs = [
-            body + _compact(_properties(report, self.result.base_commit)) + "}"
-            for body, report in zip(self._runs, reports, strict=True)
-        ]
-        head = _compact({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": []})[: -len("]}")]
-        return head + ",".join(runs) + "]}"
+            self._runs = _runs(self.result.reports, self.result.merged, self.root)
+        return _sarif_text(self._runs, reports, self.result.base_commit)
 
     def findings(self) -> str:
         """:func:`to_json` of the findings, compact."""
@@ -226,7 +288,8 @@ class Rendering:
 
 
 def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+    """``value`` as JSON, on one line; its documents hold no cycle to look for."""
+    return json.dumps(value, separators=(",", ":"), check_circular=False)
 
 
 def _properties(report: ScannerReport, base_commit: str) -> dict[str, Any]:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..git.repo import Repo
+from .waits import begin, once
 
 if TYPE_CHECKING:  # imported once the scanner ran, by what reads its results
     from .findings import Finding
@@ -75,6 +77,24 @@ def changed_files(repo: Repo, folder: Path, exported: set[str] | None) -> list[s
     return sorted(set(differ))
 
 
+class Check:
+    """Whether a scanner changed tracked files of its export (:func:`changed_files`):
+    started when its one process ends, to run (a git process) beside the parse of its output,
+    or when asked for, after every process of the export ended."""
+
+    __slots__ = ("start",)
+
+    def __init__(self, repo: Repo, folder: Path, exported: set[str] | None) -> None:
+        # (its export's processes have all ended when it starts; it starts once)
+        self.start: Callable[[], Callable[[], list[str]]] = once(
+            partial(begin, partial(changed_files, repo, folder, exported), "scan-check")
+        )
+
+    def changed(self) -> list[str]:
+        """The tracked paths the scanner changed (the check started if it was not)."""
+        return self.start()()
+
+
 def _index_env(repo: Repo, folder: Path) -> dict[str, str]:
     """git pointed at the repository's objects, an export's work tree and its own index."""
     return {
@@ -95,24 +115,26 @@ def remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def with_sources(findings: Iterable[Finding], tree: Path) -> list[Finding]:
-    """The findings with the normalized source of their lines, read from the tree; each file
-    read and split once (ruff reports eight findings a file on the benchmark's modules)."""
-    from .findings import source_of
+def removing(folder: Path) -> Callable[[], None]:
+    """Start removing a scan folder, if there is one (a cache hit made none), on a thread of
+    its own; what waits until it is gone. (A thread, not an ``rm`` process: the same CPU,
+    and on a loaded machine a new process first waits for a core.)"""
+    if not os.path.lexists(folder):
+        return _nothing
+    return begin(partial(remove, folder), "scan-cleanup")
 
-    lines_of: dict[str, list[str] | None] = {}
-    done = []
-    for finding in findings:
-        if finding.start_line >= 1 and finding.path not in lines_of:
-            try:
-                text = (tree / finding.path).read_text(encoding="utf-8", errors="replace")
-                lines_of[finding.path] = text.splitlines()
-            except OSError:
-                lines_of[finding.path] = None
-        lines = lines_of.get(finding.path) if finding.start_line >= 1 else None
-        if lines is None:
-            done.append(finding)
-        else:
-            source = source_of(lines, finding.start_line, finding.end_line)
-            done.append(finding.with_source(source))
-    return done
+
+def _nothing() -> None:
+    pass
+
+
+def with_sources(findings: Iterable[Finding], tree: Path) -> list[Finding]:
+    """The findings with the normalized source of their lines, read from the tree (a finding
+    made by a parser given :class:`.findings.SourceLines` has it already)."""
+    from .findings import SourceLines
+
+    source = SourceLines(tree)
+    return [
+        f if f.start_line < 1 else f.with_source(source(f.path, f.start_line, f.end_line))
+        for f in findings
+    ]
