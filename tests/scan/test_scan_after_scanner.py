@@ -6,22 +6,20 @@ from __future__ import annotations
 
 import gc
 import io
-import json
 import threading
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
 import pytest
-from scan_support import PYTHON, validate_sarif
+from scan_support import PYTHON
 from test_scan_engine import scan
 
 from orchardist.git.repo import Repo
 from orchardist.scan import engine, findings, trees
 from orchardist.scan.cli import plain_scan
-from orchardist.scan.engine import ScanResult, scan_root
-from orchardist.scan.findings import Finding, ToolInfo
-from orchardist.scan.sarif import Rendering, ScannerReport, merge, to_sarif
+from orchardist.scan.engine import scan_root
+from orchardist.scan.findings import Finding
 from support import make_repo, write_plan
 
 # A real scanner process: a SARIF log of every line holding "TODO" in the files it is given,
@@ -194,45 +192,3 @@ def test_a_scanners_output_is_read_without_the_cyclic_collectors_passes(
     assert len(result.merged) == 600
     assert passes == []
     assert gc.isenabled()
-
-
-def test_the_sarif_written_is_its_logs_compact_json_whatever_its_strings_hold(
-    tmp_path: Path,
-) -> None:
-    # Given: findings whose strings need escaping (quotes, backslashes, newlines, tabs,
-    # non-ASCII, astral characters), with and without columns, snippet and lines, reported
-    # by two scanners, one failed
-    odd = ['say "hi"\\n', "tab\tand\nnewline", "ünïcödé", "emoji 🎉", "</script>"]
-    found = [
-        Finding(
-            f"R{n % 3}",
-            odd[n % 5],
-            f"dir/ü {n % 4}.py",
-            n % 3,  # 0: the file as a whole
-            n % 3 + n % 2 if n % 3 else 0,
-            "error",
-            (n % 4) or None,
-            (n % 3) or None,
-            odd[(n + 1) % 5] if n % 2 else None,
-        )
-        for n in range(40)
-    ]
-    tool = ToolInfo("T", "1.0", "https://x/ü", {"R1": {"id": "R1", "help": {"text": odd[1]}}})
-    reports = (
-        ScannerReport("a", tuple(found[:30]), tool, None, 3, 4, 1),
-        ScannerReport("b ü", tuple(found[20:]), None, odd[0], 0, 1, 1),
-    )
-    result = ScanResult("c" * 40, reports, tuple(merge(reports)), "scan-x")
-
-    # When: its SARIF is rendered
-    text = Rendering(result, tmp_path).document("sarif")
-
-    # Then: it is exactly what json writes of the log it holds, compact and ASCII, and that
-    # log is the SARIF of these findings
-    log = json.loads(text)
-    assert text == json.dumps(log, separators=(",", ":"))
-    assert log == to_sarif(reports, result.merged, tmp_path, "c" * 40)
-    results = [r for run in log["runs"] for r in run["results"]]
-    assert len(results) == len(result.merged)
-    assert {r["message"]["text"] for r in results} == set(odd)
-    validate_sarif(log)

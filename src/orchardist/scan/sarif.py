@@ -12,9 +12,8 @@ from __future__ import annotations
 import io
 import json
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring_ascii
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -114,64 +113,35 @@ def to_sarif(
     root: Path,
     base_commit: str,
 ) -> dict[str, Any]:
-    """One SARIF 2.1.0 log: a run per scanner with its tool, rules and results (the text
-    :meth:`Rendering.sarif` writes, decoded)."""
-    log: dict[str, Any] = json.loads(
-        _sarif_text(_runs(reports, merged, root), reports, base_commit)
-    )
-    return log
-
-
-def _runs(
-    reports: Sequence[ScannerReport], merged: Sequence[MergedFinding], root: Path
-) -> list[str]:
-    """Each scanner's run, encoded up to its ``properties`` (the last key: written per
-    rendering, with its cache counts)."""
-    mine: dict[str, list[MergedFinding]] = {report.name: [] for report in reports}
-    for m in merged:
-        if m.scanner in mine:
-            mine[m.scanner].append(m)
-    uri = root.resolve().as_uri() + "/"
-    return [_run(report, mine[report.name], uri) for report in reports]
-
-
-def _run(report: ScannerReport, mine: Sequence[MergedFinding], uri: str) -> str:
-    """One scanner's run but its properties: its tool, the rules its findings name, and
-    its results, each written as text (a result is a fixed shape: no dictionary made and
-    encoded per finding)."""
-    tool = report.tool or ToolInfo(report.name)
-    rule_ids = list(dict.fromkeys(m.finding.rule for m in mine))
-    index = {rule: n for n, rule in enumerate(rule_ids)}  # looked up, not searched for
-    driver: dict[str, Any] = {
-        "name": tool.name,
-        "rules": [_descriptor(rule, tool.rules.get(rule)) for rule in rule_ids],
-    }
-    if tool.version:
-        driver["version"] = tool.version
-    if tool.information_uri:
-        driver["informationUri"] = tool.information_uri
-    invocation: dict[str, Any] = {"executionSuccessful": report.error is None}
-    if report.error is not None:
-        invocation["toolExecutionNotifications"] = [
-            {"level": "error", "message": {"text": report.error}}
-        ]
-    head = {
-        "tool": {"driver": driver},
-        "automationDetails": {"id": f"orchardist/{report.name}/"},
-        "originalUriBaseIds": {SRCROOT: {"uri": uri}},
-        "invocations": [invocation],
-    }
-    results = ",".join([_result(m, index[m.finding.rule]) for m in mine])
-    return _compact(head)[:-1] + ',"results":[' + results + '],"properties":'
-
-
-def _sarif_text(runs: Sequence[str], reports: Sequence[ScannerReport], base_commit: str) -> str:
-    """The whole log: each run (:func:`_runs`) closed with the properties of its report."""
-    bodies = [
-        run + _compact(_properties(report, base_commit)) + "}"
-        for run, report in zip(runs, reports, strict=True)
-    ]
-    return _HEAD + ",".join(bodies) + "]}"
+    """One SARIF 2.1.0 log: a run per scanner with its tool, rules and results."""
+    runs = []
+    for report in reports:
+        mine = [m for m in merged if m.scanner == report.name]
+        tool = report.tool or ToolInfo(report.name)
+        rule_ids = list(dict.fromkeys(m.finding.rule for m in mine))
+        index = {rule: n for n, rule in enumerate(rule_ids)}  # looked up, not searched for
+        rules = [_descriptor(rule, tool.rules.get(rule)) for rule in rule_ids]
+        driver: dict[str, Any] = {"name": tool.name, "rules": rules}
+        if tool.version:
+            driver["version"] = tool.version
+        if tool.information_uri:
+            driver["informationUri"] = tool.information_uri
+        invocation: dict[str, Any] = {"executionSuccessful": report.error is None}
+        if report.error is not None:
+            invocation["toolExecutionNotifications"] = [
+                {"level": "error", "message": {"text": report.error}}
+            ]
+        runs.append(
+            {
+                "tool": {"driver": driver},
+                "automationDetails": {"id": f"orchardist/{report.name}/"},
+                "originalUriBaseIds": {SRCROOT: {"uri": root.resolve().as_uri() + "/"}},
+                "invocations": [invocation],
+                "results": [_result(m, index[m.finding.rule]) for m in mine],
+                "properties": _properties(report, base_commit),
+            }
+        )
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": runs}
 
 
 def _descriptor(rule: str, known: Any) -> dict[str, Any]:
@@ -181,37 +151,27 @@ def _descriptor(rule: str, known: Any) -> dict[str, Any]:
     return {"id": rule}
 
 
-# a string as json.dumps writes it (ensure_ascii: the documents are ASCII); C-accelerated
-_str: Callable[[str], str] = encode_basestring_ascii
-_HEAD = '{"$schema":' + _str(SARIF_SCHEMA) + ',"version":"2.1.0","runs":['
-_LOCATION = '"locations":[{"physicalLocation":{"artifactLocation":{"uri":'
-_BASE_ID = ',"uriBaseId":' + _str(SRCROOT) + "}"
-_FINGERPRINT = '"partialFingerprints":{' + _str(FINGERPRINT_KEY) + ":"
-
-
-def _result(m: MergedFinding, rule_index: int) -> str:
-    """A SARIF result, as compact JSON: the text ``json.dumps`` makes of its object (its
-    fields are strings and ints, by :class:`Finding`'s types), without a dictionary made and
-    encoded per finding."""
+def _result(m: MergedFinding, rule_index: int) -> dict[str, Any]:
     f = m.finding
-    region = ""
+    physical: dict[str, Any] = {"artifactLocation": {"uri": f.path, "uriBaseId": SRCROOT}}
     if f.start_line >= 1:
-        region = f',"region":{{"startLine":{f.start_line:d},"endLine":{f.end_line:d}'
+        region: dict[str, Any] = {"startLine": f.start_line, "endLine": f.end_line}
         if f.start_column:
-            region += f',"startColumn":{f.start_column:d}'
+            region["startColumn"] = f.start_column
         if f.end_column:
-            region += f',"endColumn":{f.end_column:d}'
+            region["endColumn"] = f.end_column
         if f.snippet:
-            region += ',"snippet":{"text":' + _str(f.snippet) + "}"
-        region += "}"
-    reporters = ",".join(map(_str, m.reporters))
-    return (
-        f'{{"ruleId":{_str(f.rule)},"ruleIndex":{rule_index:d},"level":{_str(f.level)},'
-        f'"message":{{"text":{_str(f.message or f.rule)}}},'
-        f"{_LOCATION}{_str(f.path)}{_BASE_ID}{region}}}}}],"
-        f"{_FINGERPRINT}{_str(m.fingerprint)}}},"
-        f'"properties":{{"orchardist":{{"reporters":[{reporters}]}}}}}}'
-    )
+            region["snippet"] = {"text": f.snippet}
+        physical["region"] = region
+    return {
+        "ruleId": f.rule,
+        "ruleIndex": rule_index,
+        "level": f.level,
+        "message": {"text": f.message or f.rule},
+        "locations": [{"physicalLocation": physical}],
+        "partialFingerprints": {FINGERPRINT_KEY: m.fingerprint},
+        "properties": {"orchardist": {"reporters": list(m.reporters)}},
+    }
 
 
 # -- JSON and table ------------------------------------------------------------------------
@@ -277,8 +237,17 @@ class Rendering:
         """:func:`to_sarif`, compact, with the cache counts of ``reports`` (the result's, or
         the same scan's counted otherwise)."""
         if self._runs is None:
-            self._runs = _runs(self.result.reports, self.result.merged, self.root)
-        return _sarif_text(self._runs, reports, self.result.base_commit)
+            r = self.result
+            runs = to_sarif(r.reports, r.merged, self.root, r.base_commit)["runs"]
+            for run in runs:
+                del run["properties"]  # the last key: what follows is written per rendering
+            self._runs = [_compact(run)[:-1] + ',"properties":' for run in runs]
+        runs = [
+            body + _compact(_properties(report, self.result.base_commit)) + "}"
+            for body, report in zip(self._runs, reports, strict=True)
+        ]
+        head = _compact({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": []})[: -len("]}")]
+        return head + ",".join(runs) + "]}"
 
     def findings(self) -> str:
         """:func:`to_json` of the findings, compact."""
