@@ -123,6 +123,7 @@ class Scanner:
         self.workspace = workspace  # [run] workspace: the root of its scratch folders
         self.workdir = "."
         self._entries: Mapping[str, str] = {}
+        self._folders: set[str] = set()  # the scanned commit's (its export makes them)
         # what a memo of the last scan stands for (scan.memo): the cache keys it used, and
         # whether every version it needed was stamped (else a later scan must ask it again)
         self.keys_used: list[str] = []
@@ -166,10 +167,9 @@ class Scanner:
             raise UsageError(f"--base {base!r} names no commit")
         prefix = "" if workdir.strip("/") in ("", ".") else workdir.strip("/") + "/"
         self.workdir = prefix.rstrip("/") or "."
+        files, self._folders = ls_tree(self.repo, commit)
         self._entries = entries = {
-            path[len(prefix) :]: blob
-            for path, blob in ls_tree(self.repo, commit).items()
-            if path.startswith(prefix)
+            path[len(prefix) :]: blob for path, blob in files.items() if path.startswith(prefix)
         }
         self.keys_used, self.stamped = [], True
         tree = self.repo.tree_of(commit)
@@ -300,9 +300,8 @@ class Scanner:
         exports = {j.profile.name: work / j.profile.name for j in jobs}
         exported = self._export_sets(jobs)
         for name, folder in exports.items():
-            (folder / "tree" / self.workdir).mkdir(parents=True)  # before it is made read-only
-            paths = exported[name]
-            export(self.repo, commit, folder, None if paths is None else sorted(paths))
+            export(self.repo, commit, folder, exported[name], self._folders)
+            (folder / "tree" / self.workdir).mkdir(parents=True, exist_ok=True)  # the cwd
         # tree scans first: they usually take longest
         ordered = sorted(jobs, key=lambda j: j.profile.scope is not Scope.TREE)
         runs = [
