@@ -8,8 +8,8 @@ runs it (the collector off while the modules load), with marks at the end of the
 process and after each later step: its output parsed into findings (with their source), the
 findings merged, the scan returned (its events written), the SARIF written, the summary
 printed, the command's end. Printed, the median of ``--repeat`` tries: milliseconds since the
-scanner's process ended, wall and CPU of the Python process (its threads; not its children:
-the export's check is a git process, the scan folder's removal an ``rm``). ``--old PATH``: a
+scanner's process ended, wall and CPU of the Python process (its threads, the scan folder's
+removal's among them; not its children: the export's check is a git process). ``--old PATH``: a
 checkout whose ``src`` is timed too, the tries interleaved.
 """
 
@@ -32,7 +32,9 @@ from scan import make_repo
 TRY = r"""
 import gc; gc.disable()
 import contextlib, io, json, os, sys, time
-import orchardist.scan.cli as C, orchardist.scan.engine as E, orchardist.scan.runner as R
+# the steps' functions wrapped where they live, before what imports them is imported (a module
+# that imports one at its top, or one that imports it where it calls it, calls the wrapper)
+import orchardist.scan.findings as F, orchardist.scan.sarif as S
 
 marks = []
 
@@ -48,11 +50,12 @@ def after(owner, name, label):
             mark(label)
     setattr(owner, name, marked)
 
+after(F, "parse_sarif", "parsed")
+after(S, "merge", "merged")
+after(S, "write_whole", "SARIF written")
+import orchardist.scan.cli as C, orchardist.scan.engine as E, orchardist.scan.runner as R
 after(R, "run_process", "scanner ended")
-after(R, "parse_sarif", "parsed")
-after(E, "merge", "merged")
 after(E.Scanner, "scan", "scan returned")
-after(C, "write_whole", "SARIF written")
 after(C, "_report", "summary printed")
 with contextlib.redirect_stdout(io.StringIO()):
     C.plain_scan(["scan.toml", "--no-cache", "--json", "-o", "out.sarif"])
