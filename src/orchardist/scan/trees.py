@@ -67,7 +67,8 @@ def export(
     tree = folder / "tree"
     made = folders if paths is None else {path.rpartition("/")[0] for path in paths}
     for name in made:
-        os.makedirs(tree / name, exist_ok=True)
+        if not {"", ".", ".."} & set(name.split("/")):  # (git refuses to write the others)
+            os.makedirs(tree / name, exist_ok=True)
     tree.mkdir(parents=True, exist_ok=True)
     env = _index_env(repo, folder)
     repo.git("read-tree", commit, env=env)
