@@ -164,16 +164,19 @@ def test_the_scanned_base_can_be_an_older_commit(todo_repo: Path, tmp_path: Path
 def test_a_scanner_that_writes_to_its_tree_fails_and_is_not_cached(
     todo_repo: Path, tmp_path: Path
 ) -> None:
-    # Given: a scanner that appends to a file before scanning, and no sandbox (so its write
-    # is not refused and only detection can catch it)
+    # Given: a scanner that appends to a file before scanning, and copies out what the file
+    # ends with then, and no sandbox (so its write is not refused and only detection can
+    # catch it)
     command, _log = logging_scanner(tmp_path)
+    seen = tmp_path / "seen.txt"
+    vandal = f"chmod u+w src/m1.py; echo evil >> src/m1.py; tail -n 1 src/m1.py >> {seen}"
     plan = write_plan(
         todo_repo,
         f"""
         [run]
         sandbox = false
         [scanners.vandal]
-        command = "chmod u+w src/m1.py; echo evil >> src/m1.py; {command} {{files}}"
+        command = "{vandal}; {command} {{files}}"
         format = "json"
         include = ["src/*.py"]
         """,
@@ -185,7 +188,9 @@ def test_a_scanner_that_writes_to_its_tree_fails_and_is_not_cached(
     first = scan(plan)
     second = scan(plan)
 
-    # Then: both fail naming the file, the user's checkout is untouched, nothing was cached
+    # Then: its write landed in its tree both times, both fail naming the file, the user's
+    # checkout is untouched, nothing was cached
+    assert seen.read_text() == "evil\nevil\n"
     for result in (first, second):
         assert result.reports[0].error is not None
         assert "src/m1.py" in result.reports[0].error

@@ -9,12 +9,13 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from scan_support import invocations
+from scan_support import PYTHON, invocations, logging_scanner
 from test_scan_engine import scan, todo_plan
 from test_scan_version import asked, version_tool
 
@@ -23,7 +24,7 @@ from orchardist.git.repo import Repo
 from orchardist.scan.cli import plain_scan
 from orchardist.scan.engine import MIN_BATCH_FILES, scan_root
 from run_support import orchardist
-from support import NOTING_DATACLASSES, make_repo
+from support import NOTING_DATACLASSES, make_repo, write_plan
 
 
 def test_a_cache_hit_starts_no_scanner_asks_no_version_and_exports_no_tree(
@@ -139,6 +140,148 @@ def test_a_first_scan_imports_no_command_line_run_records_nor_pool_and_runs_seve
     commands = ran.read_text().splitlines()
     named = [next((w for w in c.split() if w in GIT_ON_A_FIRST_SCAN), c) for c in commands]
     assert sorted(named) == sorted(GIT_ON_A_FIRST_SCAN), commands
+
+
+# What git status notes, run by a git shim: whether the scanner's process exists (its command
+# line names the FIFO it waits on); then it lets the scanner go on, and waits for its answer.
+STATUS_GATE = """\
+import os, sys
+here = sys.argv[1]
+mark = os.path.join(here, "to-scanner").encode()
+def shows(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return mark in cmdline.read()
+    except OSError:  # (gone meanwhile)
+        return False
+pids = [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+running = any(shows(p) for p in pids)
+with open(os.path.join(here, "status.txt"), "w") as said:
+    said.write("scanner running" if running else "no scanner")
+with open(os.path.join(here, "to-scanner"), "w") as gate:
+    gate.write("go\\n")
+with open(os.path.join(here, "to-status")) as gate:
+    gate.read()
+"""
+
+
+# Modules a scan needs only once its scanner ran, seen from outside by their C libraries mapped
+# in the scan's process: SQLite (the store's) and lzma and bz2 (shutil's, which removes the
+# scratch copy; it used to be imported to find git and bwrap on PATH)
+LATER_LIBRARIES = ("_sqlite3", "_lzma", "_bz2")
+
+
+def gated_scan(repo: Path, here: Path) -> tuple[Path, dict[str, str]]:
+    """A plan whose scanner first waits for the scan's git status (through FIFOs in ``here``),
+    notes whether the store exists then and which of ``LATER_LIBRARIES`` the scan's process
+    has loaded, and lets git status end; git's environment."""
+    for fifo in ("to-scanner", "to-status"):
+        os.mkfifo(here / fifo)
+    (here / "gate.py").write_text(STATUS_GATE)
+    shim = here / "git"
+    shim.write_text(
+        f'#!/bin/sh\ncase " $* " in *" status "*) {PYTHON} {here / "gate.py"} {here} ;; esac\n'
+        f'exec {shutil.which("git")} "$@"\n'
+    )
+    shim.chmod(0o755)
+    store = repo / ".git" / "orchardist" / "state.db"
+    noted, loaded = here / "store.txt", here / "loaded.txt"
+    command, _log = logging_scanner(here)
+    gate = (
+        f"read go < {here / 'to-scanner'}; "
+        f"if test -e {store}; then echo opened > {noted}; else echo unopened > {noted}; fi; "
+        f"for lib in {' '.join(LATER_LIBRARIES)}; do "
+        f'grep -q "/$lib[.]" /proc/$PPID/maps && echo $lib; done > {loaded}; '
+        f"echo done > {here / 'to-status'}; {command} {{files}}"
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = false  # the scanner writes what it saw outside its tree
+        [scanners.todo]
+        command = {json.dumps(gate)}
+        format = "json"
+        include = ["**/*.py"]
+        timeout = "60s"  # (waiting for a git status that never came: failed, not hung)
+        """,
+        name="scan.toml",
+    )
+    return plan, {**os.environ, "PATH": f"{here}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_a_first_scan_asks_git_status_and_opens_its_store_while_its_scanner_runs(
+    tmp_path: Path,
+) -> None:
+    # Given a repository never scanned (no store yet), and a scanner that waits for the scan's
+    # git status, which notes whether the scanner's process runs, then notes whether the
+    # store exists, before git status may end
+    repo = make_repo(tmp_path / "repo", {f"src/m{i}.py": f"# TODO: {i}\n" for i in range(3)})
+    here = tmp_path / "gate"
+    here.mkdir()
+    plan, env = gated_scan(repo, here)
+
+    # When it is scanned without the cache
+    argv = [sys.executable, "-m", "orchardist", "scan", str(plan), "--json", "--no-cache"]
+    done = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+
+    # Then it found what is there; git status was asked once the scanner's process ran, and
+    # the store was not yet open when the scanner ran (the scan's start is logged meanwhile,
+    # not before: neither is on the path to the scanner's start), nor SQLite, lzma or bz2
+    # loaded
+    assert json.loads(done.stdout)["findings"] == 3, done.stderr
+    assert (here / "status.txt").read_text() == "scanner running"
+    assert (here / "store.txt").read_text() == "unopened\n"
+    assert (here / "loaded.txt").read_text() == ""
+    # and the scan's start and end are in its log all the same, the start first
+    with sqlite3.connect(repo / ".git" / "orchardist" / "state.db") as db:
+        rows = db.execute("select kind, data from events order by seq").fetchall()
+    states = [json.loads(data).get("state") for kind, data in rows if kind == "scan"]
+    assert states == ["started", "finished"]
+
+
+def test_a_store_that_cannot_be_opened_ends_the_scan_and_the_scanner_it_started(
+    tmp_path: Path,
+) -> None:
+    # Given a scan whose store cannot be opened (a folder where its file goes), and a scanner
+    # that hands its pid to the scan's git status (a git shim reading a FIFO), then sleeps
+    repo = make_repo(tmp_path / "repo", {"src/m.py": "# TODO: one\n"})
+    (repo / ".git" / "orchardist" / "state.db").mkdir(parents=True)
+    here = tmp_path / "gate"
+    here.mkdir()
+    os.mkfifo(here / "pid")
+    shim = here / "git"
+    shim.write_text(
+        f'#!/bin/sh\ncase " $* " in *" status "*) '
+        f"timeout 60 cat {here / 'pid'} > {here / 'pid.txt'} ;; esac\n"
+        f'exec {shutil.which("git")} "$@"\n'
+    )
+    shim.chmod(0o755)
+    sleeper = f": {{files}}; echo $$ > {here / 'pid'}; exec sleep 600"
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = false  # the scanner writes outside its tree
+        [scanners.todo]
+        command = {json.dumps(sleeper)}
+        format = "json"
+        include = ["**/*.py"]
+        """,
+        name="scan.toml",
+    )
+    env = {**os.environ, "PATH": f"{here}{os.pathsep}{os.environ['PATH']}"}
+
+    # When it is scanned without the cache (the store opened while the scanner runs)
+    argv = [sys.executable, "-m", "orchardist", "scan", str(plan), "--no-cache"]
+    done = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+
+    # Then the scan failed with the store's error, at once, and the scanner it had started
+    # (it ran: its pid was handed over) is gone, not left sleeping
+    assert done.returncode == 1 and "cannot open the store" in done.stderr, done.stderr
+    handed = (here / "pid.txt").read_text()
+    assert handed.strip(), "the scanner never started"
+    assert not Path(f"/proc/{int(handed)}").exists()
 
 
 def test_a_first_scan_leaves_what_its_start_up_loaded_out_of_the_collectors_passes(

@@ -4,7 +4,9 @@ scanner that fails fails the scan; one folder per repository; a dirty checkout i
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,8 +15,10 @@ from scan_support import PYTHON, logging_scanner, validate_sarif
 from orchardist import Workspace
 from orchardist.confine.layout import Layout
 from orchardist.confine.paths import workdir_root
+from orchardist.git.repo import Repo
 from orchardist.plan.loading import load_plan
 from orchardist.scan.engine import Scanner, ScanResult
+from orchardist.scan.trees import changed_files, export, ls_tree
 from realtools import require, require_modules
 from run_support import orchardist
 from support import git, make_repo, write_plan
@@ -217,3 +221,89 @@ def test_scan_on_a_dirty_checkout_says_it_scanned_the_commit(repo: Path, tmp_pat
     assert result.stdout.count("pkg/m0.py") == 1
     git(repo, "checkout", "-q", "pkg/m0.py")
     assert "uncommitted" not in orchardist(repo, "scan", str(plan)).stderr
+
+
+@pytest.mark.parametrize("scope", ["tree", "file"])
+def test_an_export_has_writable_folders_read_only_files_and_an_index_that_knows_them(
+    repo: Path, tmp_path: Path, scope: str
+) -> None:
+    # Given: a repository with a folder that holds only a symlink, and a scanner (whole tree
+    # or its files) that first notes the modes of its export and the tracked files whose stat
+    # data differ from what its index holds (git diff-files, which refreshes nothing), as the
+    # export's check starts from
+    (repo / "links").mkdir()
+    (repo / "links" / "m0.py").symlink_to("../pkg/m0.py")
+    git(repo, "add", "links")
+    git(repo, "commit", "-qm", "a link")
+    command, _log = logging_scanner(tmp_path)
+    index = f"GIT_DIR={repo / '.git'} GIT_INDEX_FILE=../index GIT_WORK_TREE=."
+    noted = (
+        f"{index} git diff-files --name-only > {tmp_path / 'stale.txt'}; "
+        f"find . -printf '%y %m %p\\n' > {tmp_path / 'modes.txt'}; {command} {{files}}"
+    )
+    plan = write_plan(
+        repo,
+        f"""
+        [run]
+        sandbox = false  # the scanner notes what it saw outside its tree
+        [scanners.noting]
+        command = {json.dumps(noted)}
+        format = "json"
+        scope = "{scope}"
+        include = ["pkg/*.py"]
+        """,
+        name="scan.toml",
+    )
+
+    # When: scanned
+    result = scan(plan)
+
+    # Then: the scanner ran and reported; its folders were writable (scratch space), its
+    # tracked files had no write bits, and its index's stat data were its files' own: none
+    # for the check to read again (a chmod after git wrote them changed every file's ctime)
+    assert result.reports[0].error is None and len(result.merged) == 3
+    modes = [line.split(" ", 2) for line in (tmp_path / "modes.txt").read_text().splitlines()]
+    folders = {path: int(mode, 8) for kind, mode, path in modes if kind == "d"}
+    files = {path: int(mode, 8) for kind, mode, path in modes if kind == "f"}
+    assert {"./pkg", "./pkg/m0.py"} <= folders.keys() | files.keys()
+    assert all(mode & 0o200 for mode in folders.values()), folders
+    assert files and not any(mode & 0o222 for mode in files.values()), files
+    if scope == "tree":
+        assert "./links" in folders and ("l", "777", "./links/m0.py") in map(tuple, modes)
+    unexported = "" if scope == "tree" else "links/m0.py\n"  # (absent from its export)
+    assert (tmp_path / "stale.txt").read_text() == unexported
+
+
+def test_a_file_rewritten_in_place_with_its_times_set_back_is_still_a_change(
+    repo: Path, tmp_path: Path
+) -> None:
+    # Given: a repository whose config trusts little of a file's stat data (no ctime, the
+    # minimal fields), an export of its commit, and, in a later second (git compares whole
+    # seconds; the index's own time moved to it, so that git takes no file for racily clean),
+    # one of its tracked files rewritten in place, the same size, its times set back to those
+    # the index noted
+    git(repo, "config", "core.trustctime", "false")
+    git(repo, "config", "core.checkStat", "minimal")
+    opened = Repo(repo)
+    commit = opened.rev_parse("HEAD")
+    files, folders = ls_tree(opened, commit)
+    folder = tmp_path / "export"
+    export(opened, commit, folder, None, folders)
+    written = folder / "tree" / "pkg" / "m1.py"
+    noted = written.stat()
+    time.sleep(1.05 - time.time() % 1)  # (the next second: at most about one)
+    os.utime(folder / "index")
+    written.chmod(0o644)
+    with open(written, "r+b") as handle:
+        handle.write(b"IMPORT")
+    os.utime(written, ns=(noted.st_atime_ns, noted.st_mtime_ns))
+    after = written.stat()
+    assert (after.st_size, after.st_mtime_ns) == (noted.st_size, noted.st_mtime_ns)
+    assert written.read_text().startswith("IMPORT os") and "pkg/m1.py" in files
+
+    # When: the export is checked
+    changed = changed_files(opened, folder, None)
+
+    # Then: the rewritten file is a change (its ctime moved, which the check compares whatever
+    # the repository says), and only it
+    assert changed == ["pkg/m1.py"]

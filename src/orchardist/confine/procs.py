@@ -111,7 +111,8 @@ class ProcessRequest:
     ``stop`` is a second token, the caller's own (say, a budget it watches in ``on_line``):
     either token ends the run as cancelled.
     ``confine`` says how the child is isolated (None: not at all); ``writable`` is the older
-    spelling of a Landlock-only confinement.
+    spelling of a Landlock-only confinement. ``on_start`` is called (on the calling thread)
+    once the child runs: a caller may then do other work while it does.
     """
 
     argv: Sequence[str]
@@ -129,6 +130,7 @@ class ProcessRequest:
     clock: Callable[[], float] = time.monotonic
     writable: Sequence[Path] | None = None
     confine: Spec | None = None
+    on_start: Callable[[], None] | None = None
 
 
 def run_process(request: ProcessRequest) -> ProcessResult:
@@ -148,6 +150,8 @@ def run_process(request: ProcessRequest) -> ProcessResult:
     pidfd = -1
     try:  # from the child's first instant: a Ctrl-C in the main thread must not leave it
         pidfd = os.pidfd_open(proc.pid)
+        if request.on_start is not None:
+            request.on_start()
         pipe = proc.stdout.fileno()
         os.set_blocking(pipe, False)
         exited, timed_out, cancelled = _wait(

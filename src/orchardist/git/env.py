@@ -48,6 +48,7 @@ def _runnable(file: str) -> bool:
 
 FALLBACK_NAME = "orchardist"
 FALLBACK_EMAIL = "orchardist@localhost"
+
 # Resolved once: a `git` an agent drops earlier on PATH later is never the one we run.
 GIT = which("git") or "git"
 # Data, not commands, kept from the user's global configuration: which files they ignore

@@ -84,9 +84,10 @@ class Repo:
         input: str | None = None,
         env: Mapping[str, str] | None = None,
         ok: Sequence[int] = (0,),
+        umask: int = -1,
     ) -> str:
         """Run git and return stdout stripped of its final newline; GitError on failure."""
-        proc = self.run_git(*args, cwd=cwd, input=input, env=env)
+        proc = self.run_git(*args, cwd=cwd, input=input, env=env, umask=umask)
         if proc.returncode not in ok:
             cmd = " ".join(["git", *args])
             raise GitError(f"{cmd} failed ({proc.returncode}): {proc.stderr.strip()}")
@@ -98,9 +99,9 @@ class Repo:
         cwd: Path | None = None,
         input: str | None = None,
         env: Mapping[str, str] | None = None,
+        umask: int = -1,
     ) -> subprocess.CompletedProcess[str]:
-        """Run git and return the completed process whatever its exit code."""
-        full_env = {**self._env, **(env or {})}
+        """Run git; the completed process whatever its exit code (``umask``: the child's)."""
         try:
             return subprocess.run(
                 [GIT, *args],
@@ -109,9 +110,10 @@ class Repo:
                 capture_output=True,
                 text=True,
                 errors="replace",
-                env=full_env,
+                env={**self._env, **(env or {})},
                 stdin=None if input is not None else subprocess.DEVNULL,
                 check=False,
+                umask=umask,
             )
         except OSError as exc:
             raise GitError(f"cannot run git: {exc}") from exc
@@ -312,8 +314,7 @@ class Repo:
     def check_objects(self, oids: Sequence[str]) -> None:
         """GitError unless git reads back, for each id, bytes that hash to that id.
 
-        A pack can hold other bytes under an id, and git prefers packs to loose objects.
-        """
+        A pack can hold other bytes under an id, and git prefers packs to loose objects."""
         for oid, (kind, body) in self.read_objects(oids).items():
             data = f"{kind} {len(body)}\0".encode() + body
             if hashlib.sha1(data).hexdigest() != oid:
@@ -477,8 +478,7 @@ class Repo:
     def checkout_fingerprint(
         self, ignore_refs: Sequence[str] = (), watch_reflogs: Sequence[str] = ()
     ) -> dict[str, str]:
-        """What the user's checkout looks like, by part; see
-        :func:`fingerprint.checkout_fingerprint`."""
+        """The user's checkout, by part (:func:`fingerprint.checkout_fingerprint`)."""
         from . import fingerprint
 
         return fingerprint.checkout_fingerprint(self, ignore_refs, watch_reflogs)

@@ -6,22 +6,23 @@ failed (its results are incomplete); 2 bad plan or usage.
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OrchardistError, UsageError, reported
-from .findings import level_rank
 from .hit import DEFAULT_PLANS, plain_options
-from .sarif import Rendering, summary_json, summary_text, write_whole
 
 if TYPE_CHECKING:  # the fix run is imported only for --fix; argparse only by the command line's
     import argparse  # parser: a plain scan is read by scan.hit.plain_options
 
+    from ..git.repo import Repo
+    from ..state.store import Store
     from .fix_run import DriveRun
+    from .sarif import Rendering
 
 
 def plain_scan(argv: Sequence[str]) -> int | None:
@@ -41,8 +42,6 @@ def plain_scan(argv: Sequence[str]) -> int | None:
 
 def add_parser(sub: Any, positive: Any, drive: DriveRun) -> None:
     """Register ``scan`` on the main parser's subcommands."""
-    import functools
-
     p = sub.add_parser(
         "scan",
         help="run read-only scanners in parallel; merge their findings into SARIF",
@@ -122,7 +121,6 @@ def cmd_scan(args: Any, drive: DriveRun | None) -> int:
     from ..config import tell_ignored
     from ..git.repo import Repo
     from ..plan.loading import load_plan
-    from ..state.store import Store
     from .engine import Scanner
 
     # a scan may run for minutes: the collector back on. Off, it is the process's command
@@ -143,24 +141,40 @@ def cmd_scan(args: Any, drive: DriveRun | None) -> int:
     commit = repo.resolved
     if commit is None:  # before the store exists: exit 2 makes nothing
         raise UsageError(f"--base {base!r} names no commit")
-    # asked beside the scan, not before it: git status is a process, said when it answers
-    dirty = threading.Thread(target=_warn_dirty, args=(repo, base), daemon=True)
-    dirty.start()
-    # the workspace's store, without the run machinery that a plain scan never uses
-    store = Store.for_repo(repo.common_dir)
+    # the workspace's store, without the run machinery that a plain scan never uses, opened
+    # where the scan first needs it: its cache's look-ups, or its events (while it runs)
     scanner = Scanner(
         repo,
-        store,
+        functools.partial(_store, repo),
         plan.agents,
         max_parallel=args.max_parallel or plan.run.max_parallel,
         use_cache=not args.no_cache,
         sandbox=plan.run.sandbox,
         workspace=plan.run.workspace,
     )
-    try:
-        result = scanner.scan(profiles, base, plan.run.workdir, commit=commit)
+    # git status asked while the scanners run, not before them (a process, said when it answers)
+    dirty = functools.partial(_warn_dirty, repo, base)
+    try:  # the scan returns while its scratch folder is removed: waited for once all is written
+        result = scanner.scan(
+            profiles, base, plan.run.workdir, commit=commit, meanwhile=dirty, settle=False
+        )
+        return _finish(args, plan, repo, scanner, profiles, result, drive)
     finally:
-        dirty.join()
+        scanner.settle()
+
+
+def _finish(
+    args: Any,
+    plan: Any,
+    repo: Any,
+    scanner: Any,
+    profiles: list[Any],
+    result: Any,
+    drive: DriveRun | None,
+) -> int:
+    """After the scan: the memo for the next one, then its outputs, or the fix run."""
+    from .sarif import Rendering  # (imported while the scanners ran: engine.LATER_MODULES)
+
     rendering = Rendering(result, repo.root)
     if not args.no_cache:  # for the next scan of this commit (never without the cache)
         from .memo import remember
@@ -180,6 +194,9 @@ def cmd_scan(args: Any, drive: DriveRun | None) -> int:
 def _report(args: Any, result: Any, rendering: Rendering) -> int:
     """Write the scan's document and summary as ``args`` ask; its exit code (1 for a finding
     at ``--fail-on`` or worse, or a failed scanner)."""
+    from .findings import level_rank
+    from .sarif import summary_json, summary_text, write_whole
+
     fmt = args.format or ("sarif" if args.output else "table")
     document = rendering.document(fmt)
     if args.output is not None:
@@ -196,6 +213,13 @@ def _report(args: Any, result: Any, rendering: Rendering) -> int:
         out = sys.stdout if args.output is not None or fmt == "table" else sys.stderr
         out.write(summary_text(result, args.stats))
     return code
+
+
+def _store(repo: Repo) -> Store:
+    """The store of ``repo``'s workspace (opened here, imported at first use)."""
+    from ..state.store import Store
+
+    return Store.for_repo(repo.common_dir)
 
 
 def _chosen(args: Any, plan: Any) -> list[Any]:
@@ -220,7 +244,7 @@ def _chosen(args: Any, plan: Any) -> list[Any]:
 def _warn_dirty(repo: Any, base: str) -> None:
     """Say that uncommitted changes are not scanned: a scan reads a commit, as a run starts
     from one (untracked files, often the plan itself, do not count)."""
-    try:  # in a thread of its own: a git that cannot start is the scan's error, not this
+    try:  # asked while the scan runs: a git that cannot start is the scan's error, not this
         out = repo.run_git("status", "--porcelain", "--untracked-files=no")
     except OrchardistError:
         return

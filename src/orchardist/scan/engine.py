@@ -14,8 +14,6 @@ exports are :mod:`.trees`' and the file selection :mod:`.globs`'.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import threading
 import time
@@ -26,34 +24,31 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..confine.paths import repo_key, workdir_root
-from ..confine.procs import CancelToken, ProcessRequest, run_process
+from ..confine.procs import CancelToken
 from ..errors import UsageError
 from ..git.repo import Repo
-from ..state import scancache
 from ..state.agentrecords import AgentProfile
-from ..state.eventlog import Event
-from ..state.store import Store
-from .findings import Finding, ScanJobError, ToolInfo
 from .globs import compile_globs, select_files
+from .keys import MAX_CACHE_ENTRIES, config_key, digest, encode_entry, read_entries
 from .profiles import ScannerProfile, Scope
 from .runner import run_scanner, scanner_env
-from .sarif import MergedFinding, ScannerReport, merge
-from .toolstamp import tool_stamp
-from .trees import changed_files, export, ls_tree, remove, with_sources
-from .waits import aside, result
+from .trees import Check, export, ls_tree, remove, removing
+from .waits import aside, once, result, until
 
-if TYPE_CHECKING:  # the pool is imported by a scan that runs a scanner (it imports logging)
-    pass
+if TYPE_CHECKING:  # imported where used: what reads the scanners' results is imported while
+    # they run (Scanner._meanwhile), not before them; the store, where it is first opened
+    from ..state.store import Store
+    from .findings import Finding, ToolInfo
+    from .sarif import MergedFinding, ScannerReport
 
-CACHE_SCHEMA = 1  # bump when what a cache entry holds changes
-MAX_CACHE_ENTRIES = 200_000
-MAX_ENTRY_BYTES = 1 << 20  # a larger per-file result is not cached
+# what reading, merging and rendering the scanners' results import (sarif imports findings)
+LATER_MODULES = ("orchardist.scan.sarif",)
+
 MAX_BATCH_FILES = 256
 # missed files are split into at most one batch per MIN_BATCH_FILES: a batch costs a
 # sandboxed process start (the tool's own start, its cleanup's sweep of /proc), more than a
 # linter's whole run over a hundred small files; splitting pays where files are many
 MIN_BATCH_FILES = 128
-VERSION_TIMEOUT_S = 60.0
 DEV_NULL = Path("/dev/null")
 
 
@@ -110,7 +105,7 @@ class Scanner:
     def __init__(
         self,
         repo: Repo,
-        store: Store,
+        store: Store | Callable[[], Store],
         agents: Mapping[str, AgentProfile] | None = None,
         *,
         max_parallel: int | None = None,
@@ -120,7 +115,7 @@ class Scanner:
         environ: Mapping[str, str] | None = None,
         workspace: Path | None = None,
     ) -> None:
-        self.repo, self.store, self.agents = repo, store, dict(agents or {})
+        self.repo, self._store, self.agents = repo, store, dict(agents or {})
         self.max_parallel = max_parallel or os.cpu_count() or 2
         self.use_cache, self.sandbox, self.clock = use_cache, sandbox, clock
         self.environ = dict(os.environ if environ is None else environ)
@@ -128,10 +123,26 @@ class Scanner:
         self.workspace = workspace  # [run] workspace: the root of its scratch folders
         self.workdir = "."
         self._entries: Mapping[str, str] = {}
+        self._folders: set[str] = set()  # the scanned commit's (its export makes them)
         # what a memo of the last scan stands for (scan.memo): the cache keys it used, and
         # whether every version it needed was stamped (else a later scan must ask it again)
         self.keys_used: list[str] = []
         self.stamped = True
+        self._removing: list[Callable[[], None]] = []  # scan folders still being removed
+
+    def settle(self) -> None:
+        """Wait until the scan folders of scans made with ``settle=False`` are gone."""
+        while self._removing:
+            self._removing.pop()()
+
+    @property
+    def store(self) -> Store:
+        """The store, opened at its first use when the scanner was given its opener: a scan
+        without the cache needs it only to log its events, which it does while its scanners
+        run (:meth:`_meanwhile`)."""
+        if callable(self._store):
+            self._store = self._store()
+        return self._store
 
     def scan(
         self,
@@ -140,24 +151,26 @@ class Scanner:
         workdir: str = ".",
         *,
         commit: str | None = None,
+        meanwhile: Callable[[], None] | None = None,
+        settle: bool = True,
     ) -> ScanResult:
         """Scan ``base`` with ``profiles``; findings deduplicated across scanners.
 
         Scanners run in ``workdir`` (relative to the repository): their globs and the paths
         they are given are relative to it; reported paths are relative to the repository.
-        ``commit``: the commit ``base`` names, when the caller has resolved it already.
+        ``commit``: the commit ``base`` names, when the caller has resolved it already;
+        ``meanwhile``: the caller's work, done while the scanners run (or once none will);
+        ``settle=False``: return while the scan folder is being removed; then :meth:`settle`.
         """
         commit = commit or self.repo.try_rev_parse(base)
         if commit is None:
             raise UsageError(f"--base {base!r} names no commit")
         prefix = "" if workdir.strip("/") in ("", ".") else workdir.strip("/") + "/"
         self.workdir = prefix.rstrip("/") or "."
-        entries = {
-            path[len(prefix) :]: blob
-            for path, blob in ls_tree(self.repo, commit).items()
-            if path.startswith(prefix)
+        files, self._folders = ls_tree(self.repo, commit)
+        self._entries = entries = {
+            path[len(prefix) :]: blob for path, blob in files.items() if path.startswith(prefix)
         }
-        self._entries = entries
         self.keys_used, self.stamped = [], True
         tree = self.repo.tree_of(commit)
         scan_id = f"scan-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
@@ -165,29 +178,61 @@ class Scanner:
         # from the cache writes no folder at all
         work = scan_root(self.repo, self.workspace) / scan_id
         names = [p.name for p in profiles]
-        self._emit(scan_id, "scan", state="started", base=commit, scanners=names)
+        # logged while the scanners run, or before the scan ends if none runs
+        side = once(partial(self._meanwhile, scan_id, self.clock(), commit, names, meanwhile))
         try:
             tallies = {p.name: _Tally() for p in profiles}
             jobs: list[_Job] = []
             for profile in profiles:
                 jobs += self._plan_jobs(profile, entries, tree, work, tallies[profile.name])
-            self._run_jobs(jobs, commit, tree, work, tallies)
+            self._run_jobs(jobs, commit, tree, work, tallies, side)
+            side()
         except BaseException:
             remove(work)
             raise
-        removed = _removing(work)  # the scratch copy goes while the findings are merged, logged
+        self._removing.append(removing(work))  # removed while the findings are merged, logged
+        from .sarif import merge
+
         try:
             reports = tuple(self._report(p, tallies[p.name], prefix) for p in profiles)
             merged = tuple(merge(reports))
             self._finished(scan_id, reports, merged)
-        finally:
-            removed()
+        except BaseException:
+            self.settle()
+            raise
+        if settle:  # else the caller waits for it once it wrote the outputs too
+            self.settle()
         return ScanResult(commit, reports, merged, scan_id)
+
+    def _meanwhile(
+        self,
+        scan_id: str,
+        at: float,
+        commit: str,
+        names: list[str],
+        callers: Callable[[], None] | None,
+    ) -> None:
+        """What a scan does while its scanners run, off the path to their start: the caller's
+        work; its start logged (at ``at``, when it started), the store opened if the cache has
+        not opened it; what reading the scanners' results needs imported."""
+        import importlib
+
+        if callers is not None:
+            callers()
+        from ..state.eventlog import Event
+
+        data = {"state": "started", "base": commit, "scanners": names}
+        with self.store.transaction() as tx:  # under the scan's id (scan-…), not a run's
+            tx.emit(Event(scan_id, "scan", at, data=data))
+        for name in LATER_MODULES:
+            importlib.import_module(name)
 
     def _finished(
         self, scan_id: str, reports: Sequence[ScannerReport], merged: Sequence[MergedFinding]
     ) -> None:
         """Each scanner's outcome and the scan's end, in one transaction."""
+        from ..state.eventlog import Event
+
         now = self.clock()
         with self.store.transaction() as tx:
             for r in reports:
@@ -203,11 +248,6 @@ class Scanner:
             end = {"state": "finished", "findings": len(merged)}
             tx.emit(Event(scan_id, "scan", now, data=end))
 
-    def _emit(self, scan_id: str, kind: str, scanner: str | None = None, **data: Any) -> None:
-        """One line of the event log, under the scan's id (``scan-…``) instead of a run's."""
-        with self.store.transaction() as tx:
-            tx.emit(Event(scan_id, kind, self.clock(), task_id=scanner, data=data))
-
     # -- cache lookups -------------------------------------------------------------------
 
     def _plan_jobs(
@@ -220,19 +260,16 @@ class Scanner:
     ) -> list[_Job]:
         """Use what the cache has; return jobs for what it has not."""
         files = select_files(entries, profile.include, profile.exclude)
-        config = self._config_key(profile, entries, work)
+        config = config_key(self, profile, entries, work)
         if profile.scope is Scope.TREE:
-            keys = [_digest(config, "tree", tree)]
+            keys = [digest(config, "tree", tree)]
         else:
-            keys = [_digest(config, "file", path, entries[path]) for path in files]
+            keys = [digest(config, "file", path, entries[path]) for path in files]
         self.keys_used += keys
-        cached = scancache.get(self.store, keys, self.clock()) if self.use_cache else {}
-        for value in cached.values():
-            entry = json.loads(value)
-            tally.findings += [Finding.from_json(f) for f in entry["findings"]]
-            if entry.get("tool"):
-                tally.tools.append(ToolInfo.from_json(entry["tool"]))
-        tally.hits = len(cached)
+        cached: set[str] = set()
+        if self.use_cache:
+            found, tools, cached = read_entries(self.store, keys, self.clock())
+            tally.findings, tally.tools, tally.hits = found, tools, len(cached)
         if profile.scope is Scope.TREE:
             return [] if cached else [_Job(profile, tuple(files), tuple(keys))]
         missed = [(path, key) for path, key in zip(files, keys, strict=True) if key not in cached]
@@ -245,56 +282,6 @@ class Scanner:
             for chunk in (missed[i : i + size] for i in range(0, len(missed), size))
         ]
 
-    def _config_key(self, profile: ScannerProfile, entries: Mapping[str, str], work: Path) -> str:
-        """Everything but the scanned content that can change the results."""
-        configs = select_files(entries, profile.config, ()) if profile.config else []
-        identity: dict[str, Any] = {
-            "schema": CACHE_SCHEMA,
-            "workdir": self.workdir,
-            "profile": profile.cache_identity(),
-            "config": {path: entries[path] for path in configs},
-            "env": {name: self.environ.get(name) for name in profile.env},
-        }
-        if profile.version and self.use_cache:  # without the cache no key is ever used
-            identity["version"] = self._version(profile, work)
-        if profile.agent is not None:
-            agent = self.agents[profile.agent]
-            identity["agent"] = json.dumps(agent.__dict__, sort_keys=True, default=str)
-        return _digest(json.dumps(identity, sort_keys=True, default=str))
-
-    def _version(self, profile: ScannerProfile, work: Path) -> str:
-        """The output of the profile's version command (part of its cache key); remembered
-        with the stamp of the tool's files, and asked again only when that changed."""
-        assert profile.version is not None
-        stamp = tool_stamp(profile.version, self.environ.get("PATH"))
-        env = {name: self.environ.get(name) for name in ("PATH", *profile.env)}
-        key = _digest("version", profile.version, json.dumps(env, sort_keys=True), stamp or "")
-        self.keys_used.append(key)
-        self.stamped = self.stamped and stamp is not None
-        if stamp is not None and self.use_cache:
-            known = scancache.get(self.store, [key], self.clock())
-            if key in known:
-                return known[key]
-        folder = work / f"{profile.name}.version"
-        folder.mkdir(parents=True)
-        log = folder / "out"
-        proc = run_process(
-            ProcessRequest(
-                argv=["/bin/sh", "-c", profile.version],
-                cwd=folder,
-                env=self._env(profile, folder),
-                log=log,
-                timeout_s=VERSION_TIMEOUT_S,
-                cancel=self.cancel,
-            )
-        )
-        version = f"{proc.exit_code}:{log.read_text(errors='replace')}"
-        if stamp is not None and self.use_cache and proc.exit_code == 0:
-            scancache.put(
-                self.store, [(key, profile.name, version)], self.clock(), MAX_CACHE_ENTRIES
-            )
-        return version
-
     # -- running -------------------------------------------------------------------------
 
     def _run_jobs(
@@ -304,35 +291,42 @@ class Scanner:
         tree: str,
         work: Path,
         tallies: Mapping[str, _Tally],
+        meanwhile: Callable[[], None],
     ) -> None:
+        """Export each scanner's tree, run the jobs (``meanwhile`` done once their processes
+        started), check the exports, cache the results."""
         if not jobs:
             return
         exports = {j.profile.name: work / j.profile.name for j in jobs}
         exported = self._export_sets(jobs)
         for name, folder in exports.items():
-            (folder / "tree" / self.workdir).mkdir(parents=True)  # before it is made read-only
-            paths = exported[name]
-            export(self.repo, commit, folder, None if paths is None else sorted(paths))
+            export(self.repo, commit, folder, exported[name], self._folders)
+            (folder / "tree" / self.workdir).mkdir(parents=True, exist_ok=True)  # the cwd
         # tree scans first: they usually take longest
         ordered = sorted(jobs, key=lambda j: j.profile.scope is not Scope.TREE)
         runs = [
             (job, exports[job.profile.name] / "tree", work / f"job{n}")
             for n, job in enumerate(ordered)
         ]
+        checks = {n: Check(self.repo, f, exported[n]) for n, f in exports.items()}
         try:
             if len(runs) == 1:  # no pool (nor its imports, logging's among them) for one job
                 job, scratch, folder = runs[0]
                 cwd = scratch / self.workdir
-                running = partial(self._run_job, job, cwd, folder, scratch)
-                ran = aside(running, lambda: self.cancel.cancel("scan interrupted"))
+                started = threading.Event()
+                # its export's check starts as the scanner ends, beside the parse
+                ended = checks[job.profile.name].start
+                running = partial(self._run_job, job, cwd, folder, scratch, started.set, ended)
+                side = partial(_once_started, [started], meanwhile)
+                ran = aside(running, lambda: self.cancel.cancel("scan interrupted"), side)
                 self._collect(job, ran, cwd, tallies)
             else:
-                self._run_pooled(runs, tallies)
+                self._run_pooled(runs, tallies, meanwhile)
         except BaseException:
             self.cancel.cancel("scan interrupted")
             raise
-        for name, folder in exports.items():
-            changed = changed_files(self.repo, folder, exported[name])
+        for name, check in checks.items():
+            changed = check.changed()
             if changed:
                 tally = tallies[name]
                 shown = ", ".join(changed[:5]) + (" …" if len(changed) > 5 else "")
@@ -345,6 +339,8 @@ class Scanner:
             for key, value in tally.fresh
         ]
         if rows and self.use_cache:
+            from ..state import scancache
+
             scancache.put(self.store, rows, self.clock(), MAX_CACHE_ENTRIES)
 
     def _export_sets(self, jobs: Sequence[_Job]) -> dict[str, set[str] | None]:
@@ -364,24 +360,35 @@ class Scanner:
         return sets
 
     def _run_pooled(
-        self, runs: Sequence[tuple[_Job, Path, Path]], tallies: Mapping[str, _Tally]
+        self,
+        runs: Sequence[tuple[_Job, Path, Path]],
+        tallies: Mapping[str, _Tally],
+        meanwhile: Callable[[], None],
     ) -> None:
         """Run jobs (each with its export's tree and its own folder) on a pool of
-        ``max_parallel`` threads; their results collected in order."""
+        ``max_parallel`` threads, ``meanwhile`` done once the first processes started; their
+        results collected in order."""
         from concurrent.futures import ThreadPoolExecutor
 
         pool = ThreadPoolExecutor(max_workers=self.max_parallel, thread_name_prefix="scan")
+        started = [threading.Event() for _ in runs]
         try:
             futures = [
                 (
                     job,
                     scratch,
-                    pool.submit(self._run_job, job, scratch / self.workdir, folder, scratch),
+                    pool.submit(
+                        self._run_job, job, scratch / self.workdir, folder, scratch, event.set
+                    ),
                 )
-                for job, scratch, folder in runs
+                for (job, scratch, folder), event in zip(runs, started, strict=True)
             ]
+            _once_started(started[: self.max_parallel], meanwhile)
             for job, scratch, future in futures:
                 self._collect(job, partial(result, future), scratch / self.workdir, tallies)
+        except BaseException:  # the pool's shutdown waits for its jobs: end them first
+            self.cancel.cancel("scan interrupted")
+            raise
         finally:
             pool.shutdown(wait=True)
 
@@ -393,6 +400,8 @@ class Scanner:
         tallies: Mapping[str, _Tally],
     ) -> None:
         """Add a finished job's findings to its scanner's tally, and its cache entries."""
+        from .findings import ScanJobError
+
         tally = tallies[job.profile.name]
         tally.invocations += 1
         tally.misses += len(job.keys)
@@ -403,7 +412,6 @@ class Scanner:
             return
         if tool is not None:
             tally.tools.append(tool)
-        found = with_sources(found, tree)
         if job.profile.scope is Scope.FILE:
             wanted = set(job.files)
             found = [f for f in found if f.path in wanted]  # outside its files: out of scope
@@ -417,32 +425,39 @@ class Scanner:
         if not self.use_cache:  # nothing will be stored: no entry is encoded
             return
         for key, findings in entries:
-            rules = {f.rule for f in findings}
-            value = json.dumps(
-                {
-                    "findings": [f.to_json() for f in findings],
-                    "tool": tool.only(rules).to_json() if tool is not None else None,
-                }
-            )
-            if len(value) <= MAX_ENTRY_BYTES:
+            value = encode_entry(findings, tool)
+            if value is not None:
                 tally.fresh.append((key, value))
 
     def _run_job(
-        self, job: _Job, tree: Path, folder: Path, scratch: Path
+        self,
+        job: _Job,
+        tree: Path,
+        folder: Path,
+        scratch: Path,
+        started: Callable[[], None],
+        ended: Callable[[], object] | None = None,
     ) -> tuple[list[Finding], ToolInfo | None]:
         """Run one scanner process over its files in ``tree`` (inside its export, ``scratch``);
-        its findings and tool."""
+        its findings, with their source, and tool. ``started`` is called once its process
+        runs, or it ended; ``ended``: when the process ended."""
         agent = self.agents[job.profile.agent] if job.profile.agent is not None else None
-        return run_scanner(
-            job.profile,
-            job.files,
-            tree,
-            folder,
-            scanner_env(job.profile, folder, self.environ, agent),
-            self.cancel,
-            self._writable(folder, scratch),
-            agent,
-        )
+        try:
+            return run_scanner(
+                job.profile,
+                job.files,
+                tree,
+                folder,
+                scanner_env(job.profile, folder, self.environ, agent),
+                self.cancel,
+                self._writable(folder, scratch),
+                agent,
+                started=started,
+                sourced=True,
+                ended=ended,
+            )
+        finally:
+            started()  # (a job that never started its process must not be waited for)
 
     def _writable(self, *folders: Path) -> tuple[Path, ...] | None:
         """What a scanner may write under the sandbox: its folders, and ``/dev/null`` (the
@@ -451,11 +466,9 @@ class Scanner:
 
         return (*folders, DEV_NULL) if self.sandbox and sandbox.available() else None
 
-    def _env(self, profile: ScannerProfile, folder: Path) -> dict[str, str]:
-        agent = self.agents[profile.agent] if profile.agent is not None else None
-        return scanner_env(profile, folder, self.environ, agent)
-
     def _report(self, profile: ScannerProfile, tally: _Tally, prefix: str) -> ScannerReport:
+        from .sarif import ScannerReport
+
         tool = None
         if tally.tools:
             rules: dict[str, Any] = {}
@@ -475,17 +488,11 @@ class Scanner:
         )
 
 
-def _removing(work: Path) -> Callable[[], None]:
-    """Start removing the scan folder ``work`` in a thread, if it was made; what waits for it."""
-    if not os.path.lexists(work):  # a cache hit made none
-        return lambda: None
-    thread = threading.Thread(target=remove, args=(work,), name="scan-cleanup")
-    thread.start()
-    return thread.join
+def _once_started(started: Sequence[threading.Event], work: Callable[[], None]) -> None:
+    """``work`` once each of ``started`` is set: not while the scanners' processes are being
+    started, whose threads would wait for the interpreter's lock while it ran."""
+    until(*started)
+    work()
 
 
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
-
-
-__all__ = ["ScanJobError", "ScanResult", "Scanner", "compile_globs", "scan_root", "select_files"]
+__all__ = ["ScanResult", "Scanner", "compile_globs", "scan_root", "select_files"]

@@ -10,10 +10,13 @@ objects with ``rule``, ``message``, ``path`` (relative to the tree), ``start_lin
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -102,7 +105,7 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         """A plain mapping (cache entries, --format json)."""
-        return {name: getattr(self, name) for name in _FINDING_FIELDS}
+        return dict(zip(_FINDING_FIELDS, _fields_of(self), strict=True))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Finding:
@@ -111,6 +114,7 @@ class Finding:
 
 
 _FINDING_FIELDS = tuple(Finding.__dataclass_fields__)
+_fields_of = attrgetter(*_FINDING_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -149,15 +153,49 @@ class ToolInfo:
 
 def source_of(lines: Sequence[str], start_line: int, end_line: int) -> str:
     """The lines ``start_line..end_line`` of ``lines``, each with its whitespace collapsed."""
-    chosen = lines[start_line - 1 : max(end_line, start_line)]
+    if end_line <= start_line:  # most findings flag one line
+        return " ".join(lines[start_line - 1].split()) if 0 < start_line <= len(lines) else ""
+    chosen = lines[start_line - 1 : end_line]
     return "\n".join(" ".join(line.split()) for line in chosen)
+
+
+class SourceLines:
+    """The normalized source of the lines a finding points at, read from a tree; each file
+    read and split once (ruff reports eight findings a file on the benchmark's modules). Given
+    to a parser, a finding is made once, with its source, not made again to add it."""
+
+    __slots__ = ("_lines", "_tree")
+
+    def __init__(self, tree: Path) -> None:
+        self._tree = str(tree)
+        self._lines: dict[str, list[str] | None] = {}
+
+    def __call__(self, path: str, start_line: int, end_line: int) -> str:
+        """The source of ``path``'s lines, or "" (the file as a whole, or unreadable)."""
+        if start_line < 1:
+            return ""
+        try:
+            lines = self._lines[path]
+        except KeyError:
+            lines = self._lines[path] = self._read(path)
+        return "" if lines is None else source_of(lines, start_line, end_line)
+
+    def _read(self, path: str) -> list[str] | None:
+        try:  # (not pathlib's read_text, which makes a Path and a text wrapper per file)
+            with open(os.path.join(self._tree, path), "rb") as file:
+                return file.read().decode("utf-8", errors="replace").splitlines()
+        except OSError:
+            return None
 
 
 # -- SARIF ---------------------------------------------------------------------------------
 
 
-def parse_sarif(data: bytes, root: Path) -> tuple[list[Finding], ToolInfo | None]:
-    """Findings and tool of a SARIF log; paths made relative to ``root``."""
+def parse_sarif(
+    data: bytes, root: Path, source: Callable[[str, int, int], str] | None = None
+) -> tuple[list[Finding], ToolInfo | None]:
+    """Findings and tool of a SARIF log; paths made relative to ``root``; each finding's
+    ``source`` from ``source(path, start_line, end_line)`` if given (a :class:`SourceLines`)."""
     log = _load(data)
     if not isinstance(log, dict) or not isinstance(log.get("runs"), list):
         raise ScanOutputError('not a SARIF log: no "runs" array')
@@ -177,40 +215,69 @@ def parse_sarif(data: bytes, root: Path) -> tuple[list[Finding], ToolInfo | None
                 _opt_str(driver.get("informationUri")),
             )
         tool = replace(tool, rules={**tool.rules, **by_id})
+        first = _firsts(rules)
         for result in run.get("results") or []:
             if isinstance(result, dict):
-                findings.append(_sarif_result(result, rules, relative))
+                findings.append(_sarif_result(result, rules, first, relative, source))
     return findings, tool
 
 
+_NO_RULE: Mapping[str, Any] = {}
+
+
+def _firsts(rules: Sequence[Mapping[str, Any]]) -> dict[Any, Mapping[str, Any]]:
+    """Each id's first descriptor: looked up per result, not searched for."""
+    first: dict[Any, Mapping[str, Any]] = {}
+    for rule in rules:
+        with contextlib.suppress(TypeError):  # an unhashable id: searched for (_first)
+            first.setdefault(rule["id"], rule)
+    return first
+
+
+def _first(
+    rules: Sequence[Mapping[str, Any]], first: Mapping[Any, Mapping[str, Any]], rule_id: Any
+) -> Mapping[str, Any]:
+    """The first descriptor whose id equals ``rule_id`` (any JSON value), or none."""
+    try:
+        return first.get(rule_id, _NO_RULE)
+    except TypeError:
+        return next((r for r in rules if r.get("id") == rule_id), _NO_RULE)
+
+
 def _sarif_result(
-    result: Mapping[str, Any], rules: Sequence[Mapping[str, Any]], relative: Callable[[str], str]
+    result: Mapping[str, Any],
+    rules: Sequence[Mapping[str, Any]],
+    first: Mapping[Any, Mapping[str, Any]],
+    relative: Callable[[str], str],
+    source: Callable[[str, int, int], str] | None,
 ) -> Finding:
     rule_id = result.get("ruleId") or _get(result, "rule", "id")
-    index = result.get("ruleIndex", _get(result, "rule", "index"))
-    descriptor: Mapping[str, Any] = {}
+    index = result["ruleIndex"] if "ruleIndex" in result else _get(result, "rule", "index")
+    descriptor: Mapping[str, Any] = _NO_RULE
     if isinstance(index, int) and 0 <= index < len(rules):
         descriptor = rules[index]
         rule_id = rule_id or descriptor.get("id")
     elif rule_id is not None:
-        descriptor = next((r for r in rules if r.get("id") == rule_id), {})
+        descriptor = _first(rules, first, rule_id)
     level = result.get("level") or _get(descriptor, "defaultConfiguration", "level") or "warning"
     message = _get(result, "message", "text") or _get(result, "message", "markdown") or ""
     location: Any = next(iter(result.get("locations") or []), {})
     physical = location.get("physicalLocation") or {} if isinstance(location, dict) else {}
-    uri = _get(physical, "artifactLocation", "uri") or ""
+    path = relative(str(_get(physical, "artifactLocation", "uri") or ""))
     region = physical.get("region") or {}
     start = _int(region.get("startLine"), 0)
+    end = max(_int(region.get("endLine"), start), start)
     return Finding(
-        rule=str(rule_id or "unknown"),
-        message=str(message),
-        path=relative(str(uri)),
-        start_line=start,
-        end_line=max(_int(region.get("endLine"), start), start),
-        level=level if level in LEVELS else "warning",
-        start_column=_opt_int(region.get("startColumn")),
-        end_column=_opt_int(region.get("endColumn")),
-        snippet=_opt_str(_get(region, "snippet", "text")),
+        str(rule_id or "unknown"),
+        str(message),
+        path,
+        start,
+        end,
+        level if level in LEVELS else "warning",
+        _opt_int(region.get("startColumn")),
+        _opt_int(region.get("endColumn")),
+        _opt_str(_get(region, "snippet", "text")),
+        "" if source is None else source(path, start, end),
     )
 
 
@@ -246,8 +313,13 @@ def _relative(uri: str, bases: tuple[str, str]) -> str:
 # -- findings JSON -------------------------------------------------------------------------
 
 
-def parse_findings_json(data: bytes, fields: Mapping[str, str] | None = None) -> list[Finding]:
-    """Findings from findings JSON (an object with "findings", an array, or JSON lines)."""
+def parse_findings_json(
+    data: bytes,
+    fields: Mapping[str, str] | None = None,
+    source: Callable[[str, int, int], str] | None = None,
+) -> list[Finding]:
+    """Findings from findings JSON (an object with "findings", an array, or JSON lines); each
+    one's ``source`` from ``source(path, start_line, end_line)`` if given."""
     fields = fields or {}
     items = _json_items(data)
     findings = []
@@ -255,7 +327,7 @@ def parse_findings_json(data: bytes, fields: Mapping[str, str] | None = None) ->
     for n, item in enumerate(items, 1):
         if not isinstance(item, dict):
             raise ScanOutputError(f"finding {n} is not an object")
-        findings.append(_json_finding(item, fields, n, relative))
+        findings.append(_json_finding(item, fields, n, relative, source))
     return findings
 
 
@@ -280,7 +352,11 @@ def _json_items(data: bytes) -> list[Any]:
 
 
 def _json_finding(
-    item: Mapping[str, Any], fields: Mapping[str, str], n: int, relative: Callable[[str], str]
+    item: Mapping[str, Any],
+    fields: Mapping[str, str],
+    n: int,
+    relative: Callable[[str], str],
+    source: Callable[[str, int, int], str] | None,
 ) -> Finding:
     def value(name: str) -> Any:
         key = fields.get(name, name)
@@ -293,15 +369,18 @@ def _json_finding(
     if not isinstance(path, str) or not path:
         raise ScanOutputError(f"finding {n} has no path")
     line = _int(start, 0)
+    end = max(_int(value("end_line"), line), line)
     severity = str(value("severity") or "warning").lower()
+    path = relative(path)
     return Finding(
         rule=str(value("rule") or "unknown"),
         message=str(value("message") or ""),
-        path=relative(path),
+        path=path,
         start_line=line,
-        end_line=max(_int(value("end_line"), line), line),
+        end_line=end,
         level=_SEVERITY_WORDS.get(severity, "warning"),
         snippet=_opt_str(value("snippet")),
+        source="" if source is None else source(path, line, end),
     )
 
 

@@ -15,7 +15,8 @@ location, the ``--scanner`` and ``--base`` given); what it is checked against: t
 (:func:`code_stamp`), the plan's bytes, the repository, base and commit, the environment
 variables the scanners' keys read, the stamps of their tools (:mod:`.toolstamp`), the config
 files, and every cache entry it stands for (one that was evicted or forgotten makes it stale).
-Only :mod:`os`, :mod:`marshal` (the memo's encoding) and :mod:`sqlite3` are imported, not
+Only :mod:`os`, :mod:`marshal` (the memo's encoding) and :mod:`sqlite3` are imported (this
+last where a memo is looked up: not for a line the full scan runs, ``--no-cache``), not
 json or subprocess, whose imports alone took longer than the whole answer
 (``tests/scan/test_scan_hit.py`` bounds them).
 """
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import marshal
 import os
-import sqlite3
 import sys
 import time
 
@@ -33,6 +33,7 @@ from .toolstamp import words_stat
 
 TYPE_CHECKING = False  # typing is not imported: it takes longer than this whole answer
 if TYPE_CHECKING:
+    import sqlite3
     from collections.abc import Mapping, Sequence
     from typing import Any
 
@@ -197,6 +198,8 @@ def _lookup(options: Mapping[str, Any]) -> tuple[dict[str, Any], _Child] | None:
     store = os.path.join(common, "orchardist", "state.db")
     if not os.path.isfile(store):
         return None
+    import sqlite3
+
     conn = sqlite3.connect(store, timeout=30.0, isolation_level=None)
     try:
         conn.execute("begin immediate")

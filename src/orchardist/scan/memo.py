@@ -23,9 +23,10 @@ from ..config import CONFIG_NAME, tell_ignored, user_config
 from ..git.repo import Repo
 from ..specs import Plan
 from ..state import scancache
-from .engine import MAX_CACHE_ENTRIES, Scanner, ScanResult
+from .engine import Scanner, ScanResult
 from .findings import level_rank
 from .hit import MEMO_SCHEMA, code_stamp, file_stamp, where_key
+from .keys import MAX_CACHE_ENTRIES
 from .profiles import ScannerProfile
 from .sarif import Rendering, summary, summary_text
 

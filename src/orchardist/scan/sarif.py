@@ -14,6 +14,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -50,25 +51,47 @@ class MergedFinding:
 
 
 def merge(reports: Sequence[ScannerReport]) -> list[MergedFinding]:
-    """Deduplicated findings, grouped by scanner in the order given, then by place."""
+    """Deduplicated findings, grouped by scanner in the order given, then by place.
+
+    Each finding's place and identity are computed once; a group of one scanner's findings
+    (nearly all of them: few findings are reported by two scanners) skips the reporters'
+    bookkeeping. The findings are sorted by place once per scanner, and the merged ones by
+    scanner then place (stable: ties keep the groups' order)."""
     occurrences: dict[str, dict[str, list[Finding]]] = defaultdict(dict)
+    places: dict[int, tuple[Any, ...]] = {}  # id(finding) -> its place
     for report in reports:
         seen: set[tuple[Any, ...]] = set()
-        for finding in sorted(report.findings, key=_place):
-            if finding.identity() in seen:  # one scanner, overlapping scopes
+        placed = sorted(((_place(f), f) for f in report.findings), key=_first)
+        for place, finding in placed:
+            identity = finding.identity()
+            if identity in seen:  # one scanner, overlapping scopes
                 continue
-            seen.add(finding.identity())
+            seen.add(identity)
+            places[id(finding)] = place
             occurrences[finding.base_fingerprint()].setdefault(report.name, []).append(finding)
-    merged: list[MergedFinding] = []
     order = {report.name: i for i, report in enumerate(reports)}
+    alone = {report.name: (report.name,) for report in reports}
+    keyed: list[tuple[tuple[Any, ...], MergedFinding]] = []
     for base, by_scanner in occurrences.items():
+        if len(by_scanner) == 1:
+            ((name, found),) = by_scanner.items()
+            keyed += [
+                ((order[name], places[id(f)]), MergedFinding(name, f, f"{base}:{n}", alone[name]))
+                for n, f in enumerate(found)
+            ]
+            continue
         names = sorted(by_scanner, key=order.__getitem__)
         for n in range(max(len(found) for found in by_scanner.values())):
             reporters = tuple(name for name in names if n < len(by_scanner[name]))
-            first = reporters[0]
-            merged.append(MergedFinding(first, by_scanner[first][n], f"{base}:{n}", reporters))
-    merged.sort(key=lambda m: (order[m.scanner], _place(m.finding)))
-    return merged
+            first, finding = reporters[0], by_scanner[reporters[0]][n]
+            merged = MergedFinding(first, finding, f"{base}:{n}", reporters)
+            keyed.append(((order[first], places[id(finding)]), merged))
+    keyed.sort(key=_first)
+    return [m for _, m in keyed]
+
+
+def _first(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
 
 
 def _place(finding: Finding) -> tuple[Any, ...]:
@@ -96,6 +119,7 @@ def to_sarif(
         mine = [m for m in merged if m.scanner == report.name]
         tool = report.tool or ToolInfo(report.name)
         rule_ids = list(dict.fromkeys(m.finding.rule for m in mine))
+        index = {rule: n for n, rule in enumerate(rule_ids)}  # looked up, not searched for
         rules = [_descriptor(rule, tool.rules.get(rule)) for rule in rule_ids]
         driver: dict[str, Any] = {"name": tool.name, "rules": rules}
         if tool.version:
@@ -113,7 +137,7 @@ def to_sarif(
                 "automationDetails": {"id": f"orchardist/{report.name}/"},
                 "originalUriBaseIds": {SRCROOT: {"uri": root.resolve().as_uri() + "/"}},
                 "invocations": [invocation],
-                "results": [_result(m, rule_ids.index(m.finding.rule)) for m in mine],
+                "results": [_result(m, index[m.finding.rule]) for m in mine],
                 "properties": _properties(report, base_commit),
             }
         )
@@ -156,14 +180,21 @@ def _result(m: MergedFinding, rule_index: int) -> dict[str, Any]:
 def to_json(merged: Sequence[MergedFinding]) -> list[dict[str, Any]]:
     """Findings as plain objects (``--format json``)."""
     return [
-        {
-            "scanner": m.scanner,
-            "reporters": list(m.reporters),
-            "fingerprint": m.fingerprint,
-            **{k: v for k, v in m.finding.to_json().items() if k != "source"},
-        }
+        dict(
+            zip(
+                _JSON_KEYS,
+                (m.scanner, list(m.reporters), m.fingerprint, *_shown(m.finding)),
+                strict=True,
+            )
+        )
         for m in merged
     ]
+
+
+# a finding's fields but its source, read at once (not through Finding.to_json, then filtered)
+_SHOWN = tuple(name for name in Finding.__dataclass_fields__ if name != "source")
+_shown = attrgetter(*_SHOWN)
+_JSON_KEYS = ("scanner", "reporters", "fingerprint", *_SHOWN)
 
 
 def to_table(merged: Sequence[MergedFinding]) -> str:
@@ -226,7 +257,8 @@ class Rendering:
 
 
 def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+    """``value`` as JSON, on one line; its documents hold no cycle to look for."""
+    return json.dumps(value, separators=(",", ":"), check_circular=False)
 
 
 def _properties(report: ScannerReport, base_commit: str) -> dict[str, Any]:
