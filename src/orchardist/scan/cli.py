@@ -187,7 +187,7 @@ def _finish(
 
         ws = Workspace.open(plan.repo)
         return fix_findings(args, plan, ws, scanner, profiles, result, drive)
-    store.close()  # now: a plain scan ends without the interpreter's teardown (__main__)
+    scanner.store.close()  # now: a plain scan ends without the interpreter's teardown (__main__)
     return _report(args, result, rendering)
 
 
