@@ -198,7 +198,7 @@ def test_validate_makes_the_plans_records_and_not_the_run_machinerys(finished: P
     assert "orchardist.confine.procs" not in modules
     assert {"concurrent.futures", "logging"} & modules == set()
     # nor shutil, with the compression modules it imports (~7 M instructions): git, the
-    # agents' programs and bwrap are found on PATH by git.env.which
+    # agents' programs and bwrap are found on PATH by git.which
     assert {"shutil", "bz2", "lzma"} & modules == set()
     # nor the store's records: the plan's agent profiles are not among them
     assert not [m for m in made if m.startswith("orchardist.state.records.")]

@@ -37,6 +37,7 @@ HIT_MODULES = {
     "orchardist.__main__",
     "orchardist.git",
     "orchardist.git.fixed",
+    "orchardist.git.which",
     "orchardist.scan",
     "orchardist.scan.hit",
     "orchardist.scan.toolstamp",

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..git.env import which
+from ..git.which import which
 
 if TYPE_CHECKING:
     from .refusal import Refusal

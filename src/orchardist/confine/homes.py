@@ -27,7 +27,7 @@ def fill_home(
     """Fill an attempt's private HOME for an agent kind: the state folders it writes, and copies
     of the files it needs from the real home (credentials, settings). They are copies: nothing
     the agent writes to them reaches the real home. Returns the files copied."""
-    import shutil  # (an attempt's: not on validate's path, see git.env.which)
+    import shutil  # (an attempt's: not on validate's path, see git.which)
 
     for folder in state:
         (paths.home / folder).mkdir(parents=True, exist_ok=True)

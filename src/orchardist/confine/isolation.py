@@ -57,7 +57,7 @@ class Mode(StrEnum):
 @cache
 def probe() -> Probe:
     """Find bwrap and check, once per process, that it can make the namespaces we use."""
-    from ..git.env import which  # (not imported with procs: a Ray node's reaper needs no git)
+    from ..git.which import which  # (here: a Ray node's reaper imports this module, no git)
     from .bwrapprobe import Probe  # (made only where it is asked: validate asks only if need be)
 
     found = which("bwrap")

@@ -1,11 +1,6 @@
 """How orchardist runs git: the executable found once, and an environment in which nothing the
 user or an agent configured runs, with the user's identity and a few settings carried over as
-data. :class:`Plumbing` is what helpers outside :class:`gitrepo.Repo` need of one.
-
-:func:`which` finds a program on ``PATH`` as :func:`shutil.which` does on POSIX, for the
-commands that read and end at once: :mod:`shutil` imports the compression modules its archives
-use (bz2, lzma, zlib: ~7 M instructions, ~2.5 % of ``validate``).
-"""
+data. :class:`Plumbing` is what helpers outside :class:`gitrepo.Repo` need of one."""
 
 from __future__ import annotations
 
@@ -18,33 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .fixed import FIXED_CONFIG
-
-
-def which(program: str, path: str | None = None) -> str | None:
-    """The file ``program`` names on ``path`` (default ``$PATH``), as :func:`shutil.which` finds
-    it on POSIX: the first executable file of that name in the folders in order; a name with a
-    ``/`` in it is checked as it stands; an empty ``path`` finds nothing."""
-    if os.path.dirname(program):
-        return program if _runnable(program) else None
-    if path is None:
-        path = os.environ.get("PATH")
-        if path is None:
-            path = os.confstr("CS_PATH") or os.defpath
-    if not path:  # an empty PATH finds nothing (":" is the working folder)
-        return None
-    seen: set[str] = set()
-    for folder in path.split(os.pathsep):
-        if folder not in seen:
-            seen.add(folder)
-            found = os.path.join(folder, program)
-            if _runnable(found):
-                return found
-    return None
-
-
-def _runnable(file: str) -> bool:
-    return os.path.exists(file) and os.access(file, os.F_OK | os.X_OK) and not os.path.isdir(file)
-
+from .which import which
 
 FALLBACK_NAME = "orchardist"
 FALLBACK_EMAIL = "orchardist@localhost"

@@ -291,7 +291,7 @@ class Repo:
     def _remove_worktree(self, path: Path) -> None:
         self.run_git("worktree", "remove", "--force", "--force", str(path))
         if path.exists():
-            import shutil  # (not for the commands that only read: see env.which)
+            import shutil  # (not for the commands that only read: see git.which)
 
             shutil.rmtree(path, ignore_errors=True)
         self.run_git("worktree", "prune")

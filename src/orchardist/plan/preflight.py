@@ -14,8 +14,8 @@ from typing import Any
 
 from ..confine.isolation import Mode, choose
 from ..errors import IsolationError, Problem
-from ..git.env import which
 from ..git.repo import Repo
+from ..git.which import which
 from ..specs import DEFAULT_BRANCH, Plan
 
 BASE = "run.base"

@@ -48,7 +48,7 @@ def collect(
     now: float | None = None,
 ) -> dict[str, Any]:
     """Remove what finished runs older than ``older_than_s`` left; the store keeps their history."""
-    from shutil import rmtree  # (not for status, which only counts: see git.env.which)
+    from shutil import rmtree  # (not for status, which only counts: see git.which)
 
     now = time.time() if now is None else now
     report: dict[str, Any] = {

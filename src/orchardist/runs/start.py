@@ -260,7 +260,7 @@ def _remove_worktrees(ws: Workspace, run_id: str) -> int:
             ws.repo.remove_worktree(path)
             removed += 1
     if root.exists():
-        import shutil  # (not for the commands that only read: see git.env.which)
+        import shutil  # (not for the commands that only read: see git.which)
 
         removed += sum(1 for _ in root.iterdir())
         shutil.rmtree(root, ignore_errors=True)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 
+from ..git.which import which
+
 TYPE_CHECKING = False  # (see .hit: typing is not imported)
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -57,21 +59,10 @@ def words_stat(words: Sequence[str], search_path: str | None) -> list[list[objec
 def _executable(word: str, search_path: str | None) -> str | None:
     if word.startswith("-") or "=" in word:
         return None
-    found = word if "/" in word else _which(word, search_path)
+    found = which(word, search_path)
     if found is None or not (os.path.isfile(found) and os.access(found, os.X_OK)):
         return None
     return os.path.abspath(found)
-
-
-def _which(name: str, search_path: str | None) -> str | None:
-    """``shutil.which(name, path=search_path)`` on POSIX, without importing shutil."""
-    if search_path is None:
-        search_path = os.environ.get("PATH", os.defpath)
-    for folder in dict.fromkeys(search_path.split(os.pathsep)):
-        path = os.path.join(folder, name)
-        if os.path.exists(path) and os.access(path, os.X_OK) and not os.path.isdir(path):
-            return path
-    return None
 
 
 def _site_packages(prefix: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""``git.env.which``: a program found on PATH as :func:`shutil.which` finds it on POSIX, so the
+"""``git.which``: a program found on PATH as :func:`shutil.which` finds it on POSIX, so the
 commands that read and end at once need not import :mod:`shutil` (and the compression modules
 it imports) to find git, an agent's program or bwrap."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchardist.git.env import which
+from orchardist.git.which import which
 
 
 @pytest.fixture
