@@ -8,6 +8,7 @@ else ``git update-ref``), so the user's working tree, index and current branch a
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import functools
 import hashlib
@@ -45,6 +46,9 @@ class Repo:
     ``untracked=False``: for a caller that lists no untracked or ignored file (validate's
     preflight), the user's ``core.excludesfile`` and ``safe.directory`` are asked only if git
     refuses the repository without them (another user owns it): a git process fewer.
+    ``within``: ``root`` is any folder of a work tree, whose top level, asked in the same git
+    process, becomes ``root`` (the plan's loader learns where the repository is and its facts
+    at once); GitError where it is in none.
     """
 
     def __init__(
@@ -53,10 +57,13 @@ class Repo:
         identity: bool = True,
         resolve: str | None = None,
         untracked: bool = True,
+        within: bool = False,
     ) -> None:
         self.root = Path(root)
         self._env, self._signing = git_setup(self.root, identity, carry=untracked)
-        asked = ["rev-parse", "--path-format=absolute", "--git-common-dir", "--show-object-format"]
+        top = ["--show-toplevel"] if within else []
+        asked = ["rev-parse", "--path-format=absolute", *top, "--git-common-dir"]
+        asked.append("--show-object-format")
         if resolve is not None:  # (printed after the facts; a bad one only makes the exit 1)
             asked += ["--verify", "--quiet", f"{resolve}^{{commit}}"]
         proc = self.run_git(*asked)
@@ -67,13 +74,23 @@ class Repo:
             cmd = " ".join(["git", *asked])
             raise GitError(f"{cmd} failed ({proc.returncode}): {proc.stderr.strip()}")
         lines = proc.stdout.rstrip("\n").split("\n")
-        if len(lines) < 2:  # exit 1 without the facts: not the commit's doing
+        if len(lines) < 2 + within:  # exit 1 without the facts: not the commit's doing
             raise GitError(f"git {' '.join(asked)} failed: {lines[0]!r}")
+        if within:
+            self.root = Path(lines.pop(0)).resolve()
         self.common_dir = Path(lines[0])
         self.object_format = lines[1].strip() or "sha1"
         self.resolved: str | None = lines[2].strip() if len(lines) > 2 else None
         self._resolving = resolve
         self._counted: dict[tuple[str, str], int] = {}  # see changed_lines
+
+    def for_commits(self) -> Repo:
+        """This repository as set up with ``identity=True, untracked=True``, its facts kept: what
+        a run needs of the repository its plan's loader found (two git processes, not three)."""
+        new = copy.copy(self)
+        new._env, new._signing = git_setup(self.root)
+        new._counted = {}
+        return new
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -115,6 +132,14 @@ class Repo:
             )
         except OSError as exc:
             raise GitError(f"cannot run git: {exc}") from exc
+
+    def start_git(self, *args: str) -> subprocess.Popen[str]:
+        """git left running, its output piped, for the caller to read (``communicate``) once
+        its own work is done."""
+        pipe, null = subprocess.PIPE, subprocess.DEVNULL
+        cmd = [GIT, *args]
+        return subprocess.Popen(cmd, cwd=self.root, env=self._env, stdin=null, stdout=pipe,
+                                stderr=null, text=True, errors="replace")  # fmt: skip
 
     def rev_parse(self, ref: str) -> str:
         """The commit id ``ref`` names."""
