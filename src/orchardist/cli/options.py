@@ -142,7 +142,7 @@ def load_plan(path: Path) -> Plan:
 
 
 def read_plan(path: Path) -> tuple[Plan, Repo]:
-    """:func:`load_plan`, and the repository it found (:func:`orchardist.plan.loading.read_plan`)."""
+    """:func:`load_plan`, and the repository it found (see :func:`.plan.loading.read_plan`)."""
     from ..config import tell_ignored
     from ..plan.loading import read_plan as read
 
