@@ -85,7 +85,8 @@ class Repo:
 
     def for_commits(self) -> Repo:
         """This repository as set up with ``identity=True, untracked=True``, its facts kept: what
-        a run needs of the repository its plan's loader found (two git processes, not three)."""
+        a run needs of the repository its plan's loader found (the user's config and identity
+        asked: two git processes, where a set-up runs three)."""
         new = copy.copy(self)
         new._env, new._signing = git_setup(self.root)
         new._counted = {}
