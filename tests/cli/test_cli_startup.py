@@ -453,11 +453,11 @@ def test_reading_a_run_takes_one_git_command(ran: Path, tmp_path: Path) -> None:
     assert git_commands(ran, tmp_path, "--help") == []
     # validate finds the repository, sets up orchardist's git without the identity it would
     # commit with (nothing is committed), and asks each thing of git once; that the default
-    # branch pattern makes a valid branch name it knows without asking; the base in the
-    # rev-parse that opens the repository; the user's safe.directory and excludes file not
-    # (the user owns the repository, and validate lists no untracked file); then the changes
+    # branch pattern makes a valid branch name it knows without asking; where the repository
+    # is, its facts and the base in one rev-parse; the user's safe.directory and excludes file
+    # not (the user owns the repository, and validate lists no untracked file); the changes
     ran_by_validate = git_commands(ran, tmp_path, "validate", "plan.toml")
-    assert len(ran_by_validate) == len(set(ran_by_validate)) <= 3, ran_by_validate
+    assert len(ran_by_validate) == len(set(ran_by_validate)) <= 2, ran_by_validate
     assert not [c for c in ran_by_validate if c.startswith(("var ", "check-ref-format"))]
     assert not [c for c in ran_by_validate if c.startswith("config ")], ran_by_validate
 

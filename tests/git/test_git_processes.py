@@ -118,7 +118,7 @@ def test_a_one_task_run_asks_git_each_question_once(tmp_path: Path, logged: GitL
     assert asked(calls, "config") == 1, calls
     assert asked(calls, "diff", "--no-ext-diff") == 1, calls
     assert asked(calls, "rev-parse", "-q", "--verify", "HEAD") == 0, calls  # HEAD's on main
-    assert len(calls) <= 22, "\n".join(calls)
+    assert len(calls) <= 21, "\n".join(calls)
 
     # When its old runs are collected
     done, calls = logged.cli(repo, "gc")
@@ -324,3 +324,77 @@ def test_the_dashboard_opens_its_repository_with_two_git_processes(
     assert reads.repo.git("diff", "--stat", head, head) == ""
     # with two git processes: where it is, and the reader's facts
     assert len(calls) <= 2, calls
+
+
+def test_validate_asks_where_the_repository_is_and_its_facts_in_one_process(
+    tmp_path: Path, logged: GitLog
+) -> None:
+    # Given a one-task plan committed in a subfolder of a repository (its workdir, then)
+    repo = make_repo(tmp_path / "repo")
+    (repo / "plans").mkdir()
+    write_plan(repo, ONE_TASK, name="plans/plan.toml", commit=True)
+
+    # When it is validated
+    done, calls = logged.cli(repo, "validate", "plans/plan.toml")
+
+    # Then it is ok, against the repository's top level
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == "plans/plan.toml: ok (1 task, 1 agent profile)\n"
+    # and one rev-parse told the top level, the git folder and the base; then one process
+    # looked the workdir up at the base and git status looked for changes
+    assert asked(calls, "rev-parse") == 1, calls
+    assert "--show-toplevel" in calls[0] and "HEAD^{commit}" in calls[0], calls
+    assert asked(calls, "cat-file", "--batch-check") == 1, calls
+    assert asked(calls, "status", "--porcelain") == 1, calls
+    assert len(calls) == 3, "\n".join(calls)
+
+
+STATUS_BESIDE = """
+[agents.sh]
+kind = "shell"
+command = "echo {task} > {task}.txt"
+
+[[task]]
+id = "hello"
+workdir = "src"
+verify = "test -f hello.txt"
+"""
+
+WAITS = "n=0; while [ ! -e {marker} ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done\n"
+
+
+def test_validate_s_git_status_runs_beside_its_checks(tmp_path: Path) -> None:
+    # Given a repository with an uncommitted change, a plan whose checks look its workdir up
+    # with git cat-file, and a git first on PATH where each of status and cat-file marks that
+    # it started and waits (at most 30 s) for the other's mark: only if status is running
+    # while the checks run do both go on at once
+    repo = make_repo(tmp_path / "repo", {"src/main.py": "print(1)\n"})
+    (repo / "src" / "main.py").write_text("print(2)\n")
+    write_plan(repo, STATUS_BESIDE)
+    shim, log = tmp_path / "bin", tmp_path / "calls.log"
+    status, cat_file = tmp_path / "status.started", tmp_path / "cat-file.started"
+    shim.mkdir()
+    (shim / "git").write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = status ]; then touch "{status}"; {WAITS.format(marker=cat_file)}fi\n'
+        f'if [ "$1" = cat-file ]; then touch "{cat_file}"; {WAITS.format(marker=status)}\n'
+        f'  [ -e "{status}" ] && echo "cat-file while status ran" >> "{log}"; fi\n'
+        f'exec {GIT} "$@"\n'
+    )
+    (shim / "git").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+
+    # When it is validated
+    done = subprocess.run(
+        [sys.executable, "-m", "orchardist", "validate", "plan.toml"],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+    # Then it is ok, and warns of the change last, as it always did
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "warning: your checkout has 1 uncommitted change(s); the run starts from HEAD and "
+        "does not include them"
+    ), done.stderr
+    # and the workdir's check ran while git status had started and not ended
+    assert log.exists() and log.read_text() == "cat-file while status ran\n"

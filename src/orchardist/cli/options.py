@@ -17,6 +17,7 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     import argparse
 
+    from ..git.repo import Repo
     from ..specs import Plan
 
 EXIT_REVIEW = 3  # the run ended awaiting review: decide, then `orchardist resume RUN`
@@ -137,12 +138,17 @@ def load_plan(path: Path) -> Plan:
     models and every agent kind are most of the package, which commands that only read a
     run's record (status, logs, events, runs) never need. What the repository's config file
     set and was not read is printed, one line each, on stderr."""
-    from ..config import tell_ignored
-    from ..plan.loading import load_plan as load
+    return read_plan(path)[0]
 
-    plan = load(path)
+
+def read_plan(path: Path) -> tuple[Plan, Repo]:
+    """:func:`load_plan`, and the repository it found (see :func:`.plan.loading.read_plan`)."""
+    from ..config import tell_ignored
+    from ..plan.loading import read_plan as read
+
+    plan, repo = read(path)
     tell_ignored(plan.ignored)
-    return plan
+    return plan, repo
 
 
 def with_executor(plan: Any, args: argparse.Namespace) -> Any:

@@ -17,6 +17,7 @@ from .options import (
     executor_args,
     load_plan,
     positive,
+    read_plan,
     repo_arg,
     with_executor,
 )
@@ -40,14 +41,14 @@ def add_validate(sub: Commands) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     """``orchardist validate PLAN``."""
     try:
-        plan = load_plan(args.plan)
+        plan, repo = read_plan(args.plan)
     except PlanError as exc:
         if not args.json:
             raise
         problems = [p.__dict__ for p in exc.problems]
         _print_json({"valid": False, "problems": problems})
         return EXIT_USAGE
-    checked = preflight(plan, quiet=args.json)
+    checked = preflight(plan, quiet=args.json, repo=repo)
     if checked.problems and args.json:
         problems = [p.__dict__ for p in checked.problems]
         _print_json({"valid": False, "problems": problems})

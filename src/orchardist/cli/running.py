@@ -30,9 +30,9 @@ from .options import (
     driving_args,
     duration,
     executor_args,
-    load_plan,
     positive,
     positive_float,
+    read_plan,
     repo_arg,
     root_parser,
     selection_args,
@@ -92,12 +92,12 @@ def add_run(sub: Commands) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``orchardist run PLAN``."""
-    from ..git.repo import Repo
     from ..runs.start import Workspace, create_run, unfinished_runs
 
     if args.format != "text" and not args.dry_run:  # a drawing was asked for, not a run
         raise UsageError(f"--format {args.format} draws the graph: it needs --dry-run")
-    plan = with_executor(load_plan(args.plan), args)
+    plan, found = read_plan(args.plan)
+    plan = with_executor(plan, args)
     if args.dry_run:
         return print_forecast(plan, args)
     check_selection(plan, args.only, args.skip)
@@ -107,8 +107,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if note and not args.quiet:
         print(note, file=sys.stderr, flush=True)
     # Read-only until every check passed: a refused run leaves nothing behind. The repository
-    # is set up once, for the checks, the workspace and the run (plan.repo is its top level).
-    repo = Repo(plan.repo, resolve=plan.run.base)
+    # is set up once, for the checks, the workspace and the run: where the plan's loader found
+    # it (plan.repo, its top level), at the plan's base.
+    repo = found.for_commits()
     where = (plan.repo, repo.common_dir)
     existing = Workspace.in_repo(where, repo) if Workspace.stored(where) else None
     unfinished = [] if args.fresh or existing is None else unfinished_runs(existing, plan)

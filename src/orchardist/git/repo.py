@@ -8,14 +8,13 @@ else ``git update-ref``), so the user's working tree, index and current branch a
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import functools
 import hashlib
 import os
-import re
 import subprocess
 import time
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,8 +27,9 @@ if TYPE_CHECKING:
     from .merges import MergeResult
     from .snapshots import Checkout
 
-# Snapshots, fingerprints, object writing, merges' outcomes and shutil are imported where used:
-# a command that only reads (validate) needs none (a record costs a millisecond to make).
+# Snapshots, fingerprints, loose objects and refs (with zlib), object writing, merges' outcomes
+# and shutil are imported where used: a command that only reads (validate) needs none (a record
+# costs a millisecond to make).
 
 TRAILER_PREFIX = "Orchardist-"
 
@@ -45,6 +45,9 @@ class Repo:
     ``untracked=False``: for a caller that lists no untracked or ignored file (validate's
     preflight), the user's ``core.excludesfile`` and ``safe.directory`` are asked only if git
     refuses the repository without them (another user owns it): a git process fewer.
+    ``within``: ``root`` is any folder of a work tree, whose top level, asked in the same git
+    process, becomes ``root`` (the plan's loader learns where the repository is and its facts
+    at once); GitError where it is in none.
     """
 
     def __init__(
@@ -53,10 +56,13 @@ class Repo:
         identity: bool = True,
         resolve: str | None = None,
         untracked: bool = True,
+        within: bool = False,
     ) -> None:
         self.root = Path(root)
         self._env, self._signing = git_setup(self.root, identity, carry=untracked)
-        asked = ["rev-parse", "--path-format=absolute", "--git-common-dir", "--show-object-format"]
+        top = ["--show-toplevel"] if within else []
+        asked = ["rev-parse", "--path-format=absolute", *top, "--git-common-dir"]
+        asked.append("--show-object-format")
         if resolve is not None:  # (printed after the facts; a bad one only makes the exit 1)
             asked += ["--verify", "--quiet", f"{resolve}^{{commit}}"]
         proc = self.run_git(*asked)
@@ -67,13 +73,24 @@ class Repo:
             cmd = " ".join(["git", *asked])
             raise GitError(f"{cmd} failed ({proc.returncode}): {proc.stderr.strip()}")
         lines = proc.stdout.rstrip("\n").split("\n")
-        if len(lines) < 2:  # exit 1 without the facts: not the commit's doing
+        if len(lines) < 2 + within:  # exit 1 without the facts: not the commit's doing
             raise GitError(f"git {' '.join(asked)} failed: {lines[0]!r}")
+        if within:
+            self.root = Path(lines.pop(0)).resolve()
         self.common_dir = Path(lines[0])
         self.object_format = lines[1].strip() or "sha1"
         self.resolved: str | None = lines[2].strip() if len(lines) > 2 else None
         self._resolving = resolve
         self._counted: dict[tuple[str, str], int] = {}  # see changed_lines
+
+    def for_commits(self) -> Repo:
+        """This repository as set up with ``identity=True, untracked=True``, its facts kept: what
+        a run needs of the repository its plan's loader found (the user's config and identity
+        asked: two git processes, where a set-up runs three)."""
+        new = copy.copy(self)
+        new._env, new._signing = git_setup(self.root)
+        new._counted = {}
+        return new
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -118,6 +135,23 @@ class Repo:
         except OSError as exc:
             raise GitError(f"cannot run git: {exc}") from exc
 
+    def start_git(self, *args: str) -> subprocess.Popen[str]:
+        """git left running, its output piped, for the caller to read (``communicate``) once
+        its own work is done."""
+        try:
+            return subprocess.Popen(
+                [GIT, *args],
+                cwd=self.root,
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+            )
+        except OSError as exc:
+            raise GitError(f"cannot run git: {exc}") from exc
+
     def rev_parse(self, ref: str) -> str:
         """The commit id ``ref`` names."""
         return self.git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
@@ -134,7 +168,9 @@ class Repo:
 
     def tree_of(self, commit: str) -> str:
         """The tree id of a commit."""
-        loose = self._read_loose(commit)
+        from .loose import read_loose
+
+        loose = read_loose(self.common_dir, commit)
         if loose is not None and loose[0] == "commit" and loose[1].startswith(b"tree "):
             return loose[1][5:45].decode()
         return self.git("rev-parse", f"{commit}^{{tree}}")
@@ -142,7 +178,9 @@ class Repo:
     def update_ref(self, ref: str, new: str, old: str | None) -> bool:
         """Move ``ref`` to ``new`` only if it still points at ``old`` (None: must not exist)."""
         if old is not None and self._native is not None and ref.startswith("refs/heads/"):
-            moved = self._move_loose_ref(ref, new, old)
+            from .loose import move_loose_ref
+
+            moved = move_loose_ref(self.common_dir, ref, new, old, self._native[1])
             if moved is not None:
                 return moved
         from .fingerprint import REFLOG_MESSAGE
@@ -167,8 +205,10 @@ class Repo:
         signing, ids given in full): merging is on the scheduler's path, and a git process
         costs milliseconds. Otherwise, and for tree expressions, ``git commit-tree``.
         """
+        from .loose import is_oid
+
         self.identity()  # in the environment before any commit, however the repo was set up
-        if self._native is not None and _is_oid(tree) and all(_is_oid(p) for p in parents):
+        if self._native is not None and is_oid(tree) and all(is_oid(p) for p in parents):
             author, committer = self._native
             stamp = f"{int(time.time())} {time.strftime('%z')}"
             lines = [f"tree {tree}", *(f"parent {p}" for p in parents)]
@@ -200,54 +240,6 @@ class Repo:
             return None
         author, committer = (self.identity(role) for role in ("AUTHOR", "COMMITTER"))
         return f"{author[0]} <{author[1]}>", f"{committer[0]} <{committer[1]}>"
-
-    def _move_loose_ref(self, ref: str, new: str, old: str) -> bool | None:
-        """Compare-and-swap a loose ref as git's files backend does: take ``<ref>.lock``
-        exclusively, check the value, write, rename, and log it. None: leave it to git (the
-        ref is packed or locked, or the value is not a plain id)."""
-        path = self.common_dir / ref
-        lock = path.with_name(path.name + ".lock")
-        try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except OSError:
-            return None
-        try:
-            try:
-                current = path.read_text().strip()
-            except OSError:
-                current = ""
-            if not _is_oid(current):
-                return None
-            if current != old:
-                return False
-            os.write(fd, f"{new}\n".encode())
-            os.close(fd)
-            fd = -1
-            os.replace(lock, path)
-        finally:
-            if fd >= 0:
-                os.close(fd)
-            lock.unlink(missing_ok=True)
-        assert self._native is not None
-        entry = f"{old} {new} {self._native[1]} {int(time.time())} {time.strftime('%z')}"
-        log = self.common_dir / "logs" / ref
-        if log.exists():
-            from .fingerprint import REFLOG_MESSAGE
-
-            with log.open("a") as fh:
-                fh.write(f"{entry}\t{REFLOG_MESSAGE}\n")
-        return True
-
-    def _read_loose(self, oid: str) -> tuple[str, bytes] | None:
-        """``(type, body)`` of a loose object, or None (packed, missing, not a full id)."""
-        if not _is_oid(oid):
-            return None
-        try:
-            data = zlib.decompress((self.common_dir / "objects" / oid[:2] / oid[2:]).read_bytes())
-        except (OSError, zlib.error):
-            return None
-        header, _, body = data.partition(b"\0")
-        return header.split(b" ", 1)[0].decode(), body
 
     def _write_object(self, kind: str, body: bytes) -> str:
         """Store a loose object the way git does, replacing a copy whose bytes are not ours."""
@@ -416,7 +408,9 @@ class Repo:
             base, patch,
         )  # fmt: skip
         changes, numstat = raw_and_numstat(out)
-        if _is_oid(base) and _is_oid(patch):  # for changed_lines, asked next
+        from .loose import is_oid
+
+        if is_oid(base) and is_oid(patch):  # for changed_lines, asked next
             self._counted[(base, patch)] = numstat_total(numstat)
         problems = []
         if any("120000" in parts[:2] for parts, _ in changes):
@@ -491,10 +485,5 @@ def commit_message(title: str, trailers: Mapping[str, str | int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-_OID = re.compile(r"[0-9a-f]{40}")
 # No diff command or text conversion a repository's config names.
 _PLAIN_DIFF = ("--no-ext-diff", "--no-textconv")
-
-
-def _is_oid(text: str) -> bool:
-    return _OID.fullmatch(text) is not None

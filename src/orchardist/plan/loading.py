@@ -27,7 +27,7 @@ from ..config import (
     widening_keys,
 )
 from ..confine.isolation import Policy
-from ..errors import PlanError, Problem, unknown_key
+from ..errors import GitError, PlanError, Problem, unknown_key
 from ..specs import Plan as Plan
 from ..specs import RunConfig as RunConfig
 from ..specs import parse_duration as parse_duration
@@ -38,6 +38,7 @@ from .runtable import RunChecks
 from .tasks import TaskChecks
 
 if TYPE_CHECKING:
+    from ..git.repo import Repo
     from ..scan.profiles import ScannerProfile
 
 PROFILE_KEYS = {
@@ -59,6 +60,14 @@ def load_plan(path: str | os.PathLike[str], require_tasks: bool = True) -> Plan:
 
     ``require_tasks=False`` accepts a file with no tasks (a scan configuration).
     """
+    return read_plan(path, require_tasks)[0]
+
+
+def read_plan(path: str | os.PathLike[str], require_tasks: bool = True) -> tuple[Plan, Repo]:
+    """:func:`load_plan`, and the plan's repository as it was found: set up to read
+    (``identity=False, untracked=False``) and resolved at the plan's base, by the one git
+    process that told where it is. ``validate`` checks the plan with it; ``run`` sets it up
+    for commits (:meth:`Repo.for_commits`)."""
     plan_path = Path(path).resolve()
     shown = str(path)
     try:
@@ -67,7 +76,10 @@ def load_plan(path: str | os.PathLike[str], require_tasks: bool = True) -> Plan:
         raise PlanError([Problem(shown, f"cannot read plan: {exc.strerror or exc}")]) from exc
     data = parse(shown, plan_path, raw_bytes)
     digest = hashlib.sha256(raw_bytes).hexdigest()
-    return _Validator(shown, plan_path, data, digest, require_tasks).plan()
+    validator = _Validator(shown, plan_path, data, digest, require_tasks)
+    plan = validator.plan()
+    assert validator.repo is not None  # (a plan without one has a problem)
+    return plan, validator.repo
 
 
 def read_profiles_file(
@@ -167,6 +179,7 @@ class _Validator(TaskChecks, RunChecks):
         self.digest = digest
         self.ignored: tuple[Ignored, ...] = ()  # what the repository's config could not set
         self.origins: Mapping[str, Path] = {}  # the config file of each profile read from one
+        self.repo: Repo | None = None  # the plan's repository, once found (see _repo)
 
     def plan(self) -> Plan:
         """The whole plan, or PlanError with every problem found."""
@@ -272,8 +285,9 @@ class _Validator(TaskChecks, RunChecks):
         )
 
     def _repo(self, run_raw: dict[str, Any]) -> Path | None:
-        """The repository the plan runs in (``[run] repo``, else the plan's folder's)."""
-        from ..git.where import find_toplevel
+        """The top level of the repository the plan runs in (``[run] repo``, else the plan's
+        folder's), its facts and base asked in the same git process (``self.repo``)."""
+        from ..git.repo import Repo
 
         start = self.path.parent
         if "repo" in run_raw:
@@ -281,10 +295,14 @@ class _Validator(TaskChecks, RunChecks):
                 self.problem("expected a path string", fld="run.repo")
                 return None
             start = (self.path.parent / run_raw["repo"]).resolve()
-        top = find_toplevel(start)
-        if top is None:
+        base = run_raw.get("base", RunConfig.base)  # checked by _run; git is given a string
+        base = base if isinstance(base, str) and "\0" not in base else None
+        try:
+            self.repo = Repo(start, identity=False, resolve=base, untracked=False, within=True)
+        except GitError:
             self.problem(f"{start} is not inside a git repository", fld="run.repo")
-        return top
+            return None
+        return self.repo.root
 
     def _agents(self) -> dict[str, AgentProfile]:
         """``[agents.NAME]``: every profile that could be read."""

@@ -8,6 +8,7 @@ the run goes on. Only cheap, read-only checks: no agent or verify command is sta
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,14 +36,32 @@ def preflight(
 ) -> Preflight:
     """Check the plan's repository, base, branch and agent CLIs; note what the user may miss.
 
-    ``repo``: the plan's repository already set up with ``resolve=plan.run.base`` (``run``
-    sets it up once, for these checks and then for the run); else one is set up to read only.
+    ``repo``: the plan's repository already set up with ``resolve=plan.run.base`` (where the
+    plan's loader found it: ``validate`` checks with it, ``run`` then runs with it); else one
+    is set up to read only.
     """
-    shown = str(plan.path)
     if repo is None:
         # it only reads, lists no untracked file, and asks for the base with the repository's
         # facts: each git process is ~3 ms of validate's
         repo = Repo(plan.repo, identity=False, resolve=plan.run.base, untracked=False)
+    # git status runs beside the checks (~3 ms of validate's otherwise), read where its
+    # warning is said, and waited for whatever they raise
+    with repo.start_git("status", "--porcelain", "--untracked-files=no") as status:
+        problems, warnings = _checks(plan, environ, repo)
+        changes = _dirty(status)
+    if changes:
+        warnings.append(
+            f"your checkout has {changes} uncommitted change(s); the run starts from "
+            f"{plan.run.base} and does not include them"
+        )
+    return Preflight(tuple(problems), tuple(warnings))
+
+
+def _checks(
+    plan: Plan, environ: Mapping[str, str] | None, repo: Repo
+) -> tuple[list[Problem], list[str]]:
+    """Every check but the checkout's changes: the problems and warnings found."""
+    shown = str(plan.path)
     problems: list[Problem] = []
     warnings: list[str] = []
     base = repo.commit_of(plan.run.base)
@@ -66,13 +85,7 @@ def preflight(
             "no task has a verify command or a check: whatever the agents produce is merged "
             "unchecked (set [run] verify)"
         )
-    changes = _dirty(repo)
-    if changes:
-        warnings.append(
-            f"your checkout has {changes} uncommitted change(s); the run starts from "
-            f"{plan.run.base} and does not include them"
-        )
-    return Preflight(tuple(problems), tuple(warnings))
+    return problems, warnings
 
 
 def _branch_problems(repo: Repo, plan: Plan, shown: str) -> list[Problem]:
@@ -193,7 +206,8 @@ def _namespaces(plan: Plan) -> bool:
         return False
 
 
-def _dirty(repo: Repo) -> int:
-    """How many tracked paths differ from HEAD (untracked ones, often the plan, do not count)."""
-    out = repo.run_git("status", "--porcelain", "--untracked-files=no")
-    return len(out.stdout.splitlines()) if out.returncode == 0 else 0
+def _dirty(status: subprocess.Popen[str]) -> int:
+    """How many tracked paths differ from HEAD (untracked ones, often the plan, do not count),
+    as the ``git status --porcelain`` that ``status`` runs tells."""
+    out, _ = status.communicate()
+    return len(out.splitlines()) if status.returncode == 0 else 0
