@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..confine.procs import ProcessRequest, run_process
 from .globs import select_files
@@ -17,8 +17,9 @@ from .runner import scanner_env
 from .toolstamp import tool_stamp
 
 if TYPE_CHECKING:
+    from ..confine.procs import CancelToken
+    from ..state.agentrecords import AgentProfile
     from ..state.store import Store
-    from .engine import Scanner
     from .findings import Finding, ToolInfo
     from .profiles import ScannerProfile
 
@@ -28,8 +29,31 @@ VERSION_TIMEOUT_S = 60.0
 MAX_ENTRY_BYTES = 1 << 20  # a larger per-file result is not cached
 
 
+class KeySource(Protocol):
+    """What a key reads of the scan it is for (:class:`.engine.Scanner` is one), and the two
+    things it notes there: the version keys it used, and whether each version was stamped."""
+
+    keys_used: list[str]
+    stamped: bool
+
+    @property
+    def workdir(self) -> str: ...
+    @property
+    def environ(self) -> Mapping[str, str]: ...
+    @property
+    def use_cache(self) -> bool: ...
+    @property
+    def agents(self) -> Mapping[str, AgentProfile]: ...
+    @property
+    def cancel(self) -> CancelToken: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def store(self) -> Store: ...
+
+
 def config_key(
-    scanner: Scanner, profile: ScannerProfile, entries: Mapping[str, str], work: Path
+    scanner: KeySource, profile: ScannerProfile, entries: Mapping[str, str], work: Path
 ) -> str:
     """The digest of everything but the scanned content that can change ``profile``'s results
     in ``scanner``'s scan (the version key it asks is noted in ``scanner.keys_used``)."""
@@ -49,7 +73,7 @@ def config_key(
     return digest(json.dumps(identity, sort_keys=True, default=str))
 
 
-def _version(scanner: Scanner, profile: ScannerProfile, work: Path) -> str:
+def _version(scanner: KeySource, profile: ScannerProfile, work: Path) -> str:
     """The output of the profile's version command (part of its cache key); remembered
     with the stamp of the tool's files, and asked again only when that changed."""
     assert profile.version is not None
@@ -85,7 +109,7 @@ def _version(scanner: Scanner, profile: ScannerProfile, work: Path) -> str:
     return version
 
 
-def _env(scanner: Scanner, profile: ScannerProfile, folder: Path) -> dict[str, str]:
+def _env(scanner: KeySource, profile: ScannerProfile, folder: Path) -> dict[str, str]:
     """The version command's environment: the scanner's own, in ``folder``."""
     agent = scanner.agents[profile.agent] if profile.agent is not None else None
     return scanner_env(profile, folder, scanner.environ, agent)
