@@ -291,6 +291,24 @@ def test_scan_command_writes_valid_sarif_and_exits_by_fail_on(
     assert {f["path"] for f in as_json["findings"]} == {f"src/m{i}.py" for i in range(6)}
 
 
+def test_scan_base_scans_the_commit_it_names_not_the_plan_s(
+    todo_repo: Path, tmp_path: Path
+) -> None:
+    # Given a plan whose base is HEAD, and a commit on top that adds a seventh TODO
+    plan, _ = todo_plan(todo_repo, tmp_path)
+    commit_change(todo_repo, "src/m9.py", "# TODO: the newest\n")
+
+    # When it is scanned as the plan says, and at the commit before
+    at_head = orchardist(todo_repo, "scan", str(plan), "--json", "--no-cache")
+    before = orchardist(todo_repo, "scan", str(plan), "--json", "--no-cache", "--base", "HEAD~1")
+
+    # Then each scan read its own commit
+    assert json.loads(at_head.stdout)["findings"] == 7, at_head.stderr
+    assert json.loads(before.stdout)["findings"] == 6, before.stderr
+    head = git(todo_repo, "rev-parse", "HEAD~1").strip()
+    assert json.loads(before.stdout)["base"] == head
+
+
 def test_scan_command_rejects_bad_input_with_exit_2(todo_repo: Path, tmp_path: Path) -> None:
     plan, _ = todo_plan(todo_repo, tmp_path)
     unknown = orchardist(todo_repo, "scan", str(plan), "--scanner", "nope")

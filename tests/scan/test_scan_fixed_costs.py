@@ -99,11 +99,11 @@ NOT_ON_A_FIRST_SCAN |= {"orchardist.state.records", "orchardist.state.tables"}
 NOT_ON_A_FIRST_SCAN |= {"orchardist.confine.spec"}
 # nor an attempt's usage nor the run counts read back: the store writes no attempt and reads no run
 NOT_ON_A_FIRST_SCAN |= {"orchardist.state.usage", "orchardist.state.runcounts"}
-GIT_ON_A_FIRST_SCAN = ("--show-toplevel", "--git-common-dir", "status", "ls-tree", "read-tree")
+GIT_ON_A_FIRST_SCAN = ("--show-toplevel", "status", "ls-tree", "read-tree")
 GIT_ON_A_FIRST_SCAN += ("checkout-index", "diff")
 
 
-def test_a_first_scan_imports_no_command_line_run_records_nor_pool_and_runs_seven_git_commands(
+def test_a_first_scan_imports_no_command_line_run_records_nor_pool_and_runs_six_git_commands(
     tmp_path: Path,
 ) -> None:
     # Given files too few to share processes, scanned without the cache, git on PATH a shim
@@ -134,8 +134,8 @@ def test_a_first_scan_imports_no_command_line_run_records_nor_pool_and_runs_seve
     # scan's own thread
     assert "concurrent.futures" not in imported
     assert "logging" not in imported
-    # and git ran seven commands, none twice: the plan's repository found, orchardist's git
-    # set up with the base resolved, the checkout's status, the commit's files, the export
+    # and git ran six commands, none twice: the plan's repository found and set up with the
+    # base resolved (one rev-parse), the checkout's status, the commit's files, the export
     # (its index, its files) and its check
     commands = ran.read_text().splitlines()
     named = [next((w for w in c.split() if w in GIT_ON_A_FIRST_SCAN), c) for c in commands]

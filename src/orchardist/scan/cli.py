@@ -120,7 +120,7 @@ def cmd_scan(args: Any, drive: DriveRun | None) -> int:
     ``--fix`` (None where the line cannot have it)."""
     from ..config import tell_ignored
     from ..git.repo import Repo
-    from ..plan.loading import load_plan
+    from ..plan.loading import read_plan
     from .engine import Scanner
 
     # a scan may run for minutes: the collector back on. Off, it is the process's command
@@ -131,13 +131,15 @@ def cmd_scan(args: Any, drive: DriveRun | None) -> int:
     if not gc.isenabled():
         gc.freeze()
     gc.enable()
-    plan = load_plan(_plan_path(args.plan), require_tasks=False)
+    # the repository as the plan's loader found it, its base resolved in the same git
+    # process; a scan commits nothing (--fix commits through its run's own Repo) and lists no
+    # untracked file (see Repo). Another --base is resolved as the repository is set up again.
+    plan, repo = read_plan(_plan_path(args.plan), require_tasks=False)
     tell_ignored(plan.ignored)
     profiles = _chosen(args, plan)
     base = args.base or plan.run.base
-    # set up once, the base resolved in the same git process; a scan commits nothing (--fix
-    # commits through its run's own Repo) and lists no untracked file (see Repo)
-    repo = Repo(plan.repo, identity=False, resolve=base, untracked=False)
+    if base != plan.run.base:
+        repo = Repo(plan.repo, identity=False, resolve=base, untracked=False)
     commit = repo.resolved
     if commit is None:  # before the store exists: exit 2 makes nothing
         raise UsageError(f"--base {base!r} names no commit")
