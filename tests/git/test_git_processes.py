@@ -360,25 +360,29 @@ workdir = "src"
 verify = "test -f hello.txt"
 """
 
-WAITS = "n=0; while [ ! -e {marker} ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done\n"
+# Opening a FIFO blocks until its other end is opened too: a meeting of two processes, without
+# a loop that looks for a file; each side gives up after 30 s
+MEETS = "timeout 30 sh -c 'exec 3{way}\"$0\"' {fifo}"
 
 
 def test_validate_s_git_status_runs_beside_its_checks(tmp_path: Path) -> None:
     # Given a repository with an uncommitted change, a plan whose checks look its workdir up
-    # with git cat-file, and a git first on PATH where each of status and cat-file marks that
-    # it started and waits (at most 30 s) for the other's mark: only if status is running
-    # while the checks run do both go on at once
+    # with git cat-file, and a git first on PATH where status and the first cat-file meet at
+    # a FIFO (each blocks until the other opens it): cat-file gets through only while git
+    # status has started and not ended
     repo = make_repo(tmp_path / "repo", {"src/main.py": "print(1)\n"})
     (repo / "src" / "main.py").write_text("print(2)\n")
     write_plan(repo, STATUS_BESIDE)
     shim, log = tmp_path / "bin", tmp_path / "calls.log"
-    status, cat_file = tmp_path / "status.started", tmp_path / "cat-file.started"
+    fifo, met = tmp_path / "meet", tmp_path / "met"
+    os.mkfifo(fifo)
     shim.mkdir()
     (shim / "git").write_text(
         "#!/bin/sh\n"
-        f'if [ "$1" = status ]; then touch "{status}"; {WAITS.format(marker=cat_file)}fi\n'
-        f'if [ "$1" = cat-file ]; then touch "{cat_file}"; {WAITS.format(marker=status)}\n'
-        f'  [ -e "{status}" ] && echo "cat-file while status ran" >> "{log}"; fi\n'
+        f'if [ "$1" = status ]; then {MEETS.format(way=">", fifo=fifo)}; fi\n'
+        f'if [ "$1" = cat-file ] && [ ! -e "{met}" ]; then touch "{met}"\n'
+        f'  {MEETS.format(way="<", fifo=fifo)} && echo "cat-file while status ran" >> "{log}"\n'
+        "fi\n"
         f'exec {GIT} "$@"\n'
     )
     (shim / "git").chmod(0o755)
