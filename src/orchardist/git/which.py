@@ -1,8 +1,9 @@
 """A program found on ``PATH`` as :func:`shutil.which` finds it on POSIX, without importing
-:mod:`shutil`, which imports the compression modules its archives use (bz2, lzma, zlib: ~7 M
-instructions, ~2.5 % of ``validate``). Only :mod:`os` is imported: a scan answered from the
-cache (:mod:`..scan.hit`) stamps its tool with it before anything else is loaded. git's own
-program is found with it (:data:`.env.GIT`), and so are the agents', bwrap and a scanner's.
+:mod:`shutil`, which imports the compression modules its archives use (bz2, lzma, zlib: ~5-6 M
+of each read command's instructions, ``benchmarks/cli_start.py --instructions``). Only
+:mod:`os` is imported: a scan answered from the cache (:mod:`..scan.hit`) stamps its tool with
+it before anything else is loaded. git's own program is found with it (:data:`.env.GIT`), and
+so are the agents', bwrap and a scanner's.
 """
 
 from __future__ import annotations
