@@ -175,7 +175,7 @@ def _finish(
     drive: DriveRun | None,
 ) -> int:
     """After the scan: the memo for the next one, then its outputs, or the fix run."""
-    from .sarif import Rendering  # (imported while the scanners ran: engine.LATER_MODULES)
+    from .sarif import Rendering  # (imported while the scanners ran: Scanner._meanwhile)
 
     rendering = Rendering(result, repo.root)
     if not args.no_cache:  # for the next scan of this commit (never without the cache)

@@ -41,9 +41,6 @@ if TYPE_CHECKING:  # imported where used: what reads the scanners' results is im
     from .findings import Finding, ToolInfo
     from .sarif import MergedFinding, ScannerReport
 
-# what reading, merging and rendering the scanners' results import (sarif imports findings)
-LATER_MODULES = ("orchardist.scan.sarif",)
-
 MAX_BATCH_FILES = 256
 # missed files are split into at most one batch per MIN_BATCH_FILES: a batch costs a
 # sandboxed process start (the tool's own start, its cleanup's sweep of /proc), more than a
@@ -215,8 +212,6 @@ class Scanner:
         """What a scan does while its scanners run, off the path to their start: the caller's
         work; its start logged (at ``at``, when it started), the store opened if the cache has
         not opened it; what reading the scanners' results needs imported."""
-        import importlib
-
         if callers is not None:
             callers()
         from ..state.eventlog import Event
@@ -224,8 +219,8 @@ class Scanner:
         data = {"state": "started", "base": commit, "scanners": names}
         with self.store.transaction() as tx:  # under the scan's id (scan-…), not a run's
             tx.emit(Event(scan_id, "scan", at, data=data))
-        for name in LATER_MODULES:
-            importlib.import_module(name)
+        # what reads, merges and renders the results (with findings), imported now
+        from . import sarif  # noqa: F401
 
     def _finished(
         self, scan_id: str, reports: Sequence[ScannerReport], merged: Sequence[MergedFinding]
