@@ -61,13 +61,16 @@ def until(*events: threading.Event) -> None:
 
 def once(work: Callable[[], _T]) -> Callable[[], _T]:
     """``work``, done by the first call of the function returned; every call returns its
-    result (or raises its error) without doing it again."""
+    result (or raises its error) without doing it again. A call from another thread while
+    the first runs waits for it (a scanner's job thread and the main thread share one)."""
     todo = [work]
     done: list[Callable[[], _T]] = []
+    lock = threading.Lock()
 
     def call() -> _T:
-        if todo:
-            done.append(_outcome(todo.pop()))
+        with lock:
+            if todo:
+                done.append(_outcome(todo.pop()))
         return done[0]()
 
     return call
